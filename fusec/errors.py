@@ -1,0 +1,153 @@
+"""One error hierarchy for everything a user can get wrong.
+
+Every error that points into a file carries a :class:`Coord` and prints as
+``file:line:col: message`` followed by the source line and a caret, the way
+compilers do. Errors about run-time arguments name the argument instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Coord:
+    """A position in a source file: 1-based line and column."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+def column_of(text: str, offset: int) -> int:
+    """1-based column of character ``offset`` in ``text`` (PLY gives lexpos)."""
+    return offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def coord_at(file: str, text: str, offset: int) -> Coord:
+    return Coord(file, line_of(text, offset), column_of(text, offset))
+
+
+class FusecError(Exception):
+    """Base of every error fusec reports to a user."""
+
+    def __init__(self, message: str, coord: Coord | None = None,
+                 source_line: str | None = None):
+        self.message = message
+        self.coord = coord
+        self.source_line = source_line
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        if self.coord is None:
+            return self.message
+        text = f"{self.coord}: {self.message}"
+        if self.source_line is not None:
+            caret = " " * (self.coord.column - 1) + "^"
+            text += f"\n    {self.source_line.rstrip()}\n    {caret}"
+        return text
+
+
+class ScriptError(FusecError):
+    """Something is wrong in a script."""
+
+
+class ScriptLexError(ScriptError):
+    """A character that no token can start with."""
+
+
+class ScriptSyntaxError(ScriptError):
+    """A token (or the end of input) where the grammar does not allow it."""
+
+
+class ScriptSemanticError(ScriptError):
+    """A well-formed script that means nothing: names, kinds, sizes, arity."""
+
+
+class UndefinedNameError(ScriptSemanticError):
+    pass
+
+
+class DuplicateDeclarationError(ScriptSemanticError):
+    pass
+
+
+class KindError(ScriptSemanticError):
+    """A vector where a matrix is expected, and the like."""
+
+
+class ArityError(ScriptSemanticError):
+    pass
+
+
+class UnknownFunctionError(ScriptSemanticError):
+    pass
+
+
+class SizeMismatchError(ScriptSemanticError):
+    pass
+
+
+class UnassignedNameError(ScriptSemanticError):
+    """A name read or returned that nothing assigns."""
+
+
+class LibraryError(FusecError):
+    """Something is wrong in an elementary-function library."""
+
+
+class LibraryFormatError(LibraryError):
+    """A metadata line that does not parse."""
+
+
+class LibraryValidationError(LibraryError):
+    """Metadata that parses but contradicts itself or the routines."""
+
+
+class PlanError(FusecError):
+    """A point of the optimization space that cannot be built."""
+
+
+class ArgumentError(FusecError):
+    """A bad argument at run time; the message names the argument."""
+
+    def __init__(self, argument: str, message: str):
+        self.argument = argument
+        super().__init__(f"argument {argument!r}: {message}")
+
+
+class CompileError(FusecError):
+    """nvcc rejected generated code (a fusec bug or a broken library)."""
+
+
+class GPUUnavailableError(FusecError):
+    """A GPU, a CUDA driver or PyCUDA is needed and missing."""
+
+
+class CacheError(FusecError):
+    pass
+
+
+class FusecWarning(UserWarning):
+    """Something suspicious that still has a meaning (e.g. an unused input)."""
+
+
+class ScriptWarning(FusecWarning):
+    def __init__(self, message: str, coord: Coord | None = None,
+                 source_line: str | None = None):
+        self.coord = coord
+        self.message = message
+        self.source_line = source_line
+        super().__init__(FusecError(message, coord, source_line).render())
+
+
+def warn(warning: FusecWarning) -> None:
+    warnings.warn(warning, stacklevel=3)

@@ -1,0 +1,286 @@
+"""Frozen records describing a library of elementary functions.
+
+A function is metadata plus CUDA routines (paper §4.3): one ``load`` per array
+input, one ``compute``, one ``store`` per output. Metadata says which
+higher-order function it implements, the kind, dimensions and element shape of
+each parameter, the threads an instance uses, and the thread-to-data mapping
+of every access, which the code generator needs to decide where an element
+lives (registers or shared memory) and where barriers go.
+
+The loader (:mod:`fusec.library.loader`) builds these from the files described
+in ``library/README.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from types import MappingProxyType
+from typing import Mapping
+
+from ..errors import Coord
+
+
+class Kind(str, enum.Enum):
+    MATRIX = "matrix"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Geometry(str, enum.Enum):
+    """How instances of a function tile its data (paper §4.3.2).
+
+    ``VECTOR``: unnested functions; an instance is one warp working on a
+    sub-vector of ``ELEMENT = 32*VEC`` values, several instances per block.
+    ``TILE``: nested functions; an instance is a block working on a
+    ``TILE_ROWS x TILE_COLS`` tile and the matching sub-vectors.
+    """
+
+    VECTOR = "vector"
+    TILE = "tile"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Storage(str, enum.Enum):
+    REGISTERS = "registers"
+    SHARED = "shared"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RoutineKind(str, enum.Enum):
+    LOAD = "load"
+    COMPUTE = "compute"
+    STORE = "store"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A parameter of a function: ``A: matrix[m, n]``.
+
+    ``dims`` are the function's own dimension variables; the script checker
+    unifies them with the sizes of the actual arguments.
+    """
+
+    name: str
+    kind: Kind
+    dims: tuple[str, ...]
+    coord: Coord = dataclasses.field(compare=False)
+    element: str | None = None  # declared element shape, e.g. "tile(TILE_ROWS, TILE_COLS)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Hof:
+    """The higher-order function: map or reduce, nested or not.
+
+    ``axis`` is the dimension variable a nested reduce runs along (``n`` in
+    ``y_i = sum_n A_in x_n``); an unnested reduce folds a whole vector to a
+    scalar. ``operator`` is the associative operator (only ``+`` for now; its
+    identity is 0, which is also the padding value of loads).
+    """
+
+    nested: bool
+    reduce: bool
+    axis: str | None = None
+    operator: str = "+"
+
+    @property
+    def geometry(self) -> Geometry:
+        return Geometry.TILE if self.nested else Geometry.VECTOR
+
+    def __str__(self) -> str:
+        name = ("nested " if self.nested else "") + ("reduce" if self.reduce else "map")
+        if self.reduce:
+            name += f"({self.operator})"
+            if self.axis:
+                name += f" over {self.axis}"
+        return name
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """One element a routine touches, and the mapping it touches it with."""
+
+    param: str
+    mapping: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Routine:
+    """A CUDA ``__device__`` function of the library and how it is called.
+
+    Calling conventions (``c`` is the instance context, ``fusec_tile`` or
+    ``fusec_chunk``):
+
+    - load:    ``name(const real* global, real* element, const CTX& c)``
+    - compute: ``name(<args in declared order>, real* out, const CTX& c)``,
+      arrays as ``const real*`` elements, scalars as ``real`` values
+    - store:   ``name(const real* element, real* global, const CTX& c)``
+
+    ``threads`` lets a routine run on fewer threads than the instance has
+    (the compiler reduces parallelism and recomputes indices, Algorithm 2);
+    ``scratch`` is shared memory (in reals) the routine needs for the duration
+    of the call; ``sync`` says it calls ``BARRIER()`` inside, so every thread
+    of the instance must call it.
+    """
+
+    kind: RoutineKind
+    name: str
+    param: str | None  # the loaded or stored parameter
+    reads: tuple[Access | str, ...]  # compute: arrays as Access, scalars as names
+    writes: Access | None  # load: the element loaded; compute: its output
+    threads: tuple[str, ...] | None = None
+    scratch: str | None = None
+    sync: bool = False
+    coord: Coord = dataclasses.field(default=None, compare=False)
+
+    @property
+    def accesses(self) -> tuple[Access, ...]:
+        out = [a for a in self.reads if isinstance(a, Access)]
+        if self.writes is not None:
+            out.append(self.writes)
+        return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    """One way to implement a function: a load per input, a compute, a store."""
+
+    name: str
+    loads: tuple[Routine, ...]
+    compute: Routine
+    store: Routine
+    coord: Coord = dataclasses.field(compare=False)
+
+    def load_of(self, param: str) -> Routine | None:
+        for routine in self.loads:
+            if routine.param == param:
+                return routine
+        return None
+
+    def mapping_of(self, param: str) -> str | None:
+        """The mapping the compute routine reads (or writes) ``param`` with."""
+        for access in self.compute.accesses:
+            if access.param == param:
+                return access.mapping
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Finish:
+    """Scalar epilogue of a reduction: ``out_i = name(acc_i, args...)``.
+
+    Arguments are ``acc`` (the fully reduced value) or parameter names:
+    scalars, or vectors indexed like the output (read at the same index).
+    """
+
+    routine: str
+    args: tuple[str, ...]
+    coord: Coord = dataclasses.field(compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Function:
+    name: str
+    params: tuple[Param, ...]  # in call order
+    result: Param
+    hof: Hof
+    threads: tuple[str, ...]
+    reference: str  # NumPy expression over the parameter names (the oracle)
+    implementations: tuple[Implementation, ...]
+    finish: Finish | None
+    summary: str
+    file: str
+    source: str = dataclasses.field(repr=False)  # the CUDA text, metadata removed
+    coord: Coord = dataclasses.field(compare=False)
+
+    def param(self, name: str) -> Param:
+        if name == self.result.name:
+            return self.result
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def array_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kind is not Kind.SCALAR)
+
+    @property
+    def finish_only(self) -> tuple[str, ...]:
+        """Inputs read only by the finish epilogue, never loaded by routines."""
+        loaded = {r.param for impl in self.implementations for r in impl.loads}
+        used = set(self.finish.args) if self.finish else set()
+        return tuple(p.name for p in self.array_params
+                     if p.name in used and p.name not in loaded)
+
+    @property
+    def rows_dim(self) -> str | None:
+        """Row dimension variable of a nested function's iteration space."""
+        for p in self.params + (self.result,):
+            if p.kind is Kind.MATRIX:
+                return p.dims[0]
+        return None
+
+    @property
+    def cols_dim(self) -> str | None:
+        for p in self.params + (self.result,):
+            if p.kind is Kind.MATRIX:
+                return p.dims[1]
+        return None
+
+    def signature(self) -> str:
+        def show(p: Param) -> str:
+            dims = f"[{', '.join(p.dims)}]" if p.dims else ""
+            return f"{p.name}: {p.kind}{dims}"
+        args = ", ".join(show(p) for p in self.params)
+        return f"{self.name}({args}) -> {show(self.result)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadMapping:
+    """A named thread-to-data mapping (paper §3.2.3).
+
+    ``registers``: each thread holds ``size`` slots of the element, indexed
+    with compile-time constants. ``shared``: the element lives in a block-wide
+    shared array of ``size`` reals; the name still tells which thread touches
+    which words, so two accesses with different names need a barrier.
+    """
+
+    name: str
+    storage: Storage
+    size: str  # C expression over geometry macros
+    doc: str
+    coord: Coord = dataclasses.field(compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    path: str
+    text: str = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    name: str
+    path: str
+    summary: str
+    prelude: tuple[SourceFile, ...]  # emitted once, before every kernel
+    routine_files: tuple[SourceFile, ...]  # shared routines, copied per kernel
+    mappings: Mapping[str, ThreadMapping] = dataclasses.field(compare=False)
+    functions: Mapping[str, Function] = dataclasses.field(compare=False)
+    content_hash: str = ""
+    routine_homes: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), compare=False)  # routine -> file
+
+    def function(self, name: str) -> Function | None:
+        return self.functions.get(name)
