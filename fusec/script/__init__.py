@@ -1,0 +1,41 @@
+"""The script front end: text -> tokens -> syntax tree -> checked DAG.
+
+``lexer`` (tokens), ``parser`` (the PLY grammar, building ``ast`` nodes),
+``check`` (names, kinds, sizes; builds a :class:`fusec.dag.Dag`). The language
+is described in ``docs/script-language.md``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..dag import Dag
+from ..errors import ScriptLexError, coord_at
+from . import ast
+from .ast import source_line
+from .check import LibraryLike, check
+from .parser import parse
+
+__all__ = ["ast", "parse", "check", "load_script"]
+
+
+def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
+    """Read (UTF-8, optional BOM), parse and check the script at ``path``.
+
+    Coordinates name the path as given. OSError propagates as is.
+    """
+    file = os.fsdecode(path)
+    with open(file, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        # Point at the bad byte: decode what comes before it to find line and column.
+        # (The error's object is the data without its BOM, if any.)
+        bad = error.object
+        before = bad[:error.start].decode("utf-8")
+        coord = coord_at(file, before, len(before))
+        raise ScriptLexError(f"invalid UTF-8 byte 0x{bad[error.start]:02x}", coord,
+                             source_line(bad.decode("utf-8", errors="replace"), coord.line)
+                             ) from error
+    return check(parse(text, file), library)

@@ -1,0 +1,38 @@
+"""Where fusec keeps what it computed once, and how it writes it safely.
+
+Everything under ``$FUSEC_CACHE_DIR`` (default ``~/.cache/fusec``). Files are
+written to a temporary file in the same directory and renamed over the
+target, so a reader never sees half a file and two writers never interleave.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def cache_dir(*parts: str) -> Path:
+    root = Path(os.environ.get("FUSEC_CACHE_DIR") or Path.home() / ".cache" / "fusec")
+    folder = root.joinpath(*parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))

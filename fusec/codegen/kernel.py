@@ -1,0 +1,643 @@
+"""One kernel from one fusion implementation: paper Algorithms 1 and 2.
+
+``build_kernel`` first decides everything (elements and where they live,
+which loads are invariant and which reductions accumulate, shared offsets,
+barriers, kernel arguments) into a frozen :class:`Kernel`; ``Kernel.source``
+then only prints it.
+
+Kernel schema (Algorithm 1)::
+
+    allocate shared memory; declare register arrays; compute indices
+    load invariant elements; clear accumulated reductions
+    for each serial iteration: loads, computes, stores (each call per Algorithm 2:
+        barrier if needed, clear a non-accumulated reduction, reduce parallelism
+        and recompute indices if the routine wants fewer threads, call it)
+    store accumulated reductions
+    finish reductions across blocks (the last block to arrive sums the partials)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from ..dag import Constant, Dag
+from ..errors import PlanError
+from .. import geometry as geo
+from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
+                             Storage)
+from ..space.points import COLS, ROWS, KernelPlan, Step
+from ..space.steps import array_args, call_dims, function_of, leaves_kernel
+from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
+
+CLEAR_MAPPING = "<clear>"  # the compiler's own clearing loop: thread t clears words t, t+BLOCK, ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Element:
+    """A value that lives on chip in this kernel."""
+
+    value: int
+    var: str  # C name of the register array or shared pointer
+    storage: Storage
+    mapping: str
+    size_expr: str  # C expression (registers: slots per thread; shared: reals)
+    size: int
+    region: Region | None  # shared only
+    reduction: bool
+    accumulated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """A kernel parameter and what the host passes for it."""
+
+    role: str  # "in" | "out" | "workspace" | "counters" | "scalar" | "scalar_ptr" | "size" | "vec_ok"
+    decl: str
+    value: int | None = None
+    size: str | None = None  # size symbol, for role "size"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduction:
+    """Buffers of a reduction finished across blocks."""
+
+    value: int
+    axis: str | None  # ROWS/COLS: the axis it sums along; None: a whole vector
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One line of the schedule: a routine call, a clear, with a barrier before it or not."""
+
+    section: str
+    step: Step | None  # None: clear of `clear`
+    clear: int | None
+    barrier: bool
+    scratch: Region | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    index: int
+    name: str
+    plan: KernelPlan
+    dtype: str
+    dims: tuple[str, ...]  # size symbols: (rows, cols) or (n,)
+    elements: tuple[Element, ...]
+    ops: tuple[Op, ...]
+    args: tuple[Arg, ...]
+    reductions: tuple[Reduction, ...]
+    shared_reals: int
+    source: str = dataclasses.field(repr=False)
+
+    @property
+    def shape(self) -> geo.Shape:
+        return self.plan.shape
+
+    def macros(self) -> dict[str, int]:
+        return self.plan.shape.macros(self.dtype)
+
+    # Host-side arithmetic: the same formulas the kernel uses for its indices.
+    def grid_extent(self, sizes: dict[str, int]) -> tuple[int, int]:
+        """Blocks along (rows, cols) in the tile geometry, (blocks, 1) for vectors."""
+        m = self.macros()
+        if self.plan.geometry is Geometry.VECTOR:
+            chunks = -(-sizes[self.dims[0]] // (m["BLOCK"] * m["VEC"]))
+            return -(-chunks // m["ITERS"]), 1
+        rows = -(-sizes[self.dims[0]] // m["TILE_ROWS"])
+        cols = -(-sizes[self.dims[1]] // m["TILE_COLS"])
+        if self.plan.serial == ROWS:
+            rows = -(-rows // m["ITERS"])
+        else:
+            cols = -(-cols // m["ITERS"])
+        return rows, cols
+
+    def grid(self, sizes: dict[str, int]) -> int:
+        rows, cols = self.grid_extent(sizes)
+        return rows * cols
+
+    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
+        """(reals of partials, counters) the reduction needs."""
+        m = self.macros()
+        if reduction.axis is None:
+            return self.grid(sizes), 1
+        rows, cols = self.grid_extent(sizes)
+        if reduction.axis == COLS:  # partials along the columns; outputs are rows
+            return cols * sizes[self.dims[0]], -(-sizes[self.dims[0]] // m["TILE_ROWS"])
+        return rows * sizes[self.dims[1]], -(-sizes[self.dims[1]] // m["TILE_COLS"])
+
+
+# --------------------------------------------------------------------------- analysis
+
+def _axis_of(function: Function, dim: str) -> str:
+    return ROWS if dim == function.rows_dim else COLS
+
+
+def _kernel_dims(dag: Dag, library: Library, plan: KernelPlan) -> tuple[str, ...]:
+    dims = None
+    for call in plan.calls:
+        function = function_of(dag, library, call)
+        bound = call_dims(dag, library, call)
+        if plan.geometry is Geometry.TILE:
+            mine = (bound[function.rows_dim], bound[function.cols_dim])
+        else:
+            vector = function.array_params[0] if function.array_params else function.result
+            mine = (bound[vector.dims[0]],)
+        if dims is not None and mine != dims:
+            raise PlanError(f"calls of one kernel must cover the same space: {dims} and {mine}")
+        dims = mine
+    return dims
+
+
+def _routine(library: Library, dag: Dag, plan: KernelPlan, step: Step) -> Routine:
+    function = function_of(dag, library, step.call)
+    impl = next(i for i in function.implementations if i.name == plan.implementation_of(step.call))
+    if step.kind is RoutineKind.LOAD:
+        return impl.load_of(step.param)
+    if step.kind is RoutineKind.COMPUTE:
+        return impl.compute
+    return impl.store
+
+
+def _accumulated(function: Function, plan: KernelPlan) -> bool:
+    if not function.hof.reduce:
+        return False
+    if plan.geometry is Geometry.VECTOR:
+        return True
+    return _axis_of(function, function.hof.axis) == plan.serial
+
+
+def _invariant(function: Function, param: str, plan: KernelPlan) -> bool:
+    """A vector along the axis the loop does not walk is the same in every iteration."""
+    if plan.geometry is Geometry.VECTOR:
+        return False
+    p = function.param(param)
+    return p.kind is Kind.VECTOR and _axis_of(function, p.dims[0]) != plan.serial
+
+
+def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int) -> Kernel:
+    dtype = geo.dtype_name(dtype)
+    macros = plan.shape.macros(dtype)
+    kernel_calls = frozenset(plan.calls)
+    for call in plan.calls:
+        if function_of(dag, library, call).hof.geometry is not plan.geometry:
+            raise PlanError(f"call {call} ({dag.call(call).function}) does not run in the"
+                            f" {plan.geometry} geometry")
+    dims = _kernel_dims(dag, library, plan)
+
+    # Which value each step touches, with which mapping and how.
+    touches: dict[int, list[tuple[Mode, str]]] = {}
+    step_touches: list[list[tuple[int, Mode, str]]] = []
+    for step in plan.steps:
+        routine = _routine(library, dag, plan, step)
+        record = dag.call(step.call)
+        params = dict(array_args(dag, library, step.call))
+        mine: list[tuple[int, Mode, str]] = []
+        if step.kind is RoutineKind.LOAD:
+            mine.append((params[step.param], Mode.WRITE, routine.writes.mapping))
+        elif step.kind is RoutineKind.COMPUTE:
+            for read in routine.reads:
+                if isinstance(read, Access):
+                    mine.append((params[read.param], Mode.READ, read.mapping))
+            reduce = function_of(dag, library, step.call).hof.reduce
+            mine.append((record.result, Mode.UPDATE if reduce else Mode.WRITE, routine.writes.mapping))
+        else:
+            mine.append((record.result, Mode.READ, routine.reads[0].mapping))
+        for value, mode, mapping in mine:
+            touches.setdefault(value, []).append((mode, mapping))
+        step_touches.append(mine)
+
+    # Where each element lives: registers when every access shares one register
+    # mapping (compile-time indexing), shared memory when all are shared mappings.
+    storage: dict[int, tuple[Storage, str, str, int]] = {}
+    for value, accesses in touches.items():
+        mappings = [library.mappings[m] for _, m in accesses]
+        kinds = {m.storage for m in mappings}
+        label = dag.value(value).label
+        if kinds == {Storage.REGISTERS}:
+            if len({m.name for m in mappings}) != 1:
+                raise PlanError(f"{label} is held in registers with different mappings"
+                                f" ({', '.join(sorted({m.name for m in mappings}))})")
+            m = mappings[0]
+            storage[value] = (Storage.REGISTERS, m.name, m.size, geo.evaluate(m.size, macros))
+        elif kinds == {Storage.SHARED}:
+            biggest = max(mappings, key=lambda m: geo.evaluate(m.size, macros))
+            storage[value] = (Storage.SHARED, mappings[0].name, biggest.size,
+                              geo.evaluate(biggest.size, macros))
+        else:
+            raise PlanError(f"{label} is accessed both from registers and from shared memory")
+
+    # Sections (Algorithm 1): invariant loads before the loop, accumulated stores after.
+    sections: list[str] = []
+    for step in plan.steps:
+        function = function_of(dag, library, step.call)
+        if step.kind is RoutineKind.LOAD and _invariant(function, step.param, plan):
+            sections.append(PRE)
+        elif step.kind is RoutineKind.STORE and _accumulated(function, plan):
+            sections.append(POST)
+        else:
+            sections.append(LOOP)
+
+    # The schedule: clears of reductions go before the loop when they accumulate,
+    # right before their compute otherwise (Algorithm 2, line 2).
+    schedule: list[tuple[str, Step | None, int | None, list[tuple[int, Mode, str]], Routine | None]] = []
+    reductions = []
+    for step, section, mine in zip(plan.steps, sections, step_touches):
+        routine = _routine(library, dag, plan, step)
+        function = function_of(dag, library, step.call)
+        if step.kind is RoutineKind.COMPUTE and function.hof.reduce:
+            result = dag.call(step.call).result
+            clear = (result, Mode.WRITE, CLEAR_MAPPING)
+            if _accumulated(function, plan):
+                schedule.insert(sum(1 for s in schedule if s[0] == PRE), (PRE, None, result, [clear], None))
+            else:
+                schedule.append((LOOP, None, result, [clear], None))
+            reductions.append(Reduction(result, None if plan.geometry is Geometry.VECTOR
+                                        else _axis_of(function, function.hof.axis)))
+        schedule.append((section, step, None, mine, routine))
+    order = {PRE: 0, LOOP: 1, POST: 2}
+    schedule.sort(key=lambda s: order[s[0]])  # stable: keeps the plan's order inside sections
+
+    # Shared memory: elements, and each routine's scratch for the duration of its call.
+    def touch(value: int, mode: Mode, mapping: str) -> Touch:
+        return Touch(f"v{value}", mode, mapping, storage[value][0] is Storage.SHARED)
+
+    events, sizes = [], {}
+    for position, (section, step, clear, mine, routine) in enumerate(schedule):
+        touched = [touch(v, mode, m) for v, mode, m in mine]
+        if routine is not None and routine.scratch:
+            key = f"scratch{position}"
+            sizes[key] = geo.evaluate(routine.scratch, macros)
+            touched.insert(0, Touch(key, Mode.WRITE, "<scratch>", True))
+            touched.append(Touch(key, Mode.READ, "<scratch>", True))
+        events.append(Event(section, tuple(touched), bool(routine and routine.sync)))
+    for value, (kind, _, _, size) in storage.items():
+        if kind is Storage.SHARED:
+            sizes[f"v{value}"] = size
+    regions, total = allocate(sizes, events, align=macros["VEC"])
+    barriers = place_barriers(events, regions)
+    if reductions:  # the finish needs BLOCK reals; a barrier precedes it, so it may reuse anything
+        total = max(total, macros["BLOCK"])
+
+    elements = []
+    for value, (kind, mapping, size_expr, size) in sorted(storage.items()):
+        function = function_of(dag, library, dag.producer(value)) if dag.producer(value) in kernel_calls else None
+        reduction = bool(function and function.hof.reduce)
+        prefix = "r_" if kind is Storage.REGISTERS else "s_"
+        elements.append(Element(value, prefix + dag.value(value).c_name, kind, mapping, size_expr, size,
+                                regions.get(f"v{value}"), reduction,
+                                reduction and _accumulated(function, plan)))
+    ops = tuple(Op(section, step, clear, i in barriers,
+                   regions.get(f"scratch{i}"))
+                for i, (section, step, clear, _, _) in enumerate(schedule))
+
+    args = _kernel_args(dag, library, plan, storage, kernel_calls, dims)
+    name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
+    kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
+                    total, "")
+    return dataclasses.replace(kernel, source=_emit(kernel, dag, library))
+
+
+def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_calls, dims) -> tuple[Arg, ...]:
+    ins, outs, scalars = [], [], []
+    seen: set[int] = set()
+    for call in plan.calls:
+        function = function_of(dag, library, call)
+        record = dag.call(call)
+        for param, arg in zip(function.params, record.args):
+            if not isinstance(arg, int) or arg in seen:
+                continue
+            value = dag.value(arg)
+            if param.kind is Kind.SCALAR:
+                seen.add(arg)
+                if value.producer is None:
+                    scalars.append(Arg("scalar", f"const real {value.c_name}", arg))
+                else:  # computed by an earlier kernel: it stays on the device
+                    scalars.append(Arg("scalar_ptr", f"const real* __restrict__ g_{value.c_name}", arg))
+            elif dag.producer(arg) not in kernel_calls:
+                seen.add(arg)
+                ins.append(Arg("in", f"const real* __restrict__ g_{value.c_name}", arg))
+        if leaves_kernel(dag, library, call, kernel_calls):
+            value = dag.value(record.result)
+            outs.append(Arg("out", f"real* __restrict__ g_{value.c_name}", value.id))
+            if function.hof.reduce:
+                outs.append(Arg("workspace", f"real* __restrict__ ws_{value.c_name}", value.id))
+                outs.append(Arg("counters", f"unsigned* __restrict__ cnt_{value.c_name}", value.id))
+    if plan.geometry is Geometry.TILE:
+        sizes = [Arg("size", "const int rows", size=dims[0]), Arg("size", "const int cols", size=dims[1])]
+    else:
+        sizes = [Arg("size", "const long long n", size=dims[0])]
+    return tuple(ins + outs + scalars + sizes + [Arg("vec_ok", "const int vec_ok")])
+
+
+# --------------------------------------------------------------------------- emission
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, text: str = "") -> None:
+        self.lines.append(("  " * self.depth + text) if text else "")
+
+    def open(self, text: str) -> None:
+        self(text + " {")
+        self.depth += 1
+
+    def close(self, text: str = "}") -> None:
+        self.depth -= 1
+        self(text)
+
+
+def _call_text(dag: Dag, call: int) -> str:
+    record = dag.call(call)
+    args = ", ".join(a.text if isinstance(a, Constant) else dag.value(a).label for a in record.args)
+    return (f"{Path(dag.file).name}:{record.coord.line}  "
+            f"{dag.value(record.result).label} = {record.function}({args})")
+
+
+def _emit(kernel: Kernel, dag: Dag, library: Library) -> str:
+    plan, macros = kernel.plan, kernel.macros()
+    tile = plan.geometry is Geometry.TILE
+    w = _Writer()
+    namespace = f"{kernel.name}_routines"
+    w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
+    for call in plan.calls:
+        impl = plan.implementation_of(call)
+        w(f"//   {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+    w(f"//   {plan.shape.describe(kernel.dtype)}"
+      + (f" along {'rows' if plan.serial == ROWS else 'columns'} ({kernel.dims[0 if plan.serial == ROWS else 1]})"
+         if tile else ""))
+    w(f"namespace {namespace} {{")
+    for macro, value in macros.items():
+        if macro != "VEC":  # VEC belongs to the precision, defined once at the top
+            w(f"#define {macro} {value}")
+    for path, text in _library_sources(kernel, dag, library):
+        w(f"// ---- {path}")
+        for line in text.strip("\n").split("\n"):
+            w(line)
+    w(f"}}  // namespace {namespace}")
+    w()
+
+    params = ",\n    ".join(a.decl for a in kernel.args)
+    w(f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(\n    {params})')
+    w.open("")
+    w.lines[-1] = "{"
+    w(f"using namespace {namespace};")
+    _emit_body(w, kernel, dag, library)
+    w.close()
+    for macro in macros:
+        if macro != "VEC":
+            w(f"#undef {macro}")
+    return "\n".join(w.lines) + "\n"
+
+
+def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[str, str]]:
+    """Function files of the kernel's calls, and the shared routine files that
+    define a routine (or macro) that anything included names."""
+    plan = kernel.plan
+    functions = []
+    for call in plan.calls:
+        function = function_of(dag, library, call)
+        if function.source.strip() and (function.file, function.source) not in functions:
+            functions.append((function.file, function.source))
+    names = {_routine(library, dag, plan, op.step).name for op in kernel.ops if op.step}
+    names |= {function_of(dag, library, c).finish.routine for c in plan.calls
+              if function_of(dag, library, c).finish}
+    defines = {}
+    for source in library.routine_files:
+        for name in re.findall(r"^\s*#\s*define\s+(\w+)", source.text, re.M):
+            defines[name] = source.path
+    homes = {**{k: v for k, v in library.routine_homes.items()}, **defines}
+    wanted: set[str] = set()
+    texts = [text for _, text in functions]
+    while True:
+        for text in texts:
+            names |= {n for n in re.findall(r"\b\w+\b", text) if n in homes}
+        new = {homes[n] for n in names if n in homes} - wanted
+        if not new:
+            break
+        wanted |= new
+        texts = [s.text for s in library.routine_files if s.path in new]
+    shared = [(s.path, s.text) for s in library.routine_files if s.path in wanted]
+    return shared + functions
+
+
+def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
+    plan = kernel.plan
+    tile = plan.geometry is Geometry.TILE
+    by_value = {e.value: e for e in kernel.elements}
+
+    # 1-2: memory
+    if kernel.shared_reals:
+        w("// shared memory: one allocation; elements whose lifetimes do not overlap share words")
+        w(f"__shared__ __align__(16) real smem[{kernel.shared_reals}];")
+    if kernel.reductions:
+        w("__shared__ int fusec_flag;  // set by the block that finishes a reduction")
+    for e in kernel.elements:
+        label = dag.value(e.value).label
+        what = "partial " if e.reduction else ""
+        if e.storage is Storage.REGISTERS:
+            w(f"real {e.var}[{e.size_expr}];  // {what}{label}, mapping {e.mapping}")
+        else:
+            w(f"real* const {e.var} = smem + {e.region.offset};  // {what}{label}, mapping {e.mapping},"
+              f" {e.size} reals")
+    for arg in kernel.args:
+        if arg.role == "scalar_ptr":
+            c = dag.value(arg.value).c_name
+            w(f"const real {c} = *g_{c};  // computed by an earlier kernel")
+
+    # 3: indices
+    w()
+    if tile:
+        serial_rows = plan.serial == ROWS
+        w("// indices: a 1D grid of tiles; each block walks ITERS tiles along the "
+          + ("rows" if serial_rows else "columns"))
+        w("const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
+        w("const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
+        if any(r.axis == ROWS for r in kernel.reductions):  # arrivals of a sum along the rows
+            w("const int grid_rows = " + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
+        w("const int grid_cols = " + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))
+        w("const int block_row = blockIdx.x / grid_cols;")
+        w("const int block_col = blockIdx.x % grid_cols;")
+        w("fusec_tile c;")
+        w("c.tx = threadIdx.x % BLOCK_X;")
+        w("c.ty = threadIdx.x / BLOCK_X;")
+        w("c.rows = rows;")
+        w("c.cols = cols;")
+        w("c.vec_ok = vec_ok;")
+        w("c.row0 = block_row * " + ("ITERS * " if serial_rows else "") + "TILE_ROWS;")
+        w("c.col0 = block_col * " + ("" if serial_rows else "ITERS * ") + "TILE_COLS;")
+    else:
+        w("// indices: each block walks ITERS chunks of BLOCK*VEC consecutive values")
+        w("const long long chunk = (long long)BLOCK * VEC;")
+        w("long long base = (long long)blockIdx.x * ITERS * chunk;")
+        w("fusec_chunk c;")
+        w("c.t = threadIdx.x;")
+        w("c.n = n;")
+        w("c.vec_ok = vec_ok;")
+        w("c.i = base + (long long)c.t * VEC;")
+
+    pre = [op for op in kernel.ops if op.section == PRE]
+    loop = [op for op in kernel.ops if op.section == LOOP]
+    post = [op for op in kernel.ops if op.section == POST]
+    if pre:
+        w()
+        w("// before the loop: invariant loads, clears of accumulated reductions")
+        for op in pre:
+            _emit_op(w, op, kernel, dag, library, by_value)
+    w()
+    if tile:
+        axis = "row" if plan.serial == ROWS else "col"
+        limit = "rows" if plan.serial == ROWS else "cols"
+        step = "TILE_ROWS" if plan.serial == ROWS else "TILE_COLS"
+        w(f"const int first_{axis}0 = c.{axis}0;")
+        w.open(f"for (int it = 0; it < ITERS && c.{axis}0 < {limit}; ++it, c.{axis}0 += {step})")
+    else:
+        w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
+    for op in loop:
+        _emit_op(w, op, kernel, dag, library, by_value)
+    w.close()
+    if tile:
+        w(f"c.{axis}0 = first_{axis}0;")
+    if post:
+        w()
+        w("// after the loop: stores of accumulated reductions")
+        for op in post:
+            _emit_op(w, op, kernel, dag, library, by_value)
+    for reduction in kernel.reductions:
+        _emit_finish(w, reduction, kernel, dag, library)
+
+
+def _element_arg(access, params, by_value, scalars) -> str:
+    if isinstance(access, Access):
+        return by_value[params[access.param]].var
+    return scalars[access]
+
+
+def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_value) -> None:
+    plan = kernel.plan
+    tile = plan.geometry is Geometry.TILE
+    if op.barrier:
+        w("BARRIER();")
+    if op.step is None:
+        e = by_value[op.clear]
+        label = dag.value(op.clear).label
+        w(f"// clear the partial of {label} ({dag.call(dag.producer(op.clear)).function})")
+        if e.storage is Storage.REGISTERS:
+            w(f"#pragma unroll")
+            w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = real(0);")
+        else:
+            w(f"for (int s = threadIdx.x; s < {e.size}; s += BLOCK) {e.var}[s] = real(0);")
+        return
+    step = op.step
+    routine = _routine(library, dag, plan, step)
+    function = function_of(dag, library, step.call)
+    record = dag.call(step.call)
+    params = dict(array_args(dag, library, step.call))
+    scalars = {}
+    for p, a in zip(function.params, record.args):
+        if p.kind is Kind.SCALAR:
+            scalars[p.name] = (f"real({a.text})" if isinstance(a, Constant) else dag.value(a).c_name)
+    result = dag.value(record.result)
+    what = {RoutineKind.LOAD: f"load {dag.value(params[step.param]).label}" if step.param in params else "",
+            RoutineKind.COMPUTE: "compute",
+            RoutineKind.STORE: f"store {'the partial of ' if function.hof.reduce else ''}{result.label}"}[step.kind]
+    w(f"// {_call_text(dag, step.call)}: {what} [{routine.name}]")
+    ctx = "c"
+    if step.kind is RoutineKind.LOAD:
+        value = params[step.param]
+        args = [f"g_{dag.value(value).c_name}", by_value[value].var]
+    elif step.kind is RoutineKind.COMPUTE:
+        args = [_element_arg(a, params, by_value, scalars) for a in routine.reads]
+        args.append(by_value[result.id].var)
+    else:
+        target = f"g_{result.c_name}"
+        if function.hof.reduce:
+            # partials go to the workspace, one row of it per block along the reduced axis
+            if not tile:
+                target = f"ws_{result.c_name} + blockIdx.x"
+            else:
+                axis = _axis_of(function, function.hof.axis)
+                part = "block_col" if axis == COLS else "block_row"
+                length = "rows" if axis == COLS else "cols"
+                target = f"ws_{result.c_name} + (long long){part} * {length}"
+        args = [by_value[result.id].var, target]
+    if op.scratch is not None:
+        args.append(f"smem + {op.scratch.offset}")
+    if routine.threads is None:
+        w(f"{routine.name}({', '.join(args + [ctx])});")
+        return
+    # Algorithm 2, lines 3-4: fewer threads; keep warps full, recompute indices.
+    if not tile:
+        w.open(f"if (c.t < {routine.threads[0]})")
+        w(f"{routine.name}({', '.join(args + [ctx])});")
+        w.close()
+        return
+    x, y = routine.threads
+    if x == "BLOCK_X":
+        w.open(f"if (c.ty < {y})")
+        w(f"{routine.name}({', '.join(args + [ctx])});")
+        w.close()
+    else:
+        w.open("")
+        w.lines[-1] = w.lines[-1][:-2] + "{"
+        w("const int t = c.ty * BLOCK_X + c.tx;")
+        w.open(f"if (t < ({x}) * ({y}))")
+        w("fusec_tile r = c;")
+        w(f"r.tx = t % ({x});")
+        w(f"r.ty = t / ({x});")
+        w(f"{routine.name}({', '.join(args + ['r'])});")
+        w.close()
+        w.close()
+
+
+def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, library: Library) -> None:
+    value = dag.value(reduction.value)
+    call = value.producer
+    function = function_of(dag, library, call)
+    record = dag.call(call)
+    c = value.c_name
+    w()
+    if function.finish:
+        argmap = {"acc": "acc"}
+        for p, a in zip(function.params, record.args):
+            if isinstance(a, Constant):
+                argmap[p.name] = f"real({a.text})"
+            elif p.kind is Kind.SCALAR:
+                argmap[p.name] = dag.value(a).c_name
+            else:
+                argmap[p.name] = f"g_{dag.value(a).c_name}[i]"
+        expr = f"{function.finish.routine}({', '.join(argmap[a] for a in function.finish.args)})"
+    else:
+        expr = "acc"
+    emit = f"[&](long long i, real acc) {{ g_{c}[i] = {expr}; }}"
+    w(f"// finish {_call_text(dag, call)}: every block stored its partial; the last block to")
+    w("// arrive at an output tile sums the partials of all blocks in a fixed order")
+    w("__threadfence();")
+    w("BARRIER();")
+    if reduction.axis is None:
+        w(f"if (fusec_arrive(cnt_{c}, gridDim.x, &fusec_flag, threadIdx.x))")
+        w(f"  fusec_sum_partials<BLOCK>(ws_{c}, gridDim.x, 1, 0, 1, 1, smem, threadIdx.x, {emit});")
+        return
+    plan = kernel.plan
+    out_rows = reduction.axis == COLS  # summing along columns leaves one value per row
+    arrivals = "grid_cols" if out_rows else "grid_rows"
+    length = "rows" if out_rows else "cols"
+    width = "TILE_ROWS" if out_rows else "TILE_COLS"
+    block = "block_row" if out_rows else "block_col"
+    tiles = "row_tiles" if out_rows else "col_tiles"
+    accumulated = reduction.axis == plan.serial
+    if accumulated:
+        w(f"const int first_{c} = {block}, end_{c} = {block} + 1;")
+    else:  # stored in every iteration: this block touched ITERS output tiles
+        w(f"const int first_{c} = {block} * ITERS, end_{c} = min(first_{c} + ITERS, {tiles});")
+    w.open(f"for (int tile = first_{c}; tile < end_{c}; ++tile)")
+    w(f"if (fusec_arrive(cnt_{c} + tile, {arrivals}, &fusec_flag, threadIdx.x))")
+    w(f"  fusec_sum_partials<BLOCK>(ws_{c}, {arrivals}, {length}, (long long)tile * {width}, {width},"
+      f" {length}, smem, threadIdx.x,")
+    w(f"                           {emit});")
+    w("BARRIER();  // fusec_flag is reused by the next tile")
+    w.close()

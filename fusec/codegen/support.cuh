@@ -1,0 +1,64 @@
+// ---- fusec support: instance contexts and the cross-block finish of reductions ----
+// (`real` and `VEC` are defined above by the generator.)
+
+// VEC reals moved by one 16-byte access.
+struct __align__(16) fusec_vec { real v[VEC]; };
+
+// Where an instance of an unnested function is, as seen by one thread.
+struct fusec_chunk {
+  int t;          // thread index in the instance group (the block)
+  long long i;    // first value this thread handles: chunk start + t*VEC
+  long long n;    // vector length; accesses at or past it are guarded
+  bool vec_ok;    // 16-byte accesses are aligned (every vector base is)
+};
+
+// Where an instance of a nested function (one tile) is, as seen by one thread.
+struct fusec_tile {
+  int tx, ty;     // thread coordinates: tx < BLOCK_X (a warp), ty < BLOCK_Y
+  int row0, col0; // first row and column of the tile
+  int rows, cols; // matrix size; accesses at or past it are guarded
+  bool vec_ok;    // 16-byte accesses are aligned (cols % VEC == 0, bases aligned)
+};
+
+// Reductions finish across blocks by the "last block" method (paper 3.2.2, way ii):
+// every block stores its partial result, fences, and counts itself in; the block
+// that arrives last sums all partials in a fixed order, so the result does not
+// depend on which block was last, and needs no second launch and no atomics on data.
+__device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrivals, int* flag, int tid) {
+  if (tid == 0) *flag = atomicAdd(counter, 1u) == arrivals - 1;
+  BARRIER();
+  const bool last = *flag;
+  if (last && tid == 0) *counter = 0;  // ready for the next launch
+  return last;
+}
+
+// Sums partials[p*stride + o] over p < count, for outputs o in [o0, o0 + width)
+// that are < len, and hands each sum to emit(o, sum). Threads split both the
+// outputs and the partials so a long list of partials does not serialize;
+// the second stage is a fixed tree, so the order of additions is fixed.
+// `scratch` holds THREADS reals of shared memory.
+template <int THREADS, class Emit>
+__device__ __forceinline__ void fusec_sum_partials(const real* partials, int count, long long stride,
+                                                   long long o0, int width, long long len,
+                                                   real* scratch, int tid, Emit emit) {
+  for (int base = 0; base < width; base += THREADS) {
+    const int w = min(width - base, THREADS);
+    int parts = 1;
+    while (parts * 2 * w <= THREADS) parts *= 2;
+    const int o = tid % w, part = tid / w;
+    const long long out = o0 + base + o;
+    real s = real(0);
+    if (part < parts && out < len) {
+      #pragma unroll 4
+      for (int p = part; p < count; p += parts) s += __ldcg(partials + p * stride + out);
+    }
+    scratch[tid] = s;
+    BARRIER();
+    for (int half = parts / 2; half > 0; half /= 2) {
+      if (part < half) scratch[tid] += scratch[tid + half * w];
+      BARRIER();
+    }
+    if (part == 0 && out < len) emit(out, scratch[o]);
+    BARRIER();
+  }
+}

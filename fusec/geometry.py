@@ -1,0 +1,124 @@
+"""The two ways instances are laid over data, and the macros routines see.
+
+Library routines are written once against prescribed macro names (paper
+§4.3.1); the compiler gives them values per kernel, so nvcc can unroll:
+
+======================  ======================================================
+``VEC``                 reals per 16-byte access: 4 (float) or 2 (double)
+``ITERS``               serial iterations of the kernel's loop
+``BLOCK``               threads per block
+vector geometry         (unnested functions)
+``ELEMENT``             reals per instance: one warp, ``32*VEC``
+``INSTANCES``           instances per block, ``BLOCK/32``
+tile geometry           (nested functions: one instance per block)
+``TILE_ROWS``           rows of a matrix tile
+``TILE_COLS``           columns of a tile: one warp of 16-byte accesses, ``32*VEC``
+``BLOCK_X``             32: a warp spans a tile row
+``BLOCK_Y``             ``BLOCK/32`` rows of threads
+======================  ======================================================
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import operator
+
+import numpy as np
+
+from .library.model import Geometry
+
+VEC_BYTES = 16
+WARP = 32
+
+DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+C_TYPES = {"float32": "float", "float64": "double"}
+
+
+def dtype_name(dtype) -> str:
+    """Normalise 'float32', np.float32, np.dtype('f4') ... to 'float32'/'float64'."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}: use float32 or float64")
+    return name
+
+
+def vec(dtype) -> int:
+    return VEC_BYTES // DTYPES[dtype_name(dtype)].itemsize
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Shape:
+    """Block size, tile rows and serial iterations of one kernel."""
+
+    geometry: Geometry
+    block: int
+    iters: int
+    tile_rows: int = 0  # tile geometry only
+
+    def macros(self, dtype) -> dict[str, int]:
+        v = vec(dtype)
+        out = {"VEC": v, "ITERS": self.iters, "BLOCK": self.block}
+        if self.geometry is Geometry.VECTOR:
+            out.update(ELEMENT=WARP * v, INSTANCES=self.block // WARP)
+        else:
+            out.update(TILE_ROWS=self.tile_rows, TILE_COLS=WARP * v,
+                       BLOCK_X=WARP, BLOCK_Y=self.block // WARP)
+        return out
+
+    def describe(self, dtype) -> str:
+        m = self.macros(dtype)
+        if self.geometry is Geometry.VECTOR:
+            return (f"{self.block} threads ({m['INSTANCES']} instances of {m['ELEMENT']} values),"
+                    f" {self.iters} serial iterations")
+        return (f"tile {self.tile_rows}x{m['TILE_COLS']}, block {WARP}x{m['BLOCK_Y']},"
+                f" {self.iters} serial iterations")
+
+
+def sample_macros(geometry: Geometry, dtype="float32") -> dict[str, int]:
+    """Macro values used to validate library expressions without a kernel."""
+    shape = Shape(geometry, 256, 4, 32 if geometry is Geometry.TILE else 0)
+    return shape.macros(dtype)
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+
+class ExpressionError(ValueError):
+    pass
+
+
+def evaluate(expression: str, macros: dict[str, int]) -> int:
+    """Evaluate a C integer expression over macro names (``TILE_ROWS/BLOCK_Y*VEC``).
+
+    ``/`` is integer division, as in C for positive operands.
+    """
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExpressionError(f"not an integer expression: {expression!r}") from exc
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in macros:
+                raise ExpressionError(f"unknown macro {node.id!r} in {expression!r}"
+                                      f" (known here: {', '.join(sorted(macros))})")
+            return macros[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            right = walk(node.right)
+            if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and right == 0:
+                raise ExpressionError(f"division by zero in {expression!r}")
+            return _BINARY[type(node.op)](walk(node.left), right)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -walk(node.operand)
+        raise ExpressionError(f"not an integer expression: {expression!r}")
+
+    return walk(tree)

@@ -1,0 +1,680 @@
+"""Reads a library directory into frozen :mod:`fusec.library.model` records.
+
+The format is documented for users in ``library/README.md``. A library is a
+directory with ``library.fusec`` (its name, shared CUDA files and the
+thread-to-data mappings) and one ``.cu`` file per function whose leading
+``/*@fusec ... @*/`` comment holds the function's metadata. Metadata is
+line-oriented: a keyword, then fields; ``#`` starts a comment. Every problem
+is reported as a :class:`LibraryError` at its file, line and column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from pathlib import Path
+from types import MappingProxyType
+
+from ..errors import Coord, LibraryFormatError, LibraryValidationError
+from .. import geometry as geo
+from .model import (Access, Finish, Function, Geometry, Hof, Implementation, Kind, Library,
+                    Param, Routine, RoutineKind, SourceFile, Storage, ThreadMapping)
+
+LIBRARY_FILE = "library.fusec"
+META_OPEN = "/*@fusec"
+META_CLOSE = "@*/"
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One metadata line: its keyword and the rest, with positions."""
+
+    file: str
+    number: int
+    text: str  # the full source line, for error carets
+    keyword: str
+    keyword_column: int  # 1-based
+    rest: str
+    rest_column: int  # 1-based column where ``rest`` starts
+
+    def coord(self, offset_in_rest: int = 0) -> Coord:
+        return Coord(self.file, self.number, self.rest_column + offset_in_rest)
+
+    @property
+    def keyword_coord(self) -> Coord:
+        return Coord(self.file, self.number, self.keyword_column)
+
+    def error(self, message: str, offset: int = 0, kind=LibraryFormatError):
+        return kind(message, self.coord(offset), self.text)
+
+
+def _strip_comment(text: str) -> str:
+    return text.split("#", 1)[0].rstrip()
+
+
+def _lines(file: str, text: str, first_line: int = 1, first_column: int = 1,
+           full_first_line: str | None = None) -> list[Line]:
+    """Metadata lines of ``text``; its first line starts at ``first_column`` of the file."""
+    out = []
+    for number, raw in enumerate(text.split("\n"), start=first_line):
+        shift = first_column - 1 if number == first_line else 0
+        source = full_first_line if number == first_line and full_first_line is not None else raw
+        match = re.match(r"(\s*)(\S+)(\s*)(.*)$", _strip_comment(raw))
+        if not match:
+            continue
+        lead, keyword, gap, rest = match.groups()
+        keyword_column = shift + len(lead) + 1
+        out.append(Line(file, number, source, keyword, keyword_column, rest,
+                        keyword_column + len(keyword) + len(gap)))
+    return out
+
+
+def _words(line: Line) -> list[tuple[str, int]]:
+    """Whitespace-separated words of the rest of a line, with their offsets."""
+    return [(m.group(), m.start()) for m in re.finditer(r"\S+", line.rest)]
+
+
+# --------------------------------------------------------------------------- library.fusec
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LibraryFormatError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def load_library(directory: str | os.PathLike) -> Library:
+    """Load and validate the library in ``directory``."""
+    root = Path(directory)
+    index = root / LIBRARY_FILE
+    if not root.is_dir():
+        raise LibraryFormatError(f"library directory {str(root)!r} does not exist")
+    if not index.is_file():
+        raise LibraryFormatError(f"{str(root)!r} is not a fusec library: it has no {LIBRARY_FILE}")
+    index_name = str(index)
+    header = _parse_index(index_name, _read(index), root)
+
+    routine_files = tuple(SourceFile(str(p), _read(p)) for p in header["routines"])
+    prelude = tuple(SourceFile(str(p), _read(p)) for p in header["prelude"])
+    mappings = header["mappings"]
+
+    function_paths = sorted(p for p in root.glob("*.cu"))
+    functions: dict[str, Function] = {}
+    for path in function_paths:
+        function = _parse_function(str(path), _read(path))
+        if function is None:
+            continue
+        if function.name in functions:
+            raise LibraryValidationError(
+                f"function {function.name!r} is defined twice (also in {functions[function.name].file})",
+                function.coord, _source_line(function.file, function.coord.line))
+        functions[function.name] = function
+
+    homes = _routine_homes(prelude + routine_files, list(functions.values()))
+    for source in prelude + routine_files:
+        _forbid_syncthreads(source.path, source.text)
+    for function in functions.values():
+        _forbid_syncthreads(function.file, function.source)
+        _validate_function(function, mappings, homes)
+
+    digest = hashlib.sha256()
+    for path in sorted([index, *header["routines"], *header["prelude"], *function_paths]):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return Library(
+        name=header["name"], path=str(root), summary=header["summary"],
+        prelude=prelude, routine_files=routine_files,
+        mappings=MappingProxyType(mappings),
+        functions=MappingProxyType(dict(sorted(functions.items()))),
+        content_hash=digest.hexdigest()[:16],
+        routine_homes=MappingProxyType(homes))
+
+
+def _parse_index(file: str, text: str, root: Path) -> dict:
+    name = summary = None
+    prelude: list[Path] = []
+    routines: list[Path] = []
+    mappings: dict[str, ThreadMapping] = {}
+    for line in _lines(file, text):
+        words = _words(line)
+        if line.keyword == "library":
+            if len(words) != 1 or not re.fullmatch(IDENT, words[0][0]):
+                raise line.error("expected 'library NAME'")
+            name = words[0][0]
+        elif line.keyword == "summary":
+            summary = line.rest
+        elif line.keyword in ("prelude", "routines"):
+            if not words:
+                raise line.error(f"expected file names after '{line.keyword}'")
+            for word, offset in words:
+                path = root / word
+                if not path.is_file():
+                    raise line.error(f"no file {word!r} in the library", offset, LibraryValidationError)
+                (prelude if line.keyword == "prelude" else routines).append(path)
+        elif line.keyword == "mapping":
+            mapping = _parse_mapping(line)
+            if mapping.name in mappings:
+                raise line.error(f"mapping {mapping.name!r} is declared twice", 0, LibraryValidationError)
+            mappings[mapping.name] = mapping
+        else:
+            raise LibraryFormatError(
+                f"unknown keyword {line.keyword!r} (expected library, summary, prelude, routines or mapping)",
+                line.keyword_coord, line.text)
+    if name is None:
+        raise LibraryFormatError("the library has no 'library NAME' line", Coord(file, 1, 1),
+                                 text.split("\n", 1)[0])
+    return dict(name=name, summary=summary or "", prelude=prelude, routines=routines,
+                mappings=mappings)
+
+
+def _parse_mapping(line: Line) -> ThreadMapping:
+    words = _words(line)
+    if len(words) != 3:
+        raise line.error("expected 'mapping NAME registers|shared SIZE' (SIZE without spaces)")
+    (name, _), (storage, s_off), (size, z_off) = words
+    if not re.fullmatch(IDENT, name):
+        raise line.error(f"bad mapping name {name!r}")
+    if storage not in ("registers", "shared"):
+        raise line.error(f"storage must be 'registers' or 'shared', not {storage!r}", s_off)
+    _check_expression(line, size, z_off, None)
+    doc = line.text.split("#", 1)[1].strip() if "#" in line.text else ""
+    return ThreadMapping(name, Storage(storage), size, doc, line.coord())
+
+
+def _check_expression(line: Line, expression: str, offset: int, geometry: Geometry | None) -> None:
+    """Check a size expression parses (and, given a geometry, that its macros exist)."""
+    if geometry is None:
+        macros = {**geo.sample_macros(Geometry.VECTOR), **geo.sample_macros(Geometry.TILE)}
+    else:
+        macros = geo.sample_macros(geometry)
+    try:
+        value = geo.evaluate(expression, macros)
+    except geo.ExpressionError as exc:
+        raise line.error(str(exc), offset, LibraryValidationError) from None
+    if value <= 0:
+        raise line.error(f"{expression!r} is not positive", offset, LibraryValidationError)
+
+
+# --------------------------------------------------------------------------- function files
+
+_FUNCTION_KEYS = ("function", "summary", "hof", "element", "threads", "reference", "finish",
+                  "implementation", "load", "compute", "store")
+
+
+def _split_metadata(file: str, text: str) -> tuple[list[Line], str] | None:
+    """The metadata lines of a function file and its CUDA text (metadata blanked)."""
+    start = text.find(META_OPEN)
+    if start < 0:
+        return None
+    if text[:start].strip():
+        line = text.count("\n", 0, start) + 1
+        raise LibraryFormatError(f"the {META_OPEN} block must open the file", Coord(file, line, 1),
+                                 text.split("\n")[line - 1])
+    end = text.find(META_CLOSE, start)
+    if end < 0:
+        line = text.count("\n", 0, start) + 1
+        raise LibraryFormatError(f"{META_OPEN} block is never closed with {META_CLOSE}",
+                                 Coord(file, line, 1), text.split("\n")[line - 1])
+    first_line = text.count("\n", 0, start) + 1
+    body = text[start + len(META_OPEN):end]
+    line_start = text.rfind("\n", 0, start) + 1
+    lines = _lines(file, body, first_line, start + len(META_OPEN) - line_start + 1,
+                   text.split("\n")[first_line - 1])
+    # Keep line numbers of the CUDA text intact: blank the metadata, keep newlines.
+    blanked = text[:start] + "\n" * text.count("\n", start, end + len(META_CLOSE)) + text[end + len(META_CLOSE):]
+    return lines, blanked
+
+
+def _parse_function(file: str, text: str) -> Function | None:
+    split = _split_metadata(file, text)
+    if split is None:
+        return None
+    lines, cuda = split
+    fields: dict[str, Line] = {}
+    elements: dict[str, tuple[str, Line, int]] = {}
+    impls: list[dict] = []
+    current: dict | None = None
+
+    def implementation(name: str, line: Line) -> dict:
+        for impl in impls:
+            if impl["name"] == name:
+                raise line.error(f"implementation {name!r} is declared twice", 0, LibraryValidationError)
+        impl = dict(name=name, line=line, loads=[], compute=None, store=None)
+        impls.append(impl)
+        return impl
+
+    for line in lines:
+        key = line.keyword
+        if key not in _FUNCTION_KEYS:
+            raise LibraryFormatError(f"unknown keyword {key!r} (expected one of {', '.join(_FUNCTION_KEYS)})",
+                                     line.keyword_coord, line.text)
+        if key == "element":
+            words = _words(line)
+            if len(words) < 2:
+                raise line.error("expected 'element PARAM SHAPE'")
+            param, _ = words[0]
+            shape_offset = words[1][1]
+            if param in elements:
+                raise line.error(f"element of {param!r} is declared twice", 0, LibraryValidationError)
+            elements[param] = (re.sub(r"\s+", "", line.rest[shape_offset:]), line, shape_offset)
+        elif key == "implementation":
+            words = _words(line)
+            if len(words) != 1 or not re.fullmatch(IDENT, words[0][0]):
+                raise line.error("expected 'implementation NAME'")
+            current = implementation(words[0][0], line)
+        elif key in ("load", "compute", "store"):
+            if current is None:
+                current = implementation("default", line)
+            routine = _parse_routine(line)
+            if key == "load":
+                current["loads"].append(routine)
+            elif current[key] is not None:
+                raise line.error(f"implementation {current['name']!r} has two {key} routines", 0,
+                                 LibraryValidationError)
+            else:
+                current[key] = routine
+        else:
+            if key in fields:
+                raise line.error(f"'{key}' is given twice (first on line {fields[key].number})", 0,
+                                 LibraryValidationError)
+            fields[key] = line
+
+    anchor = Coord(file, lines[0].number if lines else 1, 1)
+    for required in ("function", "hof", "reference"):
+        if required not in fields:
+            raise LibraryValidationError(f"function metadata has no '{required}' line", anchor,
+                                         text.split("\n")[anchor.line - 1])
+    name, params, result = _parse_signature(fields["function"])
+    params = tuple(_with_element(p, elements) for p in params)
+    result = _with_element(result, elements)
+    for param, (_, line, offset) in elements.items():
+        if param not in [p.name for p in params] + [result.name]:
+            raise line.error(f"'element' names {param!r}, which is not a parameter", 0, LibraryValidationError)
+    hof = _parse_hof(fields["hof"])
+    threads = _parse_threads(fields["threads"], 0) if "threads" in fields else ()
+    finish = _parse_finish(fields["finish"]) if "finish" in fields else None
+    if not impls:
+        raise LibraryValidationError(f"function {name!r} has no load, compute or store routines",
+                                     fields["function"].coord(), fields["function"].text)
+    implementations = []
+    for impl in impls:
+        for part in ("compute", "store"):
+            if impl[part] is None:
+                raise impl["line"].error(
+                    f"implementation {impl['name']!r} of {name!r} has no {part} routine", 0,
+                    LibraryValidationError)
+        implementations.append(Implementation(impl["name"], tuple(impl["loads"]), impl["compute"],
+                                              impl["store"], impl["line"].coord()))
+    summary = fields["summary"].rest if "summary" in fields else ""
+    return Function(name=name, params=params, result=result, hof=hof, threads=threads,
+                    reference=fields["reference"].rest.strip(), implementations=tuple(implementations),
+                    finish=finish, summary=summary, file=file, source=cuda,
+                    coord=fields["function"].coord())
+
+
+_PARAM = re.compile(rf"\s*({IDENT})\s*:\s*({IDENT})\s*(?:\[([^\]]*)\])?\s*")
+
+
+def _parse_param(line: Line, text: str, offset: int) -> Param:
+    match = _PARAM.fullmatch(text)
+    if not match:
+        raise line.error(f"expected 'NAME: KIND[DIMS]', got {text.strip()!r}", offset)
+    name, kind, dims = match.groups()
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise line.error(f"kind must be matrix, vector or scalar, not {kind!r}",
+                         offset + match.start(2)) from None
+    dims_t = tuple(d.strip() for d in dims.split(",")) if dims and dims.strip() else ()
+    expected = {Kind.MATRIX: 2, Kind.VECTOR: 1, Kind.SCALAR: 0}[kind]
+    if len(dims_t) != expected or not all(re.fullmatch(IDENT, d) for d in dims_t):
+        raise line.error(f"a {kind} takes {expected} dimension name(s), got [{dims or ''}]",
+                         offset + match.start(2), LibraryValidationError)
+    return Param(name, kind, dims_t, line.coord(offset + match.start(1)))
+
+
+def _parse_signature(line: Line) -> tuple[str, tuple[Param, ...], Param]:
+    match = re.fullmatch(rf"\s*({IDENT})\s*\((.*)\)\s*->\s*(.+)", line.rest)
+    if not match:
+        raise line.error("expected 'function NAME(PARAM: KIND[DIMS], ...) -> RESULT: KIND[DIMS]'")
+    name = match.group(1)
+    params = []
+    args_text, args_offset = match.group(2), match.start(2)
+    position = 0
+    for piece in _split_top(args_text):
+        if piece.strip():
+            params.append(_parse_param(line, piece, args_offset + position))
+        position += len(piece) + 1
+    result = _parse_param(line, match.group(3), match.start(3))
+    seen: dict[str, Param] = {}
+    for p in params + [result]:
+        if p.name in seen:
+            raise LibraryValidationError(f"parameter {p.name!r} appears twice", p.coord, line.text)
+        seen[p.name] = p
+    if not params:
+        raise line.error(f"function {name!r} takes no parameters", 0, LibraryValidationError)
+    return name, tuple(params), result
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "[(" 
+        depth -= ch in "])"
+        if ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
+
+
+def _with_element(param: Param, elements: dict) -> Param:
+    if param.name in elements:
+        return dataclasses.replace(param, element=elements[param.name][0])
+    return param
+
+
+def _parse_hof(line: Line) -> Hof:
+    text = re.sub(r"\s+", " ", line.rest.strip())
+    match = re.fullmatch(rf"(nested )?(map|reduce\((\S+)\))(?: over ({IDENT}))?", text)
+    if not match:
+        raise line.error("expected 'map', 'reduce(+)', 'nested map' or 'nested reduce(+) over DIM'")
+    nested, what, op, axis = match.groups()
+    reduce = what.startswith("reduce")
+    if reduce and op != "+":
+        raise line.error(f"only the '+' reduction is supported, not {op!r}", text.find(op),
+                         LibraryValidationError)
+    if axis and not (nested and reduce):
+        raise line.error("'over DIM' only makes sense for a nested reduce", text.find("over"),
+                         LibraryValidationError)
+    if nested and reduce and not axis:
+        raise line.error("a nested reduce needs 'over DIM' (the dimension it sums along)", 0,
+                         LibraryValidationError)
+    return Hof(nested=bool(nested), reduce=reduce, axis=axis, operator=op or "+")
+
+
+def _parse_threads(line: Line, offset: int, text: str | None = None) -> tuple[str, ...]:
+    text = line.rest[offset:] if text is None else text
+    parts = [p for p in re.split(r"\s+x\s+", text.strip()) if p]
+    if not 1 <= len(parts) <= 2 or any(" " in p for p in parts):
+        raise line.error("expected 'threads N' or 'threads X x Y' (expressions without spaces)", offset)
+    return tuple(parts)
+
+
+def _parse_finish(line: Line) -> Finish:
+    match = re.fullmatch(rf"\s*({IDENT})\s*\(([^)]*)\)\s*", line.rest)
+    if not match:
+        raise line.error("expected 'finish ROUTINE(acc, ARG, ...)'")
+    args = tuple(a.strip() for a in match.group(2).split(",") if a.strip())
+    for a in args:
+        if not re.fullmatch(IDENT, a):
+            raise line.error(f"bad finish argument {a!r}", match.start(2))
+    if "acc" not in args:
+        raise line.error("a finish routine takes 'acc', the reduced value", match.start(2),
+                         LibraryValidationError)
+    return Finish(match.group(1), args, line.coord())
+
+
+_OPTION = re.compile(r"\s+(threads|scratch|sync)\b")
+
+
+def _parse_routine(line: Line) -> Routine:
+    kind = RoutineKind(line.keyword)
+    text = line.rest
+    options_at = _OPTION.search(" " + text)
+    head = text if options_at is None else text[:options_at.start()]
+    options = "" if options_at is None else text[options_at.start():]
+    threads = scratch = None
+    sync = False
+    if options:
+        base = options_at.start()
+        for m in re.finditer(r"(threads)\s+(\S+(?:\s+x\s+\S+)?)|(scratch)\s+(\S+)|(sync)|(\S+)", options):
+            if m.group(1):
+                threads = _parse_threads(line, 0, m.group(2))
+            elif m.group(3):
+                scratch = m.group(4)
+                _check_expression(line, scratch, base + m.start(4) - 1, None)
+            elif m.group(5):
+                sync = True
+            else:
+                raise line.error(f"unknown routine option {m.group(6)!r} (expected threads, scratch or sync)",
+                                 base + m.start(6) - 1)
+    if kind is RoutineKind.COMPUTE:
+        match = re.fullmatch(rf"\s*({IDENT})\s*\(([^)]*)\)\s*->\s*({IDENT})\s*:\s*({IDENT})\s*", head)
+        if not match:
+            raise line.error("expected 'compute ROUTINE(ARG:MAPPING, SCALAR, ...) -> RESULT:MAPPING'")
+        reads: list[Access | str] = []
+        for arg in (a.strip() for a in match.group(2).split(",")):
+            if not arg:
+                continue
+            am = re.fullmatch(rf"({IDENT})\s*(?::\s*({IDENT}))?", arg)
+            if not am:
+                raise line.error(f"bad compute argument {arg!r}", match.start(2))
+            reads.append(Access(am.group(1), am.group(2)) if am.group(2) else am.group(1))
+        return Routine(kind, match.group(1), None, tuple(reads), Access(match.group(3), match.group(4)),
+                       threads, scratch, sync, line.coord(match.start(1)))
+    match = re.fullmatch(rf"\s*({IDENT})\s+({IDENT})\s+as\s+({IDENT})\s*", head)
+    if not match:
+        raise line.error(f"expected '{kind} PARAM ROUTINE as MAPPING'")
+    param, name, mapping = match.groups()
+    access = Access(param, mapping)
+    if kind is RoutineKind.LOAD:
+        return Routine(kind, name, param, (), access, threads, scratch, sync, line.coord(match.start(2)))
+    return Routine(kind, name, param, (access,), None, threads, scratch, sync, line.coord(match.start(2)))
+
+
+# --------------------------------------------------------------------------- validation
+
+def _source_line(file: str, line: int) -> str | None:
+    try:
+        return Path(file).read_text(encoding="utf-8").split("\n")[line - 1]
+    except (OSError, IndexError):
+        return None
+
+
+def _fail(message: str, coord: Coord):
+    raise LibraryValidationError(message, coord, _source_line(coord.file, coord.line))
+
+
+def _routine_homes(files: tuple[SourceFile, ...], functions: list[Function]) -> dict[str, str]:
+    """Where each ``__device__`` function is defined; names must be unique library-wide."""
+    homes: dict[str, str] = {}
+    pattern = re.compile(rf"__device__[^;{{}}()]*?\b({IDENT})\s*\(")
+    sources = [(f.path, f.text) for f in files] + [(fn.file, fn.source) for fn in functions]
+    for path, text in sources:
+        for match in pattern.finditer(text):
+            name = match.group(1)
+            if name in homes and homes[name] != path:
+                line = text.count("\n", 0, match.start(1)) + 1
+                col = match.start(1) - (text.rfind("\n", 0, match.start(1)) + 1) + 1
+                raise LibraryValidationError(
+                    f"routine {name!r} is defined twice (also in {homes[name]}); routine names are"
+                    " shared by every kernel, so they must be unique in a library",
+                    Coord(path, line, col), text.split("\n")[line - 1])
+            homes[name] = path
+    return homes
+
+
+def _forbid_syncthreads(path: str, text: str) -> None:
+    match = re.search(r"__syncthreads\s*\(", text)
+    if match:
+        line = text.count("\n", 0, match.start()) + 1
+        col = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+        raise LibraryValidationError(
+            "use BARRIER() instead of __syncthreads(): the compiler decides which threads a barrier"
+            " waits for (a horizontally fused kernel gives each part its own)",
+            Coord(path, line, col), text.split("\n")[line - 1])
+
+
+def _expected_element(function: Function, param: Param) -> str:
+    if function.hof.geometry is Geometry.VECTOR:
+        return "subvector(ELEMENT)"
+    if param.kind is Kind.MATRIX:
+        return "tile(TILE_ROWS,TILE_COLS)"
+    return "subvector(TILE_ROWS)" if param.dims[0] == function.rows_dim else "subvector(TILE_COLS)"
+
+
+def _validate_function(function: Function, mappings: dict[str, ThreadMapping],
+                       homes: dict[str, str]) -> None:
+    hof = function.hof
+    everything = function.params + (function.result,)
+    matrices = [p for p in everything if p.kind is Kind.MATRIX]
+    vectors = [p for p in everything if p.kind is Kind.VECTOR]
+    result = function.result
+
+    # Shapes of the iteration space.
+    if hof.nested:
+        if not matrices:
+            _fail("a nested function needs a matrix parameter (its tiles are the instances)", function.coord)
+        rows, cols = matrices[0].dims
+        for m in matrices[1:]:
+            if m.dims != (rows, cols):
+                _fail(f"every matrix of a nested function must be [{rows}, {cols}]; {m.name} is"
+                      f" [{', '.join(m.dims)}]", m.coord)
+        for v in vectors:
+            if v.dims[0] not in (rows, cols):
+                _fail(f"vector {v.name} must be indexed by {rows} or {cols}", v.coord)
+        if hof.reduce:
+            if hof.axis not in (rows, cols):
+                _fail(f"the reduction axis must be {rows} or {cols}, not {hof.axis!r}", function.coord)
+            other = cols if hof.axis == rows else rows
+            if result.kind is not Kind.VECTOR or result.dims != (other,):
+                _fail(f"a nested reduce over {hof.axis} returns a vector[{other}]", result.coord)
+        elif result.kind is not Kind.MATRIX:
+            _fail("a nested map returns a matrix", result.coord)
+    else:
+        if matrices:
+            _fail("an unnested function works on vectors and scalars only; use 'nested' for matrices",
+                  matrices[0].coord)
+        if not vectors:
+            _fail("an unnested function needs a vector parameter", function.coord)
+        length = vectors[0].dims
+        for v in vectors:
+            if v.dims != length:
+                _fail(f"every vector of an unnested function has the same length [{length[0]}]", v.coord)
+        if hof.reduce and result.kind is not Kind.SCALAR:
+            _fail("an unnested reduce returns a scalar", result.coord)
+        if not hof.reduce and result.kind is not Kind.VECTOR:
+            _fail("a map returns a vector", result.coord)
+    input_dims = {d for p in function.params for d in p.dims}
+    for d in result.dims:
+        if d not in input_dims:
+            _fail(f"result dimension {d!r} is not the size of any input", result.coord)
+
+    # Element shapes and threads per instance are declared; they must match the geometry.
+    for p in everything:
+        if p.kind is Kind.SCALAR:
+            if p.element is not None:
+                _fail(f"scalar {p.name} has no element shape", p.coord)
+            continue
+        expected = _expected_element(function, p)
+        if p.element is None:
+            _fail(f"{p.name} needs an 'element' line: 'element {p.name} {expected}'", p.coord)
+        if p.element != expected:
+            _fail(f"element of {p.name} must be {expected} in the {hof.geometry} geometry,"
+                  f" not {p.element}", p.coord)
+    expected_threads = ("32",) if hof.geometry is Geometry.VECTOR else ("BLOCK_X", "BLOCK_Y")
+    if function.threads != expected_threads:
+        _fail(f"an instance of a {hof.geometry} function runs on 'threads {' x '.join(expected_threads)}'",
+              function.coord)
+
+    # Finish epilogue.
+    if function.finish is not None:
+        if not hof.reduce:
+            _fail("only a reduction has a finish routine", function.finish.coord)
+        _require_routine(function.finish.routine, function, homes, function.finish.coord)
+        for arg in function.finish.args:
+            if arg == "acc":
+                continue
+            try:
+                p = function.param(arg)
+            except KeyError:
+                _fail(f"finish argument {arg!r} is not a parameter", function.finish.coord)
+            if p is result or p.kind is Kind.MATRIX or (p.kind is Kind.VECTOR and p.dims != result.dims):
+                _fail(f"finish argument {arg!r} must be a scalar or a vector indexed like the result",
+                      function.finish.coord)
+
+    # Routines of every implementation.
+    finish_args = set(function.finish.args) if function.finish else set()
+    for impl in function.implementations:
+        _validate_implementation(function, impl, mappings, homes, finish_args)
+
+    from .. import oracle  # the reference must be something the oracle can evaluate
+    oracle.check_reference(function)
+
+
+def _require_routine(name: str, function: Function, homes: dict[str, str], coord: Coord) -> None:
+    if name not in homes:
+        _fail(f"routine {name!r} is not defined in {function.file} nor in the library's routine files",
+              coord)
+
+
+def _validate_implementation(function: Function, impl: Implementation,
+                             mappings: dict[str, ThreadMapping], homes: dict[str, str],
+                             finish_args: set[str]) -> None:
+    arrays = {p.name: p for p in function.array_params}
+    scalars = {p.name for p in function.params if p.kind is Kind.SCALAR}
+    compute = impl.compute
+    result = function.result
+    used_arrays = set()
+    for routine in impl.loads + (compute, impl.store):
+        _require_routine(routine.name, function, homes, routine.coord)
+        for access in routine.accesses:
+            if access.mapping not in mappings:
+                _fail(f"unknown mapping {access.mapping!r} (library.fusec declares"
+                      f" {', '.join(sorted(mappings))})", routine.coord)
+            mapping = mappings[access.mapping]
+            try:
+                geo.evaluate(mapping.size, geo.sample_macros(function.hof.geometry))
+            except geo.ExpressionError as exc:
+                _fail(f"mapping {mapping.name!r} does not fit the {function.hof.geometry} geometry: {exc}",
+                      routine.coord)
+        if routine.threads is not None:
+            if routine.sync:
+                _fail("a 'sync' routine runs on every thread; it cannot also reduce 'threads'", routine.coord)
+            want = 1 if function.hof.geometry is Geometry.VECTOR else 2
+            if len(routine.threads) != want:
+                _fail(f"'threads' of a {function.hof.geometry} routine takes {want} number(s)", routine.coord)
+            for expr in routine.threads:
+                try:
+                    geo.evaluate(expr, geo.sample_macros(function.hof.geometry))
+                except geo.ExpressionError as exc:
+                    _fail(str(exc), routine.coord)
+    seen_loads = set()
+    for load in impl.loads:
+        if load.param not in arrays:
+            _fail(f"'load {load.param}': {load.param!r} is not an array input of {function.name}",
+                  load.coord)
+        if load.param in seen_loads:
+            _fail(f"{load.param!r} is loaded twice", load.coord)
+        seen_loads.add(load.param)
+    for arg in compute.reads:
+        if isinstance(arg, Access):
+            if arg.param not in arrays:
+                _fail(f"compute argument {arg.param!r} is not an array input", compute.coord)
+            if arg.param not in seen_loads:
+                _fail(f"compute reads {arg.param!r} but the implementation has no 'load {arg.param}'",
+                      compute.coord)
+            load = impl.load_of(arg.param)
+            if mappings[load.writes.mapping].storage is not mappings[arg.mapping].storage:
+                _fail(f"{arg.param!r} is loaded into {mappings[load.writes.mapping].storage} but read from"
+                      f" {mappings[arg.mapping].storage}", compute.coord)
+            used_arrays.add(arg.param)
+        elif arg not in scalars:
+            _fail(f"compute argument {arg!r} needs a mapping ('{arg}:MAPPING') unless it is a scalar",
+                  compute.coord)
+    if compute.writes.param != result.name:
+        _fail(f"compute must write the result {result.name!r}", compute.coord)
+    if impl.store.param != result.name:
+        _fail(f"the store routine must store the result {result.name!r}", impl.store.coord)
+    if mappings[impl.store.reads[0].mapping].storage is not mappings[compute.writes.mapping].storage:
+        _fail("the result is stored from another storage than compute writes it", impl.store.coord)
+    for name in arrays:
+        if name not in used_arrays and name not in finish_args:
+            _fail(f"array input {name!r} is neither read by compute nor by the finish routine",
+                  compute.coord)
+        if name in seen_loads and name not in used_arrays:
+            _fail(f"{name!r} is loaded but compute does not read it", impl.load_of(name).coord)

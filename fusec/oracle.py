@@ -1,0 +1,603 @@
+"""The numerical oracle: a float64 interpreter of a script's DAG (docs: TESTING.md).
+
+Every library function carries a ``reference``: a NumPy-style expression over
+its parameter names (``alpha * (A @ x) + beta * y``). The oracle parses it with
+:mod:`ast` and evaluates it with its own small tree walker, never ``eval``:
+the language is numbers, parameter names, binary ``+ - * @``, unary ``-``,
+parentheses, ``.T``, and calls of ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``.
+
+A compiled output is judged with the reference BLAS test ratio (SMVCH in
+Reference-LAPACK ``sblat2.f``) generalised to a whole script:
+
+- the *gauge* ``g`` is the script evaluated in magnitude arithmetic on the
+  absolute values of every input and constant (``a - b`` becomes
+  ``|a| + |b|``, ``-a`` becomes ``|a|``); for ``y = alpha*A@x + beta*y`` it is
+  SMVCH's ``|alpha| * sum_j |A_ij x_j| + |beta y_i|``;
+- ``ratio = max_i |computed_i - reference_i| / (eps * g_i)`` with ``eps`` the
+  machine epsilon of the compiled precision;
+- the output passes when ``ratio < threshold(k)``, ``k`` being the number of
+  terms summed along the longest dependency path of the output (see
+  :func:`threshold`); NaN never passes and an all-zero reference is a broken
+  test, never a pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from .dag import Constant, Dag
+from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFunctionError
+from .library.model import Function, Kind
+
+__all__ = [
+    "OutputCheck", "check_outputs", "check_reference", "evaluate", "gauge",
+    "random_inputs", "sum_lengths", "test_ratio", "threshold",
+]
+
+# name -> number of positional arguments
+_FUNCTIONS = {"outer": 2, "dot": 2, "sum": 1}
+
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.MatMult: "@"}
+
+# Friendly names for constructs that are rejected (the rest use the node type).
+_CONSTRUCT_NAMES = {
+    ast.Lambda: "lambda", ast.Subscript: "subscript", ast.Slice: "slice",
+    ast.Compare: "comparison", ast.BoolOp: "boolean operator", ast.IfExp: "conditional expression",
+    ast.List: "list", ast.Tuple: "tuple", ast.Dict: "dict", ast.Set: "set",
+    ast.ListComp: "comprehension", ast.SetComp: "comprehension", ast.DictComp: "comprehension",
+    ast.GeneratorExp: "generator expression", ast.Starred: "starred argument",
+    ast.NamedExpr: "assignment expression", ast.JoinedStr: "f-string",
+    ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield",
+}
+
+
+# ---------------------------------------------------------------------------
+# Reference expressions: parsing and validation
+# ---------------------------------------------------------------------------
+
+Shape = tuple[str, ...]  # symbolic: the function's dimension variables; () is a scalar
+
+
+class _Checker:
+    """Validates one reference tree: constructs, names and (optionally) shapes.
+
+    Shapes are symbolic tuples of the function's dimension variables, so
+    ``A @ x`` with ``A: matrix[m, n]`` and ``x: vector[m]`` is caught once, when
+    the library loads, not as a NumPy error in the middle of a test.
+    """
+
+    def __init__(self, function: Function, shapes: bool):
+        self.function = function
+        self.shapes = shapes
+        self.params = {p.name: p for p in function.params}
+        self.contracted: set[str] = set()  # dimension variables summed over
+        self.reduces = False
+
+    def fail(self, message: str) -> LibraryValidationError:
+        return LibraryValidationError(
+            f"reference of {self.function.name!r} ({self.function.reference!r}): {message}",
+            self.function.coord)
+
+    def shape(self, node: ast.AST) -> Shape:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise self.fail(f"constant {ast.unparse(node)} is not a real number")
+            return ()
+        if isinstance(node, ast.Name):
+            param = self.params.get(node.id)
+            if param is None:
+                known = ", ".join(self.params) or "none"
+                raise self.fail(f"unknown name {node.id!r} (parameters: {known})")
+            return tuple(param.dims) if param.kind is not Kind.SCALAR else ()
+        if isinstance(node, ast.BinOp):
+            op = _BINARY.get(type(node.op))
+            if op is None:
+                raise self.fail(f"operator {_op_text(node.op)!r} is not allowed "
+                                "(only + - * @)")
+            left, right = self.shape(node.left), self.shape(node.right)
+            return self.matmul(left, right, node) if op == "@" else \
+                self.elementwise(left, right, op, node)
+        if isinstance(node, ast.UnaryOp):
+            if not isinstance(node.op, ast.USub):
+                raise self.fail(f"unary operator {_op_text(node.op)!r} is not allowed "
+                                "(only unary -)")
+            return self.shape(node.operand)
+        if isinstance(node, ast.Attribute):
+            if node.attr != "T":
+                raise self.fail(f"attribute '.{node.attr}' is not allowed (only '.T')")
+            inner = self.shape(node.value)
+            if self.shapes and len(inner) != 2:
+                raise self.fail(f"'.T' of a {_kind_word(inner)} in "
+                                f"`{ast.unparse(node)}` (only a matrix transposes)")
+            return tuple(reversed(inner))
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        name = _CONSTRUCT_NAMES.get(type(node), f"{type(node).__name__} expression")
+        raise self.fail(f"{name} `{ast.unparse(node)}` is not allowed")
+
+    def call(self, node: ast.Call) -> Shape:
+        if not isinstance(node.func, ast.Name):
+            raise self.fail(f"call of `{ast.unparse(node.func)}` is not allowed "
+                            f"(only {', '.join(_FUNCTIONS)})")
+        name = node.func.id
+        if name not in _FUNCTIONS:
+            raise self.fail(f"call of {name!r} is not allowed (only {', '.join(_FUNCTIONS)})")
+        if node.keywords:
+            raise self.fail(f"keyword argument in `{ast.unparse(node)}` is not allowed")
+        if len(node.args) != _FUNCTIONS[name]:
+            raise self.fail(f"{name} takes {_FUNCTIONS[name]} argument(s), "
+                            f"got {len(node.args)} in `{ast.unparse(node)}`")
+        args = [self.shape(a) for a in node.args]  # rejects Starred too
+        self.reduces |= name in ("dot", "sum")
+        if name == "sum":
+            self.contracted.update(args[0])
+            return ()
+        if not self.shapes:
+            return (args[0] + args[1]) if name == "outer" else ()
+        for a in args:
+            if len(a) != 1:
+                raise self.fail(f"{name} of a {_kind_word(a)} in `{ast.unparse(node)}` "
+                                "(it takes vectors)")
+        if name == "outer":
+            return args[0] + args[1]
+        if args[0] != args[1]:
+            raise self.fail(f"dot of vectors of lengths {args[0][0]} and {args[1][0]} "
+                            f"in `{ast.unparse(node)}`")
+        self.contracted.add(args[0][0])
+        return ()
+
+    def matmul(self, left: Shape, right: Shape, node: ast.BinOp) -> Shape:
+        self.reduces = True
+        if not self.shapes:
+            return left[:-1] + right[1:]
+        if not left or not right or len(left) > 2 or len(right) > 2:
+            raise self.fail(f"'@' of a {_kind_word(left)} and a {_kind_word(right)} "
+                            f"in `{ast.unparse(node)}`")
+        inner_left = left[-1]
+        inner_right = right[0]
+        if inner_left != inner_right:
+            raise self.fail(f"'@' contracts {inner_left} with {inner_right} "
+                            f"in `{ast.unparse(node)}`")
+        self.contracted.add(inner_left)
+        return left[:-1] + right[1:]
+
+    def elementwise(self, left: Shape, right: Shape, op: str, node: ast.BinOp) -> Shape:
+        if not left:
+            return right
+        if not right or left == right or not self.shapes:
+            return left
+        raise self.fail(f"'{op}' of shapes [{', '.join(left)}] and [{', '.join(right)}] "
+                        f"in `{ast.unparse(node)}` (operands must have equal shapes, "
+                        "or one must be a scalar)")
+
+    def check_result(self, shape: Shape) -> None:
+        result = self.function.result
+        expected = tuple(result.dims) if result.kind is not Kind.SCALAR else ()
+        if shape != expected:
+            raise self.fail(f"gives a {_describe(shape)}, but the result "
+                            f"{result.name!r} is a {_describe(expected)}")
+
+    def check_hof(self) -> None:
+        hof = self.function.hof
+        if hof.reduce and not self.reduces:
+            raise self.fail(f"the function is a {hof} but the reference sums nothing "
+                            "(no '@', dot or sum)")
+        if not hof.reduce and self.reduces:
+            raise self.fail(f"the function is a {hof} but the reference sums "
+                            "(it uses '@', dot or sum)")
+        if hof.reduce and hof.nested and hof.axis and hof.axis not in self.contracted:
+            summed = ", ".join(sorted(self.contracted))
+            raise self.fail(f"the function reduces over {hof.axis} but the reference "
+                            f"sums over {summed}")
+
+
+def _op_text(op: ast.AST) -> str:
+    texts = {ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
+             ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|", ast.BitXor: "^",
+             ast.BitAnd: "&", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
+    return texts.get(type(op), type(op).__name__)
+
+
+def _kind_word(shape: Shape) -> str:
+    return {0: "scalar", 1: "vector", 2: "matrix"}.get(len(shape), f"{len(shape)}-d array")
+
+
+def _describe(shape: Shape) -> str:
+    return _kind_word(shape) + (f"[{', '.join(shape)}]" if shape else "")
+
+
+def _parse(function: Function) -> ast.expr:
+    text = (function.reference or "").strip()
+    if not text:
+        raise LibraryValidationError(
+            f"function {function.name!r} has no reference expression", function.coord)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise LibraryValidationError(
+            f"reference of {function.name!r} ({function.reference!r}) does not parse: "
+            f"{e.msg}", function.coord) from None
+    return tree.body
+
+
+def check_reference(function: Function, *, shapes: bool = True) -> None:
+    """Validate ``function.reference``; raise :class:`LibraryValidationError` if bad.
+
+    Always checked: it parses as one expression of the reference language
+    (numbers, the function's parameter names, binary ``+ - * @``, unary ``-``,
+    ``.T``, ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``). With ``shapes`` (the
+    default) the expression is also shape-checked over the parameters'
+    dimension variables: operands of ``+ - *`` have equal shapes or one is a
+    scalar, ``@`` contracts equal dimensions, ``.T`` applies to a matrix,
+    ``dot``/``outer`` take vectors, the result has the declared kind and
+    dimensions, and it sums (``@``, ``dot``, ``sum``) exactly when the
+    function's hof reduces, over ``hof.axis`` for a nested reduce (the oracle's
+    threshold depends on that axis). The error's coord is the function's.
+    """
+    _checked(function, shapes)
+
+
+_CACHE: dict[tuple, ast.expr] = {}
+
+
+def _checked(function: Function, shapes: bool = True) -> ast.expr:
+    key = (function.name, function.reference, function.params, function.result,
+           function.hof, shapes)
+    tree = _CACHE.get(key)
+    if tree is None:
+        tree = _parse(function)
+        checker = _Checker(function, shapes)
+        shape = checker.shape(tree)
+        if shapes:
+            checker.check_result(shape)
+            checker.check_hof()
+        _CACHE[key] = tree
+    return tree
+
+
+# ---------------------------------------------------------------------------
+# The tree walker
+# ---------------------------------------------------------------------------
+
+
+def _walk(node: ast.expr, env: Mapping[str, np.ndarray], magnitude: bool) -> np.ndarray:
+    """Evaluate a checked reference tree in float64.
+
+    With ``magnitude`` the tree is evaluated in magnitude arithmetic (the
+    gauge): literals are taken by absolute value, ``a - b`` is ``|a| + |b|``
+    and ``-a`` is ``|a|``; every other operation keeps its meaning, which on
+    non-negative operands already sums magnitudes.
+    """
+    if isinstance(node, ast.Constant):
+        value = float(node.value)
+        return np.asarray(abs(value) if magnitude else value, dtype=np.float64)
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        a = _walk(node.left, env, magnitude)
+        b = _walk(node.right, env, magnitude)
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return np.abs(a) + np.abs(b) if magnitude else a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        return np.asarray(a @ b)  # MatMult
+    if isinstance(node, ast.UnaryOp):  # USub
+        a = _walk(node.operand, env, magnitude)
+        return np.abs(a) if magnitude else -a
+    if isinstance(node, ast.Attribute):  # .T
+        return _walk(node.value, env, magnitude).T
+    assert isinstance(node, ast.Call), ast.dump(node)  # _Checker admits nothing else
+    args = [_walk(a, env, magnitude) for a in node.args]
+    name = node.func.id
+    if name == "outer":
+        return np.outer(args[0], args[1])
+    if name == "dot":
+        return np.asarray(np.dot(args[0], args[1]))
+    return np.asarray(np.sum(args[0]))  # sum
+
+
+# ---------------------------------------------------------------------------
+# Interpreting a DAG
+# ---------------------------------------------------------------------------
+
+
+def _function(library: Any, call) -> Function:
+    function = library.functions.get(call.function)
+    if function is None:
+        raise UnknownFunctionError(f"the library has no function {call.function!r}",
+                                   call.coord, call.source_line or None)
+    if len(function.params) != len(call.args):
+        raise FusecError(f"{call.function} takes {len(function.params)} argument(s), "
+                         f"the call passes {len(call.args)}", call.coord)
+    return function
+
+
+def _bind_inputs(dag: Dag, inputs: Mapping[str, Any]) -> tuple[dict[int, np.ndarray],
+                                                             dict[str, int]]:
+    """float64 copies of the inputs by value id, and the size symbols they bind."""
+    names = {dag.value(i).name for i in dag.inputs}
+    extra = sorted(set(inputs) - names)
+    if extra:
+        raise ArgumentError(extra[0], f"the script {dag.name!r} has no input named so")
+    values: dict[int, np.ndarray] = {}
+    sizes: dict[str, int] = {}
+    for vid in dag.inputs:
+        value = dag.value(vid)
+        if value.name not in inputs:
+            raise ArgumentError(value.name, "missing input")
+        try:
+            array = np.array(inputs[value.name], dtype=np.float64)  # a copy: never alias
+        except (TypeError, ValueError) as e:
+            raise ArgumentError(value.name, f"not convertible to float64: {e}") from None
+        want = 0 if value.kind is Kind.SCALAR else len(value.dims)
+        if array.ndim != want:
+            raise ArgumentError(value.name, f"expected a {value.kind} ({want}-d), "
+                                f"got an array of shape {array.shape}")
+        for symbol, extent in zip(value.dims, array.shape):
+            if sizes.setdefault(symbol, extent) != extent:
+                raise ArgumentError(value.name, f"size {symbol} is {sizes[symbol]} from "
+                                    f"another input but {extent} here")
+        values[vid] = array
+    return values, sizes
+
+
+def _interpret(dag: Dag, library: Any, inputs: Mapping[str, Any],
+               magnitude: bool) -> dict[int, np.ndarray]:
+    values, sizes = _bind_inputs(dag, inputs)
+    if magnitude:
+        values = {k: np.abs(v) for k, v in values.items()}
+    for call in dag.calls:
+        function = _function(library, call)
+        tree = _checked(function)
+        env: dict[str, np.ndarray] = {}
+        for param, arg in zip(function.params, call.args):
+            if isinstance(arg, Constant):
+                number = abs(arg.value) if magnitude else arg.value
+                env[param.name] = np.asarray(number, dtype=np.float64)
+            else:
+                env[param.name] = values[arg]
+        result = np.array(_walk(tree, env, magnitude), dtype=np.float64)  # owned copy
+        value = dag.value(call.result)
+        expected = tuple(sizes.get(d, -1) for d in value.dims)
+        if result.shape != expected and -1 not in expected:
+            raise LibraryValidationError(
+                f"reference of {function.name!r} gives shape {result.shape} for "
+                f"{value.label} (line {call.coord.line}), expected {expected}",
+                function.coord)
+        values[call.result] = result
+    return values
+
+
+def evaluate(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.ndarray]:
+    """float64 value of every value of the DAG: value id -> array (scalars 0-d).
+
+    ``inputs`` are keyed by script input name and cast to float64 (copied, so
+    the caller's arrays are never touched). ``library`` is anything with a
+    ``functions`` mapping of :class:`Function`.
+    """
+    return _interpret(dag, library, inputs, magnitude=False)
+
+
+def gauge(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.ndarray]:
+    """The script in magnitude arithmetic on ``|inputs|`` (the SMVCH gauge).
+
+    Every input and constant (script constants and literals of references) is
+    replaced by its absolute value, ``a - b`` by ``|a| + |b|`` and ``-a`` by
+    ``|a|``. Intermediate values are the gauges of their producers, so the
+    gauge of a chain bounds the rounding of the whole chain, not one call.
+    """
+    return _interpret(dag, library, inputs, magnitude=True)
+
+
+def _dim_bindings(dag: Dag, function: Function, call) -> dict[str, str]:
+    """function dimension variable -> script size symbol, from the arguments."""
+    binding: dict[str, str] = {}
+    pairs = [(p, a) for p, a in zip(function.params, call.args) if isinstance(a, int)]
+    pairs.append((function.result, call.result))
+    for param, vid in pairs:
+        for var, symbol in zip(param.dims, dag.value(vid).dims):
+            binding.setdefault(var, symbol)
+    return binding
+
+
+def _reduction_length(dag: Dag, function: Function, call, sizes: Mapping[str, int]) -> int:
+    hof = function.hof
+    if not hof.reduce:
+        return 0
+    if hof.axis:
+        var = hof.axis
+    elif hof.nested:
+        raise LibraryValidationError(
+            f"function {function.name!r} is a nested reduce without an axis", function.coord)
+    else:
+        vectors = [p for p in function.array_params if p.dims]
+        if not vectors:
+            raise LibraryValidationError(
+                f"function {function.name!r} reduces but has no array parameter",
+                function.coord)
+        var = vectors[0].dims[0]
+    symbol = _dim_bindings(dag, function, call).get(var)
+    if symbol is None:
+        raise LibraryValidationError(
+            f"function {function.name!r} reduces over {var}, which no parameter binds",
+            function.coord)
+    if symbol not in sizes:
+        raise ArgumentError("sizes", f"no size given for {symbol!r}")
+    return int(sizes[symbol])
+
+
+def sum_lengths(dag: Dag, library: Any, sizes: Mapping[str, int]) -> dict[int, int]:
+    """Terms summed along the longest dependency path, per value id.
+
+    Inputs sum 0 terms; a call's result sums the maximum over its value
+    arguments (arrays and scalars; constants count 0) plus, when its function
+    reduces, the reduction length: the size of ``hof.axis`` as bound by this
+    call (nested reduce), or the length of its vectors (unnested reduce).
+    For ATAX ``t = A @ x; y = A.T @ t`` with ``A: m x n``, ``t`` sums ``n``
+    and ``y`` sums ``n + m``.
+    """
+    k: dict[int, int] = {vid: 0 for vid in dag.inputs}
+    for call in dag.calls:
+        function = _function(library, call)
+        before = max((k[a] for a in call.value_args()), default=0)
+        k[call.result] = before + _reduction_length(dag, function, call, sizes)
+    return k
+
+
+# ---------------------------------------------------------------------------
+# The test ratio
+# ---------------------------------------------------------------------------
+
+
+def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any) -> float:
+    """``max_i |computed_i - reference_i| / (eps * gauge_i)`` (SMVCH's ratio).
+
+    ``eps = numpy.finfo(dtype).eps`` of the compiled precision. Where
+    ``gauge_i == 0`` the element contributes 0 if it is exact and ``inf``
+    otherwise. NaN anywhere in ``computed`` (or in the reference or gauge)
+    gives ``inf``: NaN never passes. The three shapes must match.
+    """
+    computed = np.asarray(computed, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    gauge = np.asarray(gauge, dtype=np.float64)
+    if not computed.shape == reference.shape == gauge.shape:
+        raise ValueError(f"shapes differ: computed {computed.shape}, reference "
+                         f"{reference.shape}, gauge {gauge.shape}")
+    if computed.size == 0:
+        return 0.0
+    if np.isnan(computed).any() or np.isnan(reference).any() or np.isnan(gauge).any():
+        return math.inf
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        error = np.abs(computed - reference)
+        # inf - inf is NaN: an infinite output is never right
+        error = np.where(np.isnan(error), np.inf, error)
+        ratio = np.where(gauge > 0, error / (eps * np.where(gauge > 0, gauge, 1.0)),
+                         np.where(error == 0, 0.0, np.inf))
+    return float(np.max(ratio))
+
+
+# pytest collects ``test_*`` names that a test module imports; this is not a test.
+test_ratio.__test__ = False
+
+
+def threshold(k: int) -> float:
+    """Largest passing ratio for an output that sums ``k`` terms (fixed rule).
+
+    ``16`` when ``k <= 1`` (the threshold of Reference-LAPACK ``sblat2.in``,
+    for outputs with no long sum) and ``16 * sqrt(k)`` otherwise (the expected
+    growth of rounding error over a sum of ``k`` terms). An output passes when
+    ``ratio < threshold(k)``.
+    """
+    return 16.0 if k <= 1 else 16.0 * math.sqrt(k)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCheck:
+    """The verdict on one returned value of a script."""
+
+    name: str
+    ratio: float
+    threshold: float
+    passed: bool
+    reason: str = ""  # why it failed; empty when it passed
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.passed else f"FAIL: {self.reason}"
+        return f"{self.name}: ratio {self.ratio:.3g} (threshold {self.threshold:.3g}) {verdict}"
+
+
+def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],
+                  outputs: Mapping[str, Any], dtype: Any) -> list[OutputCheck]:
+    """Judge every returned value of ``dag`` against the oracle, by script name.
+
+    An output passes when its ratio is finite and below ``threshold(k)`` and
+    its float64 reference is not all zeros (an all-zero reference would pass
+    anything that is zero; that is a broken test, reported as a failure).
+    A missing or wrongly shaped output fails with a reason; nothing raises
+    for a bad output.
+    """
+    reference = evaluate(dag, library, inputs)
+    magnitudes = gauge(dag, library, inputs)
+    k = sum_lengths(dag, library, _bind_inputs(dag, inputs)[1])
+    checks: list[OutputCheck] = []
+    for vid in dict.fromkeys(dag.outputs):
+        name = dag.value(vid).name
+        limit = threshold(k[vid])
+        if name not in outputs:
+            checks.append(OutputCheck(name, math.inf, limit, False, "no output of this name"))
+            continue
+        computed = np.asarray(outputs[name])
+        try:
+            ratio = test_ratio(computed, reference[vid], magnitudes[vid], dtype)
+        except ValueError:
+            checks.append(OutputCheck(name, math.inf, limit, False,
+                                      f"shape {computed.shape}, expected "
+                                      f"{reference[vid].shape}"))
+            continue
+        if not np.any(reference[vid] != 0):
+            reason = "the reference is all zeros: a broken test, not a pass"
+        elif np.isnan(computed.astype(np.float64)).any():
+            reason = "the output contains NaN"
+        elif not ratio < limit:
+            reason = f"ratio {ratio:.4g} >= threshold {limit:.4g} (k = {k[vid]})"
+        else:
+            reason = ""
+        checks.append(OutputCheck(name, ratio, limit, not reason, reason))
+    return checks
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+
+
+def random_inputs(dag: Dag, sizes: Mapping[str, int], dtype: Any, rng: Any,
+                  mode: str = "uniform") -> dict[str, np.ndarray | float]:
+    """Random inputs of every script input, keyed by name (TESTING.md ranges).
+
+    ``"uniform"``: arrays uniform in [-0.5, 0.5], scalars uniform in [-1, 1].
+    ``"integer"``: arrays of integers in [-8, 8], never all zeros; scalars
+    integers in [-3, 3] other than 0 (sums of such values are exact, so fused
+    and unfused variants must agree bit for bit). Arrays are C-contiguous of
+    ``dtype``; scalars are Python floats rounded to ``dtype`` so that the
+    compiled program and the oracle see the same number. ``rng`` is a
+    :class:`numpy.random.Generator` or a seed.
+    """
+    if mode not in ("uniform", "integer"):
+        raise ValueError(f"mode must be 'uniform' or 'integer', not {mode!r}")
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise ValueError(f"dtype must be a floating type, not {dtype}")
+    rng = np.random.default_rng(rng)
+    out: dict[str, np.ndarray | float] = {}
+    for vid in dag.inputs:
+        value = dag.value(vid)
+        if value.kind is Kind.SCALAR:
+            if mode == "uniform":
+                number = rng.uniform(-1.0, 1.0)
+            else:
+                number = rng.choice([-3, -2, -1, 1, 2, 3])
+            out[value.name] = float(dtype.type(number))
+            continue
+        missing = [d for d in value.dims if d not in sizes]
+        if missing:
+            raise ArgumentError("sizes", f"no size given for {missing[0]!r} "
+                                f"(input {value.name!r})")
+        shape = tuple(int(sizes[d]) for d in value.dims)
+        if mode == "uniform":
+            array = rng.uniform(-0.5, 0.5, size=shape)
+        else:
+            array = rng.integers(-8, 9, size=shape).astype(np.float64)
+            if array.size and not array.any():
+                nonzero = [n for n in range(-8, 9) if n]
+                array.flat[rng.integers(array.size)] = rng.choice(nonzero)
+        out[value.name] = np.ascontiguousarray(array, dtype=dtype)
+    return out

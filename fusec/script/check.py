@@ -1,0 +1,363 @@
+"""Semantic checks of a parsed script, and the DAG they produce.
+
+One pass over the statements in source order, so the first error reported is
+the first one in the text. Each name gets a new :class:`~fusec.dag.Value` at
+every input or assignment (versions 1, 2, ...); a read sees the newest one.
+
+Sizes are unified with union-find: a declared size symbol (``m`` in
+``vector q[m]``) is one fixed node wherever it appears, a size left out
+(``matrix A;``) is a node of its own, and every call gets fresh copies of the
+function's dimension variables. Unifying two different declared symbols is a
+:class:`~fusec.errors.SizeMismatchError`. Symbols are named once everything is
+unified, so a value's dims are final even if a later call pins them.
+
+Warnings (:class:`~fusec.errors.ScriptWarning`) are issued only once the
+whole script has checked clean, sorted by position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import pathlib
+import warnings
+from typing import Mapping, Protocol
+
+from ..dag import Argument, Call, Constant, Dag, Value
+from ..errors import (ArityError, Coord, DuplicateDeclarationError, KindError,
+                      ScriptSemanticError, ScriptWarning, SizeMismatchError,
+                      UnassignedNameError, UndefinedNameError, UnknownFunctionError)
+from ..library.model import Function, Kind, Param
+from . import ast
+
+
+class LibraryLike(Protocol):
+    functions: Mapping[str, Function]
+
+
+class _Sizes:
+    """Union-find over dimensions, each node with a name it may give its class.
+
+    A class is named after its declared symbol if it has one, otherwise after
+    its best label: labels of declarations (``A.rows``) beat labels of call
+    variables (``sgemv.m``, never seen in practice: every call dimension is
+    unified with a declared array's), and earlier nodes beat later ones.
+    """
+
+    DECLARED, CALL = 0, 1
+
+    def __init__(self) -> None:
+        self._parent: list[int] = []
+        self._symbol: list[str | None] = []  # meaningful at roots
+        self._best: list[tuple[int, int, str]] = []  # (rank, node, label), at roots
+        self._symbols: dict[str, int] = {}
+        self._declared: list[int] = []  # nodes made by declarations, in order
+
+    def _new(self, symbol: str | None, rank: int, label: str) -> int:
+        node = len(self._parent)
+        self._parent.append(node)
+        self._symbol.append(symbol)
+        self._best.append((rank, node, label))
+        return node
+
+    def symbol(self, name: str) -> int:
+        """The node of declared size symbol ``name`` (one per name)."""
+        if name not in self._symbols:
+            self._symbols[name] = self._new(name, self.DECLARED, name)
+            self._declared.append(self._symbols[name])
+        return self._symbols[name]
+
+    def anonymous(self, label: str) -> int:
+        """A size a declaration leaves out, named ``label`` unless unified."""
+        node = self._new(None, self.DECLARED, label)
+        self._declared.append(node)
+        return node
+
+    def variable(self, label: str) -> int:
+        """A function's dimension variable, fresh for one call."""
+        return self._new(None, self.CALL, label)
+
+    def find(self, node: int) -> int:
+        root = node
+        while self._parent[root] != root:
+            root = self._parent[root]
+        while self._parent[node] != root:
+            self._parent[node], node = root, self._parent[node]
+        return root
+
+    def unify(self, a: int, b: int) -> tuple[str, str] | None:
+        """Merge the classes of ``a`` and ``b``; their names if both are declared and differ."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return None
+        sa, sb = self._symbol[ra], self._symbol[rb]
+        if sa is not None and sb is not None:
+            return sa, sb
+        self._parent[rb] = ra
+        self._symbol[ra] = sa if sa is not None else sb
+        self._best[ra] = min(self._best[ra], self._best[rb])
+        return None
+
+    def name(self, node: int) -> str:
+        root = self.find(node)
+        symbol = self._symbol[root]
+        return symbol if symbol is not None else self._best[root][2]
+
+    def declared_order(self) -> list[str]:
+        """Class names in order of their first appearance in a declaration."""
+        return list(dict.fromkeys(self.name(node) for node in self._declared))
+
+
+@dataclasses.dataclass
+class _Declared:
+    kind: Kind
+    dims: tuple[int, ...]  # size nodes
+    coord: Coord
+    used: bool = False
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A value before its sizes are final."""
+
+    name: str
+    version: int
+    kind: Kind
+    dims: tuple[int, ...]
+    coord: Coord
+    producer: int | None
+    read: bool = False
+    returned: bool = False
+
+
+_AXES = {Kind.VECTOR: ("length",), Kind.MATRIX: ("rows", "columns")}
+
+
+def _size_phrase(kind: Kind, axis: int, size: str) -> str:
+    word = _AXES[kind][axis]
+    return f"length {size}" if word == "length" else f"{size} {word}"
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+class _Checker:
+    def __init__(self, script: ast.Script, library: LibraryLike):
+        self.script = script
+        self.functions = library.functions
+        self.sizes = _Sizes()
+        self.declared: dict[str, _Declared] = {}
+        self.declared_on: dict[str, int] = {}  # first declaration line, for hints
+        for statement in script.statements:
+            if isinstance(statement, ast.Declaration):
+                for d in statement.declarators:
+                    self.declared_on.setdefault(d.name.text, d.coord.line)
+        self.inputs: dict[str, Coord] = {}
+        self.values: list[_Pending] = []
+        self.current: dict[str, int] = {}  # name -> newest value id
+        self.calls: list[Call] = []
+        self.input_ids: list[int] = []
+        self.output_ids: list[int] = []
+        self.returned: ast.Return | None = None
+
+    def fail(self, error: type[ScriptSemanticError], message: str, coord: Coord):
+        raise error(message, coord, self.script.line(coord.line))
+
+    # -- statements -----------------------------------------------------------
+
+    def run(self) -> Dag:
+        handlers = {ast.Declaration: self.declaration, ast.Input: self.input,
+                    ast.Assignment: self.assignment, ast.Return: self.return_}
+        for statement in self.script.statements:
+            if self.returned is not None:
+                self.fail(ScriptSemanticError,
+                          f"statement after the return on line {self.returned.coord.line}; "
+                          "return must be the last statement", statement.coord)
+            handlers[type(statement)](statement)
+        if self.returned is None:
+            self.fail(ScriptSemanticError, "missing return statement at the end of the script",
+                      self.script.end)
+        self.warn_unused()
+        return self.dag()
+
+    def declaration(self, statement: ast.Declaration) -> None:
+        for d in statement.declarators:
+            name = d.name.text
+            if name in self.declared:
+                self.fail(DuplicateDeclarationError,
+                          f"'{name}' is already declared on line {self.declared[name].coord.line}",
+                          d.coord)
+            if statement.kind is Kind.SCALAR:
+                dims = ()
+            elif d.dims is None:
+                labels = (f"{name}.rows", f"{name}.cols") if statement.kind is Kind.MATRIX \
+                    else (f"{name}.len",)
+                dims = tuple(self.sizes.anonymous(label) for label in labels)
+            else:
+                dims = tuple(self.sizes.symbol(size.text) for size in d.dims)
+            self.declared[name] = _Declared(statement.kind, dims, d.coord)
+
+    def input(self, statement: ast.Input) -> None:
+        for name in statement.names:
+            declared = self.lookup(name)
+            if name.text in self.inputs:
+                self.fail(DuplicateDeclarationError,
+                          f"'{name.text}' is already an input (line {self.inputs[name.text].line})",
+                          name.coord)
+            if name.text in self.current:
+                line = self.values[self.current[name.text]].coord.line
+                self.fail(ScriptSemanticError,
+                          f"'{name.text}' is assigned on line {line}, "
+                          "before it is listed as an input",
+                          name.coord)
+            self.inputs[name.text] = name.coord
+            self.input_ids.append(self.new_value(name, declared, producer=None))
+
+    def assignment(self, statement: ast.Assignment) -> None:
+        target = self.lookup(statement.target)
+        function = self.function(statement)
+        fresh = {var: self.sizes.variable(f"{function.name}.{var}")
+                 for p in function.params + (function.result,) for var in p.dims}
+        args = tuple(self.argument(function, index, param, arg, fresh)
+                     for index, (param, arg)
+                     in enumerate(zip(function.params, statement.args), start=1))
+        result = function.result
+        if target.kind is not result.kind:
+            self.fail(KindError, f"{function.name} returns a {result.kind}, "
+                      f"but '{statement.target.text}' is a {target.kind}", statement.target.coord)
+        self.unify(f"the result of {function.name}", result, fresh, target, statement.target)
+        call_id = len(self.calls)
+        value_id = self.new_value(statement.target, target, producer=call_id)
+        self.calls.append(Call(call_id, function.name, args, value_id, statement.coord,
+                               self.script.line(statement.coord.line)))
+
+    def return_(self, statement: ast.Return) -> None:
+        self.returned = statement
+        seen: set[str] = set()
+        for name in statement.names:
+            self.lookup(name)
+            if name.text in seen:
+                self.fail(ScriptSemanticError, f"'{name.text}' is returned twice", name.coord)
+            seen.add(name.text)
+            if name.text not in self.current:
+                self.fail(UnassignedNameError,
+                          f"'{name.text}' is returned but never assigned", name.coord)
+            value = self.values[self.current[name.text]]
+            if value.producer is None:
+                self.fail(UnassignedNameError,
+                          f"'{name.text}' is an input returned unchanged; "
+                          "only results of calls can be returned", name.coord)
+            value.returned = True
+            self.output_ids.append(self.current[name.text])
+
+    # -- pieces ---------------------------------------------------------------
+
+    def lookup(self, name: ast.Name) -> _Declared:
+        """The declaration of ``name``, marked used; UndefinedNameError if none."""
+        declared = self.declared.get(name.text)
+        if declared is None:
+            later = self.declared_on.get(name.text)
+            hint = (f" (it is declared on line {later}, after this use)" if later
+                    else _suggest(name.text, self.declared))
+            self.fail(UndefinedNameError, f"'{name.text}' is not declared{hint}", name.coord)
+        declared.used = True
+        return declared
+
+    def function(self, statement: ast.Assignment) -> Function:
+        name = statement.function
+        function = self.functions.get(name.text)
+        if function is None:
+            self.fail(UnknownFunctionError,
+                      f"unknown function '{name.text}'{_suggest(name.text, self.functions)}",
+                      name.coord)
+        wanted, given = len(function.params), len(statement.args)
+        if wanted != given:
+            plural = "s" if wanted != 1 else ""
+            self.fail(ArityError, f"{name.text} takes {wanted} argument{plural}, {given} given: "
+                      f"{function.signature()}", name.coord)
+        return function
+
+    def argument(self, function: Function, index: int, param: Param,
+                 arg: ast.Argument, fresh: dict[str, int]) -> Argument:
+        where = f"argument {index} of {function.name}"
+        if isinstance(arg, ast.Number):
+            if param.kind is not Kind.SCALAR:
+                self.fail(KindError, f"{where} must be a {param.kind}, "
+                          f"but {arg.text} is a number", arg.coord)
+            return Constant(arg.value, arg.text, arg.coord)
+        declared = self.lookup(arg)
+        if declared.kind is not param.kind:
+            self.fail(KindError, f"{where} must be a {param.kind}, "
+                      f"but '{arg.text}' is a {declared.kind}", arg.coord)
+        if arg.text not in self.current:
+            self.fail(UnassignedNameError, f"'{arg.text}' is used before it is assigned",
+                      arg.coord)
+        self.unify(where, param, fresh, declared, arg)
+        value_id = self.current[arg.text]
+        self.values[value_id].read = True
+        return value_id
+
+    def unify(self, where: str, param: Param, fresh: dict[str, int],
+              declared: _Declared, name: ast.Name) -> None:
+        for axis, (var, node) in enumerate(zip(param.dims, declared.dims)):
+            conflict = self.sizes.unify(fresh[var], node)
+            if conflict is not None:
+                want, have = conflict
+                self.fail(SizeMismatchError,
+                          f"size mismatch in {where}: '{name.text}' has "
+                          f"{_size_phrase(declared.kind, axis, have)}, but it must have "
+                          f"{_size_phrase(declared.kind, axis, want)}", name.coord)
+
+    def new_value(self, name: ast.Name, declared: _Declared, producer: int | None) -> int:
+        previous = self.current.get(name.text)
+        version = 1 if previous is None else self.values[previous].version + 1
+        value_id = len(self.values)
+        self.values.append(_Pending(name.text, version, declared.kind, declared.dims,
+                                    name.coord, producer))
+        self.current[name.text] = value_id
+        return value_id
+
+    # -- results --------------------------------------------------------------
+
+    def warn_unused(self) -> None:
+        found: list[tuple[Coord, str]] = []
+        for value_id, value in enumerate(self.values):
+            if value.read or value.returned:
+                continue
+            if value.producer is None:
+                found.append((value.coord, f"input '{value.name}' is never used"))
+            elif self.current[value.name] != value_id:
+                found.append((value.coord,
+                              f"'{value.name}' is assigned here but reassigned before it is used"))
+            else:
+                found.append((value.coord, f"'{value.name}' is assigned but never used"))
+        for name, declared in self.declared.items():
+            if not declared.used:
+                found.append((declared.coord, f"'{name}' is declared but never used"))
+        for coord, message in sorted(found):
+            warnings.warn(ScriptWarning(message, coord, self.script.line(coord.line)),
+                          stacklevel=4)
+
+    def dag(self) -> Dag:
+        values = tuple(
+            Value(value_id, v.name, v.version, v.kind,
+                  tuple(self.sizes.name(node) for node in v.dims), v.coord, v.producer)
+            for value_id, v in enumerate(self.values))
+        used = {size for v in values for size in v.dims}
+        sizes = [size for size in self.sizes.declared_order() if size in used]
+        sizes += [size for v in values for size in v.dims if size not in sizes]
+        return Dag(name=pathlib.PurePath(self.script.file).stem, file=self.script.file,
+                   text=self.script.text, values=values, calls=tuple(self.calls),
+                   inputs=tuple(self.input_ids), outputs=tuple(self.output_ids),
+                   sizes=tuple(dict.fromkeys(sizes)))
+
+
+def check(script: ast.Script, library: LibraryLike) -> Dag:
+    """Check ``script`` against ``library`` and build its DAG.
+
+    Raises a :class:`~fusec.errors.ScriptSemanticError` subclass at the first
+    problem; warns :class:`~fusec.errors.ScriptWarning` for unused names.
+    """
+    return _Checker(script, library).run()

@@ -1,0 +1,261 @@
+"""The grammar of the script language (PLY, LALR).
+
+All rules live in :class:`ScriptParser`, one alternative per ``p_`` method,
+numbered ``_1``, ``_2``... where a rule has several. The tables are built in
+memory once per process (``write_tables=False``, ``debug=False``): nothing is
+ever written to disk, least of all into the user's working directory.
+
+There is no error recovery: the first unexpected token (or the end of input)
+is a :class:`~fusec.errors.ScriptSyntaxError` that names what the LR tables
+would have accepted there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+
+from ply import lex, yacc
+
+from ..errors import Coord, ScriptSyntaxError, coord_at
+from ..library.model import Kind
+from . import ast
+from .lexer import KEYWORDS, PUNCTUATION, ScriptLexer, new_lexer
+
+# How a token type reads in "expected ..." lists, in the order they are listed.
+_SHOWN = {
+    **{kind: f"'{text}'" for kind, text in PUNCTUATION.items()},
+    **{kind: f"'{word}'" for word, kind in KEYWORDS.items()},
+    "ID": "a name",
+    "NUMBER": "a number",
+    "$end": "end of input",
+}
+
+
+def _one_of(items: list[str]) -> str:
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + " or " + items[-1]
+
+
+@dataclasses.dataclass
+class _Context:
+    """The state of one parse: the text, and the last token read."""
+
+    file: str
+    text: str
+    lexer: lex.Lexer
+    last: lex.LexToken | None = None
+
+    def next_token(self) -> lex.LexToken | None:
+        token = self.lexer.token()
+        if token is not None:
+            self.last = token
+        return token
+
+    def coord(self, offset: int) -> Coord:
+        return coord_at(self.file, self.text, offset)
+
+    def end(self) -> Coord:
+        """Just past the last token: where something missing would go."""
+        if self.last is None:
+            return Coord(self.file, 1, 1)
+        return self.coord(self.last.lexpos + len(self.last.value))
+
+
+class ScriptParser:
+    """Builds an :class:`ast.Script` from text; reusable, one parse at a time."""
+
+    tokens = ScriptLexer.tokens
+    start = "script"
+
+    def __init__(self, errorlog: yacc.PlyLogger | yacc.NullLogger | None = None):
+        self._context: _Context | None = None
+        self._lock = threading.Lock()
+        self.parser = yacc.yacc(
+            module=self, start=self.start, write_tables=False, debug=False,
+            optimize=False,
+            errorlog=errorlog if errorlog is not None else yacc.NullLogger())
+
+    def parse(self, text: str, file: str) -> ast.Script:
+        with self._lock:
+            context = _Context(file, text, new_lexer(text, file))
+            self._context = context
+            try:
+                statements = self.parser.parse(lexer=context.lexer,
+                                               tokenfunc=context.next_token)
+            finally:
+                self._context = None
+        return ast.Script(file, text, statements, context.end(), Coord(file, 1, 1))
+
+    # -- helpers for the rules ------------------------------------------------
+
+    def _coord(self, p, n: int) -> Coord:
+        return self._context.coord(p.lexpos(n))
+
+    def _name(self, p, n: int) -> ast.Name:
+        return ast.Name(p[n], self._coord(p, n))
+
+    def _expected(self) -> str:
+        state = self.parser.statestack[-1]
+        allowed = self.parser.action[state]
+        return _one_of([shown for kind, shown in _SHOWN.items() if kind in allowed])
+
+    # -- statements -----------------------------------------------------------
+
+    def p_script(self, p):
+        """script : statements"""
+        p[0] = p[1]
+
+    def p_statements_1(self, p):
+        """statements : statements statement"""
+        p[0] = p[1] + (p[2],)
+
+    def p_statements_2(self, p):
+        """statements : """
+        p[0] = ()
+
+    def p_statement_1(self, p):
+        """statement : declaration"""
+        p[0] = p[1]
+
+    def p_statement_2(self, p):
+        """statement : input_statement"""
+        p[0] = p[1]
+
+    def p_statement_3(self, p):
+        """statement : assignment"""
+        p[0] = p[1]
+
+    def p_statement_4(self, p):
+        """statement : return_statement"""
+        p[0] = p[1]
+
+    # -- declarations ---------------------------------------------------------
+
+    def p_declaration_1(self, p):
+        """declaration : MATRIX matrix_declarators SEMI"""
+        p[0] = ast.Declaration(Kind.MATRIX, p[2], self._coord(p, 1))
+
+    def p_declaration_2(self, p):
+        """declaration : VECTOR vector_declarators SEMI"""
+        p[0] = ast.Declaration(Kind.VECTOR, p[2], self._coord(p, 1))
+
+    def p_declaration_3(self, p):
+        """declaration : SCALAR names SEMI"""
+        declarators = tuple(ast.Declarator(name, (), name.coord) for name in p[2])
+        p[0] = ast.Declaration(Kind.SCALAR, declarators, self._coord(p, 1))
+
+    def p_matrix_declarators_1(self, p):
+        """matrix_declarators : matrix_declarator"""
+        p[0] = (p[1],)
+
+    def p_matrix_declarators_2(self, p):
+        """matrix_declarators : matrix_declarators COMMA matrix_declarator"""
+        p[0] = p[1] + (p[3],)
+
+    def p_matrix_declarator_1(self, p):
+        """matrix_declarator : ID"""
+        name = self._name(p, 1)
+        p[0] = ast.Declarator(name, None, name.coord)
+
+    def p_matrix_declarator_2(self, p):
+        """matrix_declarator : ID LBRACKET ID COMMA ID RBRACKET"""
+        name = self._name(p, 1)
+        p[0] = ast.Declarator(name, (self._name(p, 3), self._name(p, 5)), name.coord)
+
+    def p_vector_declarators_1(self, p):
+        """vector_declarators : vector_declarator"""
+        p[0] = (p[1],)
+
+    def p_vector_declarators_2(self, p):
+        """vector_declarators : vector_declarators COMMA vector_declarator"""
+        p[0] = p[1] + (p[3],)
+
+    def p_vector_declarator_1(self, p):
+        """vector_declarator : ID"""
+        name = self._name(p, 1)
+        p[0] = ast.Declarator(name, None, name.coord)
+
+    def p_vector_declarator_2(self, p):
+        """vector_declarator : ID LBRACKET ID RBRACKET"""
+        name = self._name(p, 1)
+        p[0] = ast.Declarator(name, (self._name(p, 3),), name.coord)
+
+    # -- input, return --------------------------------------------------------
+
+    def p_input_statement(self, p):
+        """input_statement : INPUT names SEMI"""
+        p[0] = ast.Input(p[2], self._coord(p, 1))
+
+    def p_return_statement(self, p):
+        """return_statement : RETURN names SEMI"""
+        p[0] = ast.Return(p[2], self._coord(p, 1))
+
+    def p_names_1(self, p):
+        """names : ID"""
+        p[0] = (self._name(p, 1),)
+
+    def p_names_2(self, p):
+        """names : names COMMA ID"""
+        p[0] = p[1] + (self._name(p, 3),)
+
+    # -- assignments ----------------------------------------------------------
+
+    def p_assignment_1(self, p):
+        """assignment : ID EQUALS ID LPAREN arguments RPAREN SEMI"""
+        target = self._name(p, 1)
+        p[0] = ast.Assignment(target, self._name(p, 3), p[5], target.coord)
+
+    def p_assignment_2(self, p):
+        """assignment : ID EQUALS ID LPAREN RPAREN SEMI"""
+        # No function takes no argument, but the checker says so better.
+        target = self._name(p, 1)
+        p[0] = ast.Assignment(target, self._name(p, 3), (), target.coord)
+
+    def p_arguments_1(self, p):
+        """arguments : argument"""
+        p[0] = (p[1],)
+
+    def p_arguments_2(self, p):
+        """arguments : arguments COMMA argument"""
+        p[0] = p[1] + (p[3],)
+
+    def p_argument_1(self, p):
+        """argument : ID"""
+        p[0] = self._name(p, 1)
+
+    def p_argument_2(self, p):
+        """argument : NUMBER"""
+        p[0] = ast.Number(p[1], float(p[1]), self._coord(p, 1))
+
+    def p_argument_3(self, p):
+        """argument : MINUS NUMBER"""
+        text = "-" + p[2]
+        p[0] = ast.Number(text, float(text), self._coord(p, 1))
+
+    # -- errors ---------------------------------------------------------------
+
+    def p_error(self, token):
+        context = self._context
+        if token is None:
+            message = "unexpected end of input"
+            coord = context.end()
+        else:
+            message = f"unexpected '{token.value}'"
+            coord = context.coord(token.lexpos)
+        expected = self._expected()
+        if expected:
+            message += f", expected {expected}"
+        raise ScriptSyntaxError(message, coord, ast.source_line(context.text, coord.line))
+
+
+@functools.cache
+def _parser() -> ScriptParser:
+    return ScriptParser()
+
+
+def parse(text: str, file: str) -> ast.Script:
+    """Parse a whole script; raises ScriptLexError or ScriptSyntaxError."""
+    return _parser().parse(text, file)

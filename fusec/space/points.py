@@ -1,0 +1,76 @@
+"""Points of the optimization space: frozen, ordered, hashable records.
+
+A :class:`KernelPlan` is a *fusion implementation* (paper §4.2): which calls
+share a kernel, which implementation of each function, the calling order of
+their routines, the block shape and the serial iterations. A
+:class:`ProgramPlan` is a *combination*: kernels that cover every call, in an
+order that respects the DAG. They print, sort, hash into cache keys and
+serialise to JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ..geometry import Shape
+from ..library.model import Geometry, RoutineKind
+
+ROWS, COLS = "rows", "cols"  # the axes serial iterations can walk in the tile geometry
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Step:
+    """One routine call: the load of ``param`` of ``call``, its compute, or its store."""
+
+    call: int
+    kind: RoutineKind
+    param: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.call}{', ' + self.param if self.param else ''})"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class KernelPlan:
+    calls: tuple[int, ...]  # DAG call ids, in DAG order
+    implementations: tuple[str, ...]  # implementation name per call
+    steps: tuple[Step, ...]  # routine calling order
+    shape: Shape
+    serial: str | None = None  # tile geometry: ROWS or COLS
+
+    @property
+    def geometry(self) -> Geometry:
+        return self.shape.geometry
+
+    def implementation_of(self, call: int) -> str:
+        return self.implementations[self.calls.index(call)]
+
+    def to_json(self) -> dict:
+        return {
+            "calls": list(self.calls), "implementations": list(self.implementations),
+            "steps": [[s.call, s.kind.value, s.param] for s in self.steps],
+            "shape": {"geometry": self.shape.geometry.value, "block": self.shape.block,
+                      "iters": self.shape.iters, "tile_rows": self.shape.tile_rows},
+            "serial": self.serial,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelPlan":
+        shape = data["shape"]
+        return cls(tuple(data["calls"]), tuple(data["implementations"]),
+                   tuple(Step(c, RoutineKind(k), p) for c, k, p in data["steps"]),
+                   Shape(Geometry(shape["geometry"]), shape["block"], shape["iters"], shape["tile_rows"]),
+                   data["serial"])
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ProgramPlan:
+    kernels: tuple[KernelPlan, ...]
+
+    def to_json(self) -> str:
+        return json.dumps([k.to_json() for k in self.kernels], sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ProgramPlan":
+        return cls(tuple(KernelPlan.from_json(k) for k in json.loads(text)))

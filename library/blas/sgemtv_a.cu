@@ -1,0 +1,16 @@
+/*@fusec
+function   sgemtv_a(alpha: scalar, A: matrix[m, n], x: vector[m]) -> y: vector[n]
+summary    y = alpha A^T x
+hof        nested reduce(+) over m
+element    A tile(TILE_ROWS, TILE_COLS)
+element    x subvector(TILE_ROWS)
+element    y subvector(TILE_COLS)
+threads    BLOCK_X x BLOCK_Y
+reference  alpha * (A.T @ x)
+finish     scale_finish(acc, alpha)
+
+load       A tile_load as tile
+load       x rows_load as rows
+compute    gemtv_compute(A:tile, x:rows) -> y:cols_partial
+store      y cols_partial_store as cols_partial scratch BLOCK_Y*TILE_COLS sync
+@*/

@@ -1,0 +1,17 @@
+/*@fusec
+function   sgemtv_ab(alpha: scalar, A: matrix[m, n], x: vector[m], beta: scalar, y0: vector[n]) -> y: vector[n]
+summary    y = alpha A^T x + beta y0 (BLAS gemv with trans, out of place)
+hof        nested reduce(+) over m
+element    A tile(TILE_ROWS, TILE_COLS)
+element    x subvector(TILE_ROWS)
+element    y0 subvector(TILE_COLS)
+element    y subvector(TILE_COLS)
+threads    BLOCK_X x BLOCK_Y
+reference  alpha * (A.T @ x) + beta * y0
+finish     axpby_finish(acc, alpha, beta, y0)
+
+load       A tile_load as tile
+load       x rows_load as rows
+compute    gemtv_compute(A:tile, x:rows) -> y:cols_partial
+store      y cols_partial_store as cols_partial scratch BLOCK_Y*TILE_COLS sync
+@*/

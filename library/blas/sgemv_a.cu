@@ -1,0 +1,16 @@
+/*@fusec
+function   sgemv_a(alpha: scalar, A: matrix[m, n], x: vector[n]) -> y: vector[m]
+summary    y = alpha A x
+hof        nested reduce(+) over n
+element    A tile(TILE_ROWS, TILE_COLS)
+element    x subvector(TILE_COLS)
+element    y subvector(TILE_ROWS)
+threads    BLOCK_X x BLOCK_Y
+reference  alpha * (A @ x)
+finish     scale_finish(acc, alpha)
+
+load       A tile_load as tile
+load       x cols_load as cols
+compute    gemv_compute(A:tile, x:cols) -> y:rows_partial
+store      y rows_partial_store as rows_partial
+@*/

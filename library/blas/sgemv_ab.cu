@@ -1,0 +1,17 @@
+/*@fusec
+function   sgemv_ab(alpha: scalar, A: matrix[m, n], x: vector[n], beta: scalar, y0: vector[m]) -> y: vector[m]
+summary    y = alpha A x + beta y0 (BLAS gemv, out of place)
+hof        nested reduce(+) over n
+element    A tile(TILE_ROWS, TILE_COLS)
+element    x subvector(TILE_COLS)
+element    y0 subvector(TILE_ROWS)
+element    y subvector(TILE_ROWS)
+threads    BLOCK_X x BLOCK_Y
+reference  alpha * (A @ x) + beta * y0
+finish     axpby_finish(acc, alpha, beta, y0)
+
+load       A tile_load as tile
+load       x cols_load as cols
+compute    gemv_compute(A:tile, x:cols) -> y:rows_partial
+store      y rows_partial_store as rows_partial
+@*/

@@ -1,0 +1,92 @@
+// Routines of the tile geometry. A block of BLOCK_X x BLOCK_Y threads (BLOCK_X = 32,
+// one warp per row of threads) works on a TILE_ROWS x TILE_COLS tile; thread
+// (tx, ty) holds rows ty + k*BLOCK_Y (k < TILE_ROWS/BLOCK_Y) and columns
+// tx*VEC .. tx*VEC+VEC-1, slot k*VEC + v (mapping `tile`).
+
+#define ROWS_PER_THREAD (TILE_ROWS / BLOCK_Y)
+
+__device__ __forceinline__ void tile_load(const real* __restrict__ A, real* a, const fusec_tile& c) {
+  const int col = c.col0 + c.tx * VEC;
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    if (row < c.rows) {
+      load_values(A + (long long)row * c.cols, col, c.cols, c.vec_ok, a + k * VEC);
+    } else {
+      #pragma unroll
+      for (int v = 0; v < VEC; ++v) a[k * VEC + v] = real(0);
+    }
+  }
+}
+
+__device__ __forceinline__ void tile_store(const real* a, real* __restrict__ A, const fusec_tile& c) {
+  const int col = c.col0 + c.tx * VEC;
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    if (row < c.rows) store_values(A + (long long)row * c.cols, col, c.cols, c.vec_ok, a + k * VEC);
+  }
+}
+
+// A vector indexed by column: thread holds x[col0 + tx*VEC + v] (mapping `cols`).
+__device__ __forceinline__ void cols_load(const real* __restrict__ x, real* e, const fusec_tile& c) {
+  load_values(x, c.col0 + c.tx * VEC, c.cols, c.vec_ok, e);
+}
+
+// A vector indexed by row: thread holds y[row0 + ty + k*BLOCK_Y] (mapping `rows`).
+__device__ __forceinline__ void rows_load(const real* __restrict__ y, real* e, const fusec_tile& c) {
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    e[k] = row < c.rows ? y[row] : real(0);
+  }
+}
+
+// Row sums held per thread over its own columns (mapping `rows_partial`): a warp
+// holds whole rows, so a warp sum completes them.
+__device__ __forceinline__ void rows_partial_store(const real* e, real* __restrict__ y,
+                                                   const fusec_tile& c) {
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const real s = warp_sum(e[k]);
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    if (c.tx == 0 && row < c.rows) y[row] = s;
+  }
+}
+
+// Column sums held per thread over its own rows (mapping `cols_partial`): the
+// BLOCK_Y warps meet in shared memory. scratch: BLOCK_Y*TILE_COLS reals, laid out
+// so that both the writes and the reads of a warp hit 32 different banks.
+__device__ __forceinline__ void cols_partial_store(const real* e, real* __restrict__ y, real* scratch,
+                                                   const fusec_tile& c) {
+  #pragma unroll
+  for (int v = 0; v < VEC; ++v) scratch[c.ty * TILE_COLS + v * BLOCK_X + c.tx] = e[v];
+  BARRIER();
+  for (int p = c.ty * BLOCK_X + c.tx; p < TILE_COLS; p += BLOCK) {
+    real s = real(0);
+    #pragma unroll
+    for (int r = 0; r < BLOCK_Y; ++r) s += scratch[r * TILE_COLS + p];
+    const int col = c.col0 + (p % BLOCK_X) * VEC + p / BLOCK_X;
+    if (col < c.cols) y[col] = s;
+  }
+}
+
+// y_partial[k] += sum_v A[k][v] x[v]: this thread's share of A x.
+__device__ __forceinline__ void gemv_compute(const real* a, const real* x, real* y, const fusec_tile& c) {
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    real s = real(0);
+    #pragma unroll
+    for (int v = 0; v < VEC; ++v) s += a[k * VEC + v] * x[v];
+    y[k] += s;
+  }
+}
+
+// y_partial[v] += sum_k A[k][v] x[k]: this thread's share of A^T x.
+__device__ __forceinline__ void gemtv_compute(const real* a, const real* x, real* y, const fusec_tile& c) {
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    #pragma unroll
+    for (int v = 0; v < VEC; ++v) y[v] += a[k * VEC + v] * x[k];
+  }
+}
