@@ -1,3 +1,21 @@
-"""fusec: fuses sequences of BLAS-1/BLAS-2 calls into a few CUDA kernels."""
+"""fusec: fuses sequences of BLAS-1/BLAS-2 calls into a few CUDA kernels.
+
+    import fusec
+    prog = fusec.compile("scripts/bicgk.script", library="library/blas", dtype="float32")
+    q, s = prog(A=A, p=p, r=r)
+"""
 
 __version__ = "0.1.0"
+
+from .errors import (ArgumentError, FusecError, FusecWarning, LibraryError,  # noqa: E402
+                     ScriptError)
+
+
+def compile(script, library=None, dtype="float32", *, plan=None):
+    """Compile a script into a callable program (see :func:`fusec.api.compile`)."""
+    from .api import compile as _compile
+    return _compile(script, library, dtype, plan=plan)
+
+
+__all__ = ["compile", "FusecError", "ScriptError", "LibraryError", "ArgumentError", "FusecWarning",
+           "__version__"]

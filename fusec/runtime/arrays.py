@@ -1,0 +1,145 @@
+"""Checking a call's arguments against the program, before anything launches.
+
+Accepted: NumPy arrays (copied to the GPU and back), and any device array
+with ``__cuda_array_interface__`` (PyCUDA ``GPUArray``, CuPy, PyTorch), used
+in place. Scalars are host numbers. Every mistake raises
+:class:`~fusec.errors.ArgumentError` naming the argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..dag import Dag
+from ..errors import ArgumentError
+from ..library.model import Kind
+
+NUMPY, DEVICE = "numpy", "device"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayArg:
+    name: str
+    value: int  # DAG value id
+    obj: Any = dataclasses.field(repr=False)
+    where: str  # NUMPY or DEVICE
+    family: str  # numpy, cupy, torch, pycuda or cuda (another __cuda_array_interface__)
+    shape: tuple[int, ...]
+    pointer: int | None  # device address; None for NumPy
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    sizes: dict[str, int]
+    arrays: dict[int, ArrayArg]  # value id -> array
+    scalars: dict[int, float]  # value id -> number
+
+    @property
+    def family(self) -> str:
+        """Where results go: NumPy unless some input lives on the device."""
+        device = [a.family for a in self.arrays.values() if a.where == DEVICE]
+        for preferred in ("torch", "cupy", "pycuda"):
+            if preferred in device:
+                return preferred
+        return device[0] if device else "numpy"
+
+
+def _family(obj: Any) -> str:
+    module = type(obj).__module__.split(".")[0]
+    if module in ("torch", "cupy"):
+        return module
+    if module == "pycuda" or hasattr(obj, "gpudata"):
+        return "pycuda"
+    return "cuda"
+
+
+def _describe(obj: Any) -> str:
+    shape = getattr(obj, "shape", None)
+    return f"{type(obj).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
+
+
+def _scalar(name: str, obj: Any) -> float:
+    if isinstance(obj, np.ndarray) and obj.ndim == 0:
+        obj = obj[()]
+    if isinstance(obj, (bool, np.bool_)) or not isinstance(obj, (numbers.Real, np.floating, np.integer)):
+        if hasattr(obj, "__cuda_array_interface__"):
+            raise ArgumentError(name, "is a scalar of the script: pass a host number, not a device array")
+        raise ArgumentError(name, f"is a scalar of the script: expected a real number, got {_describe(obj)}")
+    return float(obj)
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> ArrayArg:
+    ndim = 2 if kind is Kind.MATRIX else 1
+    what = "a matrix (2-D array)" if kind is Kind.MATRIX else "a vector (1-D array)"
+    if isinstance(obj, np.ndarray):
+        shape, got_dtype, pointer, where, family = obj.shape, obj.dtype, None, NUMPY, "numpy"
+        contiguous = obj.flags.c_contiguous
+    elif hasattr(obj, "__cuda_array_interface__"):
+        cai = obj.__cuda_array_interface__
+        shape, pointer = tuple(cai["shape"]), int(cai["data"][0])
+        try:
+            got_dtype = np.dtype(cai["typestr"])
+        except TypeError:
+            raise ArgumentError(name, f"has an element type {cai['typestr']!r} that is not a real number") from None
+        strides = cai.get("strides")
+        contiguous = strides is None or tuple(strides) == _c_strides(shape, got_dtype.itemsize) \
+            or 0 in shape
+        where, family = DEVICE, _family(obj)
+    else:
+        raise ArgumentError(name, f"must be {what}: a NumPy array or a device array with"
+                                  f" __cuda_array_interface__, got {_describe(obj)}")
+    if len(shape) != ndim:
+        raise ArgumentError(name, f"must be {what}, got {len(shape)} dimension(s) {tuple(shape)}")
+    if got_dtype != dtype:
+        raise ArgumentError(name, f"has dtype {got_dtype}, but the program was compiled for {dtype}"
+                                  f" (convert it, or compile with dtype={got_dtype.name!r})")
+    if not contiguous:
+        raise ArgumentError(name, "is not C-contiguous (row-major, no gaps); pass a contiguous copy,"
+                                  " e.g. numpy.ascontiguousarray(x) or x.copy()")
+    if 0 in shape:
+        raise ArgumentError(name, f"is empty {tuple(shape)}; every size must be at least 1")
+    return ArrayArg(name, value, obj, where, family, tuple(int(s) for s in shape), pointer)
+
+
+def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
+    """Match keyword arguments to the script's inputs and infer the sizes."""
+    inputs = {dag.value(v).name: dag.value(v) for v in dag.inputs}
+    for name in arguments:
+        if name not in inputs:
+            raise ArgumentError(name, f"is not an input of {dag.file} (its inputs: {', '.join(inputs)})")
+    for name in inputs:
+        if name not in arguments:
+            raise ArgumentError(name, f"is missing: {dag.file} needs {', '.join(inputs)}")
+    sizes: dict[str, int] = {}
+    source: dict[str, str] = {}
+    arrays: dict[int, ArrayArg] = {}
+    scalars: dict[int, float] = {}
+    for name, value in inputs.items():
+        obj = arguments[name]
+        if value.kind is Kind.SCALAR:
+            scalars[value.id] = _scalar(name, obj)
+            continue
+        array = _array(name, value.id, value.kind, obj, dtype)
+        for axis, (symbol, extent) in enumerate(zip(value.dims, array.shape)):
+            if symbol in sizes and sizes[symbol] != extent:
+                raise ArgumentError(name, f"has size {extent} along axis {axis}, but {source[symbol]}"
+                                          f" gives {symbol} = {sizes[symbol]}")
+            if symbol not in sizes:
+                sizes[symbol], source[symbol] = extent, f"{name!r} (axis {axis})"
+        arrays[value.id] = array
+    for symbol in dag.sizes:
+        if symbol in sizes and sizes[symbol] >= 2 ** 31:
+            raise ArgumentError(source[symbol].split("'")[1], f"size {symbol} = {sizes[symbol]} is too large (limit 2**31 - 1)")
+    return Binding(sizes, arrays, scalars)

@@ -1,0 +1,74 @@
+"""Readable descriptions of a generated program: kernels, calls, launch shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from ..dag import Constant, Dag
+from ..library.model import Geometry, Kind
+from ..space.points import ROWS
+
+
+def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:
+    """Each input array read once and each output written once (scalars count too)."""
+    def nbytes(value: int) -> int:
+        v = dag.value(value)
+        return int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * dtype.itemsize
+    inputs = sum(nbytes(v) for v in dag.inputs if dag.value(v).kind is not Kind.SCALAR)
+    return inputs + sum(nbytes(v) for v in dict.fromkeys(dag.outputs))
+
+
+def _call(dag: Dag, call: int) -> str:
+    record = dag.call(call)
+    args = ", ".join(a.text if isinstance(a, Constant) else dag.value(a).label for a in record.args)
+    return (f"{Path(dag.file).name}:{record.coord.line}  "
+            f"{dag.value(record.result).label} = {record.function}({args})")
+
+
+def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, tuned: str | None = None) -> str:
+    dag = generated.dag
+    lines = [f"program {dag.name} ({dag.file}), {generated.dtype}, library {generated.library.name}"
+             f" (hash {generated.library.content_hash})"]
+    if tuned:
+        lines.append(f"plan: {tuned}")
+    def show(value: int) -> str:
+        v = dag.value(value)
+        return f"{v.name}: {v.kind}" + (f"[{', '.join(v.dims)}]" if v.dims else "")
+    lines.append("inputs:  " + ", ".join(show(v) for v in dag.inputs))
+    lines.append("outputs: " + ", ".join(show(v) for v in dag.outputs))
+    if sizes:
+        lines.append("sizes:   " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
+    for kernel in generated.kernels:
+        plan = kernel.plan
+        lines.append("")
+        lines.append(f"kernel {kernel.index}: {kernel.name}")
+        for call in plan.calls:
+            lines.append(f"  call     {_call(dag, call)}")
+        shape = plan.shape.describe(generated.dtype)
+        if plan.geometry is Geometry.TILE:
+            walk = "rows" if plan.serial == ROWS else "columns"
+            shape += f" along the {walk}"
+            grid = (f"ceil({kernel.dims[0]}/{plan.shape.macros(generated.dtype)['TILE_ROWS']})"
+                    f" x ceil({kernel.dims[1]}/{plan.shape.macros(generated.dtype)['TILE_COLS']})"
+                    f" tiles, ITERS per block")
+        else:
+            grid = f"ceil({kernel.dims[0]}/(BLOCK*VEC)) chunks, ITERS per block"
+        lines.append(f"  shape    {shape}")
+        lines.append(f"  launch   {plan.shape.block} threads per block; grid: {grid}"
+                     + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
+        on_chip = ", ".join(f"{dag.value(e.value).label} ({e.storage}, {e.mapping})" for e in kernel.elements)
+        lines.append(f"  on chip  {on_chip}")
+        lines.append(f"  shared   {kernel.shared_reals} reals, {sum(op.barrier for op in kernel.ops)} barrier(s)"
+                     " placed by the compiler")
+        for reduction in kernel.reductions:
+            how = "a whole vector" if reduction.axis is None else f"the {reduction.axis}"
+            lines.append(f"  reduce   {dag.value(reduction.value).label} sums over {how}; partials of every block,"
+                         " finished by the last block to arrive")
+        if resources and kernel.name in resources:
+            r = resources[kernel.name]
+            lines.append(f"  nvcc     {r.registers} registers, {r.shared_bytes} bytes shared,"
+                         f" {r.spill_stores + r.spill_loads} bytes spilled")
+    return "\n".join(lines)

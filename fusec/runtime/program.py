@@ -1,0 +1,236 @@
+"""A compiled program: call it with keyword arrays, get the script's results.
+
+NumPy in, NumPy out (copied to the GPU and back). Device arrays in (PyCUDA,
+CuPy, PyTorch, anything with ``__cuda_array_interface__``), device arrays of
+the same framework out, with no host copies. Arguments are checked before
+anything launches. Buffers fusec needs (reduction partials and counters,
+values passed between kernels, staging for NumPy) are kept per size, so
+repeated calls allocate only their outputs.
+
+Calls of one program object must not overlap on different streams: they share
+the reduction counters.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..codegen.program import GeneratedProgram
+from ..errors import ArgumentError
+from .. import geometry as geo
+from .arrays import DEVICE, NUMPY, Binding, bind
+from .plan_text import describe, minimum_bytes
+
+
+class _Buffers:
+    """fusec-owned device memory for one set of sizes."""
+
+    def __init__(self, program: "Program", sizes: dict[str, int]):
+        from . import cuda
+        self.items: dict[tuple, cuda.DeviceBuffer] = {}
+        itemsize = program.dtype.itemsize
+        gen = program.generated
+        for kernel in gen.kernels:
+            for reduction in kernel.reductions:
+                partials, counters = kernel.reduction_buffers(reduction, sizes)
+                self.items[("ws", kernel.index, reduction.value)] = cuda.DeviceBuffer(partials * itemsize)
+                counter = cuda.DeviceBuffer(counters * 4)
+                cuda.fill_zero(counter.pointer, counter.nbytes)  # the last block resets them after use
+                self.items[("cnt", kernel.index, reduction.value)] = counter
+        for value in program.intermediates:
+            self.items[("value", value)] = cuda.DeviceBuffer(program.value_nbytes(value, sizes))
+        self._program, self._sizes = program, sizes
+
+    def pointer(self, *key) -> int:
+        return self.items[key].pointer
+
+    def stage(self, value: int) -> int:
+        """Device copy of a NumPy input or output, made on first use."""
+        from . import cuda
+        key = ("stage", value)
+        if key not in self.items:
+            self.items[key] = cuda.DeviceBuffer(self._program.value_nbytes(value, self._sizes))
+        return self.items[key].pointer
+
+
+class Program:
+    """The result of :func:`fusec.compile`."""
+
+    def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None):
+        self.generated = generated
+        self.dtype = geo.DTYPES[generated.dtype]
+        self.tuned = tuned  # where the plan came from, when a tuning cache supplied it
+        dag = generated.dag
+        kernel_of = {c: k.index for k in generated.kernels for c in k.plan.calls}
+        self.intermediates = tuple(
+            v.id for v in dag.values
+            if v.producer is not None and v.id not in dag.outputs
+            and any(kernel_of[c] != kernel_of[v.producer] for c in dag.consumers(v.id)))
+        self._loaded: dict[Any, Any] = {}
+        self._buffers: collections.OrderedDict = collections.OrderedDict()
+
+    # ------------------------------------------------------------------ description
+    @property
+    def dag(self):
+        return self.generated.dag
+
+    @property
+    def source(self) -> str:
+        return self.generated.source
+
+    @property
+    def kernels(self):
+        return self.generated.kernels
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self.dag.value(v).name for v in self.dag.inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self.dag.value(v).name for v in self.dag.outputs)
+
+    def describe(self, sizes: Mapping[str, int] | None = None, resources=None) -> str:
+        return describe(self.generated, sizes, resources, tuned=self.tuned)
+
+    def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
+        """Bytes any implementation must move: each input read once, each output written once."""
+        return minimum_bytes(self.dag, self.dtype, sizes)
+
+    def value_nbytes(self, value: int, sizes: Mapping[str, int]) -> int:
+        v = self.dag.value(value)
+        return int(np.prod([sizes[d] for d in v.dims], dtype=np.int64)) * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return (f"<fusec.Program {self.dag.file} {self.generated.dtype}: "
+                f"{', '.join(self.inputs)} -> {', '.join(self.outputs)}, {len(self.kernels)} kernel(s)>")
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, **arrays):
+        return self.run(arrays)
+
+    def bind(self, arrays: Mapping[str, Any]) -> Binding:
+        """Check arguments and infer sizes without touching the GPU."""
+        return bind(self.dag, self.dtype, arrays)
+
+    def run(self, arrays: Mapping[str, Any], *, poison: bool = False):
+        """Run the program. ``poison`` fills outputs and every fusec buffer with
+        NaN first, so an element no kernel writes shows up (tests use it)."""
+        binding = self.bind(arrays)
+        from . import cuda
+        with cuda.context() as ctx:
+            loaded = self._load(ctx)
+            buffers = self._buffers_for(ctx, binding.sizes)
+            pointers, results = self._place(binding, buffers)
+            if poison:
+                self._poison(pointers, buffers, binding.sizes)
+            self._launch(loaded, buffers, pointers, binding)
+            return self._collect(results, pointers, binding)
+
+    def _load(self, ctx):
+        from . import cuda
+        from .. import nvcc
+        if ctx not in self._loaded:
+            compiled = nvcc.compile_cubin(self.source, arch=cuda.arch_of(ctx))
+            self._loaded[ctx] = cuda.Loaded(compiled.cubin, self.kernels)
+        return self._loaded[ctx]
+
+    def _buffers_for(self, ctx, sizes: dict[str, int]) -> _Buffers:
+        key = (ctx, tuple(sorted(sizes.items())))
+        if key not in self._buffers:
+            self._buffers[key] = _Buffers(self, sizes)
+            while len(self._buffers) > 2:  # keep the memory of the last sizes only
+                self._buffers.popitem(last=False)
+        self._buffers.move_to_end(key)
+        return self._buffers[key]
+
+    def _place(self, binding: Binding, buffers: _Buffers):
+        """Device pointers of every value; NumPy inputs are uploaded."""
+        from . import cuda
+        pointers: dict[int, int] = {}
+        for value, array in binding.arrays.items():
+            if array.where == DEVICE:
+                pointers[value] = array.pointer
+            else:
+                pointers[value] = buffers.stage(value)
+                cuda.upload(pointers[value], array.obj)
+        for value in self.intermediates:
+            pointers[value] = buffers.pointer("value", value)
+        family = binding.family
+        reference = next((a.obj for a in binding.arrays.values() if a.family == family), None)
+        results: dict[int, Any] = {}
+        for value in dict.fromkeys(self.dag.outputs):
+            shape = tuple(binding.sizes[d] for d in self.dag.value(value).dims)
+            if family == NUMPY:
+                pointers[value] = buffers.stage(value)
+            else:
+                results[value], pointers[value] = cuda.allocate_like(family, shape, self.dtype, reference)
+        return pointers, results
+
+    def _poison(self, pointers, buffers: _Buffers, sizes) -> None:
+        from . import cuda
+        for value in list(self.intermediates) + list(self.dag.outputs):
+            cuda.fill_nan(pointers[value], self.value_nbytes(value, sizes) or self.dtype.itemsize)
+        for key, buffer in buffers.items.items():
+            if key[0] == "ws":
+                cuda.fill_nan(buffer.pointer, buffer.nbytes)
+
+    def _kernel_args(self, kernel, buffers: _Buffers, pointers, binding: Binding) -> list:
+        args = []
+        aligned = True
+        for arg in kernel.args:
+            if arg.role in ("in", "out", "scalar_ptr"):
+                args.append(pointers[arg.value])
+                aligned &= pointers[arg.value] % geo.VEC_BYTES == 0
+            elif arg.role == "workspace":
+                args.append(buffers.pointer("ws", kernel.index, arg.value))
+            elif arg.role == "counters":
+                args.append(buffers.pointer("cnt", kernel.index, arg.value))
+            elif arg.role == "scalar":
+                args.append(self.dtype.type(binding.scalars[arg.value]))
+            elif arg.role == "size":
+                args.append(binding.sizes[arg.size])
+            else:  # vec_ok: 16-byte accesses need aligned bases and rows
+                if kernel.plan.shape.geometry.value == "tile":
+                    aligned &= binding.sizes[kernel.dims[1]] % geo.vec(self.dtype) == 0
+                args.append(int(aligned))
+        return args
+
+    def _launch(self, loaded, buffers: _Buffers, pointers, binding: Binding, stream=None) -> None:
+        for kernel in self.kernels:
+            loaded.launch(kernel, kernel.grid(binding.sizes),
+                          self._kernel_args(kernel, buffers, pointers, binding), stream)
+
+    def _collect(self, results, pointers, binding: Binding):
+        from . import cuda
+        out = []
+        for value in self.dag.outputs:
+            if value not in results:  # NumPy: copy back (this waits for the kernels)
+                shape = tuple(binding.sizes[d] for d in self.dag.value(value).dims)
+                host = np.empty(shape, self.dtype)
+                cuda.download(host, pointers[value])
+                results[value] = host if shape else host[()]
+            out.append(results[value])
+        return out[0] if len(out) == 1 else tuple(out)
+
+    # ------------------------------------------------------------------ timing
+    def time(self, arrays: Mapping[str, Any], *, warmup: int = 3, repeat: int = 20) -> list[float]:
+        """Milliseconds of each of ``repeat`` launches of the whole program (CUDA
+        events around the kernels only), on arrays placed once."""
+        binding = self.bind(arrays)
+        from . import cuda
+        with cuda.context() as ctx:
+            loaded = self._load(ctx)
+            buffers = self._buffers_for(ctx, binding.sizes)
+            pointers, _ = self._place(binding, buffers)
+            for _ in range(warmup):
+                self._launch(loaded, buffers, pointers, binding)
+            times = []
+            for _ in range(repeat):
+                with cuda.Timer() as timer:
+                    self._launch(loaded, buffers, pointers, binding)
+                times.append(timer.ms)
+            return times

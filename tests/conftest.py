@@ -1,0 +1,34 @@
+"""Hardware tiers: `gpu` tests need PyCUDA and a GPU, `nvcc` tests need nvcc.
+
+Both skip cleanly (with the reason) where the hardware or tool is missing.
+"""
+
+import functools
+import shutil
+
+import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu() -> str | None:
+    """None when a GPU is usable, else why not."""
+    try:
+        from fusec.runtime import cuda
+        cuda.driver()
+        if cuda.driver().Device.count() == 0:
+            return "no CUDA device"
+    except Exception as exc:  # GPUUnavailableError and anything the driver raises
+        return str(exc).splitlines()[0]
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_reason = None
+    nvcc_missing = shutil.which("nvcc") is None
+    for item in items:
+        if "gpu" in item.keywords:
+            gpu_reason = gpu_reason or _gpu() or ""
+            if gpu_reason:
+                item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {gpu_reason}"))
+        if "nvcc" in item.keywords and nvcc_missing:
+            item.add_marker(pytest.mark.skip(reason="needs nvcc on PATH"))

@@ -1,0 +1,174 @@
+"""GPU tier: every script in both precisions against the float64 oracle.
+
+Outputs (and fusec's own buffers) are poisoned with NaN before each run, so
+an element no kernel writes fails; inputs are checked unchanged afterwards.
+FUSEC_TEST_SIZES (e.g. "1,33,1000") narrows the sizes, for runs under
+compute-sanitizer, which is slow.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from fusec import oracle
+from fusec.errors import ArgumentError
+from tests.helpers import DTYPES, library, program, script_names, size_cases
+
+pytestmark = pytest.mark.gpu
+
+BASE_SIZES = [int(s) for s in os.environ.get("FUSEC_TEST_SIZES", "1,31,33,1000,4097").split(",")]
+RECTANGULAR_BASES = [n for n in (33, 1000) if n in BASE_SIZES]
+
+
+def _cases():
+    out = []
+    for script in script_names():
+        dag = program(script, "float32").dag
+        squares = size_cases(dag, BASE_SIZES)[:len(BASE_SIZES)]
+        rects = size_cases(dag, RECTANGULAR_BASES)[len(RECTANGULAR_BASES):]
+        for sizes in squares + rects:
+            out.append(pytest.param(script, sizes, id=f"{script}-" + "x".join(str(v) for v in sizes.values())))
+    return out
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def _check(prog, inputs, results) -> None:
+    results = results if isinstance(results, tuple) else (results,)
+    computed = {}
+    for name, value in zip(prog.outputs, results):
+        if hasattr(value, "get"):  # PyCUDA GPUArray, CuPy
+            value = value.get()
+        elif hasattr(value, "cpu"):  # PyTorch
+            value = value.cpu().numpy()
+        computed[name] = np.asarray(value)
+    checks = oracle.check_outputs(prog.dag, library(), inputs, computed, prog.dtype)
+    failed = [f"{c.name}: {c.reason}" for c in checks if not c.passed]
+    assert not failed, "; ".join(failed)
+
+
+def _unchanged(before, inputs) -> None:
+    for name, array in before.items():
+        after = inputs[name]
+        after = after.get() if hasattr(after, "get") else (after.cpu().numpy() if hasattr(after, "cpu") else after)
+        np.testing.assert_array_equal(np.asarray(after), array, err_msg=f"input {name} was modified")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script,sizes", _cases())
+def test_numpy_against_oracle(script, sizes, dtype):
+    prog = program(script, dtype)
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, sizes, dtype)))
+    before = {k: v.copy() for k, v in inputs.items() if isinstance(v, np.ndarray)}
+    results = prog.run(inputs, poison=True)
+    _check(prog, inputs, results)
+    _unchanged(before, inputs)
+    for value in (results if isinstance(results, tuple) else (results,)):
+        assert isinstance(value, (np.ndarray, np.floating))
+        assert np.asarray(value).dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", script_names())
+def test_integer_values_and_reproducible(script, dtype):
+    """Integer-valued inputs (exact sums in float64); two runs agree bit for bit,
+    because reductions are finished in a fixed order, not with atomics."""
+    prog = program(script, dtype)
+    sizes = {s: 1000 for s in prog.dag.sizes}
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, dtype)),
+                                  mode="integer")
+    first = prog.run(inputs, poison=True)
+    second = prog.run(inputs, poison=True)
+    _check(prog, inputs, first)
+    for a, b in zip(first if isinstance(first, tuple) else (first,),
+                    second if isinstance(second, tuple) else (second,)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("alpha,beta", [(0.0, 1.0), (1.0, 0.0), (-1.0, 0.7), (0.7, -1.0), (1.0, 1.0)])
+@pytest.mark.parametrize("script", ["sgemv", "waxpby", "axpydot", "sgemvt", "gemver"])
+def test_special_scalars(script, alpha, beta):
+    prog = program(script, "float32")
+    sizes = {s: 333 for s in prog.dag.sizes}
+    inputs = oracle.random_inputs(prog.dag, sizes, "float32", np.random.default_rng(_seed(script, alpha)))
+    scalars = {"alpha": alpha, "beta": beta}
+    inputs.update({k: v for k, v in scalars.items() if k in inputs})
+    _check(prog, inputs, prog.run(inputs, poison=True))
+
+
+def _device_kinds():
+    kinds = ["pycuda"]
+    for name in ("cupy", "torch"):
+        try:
+            __import__(name)
+            kinds.append(name)
+        except ImportError:
+            pass
+    return kinds
+
+
+def _to_device(kind, array):
+    if not isinstance(array, np.ndarray):
+        return array
+    if kind == "pycuda":
+        import pycuda.gpuarray as gpuarray
+        return gpuarray.to_gpu(array)
+    if kind == "cupy":
+        import cupy
+        return cupy.asarray(array)
+    import torch
+    return torch.from_numpy(array).cuda()
+
+
+def _family_type(kind):
+    if kind == "pycuda":
+        import pycuda.gpuarray as gpuarray
+        return gpuarray.GPUArray
+    if kind == "cupy":
+        import cupy
+        return cupy.ndarray
+    import torch
+    return torch.Tensor
+
+
+@pytest.mark.parametrize("kind", _device_kinds())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", script_names())
+def test_device_arrays_in_and_out(script, dtype, kind):
+    """Device arrays in, device arrays of the same framework out, no host copies."""
+    from fusec.runtime import cuda
+    prog = program(script, dtype)
+    dag = prog.dag
+    sizes = size_cases(dag, [1000])[-1]  # rectangular where the script allows it
+    inputs = oracle.random_inputs(dag, sizes, dtype, np.random.default_rng(_seed(script, kind)))
+    with cuda.context():
+        device = {k: _to_device(kind, v) for k, v in inputs.items()}
+        results = prog.run(device, poison=True)
+        for value in (results if isinstance(results, tuple) else (results,)):
+            assert isinstance(value, _family_type(kind))
+        _check(prog, inputs, results)
+        _unchanged({k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}, device)
+
+
+@pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
+def test_device_argument_errors(kind):
+    from fusec.runtime import cuda
+    prog = program("bicgk", "float32")
+    inputs = oracle.random_inputs(prog.dag, {"m": 64, "n": 96}, "float32", np.random.default_rng(1))
+    with cuda.context():
+        device = {k: _to_device(kind, v) for k, v in inputs.items()}
+        strided = dict(device, A=device["A"][:, ::2])
+        with pytest.raises(ArgumentError, match="'A'.*contiguous"):
+            prog.run(strided)
+        wrong = dict(device, p=_to_device(kind, inputs["p"].astype(np.float64)))
+        with pytest.raises(ArgumentError, match="'p'.*float64"):
+            prog.run(wrong)
+        short = dict(device, r=_to_device(kind, inputs["r"][:10].copy()))
+        with pytest.raises(ArgumentError, match="'r'.*size 10"):
+            prog.run(short)

@@ -1,0 +1,39 @@
+"""Shared test helpers: paths, the real library, compiled programs, sizes."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted((ROOT / "scripts").glob("*.script"))
+LIBRARY = ROOT / "library" / "blas"
+DTYPES = ("float32", "float64")
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    from fusec.library.loader import load_library
+    return load_library(LIBRARY)
+
+
+@functools.lru_cache(maxsize=None)
+def program(script: str, dtype: str):
+    import fusec
+    return fusec.compile(ROOT / "scripts" / f"{script}.script", library(), dtype)
+
+
+def script_names() -> list[str]:
+    return [p.stem for p in SCRIPTS]
+
+
+def size_cases(dag, base: list[int]) -> list[dict[str, int]]:
+    """Sizes for a script: each base size for every symbol, and for scripts with
+    two symbols the rectangular cases m = n +- (n/2 + 1) of sblat2."""
+    symbols = dag.sizes
+    cases = [{s: n for s in symbols} for n in base]
+    if len(symbols) == 2:
+        for n in (n for n in base if n > 2):
+            for m in (n + n // 2 + 1, n - (n // 2 + 1)):
+                cases.append({symbols[0]: m, symbols[1]: n})
+    return cases

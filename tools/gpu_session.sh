@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One GPU session on the device machine: install, test, sanitize, run, time.
+# Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
+# Stages: smoke, tests, sanitize, run, bench. Logs go to $OUT (or ./out).
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/install.log" 2>&1 \
+  || { cat "$OUT/install.log"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+export FUSEC_CACHE_DIR=${FUSEC_CACHE_DIR:-/tmp/fusec-cache}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+status=0
+for stage in "$@"; do
+  case $stage in
+    smoke)
+      python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=1000 2>&1 | tee "$OUT/smoke.log" || status=1 ;;
+    tests)
+      python3 -m pytest -q -x -p no:cacheprovider tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -15 || status=1 ;;
+    sanitize)
+      for tool in memcheck racecheck synccheck; do
+        FUSEC_LINEINFO=1 FUSEC_TEST_SIZES=${SANITIZE_SIZES:-1,33,1000} compute-sanitizer --tool $tool --error-exitcode 1 \
+          python3 -m pytest -q -x -p no:cacheprovider tests/gpu -k "numpy_against_oracle" 2>&1 \
+          | tee "$OUT/sanitize-$tool.log" | tail -4 || status=1
+      done ;;
+    run)
+      for dtype in float32 float64; do
+        python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=16384 --dtype $dtype 2>&1 \
+          | tee -a "$OUT/run.log" || status=1
+      done ;;
+    bench)
+      python3 -m bench.peers ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    *) echo "unknown stage $stage"; status=2 ;;
+  esac
+done
+exit $status
