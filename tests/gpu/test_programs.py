@@ -91,8 +91,14 @@ def test_integer_values_and_reproducible(script, dtype):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("alpha,beta", [(0.0, 1.0), (1.0, 0.0), (-1.0, 0.7), (0.7, -1.0), (1.0, 1.0)])
-@pytest.mark.parametrize("script", ["sgemv", "waxpby", "axpydot", "sgemvt", "gemver"])
+SCALAR_PAIRS = [(0.0, 1.0), (1.0, 0.0), (-1.0, 0.7), (0.7, -1.0), (1.0, 1.0)]
+# w = alpha A x in SGEMVT and GEMVER is identically zero for alpha = 0: the oracle
+# rightly refuses an all-zero reference as a test, so those pairs are left out there.
+SPECIAL = [(s, a, b) for s in ("sgemv", "waxpby", "axpydot", "sgemvt", "gemver") for a, b in SCALAR_PAIRS
+           if not (s in ("sgemvt", "gemver") and a == 0.0)]
+
+
+@pytest.mark.parametrize("script,alpha,beta", SPECIAL)
 def test_special_scalars(script, alpha, beta):
     prog = program(script, "float32")
     sizes = {s: 333 for s in prog.dag.sizes}
