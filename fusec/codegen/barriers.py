@@ -159,11 +159,10 @@ def place_barriers(events: list[Event], regions: dict[str, Region]) -> set[int]:
     body = [x for x in indexed if x[1].section == LOOP]
     post = [x for x in indexed if x[1].section == POST]
     state = _scan(pre, [], barriers, regions)
-    entry = state
-    while True:  # the body again, from the state one iteration leaves for the next
+    end = _scan(body, state, barriers, regions)  # the first iteration
+    while True:  # later iterations start from the state the previous one left
         before = set(barriers)
-        end = _scan(body, entry, barriers, regions)
-        entry = end
+        end = _scan(body, end, barriers, regions)
         if barriers == before:
             break
     # After the loop: what the last iteration left (or, with no iteration, the prologue).
