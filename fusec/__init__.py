@@ -11,10 +11,10 @@ from .errors import (ArgumentError, FusecError, FusecWarning, LibraryError,  # n
                      ScriptError)
 
 
-def compile(script, library=None, dtype="float32", *, plan=None):
+def compile(script, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None):
     """Compile a script into a callable program (see :func:`fusec.api.compile`)."""
     from .api import compile as _compile
-    return _compile(script, library, dtype, plan=plan)
+    return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor)
 
 
 __all__ = ["compile", "FusecError", "ScriptError", "LibraryError", "ArgumentError", "FusecWarning",

@@ -1,6 +1,7 @@
 """The ``fusec`` command line.
 
     fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90]
+    fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
 """
 
@@ -22,6 +23,7 @@ CUDA kernels that read each matrix as few times as the dependencies allow."""
 EPILOG = """\
 examples:
   fusec compile scripts/bicgk.script --library library/blas -o out/
+  fusec space scripts/gemver.script --library library/blas --size n=16384 --top 5
   fusec run scripts/bicgk.script --library library/blas --size n=16384
 Run 'fusec COMMAND --help' for a command's options."""
 
@@ -49,14 +51,23 @@ def _sizes(items: list[str], symbols: tuple[str, ...]) -> dict[str, int]:
     return {s: given.get(s, given.get("n")) for s in symbols}
 
 
+def _load(args):
+    """The library and the checked script a command works on."""
+    from .api import resolve_library
+    from .script import load_script
+    library = resolve_library(args.library)
+    return library, load_script(args.script, library)
+
+
 def _compile(args) -> int:
-    from .api import compile as compile_program
     from . import nvcc
-    program = compile_program(args.script, args.library, args.dtype)
+    from .api import compile_dag
+    library, dag = _load(args)
+    sizes = _sizes(args.size, dag.sizes) if args.size else None
+    program = compile_dag(dag, library, args.dtype, sizes=sizes)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{program.dag.name}.{args.dtype}"
-    sizes = _sizes(args.size, program.dag.sizes) if args.size else None
     cu = out / f"{stem}.cu"
     cu.write_text(program.source, encoding="utf-8")
     resources = None
@@ -80,12 +91,12 @@ def _compile(args) -> int:
 
 def _run(args) -> int:
     import numpy as np
-    from .api import compile as compile_program
     from . import oracle
+    from .api import compile_dag
     from .runtime import cuda
-    program = compile_program(args.script, args.library, args.dtype)
-    sizes = _sizes(args.size, program.dag.sizes)
-    library = program.generated.library
+    library, dag = _load(args)
+    sizes = _sizes(args.size, dag.sizes)
+    program = compile_dag(dag, library, args.dtype, sizes=sizes)
     rng = np.random.default_rng(args.seed)
     host = oracle.random_inputs(program.dag, sizes, program.dtype, rng)
     cuda.driver()  # a clear error when PyCUDA or the GPU is missing
@@ -111,6 +122,41 @@ def _run(args) -> int:
           f" over {len(times)} runs")
     print(f"speed  {nbytes / (median * 1e-3) / 1e9:.1f} GB/s on {nbytes:,} minimum bytes")
     return 0 if ok else 1
+
+
+def _space(args) -> int:
+    import time
+    from .api import default_sizes
+    from .geometry import dtype_name
+    from .predict import DEFAULT
+    from .space.combinations import build_space
+    library, dag = _load(args)
+    sizes = default_sizes(dag, _sizes(args.size, dag.sizes) if args.size else None)
+    start = time.perf_counter()
+    space = build_space(dag, library, dtype_name(args.dtype), sizes, DEFAULT)
+    shown = []
+    limit = None if args.all else args.top
+    for combination in space.ranked():
+        if limit is not None and len(shown) >= limit:
+            break
+        shown.append(combination)
+    elapsed = time.perf_counter() - start
+    print(f"{dag.name} ({dag.file}) {args.dtype}, sizes "
+          + " ".join(f"{k}={v}" for k, v in sizes.items()) + f", predictor {DEFAULT.name}")
+    print(f"fusions          {len(space.fusions)}"
+          f"  ({sum(len(f) > 1 for f in space.fusions)} of more than one call)")
+    print(f"implementations  {space.implementation_count}")
+    print(f"combinations     {space.combination_count}  (in {len(space.covers)} covers of the calls)")
+    print(f"enumerated       {len(shown)} in {elapsed:.2f} s")
+    print()
+    print(f"{'rank':>4}  {'predicted':>12}  kernels  calls fused in each kernel")
+    for rank, combination in enumerate(shown, 1):
+        kernels = " | ".join(
+            "+".join(f"{dag.value(dag.call(c).result).label}={dag.call(c).function}" for c in k.calls)
+            + f" [{k.shape.block}t,{k.shape.iters}it" + (f",{k.shape.tile_rows}r,{k.serial}" if k.serial else "")
+            + "]" for k in combination.plan.kernels)
+        print(f"{rank:>4}  {combination.predicted * 1e6:9.1f} us  {len(combination.plan.kernels):>7}  {kernels}")
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -140,6 +186,21 @@ def parser() -> argparse.ArgumentParser:
                       help="sizes to show launch shapes for (repeatable; n=VALUE sets every size)")
     comp.set_defaults(handler=_compile)
 
+    space = commands.add_parser(
+        "space", help="show the optimization space and the best-predicted combinations",
+        description="Enumerate the optimization space of SCRIPT (paper 4.2): fusions (fusible sets of"
+                    " calls), their implementations (routine order, block shape, serial iterations)"
+                    " and combinations (implementations covering every call), and list the"
+                    " combinations in the order the predictor ranks them for --size.")
+    common(space)
+    space.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
+                       help="problem size to predict for (repeatable; n=VALUE sets every size;"
+                            " default 8192)")
+    which = space.add_mutually_exclusive_group()
+    which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
+    which.add_argument("--all", action="store_true", help="enumerate and show every combination")
+    space.set_defaults(handler=_space)
+
     run = commands.add_parser(
         "run", help="run on random inputs on the GPU, check and time",
         description="Run SCRIPT on the GPU on random inputs (uniform in [-0.5, 0.5]), check every"
@@ -168,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             return args.handler(args)
         except FusecError as exc:
             print(f"fusec: error: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:  # a missing script, an output path that is a file...
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"fusec: error: {exc.strerror or exc}{where}", file=sys.stderr)
             return 1
 
 

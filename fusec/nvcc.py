@@ -15,11 +15,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 from . import __version__
 from .cache import atomic_write_bytes, cache_dir
-from .errors import CompileError, GPUUnavailableError
+from .errors import CompileError, FusecWarning, GPUUnavailableError
 
 DEFAULT_ARCH = "sm_90"
 
@@ -73,8 +74,14 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
     folder = cache_dir("nvcc")
     cubin_path, log_path = folder / f"{key}.cubin", folder / f"{key}.log"
     if use_cache and cubin_path.is_file() and log_path.is_file():
-        log = log_path.read_text(encoding="utf-8")
-        return Compiled(cubin_path.read_bytes(), arch, log, parse_resources(log), cached=True)
+        try:
+            log = log_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            log = ""
+        resources = parse_resources(log)
+        if resources:  # a log that names no kernel is damaged: compile again
+            return Compiled(cubin_path.read_bytes(), arch, log, resources, cached=True)
+        warnings.warn(FusecWarning(f"ignoring a damaged entry of the nvcc cache ({log_path.name})"))
     with tempfile.TemporaryDirectory(prefix="fusec-nvcc-") as tmp:
         cu, out = Path(tmp) / "program.cu", Path(tmp) / "program.cubin"
         cu.write_text(source, encoding="utf-8")
@@ -107,3 +114,12 @@ def parse_resources(log: str) -> dict[str, Resources]:
             out[current] = Resources(int(m.group(1)), int(m.group(2) or 0), *frame)
             current = None
     return out
+
+
+def compile_many(sources: list[str], arch: str = DEFAULT_ARCH, workers: int | None = None,
+                 lineinfo: bool = False) -> list[Compiled]:
+    """Compile several programs at once (nvcc runs in parallel processes)."""
+    from concurrent.futures import ThreadPoolExecutor
+    workers = workers or min(32, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda s: compile_cubin(s, arch, lineinfo), sources))

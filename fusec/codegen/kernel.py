@@ -57,6 +57,7 @@ class Arg:
     decl: str
     value: int | None = None
     size: str | None = None  # size symbol, for role "size"
+    axis: str | None = None  # tile geometry: ROWS or COLS for a vector
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +119,13 @@ class Kernel:
         rows, cols = self.grid_extent(sizes)
         return rows * cols
 
+    @property
+    def onchip_bytes(self) -> int:
+        """On-chip memory of one block: shared memory plus every thread's register elements."""
+        itemsize = geo.DTYPES[self.dtype].itemsize
+        registers = sum(e.size for e in self.elements if e.storage is Storage.REGISTERS)
+        return (self.shared_reals + registers * self.plan.shape.block) * itemsize
+
     def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
         """(reals of partials, counters) the reduction needs."""
         m = self.macros()
@@ -161,6 +169,21 @@ def _routine(library: Library, dag: Dag, plan: KernelPlan, step: Step) -> Routin
     return impl.store
 
 
+def _check_threads(routine: Routine, macros: dict[str, int]) -> None:
+    """A routine may run on fewer threads than the block, never more."""
+    if routine.threads is None:
+        return
+    wanted = [geo.evaluate(t, macros) for t in routine.threads]
+    if len(wanted) == 2:
+        x, y = wanted
+        fits = x * y <= macros["BLOCK"] and (x != macros["BLOCK_X"] or y <= macros["BLOCK_Y"])
+    else:
+        fits = wanted[0] <= macros["BLOCK"]
+    if not fits or min(wanted) < 1:
+        raise PlanError(f"routine {routine.name} wants threads {' x '.join(map(str, wanted))},"
+                        f" more than the block's {macros['BLOCK']}")
+
+
 def _accumulated(function: Function, plan: KernelPlan) -> bool:
     if not function.hof.reduce:
         return False
@@ -177,7 +200,11 @@ def _invariant(function: Function, param: str, plan: KernelPlan) -> bool:
     return p.kind is Kind.VECTOR and _axis_of(function, p.dims[0]) != plan.serial
 
 
-def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int) -> Kernel:
+def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int,
+                 emit: bool = True) -> Kernel:
+    """Analyse a fusion implementation into a kernel, and print its source (unless
+    ``emit`` is false: the space only needs the analysis). Raises PlanError when
+    the plan cannot be built (e.g. routines disagree on where an element lives)."""
     dtype = geo.dtype_name(dtype)
     macros = plan.shape.macros(dtype)
     kernel_calls = frozenset(plan.calls)
@@ -186,6 +213,8 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
             raise PlanError(f"call {call} ({dag.call(call).function}) does not run in the"
                             f" {plan.geometry} geometry")
     dims = _kernel_dims(dag, library, plan)
+    for step in plan.steps:
+        _check_threads(_routine(library, dag, plan, step), macros)
 
     # Which value each step touches, with which mapping and how.
     touches: dict[int, list[tuple[Mode, str]]] = {}
@@ -270,8 +299,11 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
         if routine is not None and routine.scratch:
             key = f"scratch{position}"
             sizes[key] = geo.evaluate(routine.scratch, macros)
-            touched.insert(0, Touch(key, Mode.WRITE, "<scratch>", True))
-            touched.append(Touch(key, Mode.READ, "<scratch>", True))
+            # each thread writes its own words, then reads words others wrote (after
+            # the routine's own barrier): different mappings, so a later write there
+            # (the next iteration, another routine's scratch) waits for a barrier
+            touched.insert(0, Touch(key, Mode.WRITE, "<scratch: own words>", True))
+            touched.append(Touch(key, Mode.READ, "<scratch: any words>", True))
         events.append(Event(section, tuple(touched), bool(routine and routine.sync)))
     for value, (kind, _, _, size) in storage.items():
         if kind is Storage.SHARED:
@@ -297,7 +329,7 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
                     total, "")
-    return dataclasses.replace(kernel, source=_emit(kernel, dag, library))
+    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
 
 
 def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_calls, dims) -> tuple[Arg, ...]:
@@ -318,7 +350,9 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
                     scalars.append(Arg("scalar_ptr", f"const real* __restrict__ g_{value.c_name}", arg))
             elif dag.producer(arg) not in kernel_calls:
                 seen.add(arg)
-                ins.append(Arg("in", f"const real* __restrict__ g_{value.c_name}", arg))
+                axis = (_axis_of(function, param.dims[0])
+                        if plan.geometry is Geometry.TILE and param.kind is Kind.VECTOR else None)
+                ins.append(Arg("in", f"const real* __restrict__ g_{value.c_name}", arg, axis=axis))
         if leaves_kernel(dag, library, call, kernel_calls):
             value = dag.value(record.result)
             outs.append(Arg("out", f"real* __restrict__ g_{value.c_name}", value.id))
@@ -455,8 +489,8 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         serial_rows = plan.serial == ROWS
         w("// indices: a 1D grid of tiles; each block walks ITERS tiles along the "
           + ("rows" if serial_rows else "columns"))
-        w("const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
-        w("const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
+        w("[[maybe_unused]] const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
+        w("[[maybe_unused]] const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
         if any(r.axis == ROWS for r in kernel.reductions):  # arrivals of a sum along the rows
             w("const int grid_rows = " + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
         w("const int grid_cols = " + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))

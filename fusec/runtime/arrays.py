@@ -94,8 +94,8 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
         except TypeError:
             raise ArgumentError(name, f"has an element type {cai['typestr']!r} that is not a real number") from None
         strides = cai.get("strides")
-        contiguous = strides is None or tuple(strides) == _c_strides(shape, got_dtype.itemsize) \
-            or 0 in shape
+        contiguous = strides is None or 0 in shape or all(  # an axis of extent 1 may have any stride
+            extent == 1 or s == c for extent, s, c in zip(shape, strides, _c_strides(shape, got_dtype.itemsize)))
         where, family = DEVICE, _family(obj)
     else:
         raise ArgumentError(name, f"must be {what}: a NumPy array or a device array with"
@@ -103,8 +103,9 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
     if len(shape) != ndim:
         raise ArgumentError(name, f"must be {what}, got {len(shape)} dimension(s) {tuple(shape)}")
     if got_dtype != dtype:
-        raise ArgumentError(name, f"has dtype {got_dtype}, but the program was compiled for {dtype}"
-                                  f" (convert it, or compile with dtype={got_dtype.name!r})")
+        advice = (f"convert it, or compile with dtype={got_dtype.name!r}"
+                  if got_dtype.name in ("float32", "float64") else "convert it")
+        raise ArgumentError(name, f"has dtype {got_dtype}, but the program was compiled for {dtype} ({advice})")
     if not contiguous:
         raise ArgumentError(name, "is not C-contiguous (row-major, no gaps); pass a contiguous copy,"
                                   " e.g. numpy.ascontiguousarray(x) or x.copy()")

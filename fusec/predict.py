@@ -1,0 +1,84 @@
+"""Predicting how long a kernel runs, without running it.
+
+:class:`Predictor` is the interface the space ranks combinations with. This
+module's :class:`AnalyticPredictor` is the provisional model: the bytes a
+kernel moves through DRAM over the copy bandwidth, slowed when the grid is
+too small or too ragged to keep every SM busy, plus a fixed cost per launch
+(leaving that out made the paper mispredict AXPYDOT). The performance
+database (measured routine times) plugs in behind the same interface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Protocol
+
+from . import geometry as geo
+from .codegen.kernel import Kernel
+from .dag import Dag
+from .space.points import COLS, ROWS
+
+
+class Predictor(Protocol):
+    name: str
+
+    def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        ...
+
+
+def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
+    """Bytes the kernel moves through DRAM.
+
+    Matrices and the vectors of the vector geometry move once. In the tile
+    geometry a vector indexed by rows is read by every block along the
+    columns (and vice versa). Reductions write and read their partials once.
+    """
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    grid_rows, grid_cols = kernel.grid_extent(dict(sizes))
+
+    def elements(value: int) -> int:
+        return math.prod(sizes[d] for d in dag.value(value).dims)
+
+    total = 0
+    for arg in kernel.args:
+        if arg.role == "in":
+            count = elements(arg.value)
+            if arg.axis == ROWS:  # every block along the columns reads its rows
+                count *= grid_cols
+            elif arg.axis == COLS:
+                count *= grid_rows
+            total += count * itemsize
+        elif arg.role == "out":
+            total += max(elements(arg.value), 1) * itemsize
+    for reduction in kernel.reductions:
+        partials, _ = kernel.reduction_buffers(reduction, dict(sizes))
+        total += 2 * partials * itemsize
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalyticPredictor:
+    """Bytes over bandwidth plus launch cost; defaults measured on an H100."""
+
+    bandwidth: float = 2.9e12  # bytes/s, device-to-device copy (read + write)
+    launch: float = 3.0e-6  # seconds per kernel launch
+    sms: int = 132
+    threads_per_sm: int = 2048
+    threads_to_saturate: int = 1024  # resident threads per SM that keep DRAM busy
+    name: str = "analytic"
+
+    def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        block = kernel.plan.shape.block
+        blocks_per_sm = max(1, self.threads_per_sm // block)
+        grid = kernel.grid(dict(sizes))
+        slots = self.sms * blocks_per_sm
+        waves = math.ceil(grid / slots)
+        tail = grid / (waves * slots)  # the last wave runs partly empty
+        resident = min(grid, slots) * block / self.sms
+        occupancy = min(1.0, resident / self.threads_to_saturate)
+        efficiency = max(tail * occupancy, 1e-3)
+        return self.launch + traffic(kernel, dag, sizes) / (self.bandwidth * efficiency)
+
+
+DEFAULT = AnalyticPredictor()

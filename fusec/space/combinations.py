@@ -1,0 +1,155 @@
+"""Combinations (paper §4.2): fusion implementations that cover every call.
+
+A cover is a set of fusions in which each call appears once and whose kernels
+can run in some order (the graph between fusions has no cycle). A
+combination picks one implementation per fusion of a cover; its predicted
+time is the sum of its kernels' times, since they run one after another.
+
+:func:`ranked` yields combinations best-predicted first and lazily: one heap
+over all covers, where each cover's candidates are the sorted lists of its
+fusions' implementations and a candidate's successors bump one of them. The
+first combination costs one sort per fusion; the whole space is reachable by
+iterating on, and each combination comes out exactly once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from typing import Iterator, Mapping
+
+from ..codegen.kernel import Kernel
+from ..dag import Dag
+from ..library.model import Library
+from .fusions import Fusion, fusions
+from .implementations import implementations
+from .points import KernelPlan, ProgramPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class Combination:
+    plan: ProgramPlan
+    predicted: float  # seconds
+    kernel_times: tuple[float, ...]
+
+    @property
+    def fused_calls(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(k.calls for k in self.plan.kernels)
+
+
+def _kernel_order(dag: Dag, cover: tuple[Fusion, ...]) -> tuple[Fusion, ...] | None:
+    """The fusions in an order that respects the DAG, or None if they form a cycle."""
+    owner = {c: i for i, f in enumerate(cover) for c in f.calls}
+    needs = {i: {owner[p] for c in f.calls for p in dag.predecessors(c)} - {i} for i, f in enumerate(cover)}
+    order: list[int] = []
+    while len(order) < len(cover):
+        ready = [i for i in range(len(cover)) if i not in order and needs[i] <= set(order)]
+        if not ready:
+            return None
+        order.append(min(ready, key=lambda i: cover[i].calls[0]))
+    return tuple(cover[i] for i in order)
+
+
+def covers(dag: Dag, candidates: list[Fusion]) -> list[tuple[Fusion, ...]]:
+    """Every exact cover of the calls by fusions, each in launch order."""
+    calls = [c.id for c in dag.calls]
+    by_first: dict[int, list[Fusion]] = {}
+    for fusion in candidates:
+        by_first.setdefault(fusion.calls[0], []).append(fusion)
+    out = []
+
+    def extend(chosen: list[Fusion], covered: frozenset[int]) -> None:
+        left = [c for c in calls if c not in covered]
+        if not left:
+            ordered = _kernel_order(dag, tuple(chosen))
+            if ordered is not None:
+                out.append(ordered)
+            return
+        first = left[0]  # the smallest uncovered call starts the next fusion
+        for fusion in by_first.get(first, ()):
+            if not covered.intersection(fusion.calls):
+                extend(chosen + [fusion], covered | frozenset(fusion.calls))
+
+    extend([], frozenset())
+    return out
+
+
+@dataclasses.dataclass
+class Space:
+    """The optimization space of a script for one precision and problem size."""
+
+    dag: Dag
+    library: Library
+    dtype: str
+    sizes: dict[str, int]
+    predictor: object
+    fusions: list[Fusion]
+    options: dict[Fusion, list[tuple[KernelPlan, Kernel, float]]]  # sorted by predicted time
+    covers: list[tuple[Fusion, ...]]
+
+    @property
+    def implementation_count(self) -> int:
+        return sum(len(v) for v in self.options.values())
+
+    @property
+    def combination_count(self) -> int:
+        return sum(math.prod(len(self.options[f]) for f in cover) for cover in self.covers)
+
+    def _combination(self, cover: tuple[Fusion, ...], index: tuple[int, ...]) -> Combination:
+        picked = [self.options[f][i] for f, i in zip(cover, index)]
+        times = tuple(t for _, _, t in picked)
+        return Combination(ProgramPlan(tuple(p for p, _, _ in picked)), sum(times), times)
+
+    def ranked(self) -> Iterator[Combination]:
+        """Combinations in increasing predicted time, lazily."""
+        heap = []
+        for c, cover in enumerate(self.covers):
+            if all(self.options[f] for f in cover):
+                index = (0,) * len(cover)
+                heap.append((self._total(cover, index), c, index, 0))
+        heapq.heapify(heap)
+        while heap:
+            total, c, index, last = heapq.heappop(heap)
+            cover = self.covers[c]
+            yield self._combination(cover, index)
+            for position in range(last, len(cover)):  # bump at or after the last bumped: no repeats
+                if index[position] + 1 < len(self.options[cover[position]]):
+                    bumped = index[:position] + (index[position] + 1,) + index[position + 1:]
+                    heapq.heappush(heap, (self._total(cover, bumped), c, bumped, position))
+
+    def _total(self, cover, index) -> float:
+        return sum(self.options[f][i][2] for f, i in zip(cover, index))
+
+    def best(self) -> Combination:
+        return next(self.ranked())
+
+    def sample(self, count: int, rng, exclude: set[ProgramPlan] = frozenset()) -> list[Combination]:
+        """Up to ``count`` distinct combinations drawn uniformly from the whole
+        space (a cover in proportion to its size, then one implementation per
+        fusion), without enumerating it."""
+        weights = [math.prod(len(self.options[f]) for f in cover) for cover in self.covers]
+        total = sum(weights)
+        wanted = min(count, total - len(exclude))
+        seen: dict[ProgramPlan, Combination] = {}
+        while len(seen) < wanted:
+            pick = int(rng.integers(total))
+            for cover, weight in zip(self.covers, weights):
+                if pick < weight:
+                    break
+                pick -= weight
+            index = tuple(int(rng.integers(len(self.options[f]))) for f in cover)
+            combination = self._combination(cover, index)
+            if combination.plan not in exclude:
+                seen.setdefault(combination.plan, combination)
+        return list(seen.values())
+
+
+def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int], predictor) -> Space:
+    found = fusions(dag, library)
+    options = {}
+    for fusion in found:
+        timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
+                 for plan, kernel in implementations(dag, library, fusion, dtype)]
+        options[fusion] = sorted(timed, key=lambda item: (item[2], item[0]))
+    return Space(dag, library, dtype, dict(sizes), predictor, found, options, covers(dag, found))

@@ -1,0 +1,333 @@
+"""The command line (fusec/cli.py), run in-process through ``main`` and once as
+the installed ``fusec`` console script.
+
+Exit codes: 0 success, 1 a fusec error (printed as ``fusec: error: ...``), 2 a
+usage error (argparse's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fusec
+from fusec import cli
+from helpers import LIBRARY, ROOT, library
+
+SCRIPTS = ROOT / "scripts"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def compile_args(script, out_dir, *extra):
+    return ["compile", script, "--library", LIBRARY, "-o", out_dir, *extra]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+# -- help ---------------------------------------------------------------------------------
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: fusec" in out and "fuses sequences of BLAS" in out
+    for name in subcommands():
+        assert re.search(rf"^\s+{name}\s+\S", out, re.M), name  # each command with its line of help
+    assert "fusec compile scripts/bicgk.script" in out  # the examples
+
+
+def test_the_commands_include_compile_and_run():
+    assert {"compile", "run"} <= set(subcommands())
+
+
+@pytest.mark.parametrize("command", sorted(subcommands()))
+def test_command_help_explains_every_option(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: fusec {command}")
+    sub = subcommands()[command]
+    assert sub.description and " ".join(sub.description.split()[:3]) in " ".join(out.split())
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help and len(action.help) > 10, action.dest  # every option says what it does
+        for flag in action.option_strings or [action.metavar]:
+            assert flag in out, (command, flag)
+
+
+def test_compile_help_names_its_outputs_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["compile", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--library", "--dtype", "float32", "float64", "-o", "--arch", "sm_90", "--no-nvcc",
+                 "--size", "NAME=VALUE", "NAME.DTYPE.cu", "NAME.DTYPE.plan.txt"):
+        assert text in out, text
+
+
+def test_run_help_names_its_options(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--size", "--repeat", "--warmup", "--seed", "--dtype", "--library", "median"):
+        assert text in out, text
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    code, out, err = run(capsys)
+    assert code == 2
+    assert "usage: fusec" in out and "compile" in out and "run" in out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fusec {fusec.__version__}"
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["frobnicate"])
+    assert info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_bad_dtype_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        run(capsys, *compile_args(SCRIPTS / "sscal.script", "out", "--dtype", "float16"))
+    assert info.value.code == 2
+    assert "float16" in capsys.readouterr().err
+
+
+# -- compile ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compile_writes_the_source_and_the_plan(capsys, tmp_path, dtype):
+    out_dir = tmp_path / "new" / "dir"  # created as needed
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "bicgk.script", out_dir, "--no-nvcc",
+                                               "--dtype", dtype))
+    assert (code, err) == (0, "")
+    cu, plan = out_dir / f"bicgk.{dtype}.cu", out_dir / f"bicgk.{dtype}.plan.txt"
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted([cu.name, plan.name])
+    source = cu.read_text()
+    assert source.startswith("// Generated by fusec")
+    assert f"typedef {'float' if dtype == 'float32' else 'double'} real;" in source
+    plan_text = plan.read_text()
+    assert plan_text.startswith(f"program bicgk ") and f", {dtype}," in plan_text.splitlines()[0]
+    assert "bicgk.script:5  q = sgemv(A, p)" in plan_text
+    assert "bicgk.script:6  s = sgemtv(A, r)" in plan_text
+    assert not re.search(r"^  nvcc ", plan_text, re.M)  # nvcc did not run
+    assert plan_text in out
+    assert "nvcc: not run (--no-nvcc)" in out
+    assert str(cu) in out
+
+
+def test_compile_uses_the_bundled_library_by_default(capsys, tmp_path):
+    code, out, err = run(capsys, "compile", SCRIPTS / "sscal.script", "-o", tmp_path, "--no-nvcc")
+    assert code == 0 and "library blas" in out
+    assert (tmp_path / "sscal.float32.cu").is_file()
+
+
+@pytest.mark.nvcc
+def test_compile_with_nvcc_writes_the_cubin_and_registers(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    out_dir = tmp_path / "out"
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", out_dir))
+    assert code == 0, err
+    names = sorted(p.name for p in out_dir.iterdir())
+    assert names == ["sscal.float32.cu", "sscal.float32.plan.txt", "sscal.float32.sm_90.cubin"]
+    assert (out_dir / "sscal.float32.sm_90.cubin").stat().st_size > 0
+    plan_text = (out_dir / "sscal.float32.plan.txt").read_text()
+    assert re.search(r"nvcc +\d+ registers, \d+ bytes shared, 0 bytes spilled", plan_text)
+    assert "nvcc: compiled for sm_90" in out and "(cached)" not in out
+    # Again: from the cache.
+    code, out, _ = run(capsys, *compile_args(SCRIPTS / "sscal.script", out_dir))
+    assert code == 0 and "nvcc: compiled for sm_90 (cached)" in out
+
+
+@pytest.mark.nvcc
+def test_compile_with_a_bad_arch_is_an_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", tmp_path, "--arch", "90"))
+    assert code == 1
+    assert err.startswith("fusec: error: bad architecture '90'")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("sizes,shown", [(["--size", "n=1000"], {"m": 1000, "n": 1000}),
+                                         (["--size", "m=1000", "--size", "n=500"], {"m": 1000, "n": 500}),
+                                         (["--size", "n=33", "--size", "m=4097"], {"m": 4097, "n": 33})])
+def test_compile_shows_launch_numbers_for_sizes(capsys, tmp_path, sizes, shown):
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "bicgk.script", tmp_path, "--no-nvcc", *sizes))
+    assert (code, err) == (0, "")
+    assert "sizes:   " + ", ".join(f"{k}={v}" for k, v in shown.items()) in out
+    # The blocks launched are those of the program compiled for these sizes.
+    prog = fusec.compile(SCRIPTS / "bicgk.script", library(), "float32", sizes=shown)
+    launches = re.findall(r"^  launch .* = (\d+) blocks$", out, re.M)
+    assert [int(b) for b in launches] == [k.grid(shown) for k in prog.kernels]
+    assert all(int(b) > 0 for b in launches)
+
+
+def test_compile_without_sizes_shows_no_block_counts(capsys, tmp_path):
+    code, out, _ = run(capsys, *compile_args(SCRIPTS / "bicgk.script", tmp_path, "--no-nvcc"))
+    assert code == 0 and "blocks" not in out and "sizes:" not in out
+
+
+@pytest.mark.parametrize("size,message", [
+    ("n", "expected NAME=VALUE"),
+    ("n=", "expected NAME=VALUE"),
+    ("=3", "expected NAME=VALUE"),
+    ("n=x", "'x' is not a whole number"),
+    ("n=1.5", "'1.5' is not a whole number"),
+    ("n=0", "sizes must be at least 1"),
+    ("n=-4", "sizes must be at least 1"),
+    ("q=3", "the script has no size 'q' (its sizes: m, n)"),
+    ("m=3", "give --size for n"),
+])
+def test_bad_size(capsys, tmp_path, size, message):
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "bicgk.script", tmp_path, "--no-nvcc",
+                                               "--size", size))
+    assert code == 1
+    assert err.startswith("fusec: error: --size") or err.startswith("fusec: error: give --size")
+    assert message in err, err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_size_for_a_symbol_of_another_script(capsys, tmp_path):
+    code, _, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", tmp_path, "--no-nvcc",
+                                             "--size", "m=3"))
+    assert code == 1 and "the script has no size 'm' (its sizes: n)" in err
+
+
+SCRIPT_ERRORS = {
+    "undeclared": ("vector x[n], y[n];\ninput x;\ny = sscal(beta, x);\nreturn y;\n",
+                   3, 11, "'beta' is not declared", "y = sscal(beta, x);"),
+    "syntax": ("vector x[n], y[n];\ninput x;\ny = sscal(2.0, x)\nreturn y;\n",
+               4, 1, "unexpected 'return'", "return y;"),
+    "unknown-function": ("vector x[n], y[n];\ninput x;\ny = frob(x);\nreturn y;\n",
+                         3, 5, "frob", "y = frob(x);"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPT_ERRORS))
+def test_script_error_points_at_the_source(capsys, tmp_path, case):
+    text, line, column, message, source_line = SCRIPT_ERRORS[case]
+    script = write(tmp_path, "bad.script", text)
+    code, out, err = run(capsys, *compile_args(script, tmp_path / "out", "--no-nvcc"))
+    assert code == 1
+    first, shown, caret = err.splitlines()[:3]
+    assert first.startswith(f"fusec: error: {script}:{line}:{column}: ")
+    assert message in first
+    assert shown == "    " + source_line
+    assert caret == "    " + " " * (column - 1) + "^"
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unused_input_is_a_warning(capsys, tmp_path):
+    script = write(tmp_path, "unused.script", "vector x[n], y[n], w[n];\nscalar alpha;\n"
+                                              "input x, alpha, w;\ny = sscal(alpha, x);\nreturn y;\n")
+    code, out, err = run(capsys, *compile_args(script, tmp_path, "--no-nvcc"))
+    assert code == 0
+    assert err.startswith(f"fusec: warning: {script}:3:17: input 'w' is never used")
+    assert "    input x, alpha, w;\n" + "    " + " " * 16 + "^" in err
+    assert (tmp_path / "unused.float32.cu").is_file()
+
+
+def test_missing_library_directory(capsys, tmp_path):
+    missing = tmp_path / "no-such-library"
+    code, out, err = run(capsys, "compile", SCRIPTS / "sscal.script", "--library", missing,
+                         "-o", tmp_path / "out", "--no-nvcc")
+    assert code == 1
+    assert err == f"fusec: error: library directory {str(missing)!r} does not exist\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_library_directory_without_an_index(capsys, tmp_path):
+    code, out, err = run(capsys, "compile", SCRIPTS / "sscal.script", "--library", tmp_path,
+                         "-o", tmp_path / "out", "--no-nvcc")
+    assert code == 1 and err.startswith("fusec: error: ") and "not a fusec library" in err
+
+
+@pytest.mark.parametrize("case", ["missing-script", "output-is-a-file"])
+def test_file_system_errors_are_reported_cleanly(capsys, tmp_path, case):
+    script, out_dir = SCRIPTS / "sscal.script", tmp_path / "out"
+    if case == "missing-script":
+        script = tmp_path / "nothere.script"
+    else:
+        out_dir.write_text("a file, not a folder")
+    code, out, err = run(capsys, *compile_args(script, out_dir, "--no-nvcc"))
+    assert code == 1
+    assert err.startswith("fusec: error: ") and str(script if case == "missing-script" else out_dir) in err
+
+
+# -- run -----------------------------------------------------------------------------------
+
+
+def test_run_needs_a_size(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", str(SCRIPTS / "sscal.script"), "--library", str(LIBRARY)])
+    assert info.value.code == 2
+    assert "--size" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="PyCUDA is installed here")
+def test_run_without_pycuda_says_so(capsys):
+    code, out, err = run(capsys, "run", SCRIPTS / "bicgk.script", "--library", LIBRARY, "--size", "n=64")
+    assert code == 1
+    assert err.startswith("fusec: error: ") and "PyCUDA" in err
+    assert "Traceback" not in err
+
+
+def test_run_checks_sizes_before_the_gpu(capsys):
+    code, out, err = run(capsys, "run", SCRIPTS / "bicgk.script", "--library", LIBRARY, "--size", "n=0")
+    assert code == 1 and "sizes must be at least 1" in err
+
+
+# -- the installed console script ------------------------------------------------------------
+
+
+def test_console_script(tmp_path):
+    exe = shutil.which("fusec", path=str(Path(sys.executable).parent)) or shutil.which("fusec")
+    if exe is None:
+        pytest.skip("the fusec console script is not installed")
+    proc = subprocess.run([exe, "compile", str(SCRIPTS / "waxpby.script"), "--library", str(LIBRARY),
+                           "-o", str(tmp_path), "--no-nvcc", "--dtype", "float64", "--size", "n=4097"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "waxpby.float64.cu").is_file()
+    assert (tmp_path / "waxpby.float64.plan.txt").read_text() in proc.stdout
+    assert "sizes:   n=4097" in proc.stdout
+    proc = subprocess.run([exe, "compile", str(SCRIPTS / "waxpby.script"), "--size", "n=x", "--no-nvcc",
+                           "-o", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr == "fusec: error: --size 'n=x': 'x' is not a whole number\n"
+    proc = subprocess.run([exe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "usage: fusec" in proc.stdout

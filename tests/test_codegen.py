@@ -1,0 +1,572 @@
+"""Generated CUDA (fusec/codegen) without a GPU: its text, its structure, and nvcc.
+
+Two plans of every script: the one ``fusec.compile`` chooses by default, and
+the unfused plan (one kernel per call), whose structure is known by hand. The
+structure tests follow the paper's Algorithm 1: invariant loads and clears of
+accumulated reductions before the serial loop, per-iteration work inside it,
+stores of accumulated reductions after it, then the cross-block finish.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from fusec.errors import FusecWarning
+
+import fusec
+from fusec import nvcc
+from fusec.codegen.barriers import LOOP, POST, PRE
+from fusec.errors import CompileError
+from fusec.library.model import Geometry, RoutineKind
+from fusec.script import load_script
+from fusec.space import COLS, ROWS, unfused_plan
+from fusec.space.points import ProgramPlan
+from helpers import DTYPES, ROOT, library, program, script_names
+
+CASES = [(s, d) for s in script_names() for d in DTYPES]
+IDS = [f"{s}-{d}" for s, d in CASES]
+PLANS = ("default", "unfused")
+
+
+def path_of(script: str) -> Path:
+    return ROOT / "scripts" / f"{script}.script"
+
+
+@functools.lru_cache(maxsize=None)
+def unfused(script: str, dtype: str):
+    lib = library()
+    plan = unfused_plan(load_script(path_of(script), lib), lib)
+    return fusec.compile(path_of(script), lib, dtype, plan=plan)
+
+
+def compiled(plan: str, script: str, dtype: str):
+    return program(script, dtype) if plan == "default" else unfused(script, dtype)
+
+
+def kernel_named(prog, function: str):
+    (kernel,) = [k for k in prog.kernels if k.name.endswith("_" + function)]
+    return kernel
+
+
+def routine_of(prog, kernel, step):
+    """The library routine a step calls (what the generated comment must name)."""
+    function = library().functions[prog.dag.call(step.call).function]
+    impl = next(i for i in function.implementations
+                if i.name == kernel.plan.implementation_of(step.call))
+    if step.kind is RoutineKind.LOAD:
+        return impl.load_of(step.param)
+    return impl.compute if step.kind is RoutineKind.COMPUTE else impl.store
+
+
+def body(source: str, kernel) -> str:
+    """The kernel function's text, from its signature to the end."""
+    start = source.index(f"__launch_bounds__(BLOCK) {kernel.name}(")
+    return source[start:source.index("\n}\n", start) + 3]
+
+
+def split_at_loop(kernel) -> tuple[str, str, str]:
+    """Kernel text before the serial loop, inside it, and after it."""
+    text = body(kernel.source, kernel)
+    head, rest = text.split("  for (int it = 0; it < ITERS", 1)
+    loop, tail = rest.split("\n  }\n", 1)
+    return head, loop, tail
+
+
+def ops(kernel, section: str) -> list:
+    return [op for op in kernel.ops if op.section == section]
+
+
+def describe_ops(kernel, section: str) -> list[tuple[str, str | None]]:
+    """(what, param) of each op in a section: ("clear", None), ("load", "x"), ..."""
+    out = []
+    for op in ops(kernel, section):
+        out.append(("clear", None) if op.step is None else (op.step.kind.value, op.step.param))
+    return out
+
+
+# -- every script, both precisions ------------------------------------------------------
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("script,dtype", CASES, ids=IDS)
+def test_generated_source(script, dtype, plan):
+    prog = compiled(plan, script, dtype)
+    source, dag = prog.source, prog.dag
+    assert f"typedef {'float' if dtype == 'float32' else 'double'} real;" in source
+    assert f"// dtype:   {dtype}" in source
+
+    # Every call runs in exactly one kernel, in an order that respects the script.
+    calls = [c for k in prog.kernels for c in k.plan.calls]
+    assert sorted(calls) == [c.id for c in dag.calls]
+    if plan == "unfused":
+        assert [k.plan.calls for k in prog.kernels] == [(c.id,) for c in dag.calls]
+    kernel_of = {c: k.index for k in prog.kernels for c in k.plan.calls}
+    for call in dag.calls:
+        assert all(kernel_of[p] <= kernel_of[call.id] for p in dag.predecessors(call.id)), call
+    assert [k.index for k in prog.kernels] == list(range(len(prog.kernels)))
+    assert len(re.findall(r"__global__", source)) == len(prog.kernels)
+    for kernel in prog.kernels:
+        assert f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(' in source
+        assert kernel.source in source
+
+    # Comments name each call's script line and the routine behind every step.
+    name = Path(dag.file).name
+    for kernel in prog.kernels:
+        for call in map(dag.call, kernel.plan.calls):
+            assert (f"{name}:{call.coord.line}  {dag.value(call.result).label} = {call.function}("
+                    in kernel.source), (kernel.name, call)
+        for op in kernel.ops:
+            if op.step is not None:
+                routine = routine_of(prog, kernel, op.step)
+                line = dag.call(op.step.call).coord.line
+                assert re.search(rf"// {re.escape(name)}:{line} .*\[{routine.name}\]", kernel.source), \
+                    (kernel.name, op.step)
+                assert f"{routine.name}(" in kernel.source
+
+    # Library code may only synchronise through BARRIER(), which fusec defines once.
+    lines = [line for line in source.splitlines() if "__syncthreads" in line]
+    assert lines == ["#define BARRIER() __syncthreads()"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_generated_source_is_deterministic(dtype):
+    a = fusec.compile(path_of("gemver"), library(), dtype)
+    assert a.source == program("gemver", dtype).source
+    assert a.generated.source_hash == program("gemver", dtype).generated.source_hash
+    b = fusec.compile(path_of("gemver"), library(), dtype, plan=unfused("gemver", dtype).generated.plan)
+    assert b.source == unfused("gemver", dtype).source
+
+
+def test_precisions_differ_only_where_they_must():
+    f, d = unfused("bicgk", "float32"), unfused("bicgk", "float64")
+    assert "#define VEC 4" in f.source and "#define VEC 2" in d.source
+    assert "#define TILE_COLS 128" in f.source and "#define TILE_COLS 64" in d.source
+
+
+# -- nvcc on every script ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cubins():
+    """Every plan x script x precision compiled for sm_90, two at a time (CI has 2 cores)."""
+    sources = {compiled(*case).source for case in NVCC_CASES}
+
+    def build(source):
+        try:
+            return nvcc.compile_cubin(source, arch="sm_90", use_cache=False)
+        except CompileError as exc:
+            return exc
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(sources, pool.map(build, sources)))
+
+
+NVCC_CASES = [(plan, s, d) for plan in PLANS for s, d in CASES]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("plan,script,dtype", NVCC_CASES, ids=[f"{p}-{s}-{d}" for p, s, d in NVCC_CASES])
+def test_nvcc_compiles_without_spills(cubins, plan, script, dtype):
+    prog = compiled(plan, script, dtype)
+    result = cubins[prog.source]
+    assert not isinstance(result, Exception), str(result)
+    assert result.cubin and not result.cached and result.arch == "sm_90"
+    assert set(result.resources) == {k.name for k in prog.kernels}, result.log
+    for name, r in result.resources.items():
+        assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (name, r)
+        assert 0 < r.registers <= 255
+
+
+# -- Algorithm 1 on known cases ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", ["atax", "bicgk"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sgemv_walks_columns_and_accumulates(script, dtype):
+    prog = unfused(script, dtype)
+    kernel = kernel_named(prog, "sgemv")
+    result = prog.dag.call(kernel.plan.calls[0]).result
+    assert kernel.plan.geometry is Geometry.TILE
+    assert kernel.plan.serial == COLS and kernel.dims == ("m", "n")
+    # Before the loop only the clear of the partial; A and x change with every column tile.
+    assert describe_ops(kernel, PRE) == [("clear", None)]
+    assert ops(kernel, PRE)[0].clear == result
+    assert describe_ops(kernel, LOOP) == [("load", "A"), ("load", "x"), ("compute", None)]
+    assert describe_ops(kernel, POST) == [("store", "y")]
+    (element,) = [e for e in kernel.elements if e.value == result]
+    assert element.reduction and element.accumulated
+    assert [(r.value, r.axis) for r in kernel.reductions] == [(result, COLS)]
+
+    head, loop, tail = split_at_loop(kernel)
+    assert "along columns (n)" in kernel.source
+    assert "c.col0 += TILE_COLS)" in loop.splitlines()[0]
+    q = prog.dag.value(result).c_name
+    assert f"r_{q}[s] = real(0);" in head
+    assert "tile_load(" in loop and "cols_load(" in loop and "gemv_compute(" in loop
+    assert "rows_partial_store(" not in head + loop
+    assert f"rows_partial_store(r_{q}, ws_{q} + (long long)block_col * rows, c);" in tail
+
+
+@pytest.mark.parametrize("script", ["atax", "bicgk"])
+def test_sgemtv_walks_rows_and_accumulates(script):
+    prog = unfused(script, "float32")
+    kernel = kernel_named(prog, "sgemtv")
+    result = prog.dag.call(kernel.plan.calls[0]).result
+    assert kernel.plan.serial == ROWS
+    assert describe_ops(kernel, PRE) == [("clear", None)]
+    # x is indexed by rows, the axis the loop walks: loaded in every iteration.
+    assert describe_ops(kernel, LOOP) == [("load", "A"), ("load", "x"), ("compute", None)]
+    assert describe_ops(kernel, POST) == [("store", "y")]
+    head, loop, tail = split_at_loop(kernel)
+    assert "along rows (m)" in kernel.source
+    assert "c.row0 += TILE_ROWS)" in loop.splitlines()[0]
+    assert "rows_load(" in loop and "rows_load(" not in head
+    s = prog.dag.value(result).c_name
+    assert f"cols_partial_store(r_{s}, ws_{s} + (long long)block_row * cols, smem + " in tail
+    # The store sums over the block's warps in shared memory: its scratch is allocated.
+    (store,) = ops(kernel, POST)
+    assert store.scratch is not None and store.scratch.offset % 4 == 0
+    assert kernel.shared_reals >= store.scratch.offset + store.scratch.size
+
+
+def test_sger_loads_its_column_vector_before_a_row_loop():
+    prog = unfused("gemver", "float32")
+    for kernel in prog.kernels[:2]:
+        assert kernel.name.endswith("_sger") and kernel.plan.serial == ROWS
+        # v is indexed by columns: the same for every row tile the block walks.
+        assert describe_ops(kernel, PRE) == [("load", "v")]
+        assert describe_ops(kernel, LOOP) == [("load", "A"), ("load", "u"), ("compute", None),
+                                              ("store", "B")]
+        assert ops(kernel, POST) == [] and kernel.reductions == ()
+        head, loop, _ = split_at_loop(kernel)
+        assert "cols_load(" in head and "cols_load(" not in loop
+        assert "rows_load(" in loop and "tile_store(" in loop
+        assert "fusec_arrive" not in kernel.source and "__shared__" not in kernel.source
+
+
+def swapped(script: str, dtype: str = "float32"):
+    """The unfused plan with every tile kernel walking the other axis."""
+    lib = library()
+    prog = unfused(script, dtype)
+    plan = prog.generated.plan
+    other = {ROWS: COLS, COLS: ROWS, None: None}
+    plan = ProgramPlan(tuple(dataclasses.replace(k, serial=other[k.serial]) for k in plan.kernels))
+    return fusec.compile(path_of(script), lib, dtype, plan=plan)
+
+
+def test_row_loop_hoists_the_column_vector_and_stores_the_reduction_every_iteration():
+    prog = swapped("bicgk")
+    kernel = kernel_named(prog, "sgemv")
+    result = prog.dag.call(kernel.plan.calls[0]).result
+    assert kernel.plan.serial == ROWS
+    # x (p) is indexed by columns: invariant along a row loop. q sums along the
+    # columns, which this block no longer walks: cleared and stored per row tile.
+    assert describe_ops(kernel, PRE) == [("load", "x")]
+    assert describe_ops(kernel, LOOP) == [("load", "A"), ("clear", None), ("compute", None),
+                                          ("store", "y")]
+    assert ops(kernel, POST) == []
+    (element,) = [e for e in kernel.elements if e.value == result]
+    assert element.reduction and not element.accumulated
+    head, loop, tail = split_at_loop(kernel)
+    assert "cols_load(g_v1_p, r_v1_p, c);" in head and "cols_load(" not in loop
+    assert "r_v3_q[s] = real(0);" in loop and "r_v3_q[s] = real(0);" not in head
+    assert "rows_partial_store(" in loop and "rows_partial_store(" not in tail
+    # The finish visits every output tile this block's row loop touched.
+    assert "first_v3_q = block_row * ITERS, end_v3_q = min(first_v3_q + ITERS, row_tiles)" in tail
+
+
+def test_column_loop_hoists_the_row_vector():
+    kernel = kernel_named(swapped("bicgk"), "sgemtv")
+    assert kernel.plan.serial == COLS
+    assert describe_ops(kernel, PRE) == [("load", "x")]
+    head, loop, _ = split_at_loop(kernel)
+    assert "rows_load(g_v2_r, r_v2_r, c);" in head and "rows_load(" not in loop
+
+
+def test_scratch_reused_every_iteration_is_fenced_by_a_barrier():
+    # cols_partial_store writes scratch by (tx, ty), synchronises, then reads it by
+    # output column: threads read words others wrote. In a column loop it runs in
+    # every iteration, so iteration k+1's writes race with iteration k's reads
+    # unless a barrier lies between them.
+    kernel = kernel_named(swapped("bicgk"), "sgemtv")
+    loop = ops(kernel, LOOP)
+    (store,) = [op for op in loop if op.step and op.step.kind is RoutineKind.STORE]
+    assert store.scratch is not None
+    assert any(op.barrier for op in loop)
+
+
+def staged_bicgk(serial: str):
+    """bicgk unfused, with sgemv staging its tile and vector in shared memory."""
+    lib = library()
+    if "staged" not in [i.name for i in lib.functions["sgemv"].implementations]:
+        pytest.skip("the library has no staged sgemv")
+    plan = unfused("bicgk", "float32").generated.plan
+    first = dataclasses.replace(plan.kernels[0], implementations=("staged",), serial=serial)
+    return fusec.compile(path_of("bicgk"), lib, "float32", plan=ProgramPlan((first,) + plan.kernels[1:]))
+
+
+@pytest.mark.parametrize("serial", [COLS, ROWS])
+def test_shared_elements_get_barriers_where_mappings_change(serial):
+    kernel = kernel_named(staged_bicgk(serial), "sgemv")
+    shared = {e.value for e in kernel.elements if e.storage.value == "shared"}
+    assert len(shared) == 2  # A and x
+    loop = [(op.step.kind.value if op.step else "clear", op.step.param if op.step else None, op.barrier)
+            for op in ops(kernel, LOOP)]
+    # compute reads A by rows and x whole, written by (tx, ty) and by one warp: rule 1.
+    assert ("compute", None, True) in loop
+    # The next iteration's load of A overwrites words the last compute read with another
+    # mapping: a barrier at the body's start (wrap-around).
+    assert loop[0] == ("load", "A", True)
+    assert sum(b for _, _, b in loop) == 2
+    assert all(not op.barrier for op in ops(kernel, PRE) + ops(kernel, POST))
+    # Live at once, A and x do not share words.
+    a, x = (e.region for e in kernel.elements if e.value in shared)
+    assert not a.overlaps(x) and kernel.shared_reals >= max(a.offset + a.size, x.offset + x.size)
+    _, text, _ = split_at_loop(kernel)
+    assert text.count("BARRIER();") == 2
+    assert re.search(r"BARRIER\(\);\n\s+// \S+ +q = sgemv\(A, p\): compute", text)
+
+
+@pytest.mark.nvcc
+def test_swapped_and_staged_plans_compile():
+    compiled = nvcc.compile_cubin(swapped("bicgk").source, arch="sm_90", use_cache=False)
+    assert set(compiled.resources) == {"k0_sgemv", "k1_sgemtv"}
+    for serial in (COLS, ROWS):
+        compiled = nvcc.compile_cubin(staged_bicgk(serial).source, arch="sm_90", use_cache=False)
+        assert set(compiled.resources) == {"k0_sgemv", "k1_sgemtv"}
+        assert compiled.resources["k0_sgemv"].spill_stores == 0
+
+
+@pytest.mark.parametrize("script,function,var", [("bicgk", "sgemv", "v3_q"), ("bicgk", "sgemtv", "v4_s"),
+                                                 ("atax", "sgemtv", "v3_y"), ("axpydot", "sdot", "v5_r")])
+def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
+    prog = unfused(script, "float32")
+    kernel = kernel_named(prog, function)
+    (reduction,) = kernel.reductions
+    roles = {a.role: a for a in kernel.args if a.value == reduction.value}
+    assert roles["out"].decl == f"real* __restrict__ g_{var}"
+    assert roles["workspace"].decl == f"real* __restrict__ ws_{var}"
+    assert roles["counters"].decl == f"unsigned* __restrict__ cnt_{var}"
+    text = body(kernel.source, kernel)
+    finish = text[text.index("// finish "):]
+    assert "__threadfence();" in finish and "BARRIER();" in finish
+    assert f"fusec_arrive(cnt_{var}" in finish
+    assert f"fusec_sum_partials<BLOCK>(ws_{var}," in finish
+    assert f"g_{var}[i] = " in finish
+    assert "__shared__ int fusec_flag;" in text
+    assert kernel.shared_reals >= kernel.macros()["BLOCK"]  # the finish sums in shared memory
+
+
+def test_vector_reduction_finish_counts_every_block():
+    kernel = kernel_named(unfused("axpydot", "float32"), "sdot")
+    assert kernel.plan.geometry is Geometry.VECTOR
+    assert [r.axis for r in kernel.reductions] == [None]
+    assert describe_ops(kernel, PRE) == [("clear", None)]
+    assert describe_ops(kernel, POST) == [("store", "r")]
+    assert "fusec_arrive(cnt_v5_r, gridDim.x, &fusec_flag, threadIdx.x)" in kernel.source
+    assert "partial_store(r_v5_r, ws_v5_r + blockIdx.x, smem + 0, c);" in kernel.source
+
+
+def test_maps_have_no_finish_and_no_workspace():
+    for script in ("vadd", "waxpby", "madd", "sscal"):
+        for kernel in unfused(script, "float32").kernels:
+            assert kernel.reductions == ()
+            assert not {"workspace", "counters"} & {a.role for a in kernel.args}
+            assert "fusec_arrive" not in kernel.source and kernel.shared_reals == 0
+
+
+def test_kernel_arguments_in_order():
+    kernel = kernel_named(unfused("sgemv", "float64"), "sgemv_ab")
+    assert [(a.role, a.decl) for a in kernel.args] == [
+        ("in", "const real* __restrict__ g_v0_A"),
+        ("in", "const real* __restrict__ g_v1_x"),
+        ("in", "const real* __restrict__ g_v2_y"),
+        ("out", "real* __restrict__ g_v5_z"),
+        ("workspace", "real* __restrict__ ws_v5_z"),
+        ("counters", "unsigned* __restrict__ cnt_v5_z"),
+        ("scalar", "const real v3_alpha"),
+        ("scalar", "const real v4_beta"),
+        ("size", "const int rows"),
+        ("size", "const int cols"),
+        ("vec_ok", "const int vec_ok"),
+    ]
+
+
+# -- launch arithmetic ------------------------------------------------------------------
+
+# bicgk, m=1000, n=500, tiles 32 x TILE_COLS (128 float, 64 double), ITERS = 8:
+#   row tiles ceil(1000/32) = 32; column tiles ceil(500/128) = 4 or ceil(500/64) = 8.
+#   sgemv walks columns: 32 x ceil(col tiles/8) = 32 x 1 blocks; partials: one row of
+#     m per block column, counters one per row tile.
+#   sgemtv walks rows: ceil(32/8) = 4 x col tiles blocks; partials: one row of n per
+#     block row, counters one per column tile.
+BICGK = {"m": 1000, "n": 500}
+BICGK_LAUNCH = {
+    ("float32", "sgemv"): ((32, 1), 32, (1 * 1000, 32)),
+    ("float32", "sgemtv"): ((4, 4), 16, (4 * 500, 4)),
+    ("float64", "sgemv"): ((32, 1), 32, (1 * 1000, 32)),
+    ("float64", "sgemtv"): ((4, 8), 32, (4 * 500, 8)),
+}
+
+
+@pytest.mark.parametrize("dtype,function", sorted(BICGK_LAUNCH))
+def test_tile_kernel_launch(dtype, function):
+    extent, blocks, buffers = BICGK_LAUNCH[(dtype, function)]
+    kernel = kernel_named(unfused("bicgk", dtype), function)
+    assert kernel.grid_extent(BICGK) == extent
+    assert kernel.grid(BICGK) == blocks
+    (reduction,) = kernel.reductions
+    assert kernel.reduction_buffers(reduction, BICGK) == buffers
+
+
+def test_tile_kernel_launch_walking_the_other_axis():
+    # sgemv walking rows: ceil(32/8) = 4 x 4 blocks; q sums along columns it does not
+    # walk: one row of m partials per block column (4), a counter per row tile (32).
+    prog = swapped("bicgk")
+    sgemv, sgemtv = kernel_named(prog, "sgemv"), kernel_named(prog, "sgemtv")
+    assert sgemv.grid(BICGK) == 16
+    assert sgemv.reduction_buffers(sgemv.reductions[0], BICGK) == (4 * 1000, 32)
+    # sgemtv walking columns: 32 x ceil(4/8) = 32 blocks; 32 block rows of n partials.
+    assert sgemtv.grid(BICGK) == 32
+    assert sgemtv.reduction_buffers(sgemtv.reductions[0], BICGK) == (32 * 500, 4)
+
+
+@pytest.mark.parametrize("dtype,blocks", [("float32", 245), ("float64", 489)])
+def test_vector_kernel_launch(dtype, blocks):
+    # n = 10**6 in chunks of BLOCK*VEC = 1024 (float) or 512 (double) values:
+    # 977 or 1954 chunks, ITERS = 4 per block.
+    kernel = kernel_named(unfused("axpydot", dtype), "sdot")
+    sizes = {"n": 10 ** 6}
+    assert kernel.grid_extent(sizes) == (blocks, 1)
+    assert kernel.grid(sizes) == blocks
+    assert kernel.reduction_buffers(kernel.reductions[0], sizes) == (blocks, 1)
+
+
+@pytest.mark.parametrize("n,blocks", [(1, 1), (1024, 1), (4096, 1), (4097, 2), (8192, 2)])
+def test_vector_kernel_launch_edges(n, blocks):
+    # One block covers ITERS * BLOCK * VEC = 4 * 256 * 4 = 4096 values.
+    kernel = unfused("vadd", "float32").kernels[0]
+    assert kernel.grid({"n": n}) == blocks
+
+
+# -- nvcc: cache, resource report, errors ------------------------------------------------
+
+TINY = 'extern "C" __global__ void fusec_tiny(float* x) { x[threadIdx.x] += 1.0f; }\n'
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
+    return folder / "nvcc"
+
+
+def cached_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
+
+
+@pytest.mark.nvcc
+def test_second_compile_is_cached(cache):
+    first = nvcc.compile_cubin(TINY, arch="sm_90")
+    second = nvcc.compile_cubin(TINY, arch="sm_90")
+    assert (first.cached, second.cached) == (False, True)
+    assert first.cubin == second.cubin and first.resources == second.resources
+    assert set(second.resources) == {"fusec_tiny"}
+    assert sorted(p.suffix for p in cached_files(cache)) == [".cubin", ".log"]
+    # Another target is another key.
+    assert nvcc.compile_cubin(TINY, arch="sm_80").cached is False
+
+
+@pytest.mark.nvcc
+def test_compile_without_cache_writes_nothing(cache):
+    assert nvcc.compile_cubin(TINY, arch="sm_90", use_cache=False).cached is False
+    assert cached_files(cache) == []
+    assert nvcc.compile_cubin(TINY, arch="sm_90").cached is False
+
+
+@pytest.mark.nvcc
+def test_absent_log_is_a_miss(cache):
+    nvcc.compile_cubin(TINY, arch="sm_90")
+    (log,) = [p for p in cached_files(cache) if p.suffix == ".log"]
+    log.unlink()
+    again = nvcc.compile_cubin(TINY, arch="sm_90")
+    assert again.cached is False and set(again.resources) == {"fusec_tiny"}
+    assert log.is_file()  # written back
+    assert nvcc.compile_cubin(TINY, arch="sm_90").cached is True
+
+
+@pytest.mark.nvcc
+def test_undecodable_log_is_a_miss(cache):
+    nvcc.compile_cubin(TINY, arch="sm_90")
+    (log,) = [p for p in cached_files(cache) if p.suffix == ".log"]
+    log.write_bytes(b"\xff\xfe\x00 not a ptxas log \x80\x81")
+    with pytest.warns(FusecWarning, match="damaged entry of the nvcc cache"):
+        again = nvcc.compile_cubin(TINY, arch="sm_90")
+    assert again.cached is False and set(again.resources) == {"fusec_tiny"}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("text", ["", "garbage\n"], ids=["empty", "garbage"])
+def test_unparsable_log_is_a_miss(cache, text):
+    nvcc.compile_cubin(TINY, arch="sm_90")
+    (log,) = [p for p in cached_files(cache) if p.suffix == ".log"]
+    log.write_text(text)
+    with pytest.warns(FusecWarning, match="damaged entry of the nvcc cache"):
+        again = nvcc.compile_cubin(TINY, arch="sm_90")
+    assert again.cached is False and set(again.resources) == {"fusec_tiny"}
+
+
+SAMPLE_LOG = """\
+/tmp/fusec-nvcc-x/program.cu(256): warning #177-D: variable "row_tiles" was declared but never referenced
+ptxas info    : 0 bytes gmem
+ptxas info    : Function properties for helper_not_a_kernel
+    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function 'k1_sgemtv' for 'sm_90'
+ptxas info    : Function properties for k1_sgemtv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 38 registers, used 1 barriers, 4100 bytes smem
+ptxas info    : Compile time = 26.305 ms
+ptxas info    : Compiling entry function 'k0_sger' for 'sm_90'
+ptxas info    : Function properties for k0_sger
+    8 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads
+ptxas info    : Used 255 registers, used 0 barriers
+ptxas info    : Compiling entry function 'k2_old' for 'sm_80'
+ptxas info    : Function properties for k2_old
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, 4096 bytes smem, 400 bytes cmem[0]
+"""
+
+
+def test_parse_resources():
+    resources = nvcc.parse_resources(SAMPLE_LOG)
+    assert resources == {
+        "k1_sgemtv": nvcc.Resources(registers=38, shared_bytes=4100, stack_bytes=0,
+                                    spill_stores=0, spill_loads=0),
+        "k0_sger": nvcc.Resources(registers=255, shared_bytes=0, stack_bytes=8,
+                                  spill_stores=12, spill_loads=20),
+        "k2_old": nvcc.Resources(registers=32, shared_bytes=4096, stack_bytes=0,
+                                 spill_stores=0, spill_loads=0),
+    }
+    assert nvcc.parse_resources("") == {}
+
+
+@pytest.mark.parametrize("arch", ["sm90", "90", "compute_90", "sm_", "sm_90 -G", "sm_90;true", ""])
+def test_bad_arch_is_a_compile_error(arch):
+    with pytest.raises(CompileError, match="bad architecture"):
+        nvcc.compile_cubin(TINY, arch=arch)
+
+
+@pytest.mark.nvcc
+def test_nvcc_failure_is_a_compile_error_with_the_log(cache):
+    broken = TINY + '\nextern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n'
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cubin(broken, arch="sm_90")
+    message = str(info.value)
+    assert "nvcc failed" in message and "sm_90" in message
+    assert "undefined_name" in message and "error" in message
+    assert cached_files(cache) == []  # nothing cached for a failure
