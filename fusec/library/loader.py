@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from types import MappingProxyType
 
-from ..errors import Coord, LibraryFormatError, LibraryValidationError
+from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
 from .. import geometry as geo
 from .model import (Access, Finish, Function, Geometry, Hof, Implementation, Kind, Library,
                     Param, Routine, RoutineKind, SourceFile, Storage, ThreadMapping)
@@ -81,9 +81,18 @@ def _words(line: Line) -> list[tuple[str, int]]:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise LibraryFormatError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # located like any other error, not a traceback
+        before = data[:exc.start].decode("utf-8")
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        source = data.split(b"\n")[line - 1].decode("utf-8", errors="replace")
+        raise LibraryFormatError("library files must be UTF-8: this byte is not",
+                                 Coord(str(path), line, column), source) from None
 
 
 def load_library(directory: str | os.PathLike) -> Library:
@@ -103,10 +112,12 @@ def load_library(directory: str | os.PathLike) -> Library:
 
     function_paths = sorted(p for p in root.glob("*.cu"))
     functions: dict[str, Function] = {}
+    where: dict[str, dict[str, Coord]] = {}
     for path in function_paths:
-        function = _parse_function(str(path), _read(path))
-        if function is None:
+        parsed = _parse_function(str(path), _read(path))
+        if parsed is None:
             continue
+        function, where[str(path)] = parsed
         if function.name in functions:
             raise LibraryValidationError(
                 f"function {function.name!r} is defined twice (also in {functions[function.name].file})",
@@ -116,9 +127,10 @@ def load_library(directory: str | os.PathLike) -> Library:
     homes = _routine_homes(prelude + routine_files, list(functions.values()))
     for source in prelude + routine_files:
         _forbid_syncthreads(source.path, source.text)
+    shared = {source.path for source in prelude + routine_files}
     for function in functions.values():
         _forbid_syncthreads(function.file, function.source)
-        _validate_function(function, mappings, homes)
+        _validate_function(function, mappings, homes, shared, where[function.file])
 
     digest = hashlib.sha256()
     for path in sorted([index, *header["routines"], *header["prelude"], *function_paths]):
@@ -137,8 +149,14 @@ def _parse_index(file: str, text: str, root: Path) -> dict:
     prelude: list[Path] = []
     routines: list[Path] = []
     mappings: dict[str, ThreadMapping] = {}
+    seen: dict[str, Line] = {}
     for line in _lines(file, text):
         words = _words(line)
+        if line.keyword in ("library", "summary"):
+            if line.keyword in seen:
+                raise line.error(f"'{line.keyword}' is given twice (first on line"
+                                 f" {seen[line.keyword].number})", 0, LibraryValidationError)
+            seen[line.keyword] = line
         if line.keyword == "library":
             if len(words) != 1 or not re.fullmatch(IDENT, words[0][0]):
                 raise line.error("expected 'library NAME'")
@@ -152,6 +170,9 @@ def _parse_index(file: str, text: str, root: Path) -> dict:
                 path = root / word
                 if not path.is_file():
                     raise line.error(f"no file {word!r} in the library", offset, LibraryValidationError)
+                if path in prelude or path in routines:  # it would be emitted twice
+                    raise line.error(f"{word!r} is listed twice in prelude and routines", offset,
+                                     LibraryValidationError)
                 (prelude if line.keyword == "prelude" else routines).append(path)
         elif line.keyword == "mapping":
             mapping = _parse_mapping(line)
@@ -176,6 +197,9 @@ def _parse_mapping(line: Line) -> ThreadMapping:
     (name, _), (storage, s_off), (size, z_off) = words
     if not re.fullmatch(IDENT, name):
         raise line.error(f"bad mapping name {name!r}")
+    if name in _OPTION_WORDS:  # 'load x f as sync' would read as the option
+        raise line.error(f"{name!r} cannot name a mapping: it is a routine option", 0,
+                         LibraryValidationError)
     if storage not in ("registers", "shared"):
         raise line.error(f"storage must be 'registers' or 'shared', not {storage!r}", s_off)
     _check_expression(line, size, z_off, None)
@@ -208,15 +232,14 @@ def _split_metadata(file: str, text: str) -> tuple[list[Line], str] | None:
     start = text.find(META_OPEN)
     if start < 0:
         return None
+    opening = coord_at(file, text, start)
     if text[:start].strip():
-        line = text.count("\n", 0, start) + 1
-        raise LibraryFormatError(f"the {META_OPEN} block must open the file", Coord(file, line, 1),
-                                 text.split("\n")[line - 1])
+        raise LibraryFormatError(f"the {META_OPEN} block must open the file", opening,
+                                 text.split("\n")[opening.line - 1])
     end = text.find(META_CLOSE, start)
     if end < 0:
-        line = text.count("\n", 0, start) + 1
         raise LibraryFormatError(f"{META_OPEN} block is never closed with {META_CLOSE}",
-                                 Coord(file, line, 1), text.split("\n")[line - 1])
+                                 opening, text.split("\n")[opening.line - 1])
     first_line = text.count("\n", 0, start) + 1
     body = text[start + len(META_OPEN):end]
     line_start = text.rfind("\n", 0, start) + 1
@@ -227,7 +250,10 @@ def _split_metadata(file: str, text: str) -> tuple[list[Line], str] | None:
     return lines, blanked
 
 
-def _parse_function(file: str, text: str) -> Function | None:
+def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] | None:
+    """The function of a ``.cu`` file (None without a metadata block), and where its
+    metadata lines are: ``hof``, ``axis``, ``threads``, ``reference``, ``element PARAM``
+    and ``finish ARG``, so validation can point at the line at fault."""
     split = _split_metadata(file, text)
     if split is None:
         return None
@@ -293,8 +319,17 @@ def _parse_function(file: str, text: str) -> Function | None:
         if param not in [p.name for p in params] + [result.name]:
             raise line.error(f"'element' names {param!r}, which is not a parameter", 0, LibraryValidationError)
     hof = _parse_hof(fields["hof"])
-    threads = _parse_threads(fields["threads"], 0) if "threads" in fields else ()
+    threads = _parse_threads(fields["threads"]) if "threads" in fields else ()
     finish = _parse_finish(fields["finish"]) if "finish" in fields else None
+    where = {key: fields[key].coord() for key in ("hof", "threads", "reference") if key in fields}
+    if hof.axis:
+        where["axis"] = fields["hof"].coord(fields["hof"].rest.rindex(hof.axis))
+    for param, (_, line, offset) in elements.items():
+        where[f"element {param}"] = line.coord(offset)
+    if finish is not None:
+        rest = fields["finish"].rest
+        for arg, offset in _arguments(rest[rest.index("(") + 1:rest.rindex(")")], rest.index("(") + 1):
+            where.setdefault(f"finish {arg}", fields["finish"].coord(offset))
     if not impls:
         raise LibraryValidationError(f"function {name!r} has no load, compute or store routines",
                                      fields["function"].coord(), fields["function"].text)
@@ -311,7 +346,7 @@ def _parse_function(file: str, text: str) -> Function | None:
     return Function(name=name, params=params, result=result, hof=hof, threads=threads,
                     reference=fields["reference"].rest.strip(), implementations=tuple(implementations),
                     finish=finish, summary=summary, file=file, source=cuda,
-                    coord=fields["function"].coord())
+                    coord=fields["function"].coord()), where
 
 
 _PARAM = re.compile(rf"\s*({IDENT})\s*:\s*({IDENT})\s*(?:\[([^\]]*)\])?\s*")
@@ -320,7 +355,8 @@ _PARAM = re.compile(rf"\s*({IDENT})\s*:\s*({IDENT})\s*(?:\[([^\]]*)\])?\s*")
 def _parse_param(line: Line, text: str, offset: int) -> Param:
     match = _PARAM.fullmatch(text)
     if not match:
-        raise line.error(f"expected 'NAME: KIND[DIMS]', got {text.strip()!r}", offset)
+        raise line.error(f"expected 'NAME: KIND[DIMS]', got {text.strip()!r}",
+                         offset + len(text) - len(text.lstrip()))
     name, kind, dims = match.groups()
     try:
         kind = Kind(kind)
@@ -358,6 +394,17 @@ def _parse_signature(line: Line) -> tuple[str, tuple[Param, ...], Param]:
     return name, tuple(params), result
 
 
+def _arguments(text: str, offset: int) -> list[tuple[str, int]]:
+    """Non-empty comma-separated arguments of ``text`` (found at ``offset`` in the line),
+    stripped, each with its own offset."""
+    out, start = [], 0
+    for piece in text.split(","):
+        if piece.strip():
+            out.append((piece.strip(), offset + start + len(piece) - len(piece.lstrip())))
+        start += len(piece) + 1
+    return out
+
+
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside brackets."""
     out, depth, start = [], 0, 0
@@ -378,17 +425,16 @@ def _with_element(param: Param, elements: dict) -> Param:
 
 
 def _parse_hof(line: Line) -> Hof:
-    text = re.sub(r"\s+", " ", line.rest.strip())
-    match = re.fullmatch(rf"(nested )?(map|reduce\((\S+)\))(?: over ({IDENT}))?", text)
+    match = re.fullmatch(rf"(nested\s+)?(map|reduce\((\S+)\))(?:\s+(over)\s+({IDENT}))?\s*", line.rest)
     if not match:
         raise line.error("expected 'map', 'reduce(+)', 'nested map' or 'nested reduce(+) over DIM'")
-    nested, what, op, axis = match.groups()
+    nested, what, op, _, axis = match.groups()
     reduce = what.startswith("reduce")
     if reduce and op != "+":
-        raise line.error(f"only the '+' reduction is supported, not {op!r}", text.find(op),
+        raise line.error(f"only the '+' reduction is supported, not {op!r}", match.start(3),
                          LibraryValidationError)
     if axis and not (nested and reduce):
-        raise line.error("'over DIM' only makes sense for a nested reduce", text.find("over"),
+        raise line.error("'over DIM' only makes sense for a nested reduce", match.start(4),
                          LibraryValidationError)
     if nested and reduce and not axis:
         raise line.error("a nested reduce needs 'over DIM' (the dimension it sums along)", 0,
@@ -396,11 +442,10 @@ def _parse_hof(line: Line) -> Hof:
     return Hof(nested=bool(nested), reduce=reduce, axis=axis, operator=op or "+")
 
 
-def _parse_threads(line: Line, offset: int, text: str | None = None) -> tuple[str, ...]:
-    text = line.rest[offset:] if text is None else text
-    parts = [p for p in re.split(r"\s+x\s+", text.strip()) if p]
-    if not 1 <= len(parts) <= 2 or any(" " in p for p in parts):
-        raise line.error("expected 'threads N' or 'threads X x Y' (expressions without spaces)", offset)
+def _parse_threads(line: Line) -> tuple[str, ...]:
+    parts = [p for p in re.split(r"\s+x\s+", line.rest.strip()) if p]
+    if not 1 <= len(parts) <= 2 or any(re.search(r"\s", p) for p in parts):
+        raise line.error("expected 'threads N' or 'threads X x Y' (expressions without spaces)")
     return tuple(parts)
 
 
@@ -409,50 +454,64 @@ def _parse_finish(line: Line) -> Finish:
     if not match:
         raise line.error("expected 'finish ROUTINE(acc, ARG, ...)'")
     args = tuple(a.strip() for a in match.group(2).split(",") if a.strip())
-    for a in args:
+    for a, offset in _arguments(match.group(2), match.start(2)):
         if not re.fullmatch(IDENT, a):
-            raise line.error(f"bad finish argument {a!r}", match.start(2))
+            raise line.error(f"bad finish argument {a!r}", offset)
     if "acc" not in args:
         raise line.error("a finish routine takes 'acc', the reduced value", match.start(2),
                          LibraryValidationError)
     return Finish(match.group(1), args, line.coord())
 
 
-_OPTION = re.compile(r"\s+(threads|scratch|sync)\b")
+_OPTION_WORDS = ("threads", "scratch", "sync")
+_OPTION = re.compile(r"(?<!\S)(threads|scratch|sync)(?!\S)")
 
 
 def _parse_routine(line: Line) -> Routine:
     kind = RoutineKind(line.keyword)
     text = line.rest
-    options_at = _OPTION.search(" " + text)
+    options_at = _OPTION.search(text)
     head = text if options_at is None else text[:options_at.start()]
-    options = "" if options_at is None else text[options_at.start():]
     threads = scratch = None
     sync = False
-    if options:
-        base = options_at.start()
-        for m in re.finditer(r"(threads)\s+(\S+(?:\s+x\s+\S+)?)|(scratch)\s+(\S+)|(sync)|(\S+)", options):
-            if m.group(1):
-                threads = _parse_threads(line, 0, m.group(2))
-            elif m.group(3):
-                scratch = m.group(4)
-                _check_expression(line, scratch, base + m.start(4) - 1, None)
-            elif m.group(5):
-                sync = True
-            else:
-                raise line.error(f"unknown routine option {m.group(6)!r} (expected threads, scratch or sync)",
-                                 base + m.start(6) - 1)
+    words = [(m.group(), m.start()) for m in re.finditer(r"\S+", text)
+             if options_at is not None and m.start() >= options_at.start()]
+    seen: set[str] = set()
+    while words:
+        (word, offset), words = words[0], words[1:]
+        if word not in _OPTION_WORDS:
+            raise line.error(f"unknown routine option {word!r} (expected threads, scratch or sync)", offset)
+        if word in seen:
+            raise line.error(f"routine option {word!r} is given twice", offset)
+        seen.add(word)
+        if word == "sync":
+            sync = True
+            continue
+        if not words or words[0][0] in _OPTION_WORDS:
+            raise line.error(f"expected '{word} {'X [x Y]' if word == 'threads' else 'EXPR'}'"
+                             " (expressions without spaces)", offset)
+        if word == "scratch":
+            (scratch, s_off), words = words[0], words[1:]
+            _check_expression(line, scratch, s_off, None)
+            continue
+        values = [words[0]]
+        if len(words) >= 2 and words[1][0] == "x":
+            if len(words) < 3 or words[2][0] in _OPTION_WORDS:
+                raise line.error("expected 'threads X x Y' (expressions without spaces)", words[1][1])
+            values.append(words[2])
+        words = words[2 * len(values) - 1:]
+        for value, v_off in values:  # macros of either geometry here; the function's own later
+            _check_expression(line, value, v_off, None)
+        threads = tuple(value for value, _ in values)
     if kind is RoutineKind.COMPUTE:
         match = re.fullmatch(rf"\s*({IDENT})\s*\(([^)]*)\)\s*->\s*({IDENT})\s*:\s*({IDENT})\s*", head)
         if not match:
             raise line.error("expected 'compute ROUTINE(ARG:MAPPING, SCALAR, ...) -> RESULT:MAPPING'")
         reads: list[Access | str] = []
-        for arg in (a.strip() for a in match.group(2).split(",")):
-            if not arg:
-                continue
+        for arg, a_off in _arguments(match.group(2), match.start(2)):
             am = re.fullmatch(rf"({IDENT})\s*(?::\s*({IDENT}))?", arg)
             if not am:
-                raise line.error(f"bad compute argument {arg!r}", match.start(2))
+                raise line.error(f"bad compute argument {arg!r}", a_off)
             reads.append(Access(am.group(1), am.group(2)) if am.group(2) else am.group(1))
         return Routine(kind, match.group(1), None, tuple(reads), Access(match.group(3), match.group(4)),
                        threads, scratch, sync, line.coord(match.start(1)))
@@ -518,7 +577,9 @@ def _expected_element(function: Function, param: Param) -> str:
 
 
 def _validate_function(function: Function, mappings: dict[str, ThreadMapping],
-                       homes: dict[str, str]) -> None:
+                       homes: dict[str, str], shared: set[str], where: dict[str, Coord]) -> None:
+    """Check one function; ``shared`` are the prelude and routine files, ``where`` the
+    metadata lines of :func:`_parse_function` (errors point at the line at fault)."""
     hof = function.hof
     everything = function.params + (function.result,)
     matrices = [p for p in everything if p.kind is Kind.MATRIX]
@@ -539,7 +600,7 @@ def _validate_function(function: Function, mappings: dict[str, ThreadMapping],
                 _fail(f"vector {v.name} must be indexed by {rows} or {cols}", v.coord)
         if hof.reduce:
             if hof.axis not in (rows, cols):
-                _fail(f"the reduction axis must be {rows} or {cols}, not {hof.axis!r}", function.coord)
+                _fail(f"the reduction axis must be {rows} or {cols}, not {hof.axis!r}", where["axis"])
             other = cols if hof.axis == rows else rows
             if result.kind is not Kind.VECTOR or result.dims != (other,):
                 _fail(f"a nested reduce over {hof.axis} returns a vector[{other}]", result.coord)
@@ -568,60 +629,67 @@ def _validate_function(function: Function, mappings: dict[str, ThreadMapping],
     for p in everything:
         if p.kind is Kind.SCALAR:
             if p.element is not None:
-                _fail(f"scalar {p.name} has no element shape", p.coord)
+                _fail(f"scalar {p.name} has no element shape", where[f"element {p.name}"])
             continue
         expected = _expected_element(function, p)
         if p.element is None:
             _fail(f"{p.name} needs an 'element' line: 'element {p.name} {expected}'", p.coord)
         if p.element != expected:
             _fail(f"element of {p.name} must be {expected} in the {hof.geometry} geometry,"
-                  f" not {p.element}", p.coord)
+                  f" not {p.element}", where[f"element {p.name}"])
     expected_threads = ("32",) if hof.geometry is Geometry.VECTOR else ("BLOCK_X", "BLOCK_Y")
     if function.threads != expected_threads:
         _fail(f"an instance of a {hof.geometry} function runs on 'threads {' x '.join(expected_threads)}'",
-              function.coord)
+              where.get("threads", function.coord))
 
     # Finish epilogue.
     if function.finish is not None:
         if not hof.reduce:
             _fail("only a reduction has a finish routine", function.finish.coord)
-        _require_routine(function.finish.routine, function, homes, function.finish.coord)
+        _require_routine(function.finish.routine, function, homes, shared, function.finish.coord)
         for arg in function.finish.args:
             if arg == "acc":
                 continue
             try:
                 p = function.param(arg)
             except KeyError:
-                _fail(f"finish argument {arg!r} is not a parameter", function.finish.coord)
+                _fail(f"finish argument {arg!r} is not a parameter", where[f"finish {arg}"])
             if p is result or p.kind is Kind.MATRIX or (p.kind is Kind.VECTOR and p.dims != result.dims):
                 _fail(f"finish argument {arg!r} must be a scalar or a vector indexed like the result",
-                      function.finish.coord)
+                      where[f"finish {arg}"])
 
     # Routines of every implementation.
     finish_args = set(function.finish.args) if function.finish else set()
     for impl in function.implementations:
-        _validate_implementation(function, impl, mappings, homes, finish_args)
+        _validate_implementation(function, impl, mappings, homes, shared, finish_args)
 
     from .. import oracle  # the reference must be something the oracle can evaluate
-    oracle.check_reference(function)
+    try:
+        oracle.check_reference(function)
+    except LibraryValidationError as exc:  # the oracle knows the function, not the line
+        _fail(exc.message, where["reference"])
 
 
-def _require_routine(name: str, function: Function, homes: dict[str, str], coord: Coord) -> None:
-    if name not in homes:
-        _fail(f"routine {name!r} is not defined in {function.file} nor in the library's routine files",
-              coord)
+def _require_routine(name: str, function: Function, homes: dict[str, str], shared: set[str],
+                     coord: Coord) -> None:
+    # A kernel includes its functions' own files and the shared files, never another function's.
+    if homes.get(name) not in shared | {function.file}:
+        elsewhere = f" (only in {homes[name]}, which this function's kernels do not include)" \
+            if name in homes else ""
+        _fail(f"routine {name!r} is not defined in {function.file} nor in the library's prelude"
+              f" or routine files{elsewhere}", coord)
 
 
 def _validate_implementation(function: Function, impl: Implementation,
                              mappings: dict[str, ThreadMapping], homes: dict[str, str],
-                             finish_args: set[str]) -> None:
+                             shared: set[str], finish_args: set[str]) -> None:
     arrays = {p.name: p for p in function.array_params}
     scalars = {p.name for p in function.params if p.kind is Kind.SCALAR}
     compute = impl.compute
     result = function.result
     used_arrays = set()
     for routine in impl.loads + (compute, impl.store):
-        _require_routine(routine.name, function, homes, routine.coord)
+        _require_routine(routine.name, function, homes, shared, routine.coord)
         for access in routine.accesses:
             if access.mapping not in mappings:
                 _fail(f"unknown mapping {access.mapping!r} (library.fusec declares"
@@ -642,7 +710,7 @@ def _validate_implementation(function: Function, impl: Implementation,
                 try:
                     geo.evaluate(expr, geo.sample_macros(function.hof.geometry))
                 except geo.ExpressionError as exc:
-                    _fail(str(exc), routine.coord)
+                    _fail(f"'threads' of a {function.hof.geometry} routine: {exc}", routine.coord)
     seen_loads = set()
     for load in impl.loads:
         if load.param not in arrays:
@@ -662,6 +730,7 @@ def _validate_implementation(function: Function, impl: Implementation,
             if mappings[load.writes.mapping].storage is not mappings[arg.mapping].storage:
                 _fail(f"{arg.param!r} is loaded into {mappings[load.writes.mapping].storage} but read from"
                       f" {mappings[arg.mapping].storage}", compute.coord)
+            _same_registers(arg.param, load.writes.mapping, arg.mapping, mappings, compute.coord)
             used_arrays.add(arg.param)
         elif arg not in scalars:
             _fail(f"compute argument {arg!r} needs a mapping ('{arg}:MAPPING') unless it is a scalar",
@@ -672,9 +741,23 @@ def _validate_implementation(function: Function, impl: Implementation,
         _fail(f"the store routine must store the result {result.name!r}", impl.store.coord)
     if mappings[impl.store.reads[0].mapping].storage is not mappings[compute.writes.mapping].storage:
         _fail("the result is stored from another storage than compute writes it", impl.store.coord)
+    _same_registers(result.name, compute.writes.mapping, impl.store.reads[0].mapping, mappings,
+                    impl.store.coord)
     for name in arrays:
         if name not in used_arrays and name not in finish_args:
             _fail(f"array input {name!r} is neither read by compute nor by the finish routine",
                   compute.coord)
         if name in seen_loads and name not in used_arrays:
             _fail(f"{name!r} is loaded but compute does not read it", impl.load_of(name).coord)
+    read_scalars = {arg for arg in compute.reads if isinstance(arg, str)}
+    for name in sorted(scalars - read_scalars - finish_args):
+        _fail(f"scalar input {name!r} is neither read by compute nor by the finish routine",
+              compute.coord)
+
+
+def _same_registers(param: str, first: str, then: str, mappings: dict[str, ThreadMapping],
+                    coord: Coord) -> None:
+    """Registers are private to a thread: an element held in them has one mapping."""
+    if mappings[first].storage is Storage.REGISTERS and first != then:
+        _fail(f"{param!r} is written with mapping {first!r} and read with {then!r}; an element in"
+              " registers keeps one mapping (use a shared mapping to change threads)", coord)
