@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
-# Stages: smoke, tests, sanitize, run, bench. Logs go to $OUT (or ./out).
+# Stages: smoke, tests, sanitize, run, fusion-bench. Logs go to $OUT (or ./out).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -17,7 +17,7 @@ for stage in "$@"; do
     smoke)
       python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=1000 2>&1 | tee "$OUT/smoke.log" || status=1 ;;
     tests)
-      python3 -m pytest -q -x -p no:cacheprovider tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -15 || status=1 ;;
+      python3 -m pytest -q -p no:cacheprovider --durations=8 tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1 ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         FUSEC_LINEINFO=1 FUSEC_TEST_SIZES=${SANITIZE_SIZES:-1,33,1000} compute-sanitizer --tool $tool --error-exitcode 1 \
@@ -29,8 +29,8 @@ for stage in "$@"; do
         python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=16384 --dtype $dtype 2>&1 \
           | tee -a "$OUT/run.log" || status=1
       done ;;
-    bench)
-      python3 -m bench.peers ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    fusion-bench)
+      python3 -m bench.fusion --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/fusion-bench.log" || status=1 ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
