@@ -19,6 +19,9 @@ from .codegen.kernel import Kernel
 from .dag import Dag
 from .space.points import COLS, ROWS
 
+L2_BYTES = 50 * 2 ** 20  # H100
+L2_REREAD_COST = 0.25  # a re-read from L2 costs about a quarter of a DRAM byte
+
 
 class Predictor(Protocol):
     name: str
@@ -32,7 +35,9 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
 
     Matrices and the vectors of the vector geometry move once. In the tile
     geometry a vector indexed by rows is read by every block along the
-    columns (and vice versa). Reductions write and read their partials once.
+    columns (and vice versa); while it fits in L2 those re-reads cost L2
+    bandwidth, counted as a quarter of a DRAM byte each. Reductions write and
+    read their partials once.
     """
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     grid_rows, grid_cols = kernel.grid_extent(dict(sizes))
@@ -44,11 +49,14 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
     for arg in kernel.args:
         if arg.role == "in":
             count = elements(arg.value)
+            rereads = 0
             if arg.axis == ROWS:  # every block along the columns reads its rows
-                count *= grid_cols
+                rereads = count * (grid_cols - 1)
             elif arg.axis == COLS:
-                count *= grid_rows
-            total += count * itemsize
+                rereads = count * (grid_rows - 1)
+            if count * itemsize > L2_BYTES // 4:  # too big to stay in L2 between reads
+                count, rereads = count + rereads, 0
+            total += count * itemsize + rereads * itemsize * L2_REREAD_COST
         elif arg.role == "out":
             total += max(elements(arg.value), 1) * itemsize
     for reduction in kernel.reductions:

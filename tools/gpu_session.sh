@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
-# Stages: smoke, tests, sanitize, run, fusion-bench. Logs go to $OUT (or ./out).
+# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench. Logs go to $OUT (or ./out).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -16,6 +16,8 @@ for stage in "$@"; do
   case $stage in
     smoke)
       python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=1000 2>&1 | tee "$OUT/smoke.log" || status=1 ;;
+    programs)
+      python3 -m pytest -q -p no:cacheprovider tests/gpu/test_programs.py 2>&1 | tee "$OUT/gpu-programs.log" | tail -5 || status=1 ;;
     tests)
       python3 -m pytest -q -p no:cacheprovider --durations=8 tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1 ;;
     sanitize)
@@ -28,6 +30,11 @@ for stage in "$@"; do
       for dtype in float32 float64; do
         python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=16384 --dtype $dtype 2>&1 \
           | tee -a "$OUT/run.log" || status=1
+      done ;;
+    sweep)
+      for spec in ${SWEEP:-bicgk:float32:16384 bicgk:float64:8192}; do
+        IFS=: read -r script dtype n <<<"$spec"
+        python3 -m bench.sweep "$script" --dtype "$dtype" --size n="$n" --top ${SWEEP_TOP:-24} 2>&1 | tee -a "$OUT/sweep.log" || status=1
       done ;;
     fusion-bench)
       python3 -m bench.fusion --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/fusion-bench.log" || status=1 ;;

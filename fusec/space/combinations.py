@@ -23,7 +23,7 @@ from ..codegen.kernel import Kernel
 from ..dag import Dag
 from ..library.model import Library
 from .fusions import Fusion, fusions
-from .implementations import implementations
+from .implementations import implementations, load_phases
 from .points import KernelPlan, ProgramPlan
 
 
@@ -151,5 +151,7 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     for fusion in found:
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
                  for plan, kernel in implementations(dag, library, fusion, dtype)]
-        options[fusion] = sorted(timed, key=lambda item: (item[2], item[0]))
+        # ties (the analytic model cannot tell routine orders apart) go to the
+        # order that waits for memory fewest times per iteration
+        options[fusion] = sorted(timed, key=lambda item: (item[2], load_phases(item[0]), item[0]))
     return Space(dag, library, dtype, dict(sizes), predictor, found, options, covers(dag, found))

@@ -47,20 +47,35 @@ def call_orders(dag: Dag, fusion: Fusion) -> list[tuple[int, ...]]:
     return out
 
 
-def steps_in_order(dag: Dag, library: Library, fusion: Fusion, order: tuple[int, ...]) -> tuple[Step, ...]:
+def steps_in_order(dag: Dag, library: Library, fusion: Fusion, order: tuple[int, ...],
+                   loads_first: bool = False) -> tuple[Step, ...]:
+    """Routine steps for a call order. Each call's loads go right before its
+    compute (elements live shortest), or, with ``loads_first``, every load of
+    the kernel comes first (one memory latency per iteration, not one per call)."""
     kernel = frozenset(fusion.calls)
     loaded: set[int] = set()
+    loads: list[Step] = []
     steps: list[Step] = []
     for call in order:
         for param, value in array_args(dag, library, call):
             if dag.producer(value) in kernel or value in loaded:
                 continue
             loaded.add(value)
-            steps.append(Step(call, RoutineKind.LOAD, param))
+            (loads if loads_first else steps).append(Step(call, RoutineKind.LOAD, param))
         steps.append(Step(call, RoutineKind.COMPUTE))
         if leaves_kernel(dag, library, call, kernel):
             steps.append(Step(call, RoutineKind.STORE, function_of(dag, library, call).result.name))
-    return tuple(steps)
+    return tuple(loads + steps)
+
+
+def load_phases(plan: KernelPlan) -> int:
+    """Groups of consecutive loads in the steps: each waits for memory anew."""
+    phases, previous = 0, None
+    for step in plan.steps:
+        if step.kind is RoutineKind.LOAD and previous is not RoutineKind.LOAD:
+            phases += 1
+        previous = step.kind
+    return phases
 
 
 def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str) -> list[tuple[KernelPlan, Kernel]]:
@@ -69,7 +84,8 @@ def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str) -> l
     shapes = TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES
     axes = (ROWS, COLS) if geometry is Geometry.TILE else (None,)
     choices = [tuple(i.name for i in function_of(dag, library, c).implementations) for c in fusion.calls]
-    orders = [steps_in_order(dag, library, fusion, o) for o in call_orders(dag, fusion)]
+    orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
+                                for o in call_orders(dag, fusion) for first in (False, True)))
     best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
     for impls in itertools.product(*choices):
         for shape in shapes:

@@ -37,6 +37,28 @@ __device__ __forceinline__ real warp_sum(real x) {
   return x;
 }
 
+// Sums each of K values (K a power of two <= 32) over the 32 lanes of a warp, with
+// K - 1 + log2(32/K) shuffles instead of 5K: each step, a lane keeps half of its
+// values and adds its partner's copy of that half. Returns, in lane l, the total of
+// value l / (32/K); v is clobbered.
+template <int K>
+__device__ __forceinline__ real warp_sum_scatter(real* v, int lane) {
+  #pragma unroll
+  for (int half = K / 2, offset = 16; half >= 1; half /= 2, offset /= 2) {
+    const bool upper = lane & offset;
+    #pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const real send = upper ? v[j] : v[j + half];
+      const real keep = upper ? v[j + half] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+  real x = v[0];
+  #pragma unroll
+  for (int offset = 16 / K; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
 // Finish epilogues of the reductions: out = f(acc, ...).
 __device__ __forceinline__ real scale_finish(real acc, real alpha) { return alpha * acc; }
 __device__ __forceinline__ real axpby_finish(real acc, real alpha, real beta, real y) {

@@ -43,15 +43,16 @@ __device__ __forceinline__ void rows_load(const real* __restrict__ y, real* e, c
 }
 
 // Row sums held per thread over its own columns (mapping `rows_partial`): a warp
-// holds whole rows, so a warp sum completes them.
+// holds whole rows, so a warp sum completes them; lane l ends up with row l/(32/K).
 __device__ __forceinline__ void rows_partial_store(const real* e, real* __restrict__ y,
                                                    const fusec_tile& c) {
+  real v[ROWS_PER_THREAD];
   #pragma unroll
-  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
-    const real s = warp_sum(e[k]);
-    const int row = c.row0 + c.ty + k * BLOCK_Y;
-    if (c.tx == 0 && row < c.rows) y[row] = s;
-  }
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) v[k] = e[k];
+  const real s = warp_sum_scatter<ROWS_PER_THREAD>(v, c.tx);
+  constexpr int LANES = 32 / ROWS_PER_THREAD;  // lanes that hold the same row's sum
+  const int row = c.row0 + c.ty + (c.tx / LANES) * BLOCK_Y;
+  if (c.tx % LANES == 0 && row < c.rows) y[row] = s;
 }
 
 // Column sums held per thread over its own rows (mapping `cols_partial`): the
