@@ -24,6 +24,10 @@ def main(argv=None) -> int:
     parser.add_argument("--size", action="append", default=[])
     parser.add_argument("--top", type=int, default=24)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--wide", action="store_true",
+                        help="search a wider grid of tile shapes (experiment)")
+    parser.add_argument("--unroll", action="store_true",
+                        help="also time each program with its serial loop unrolled (experiment)")
     args = parser.parse_args(argv)
 
     import cupy
@@ -43,11 +47,25 @@ def main(argv=None) -> int:
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
     sizes = _sizes(args.size, dag.sizes)
-    space = build_space(dag, library, args.dtype, sizes, DEFAULT)
+    shapes = None
+    if args.wide:
+        from fusec.geometry import Shape
+        from fusec.library.model import Geometry
+        shapes = tuple(Shape(Geometry.TILE, 32 * by, it, tr) for by, tr in ((4, 16), (8, 32), (8, 64), (16, 64))
+                       for it in (1, 2, 4, 8))
+    space = build_space(dag, library, args.dtype, sizes, DEFAULT, shapes)
     ranked = space.ranked()
     combos = [c for _, c in zip(range(args.top), ranked)]
     inputs = device_inputs(cupy, dag, sizes, args.dtype, seed=3)
     programs = [Program(generate(dag, library, c.plan, args.dtype)) for c in combos]
+    if args.unroll:  # the same programs with '#pragma unroll' on the serial loop
+        unrolled = []
+        for c, p in zip(combos, programs):
+            gen = p.generated
+            source = gen.source.replace("  for (int it = 0;", "  #pragma unroll\n  for (int it = 0;")
+            import dataclasses
+            unrolled.append(Program(dataclasses.replace(gen, source=source)))
+        combos, programs = combos + combos, programs + unrolled
     with cuda.context() as ctx:
         nvcc.compile_many([p.source for p in programs], cuda.arch_of(ctx))
     run_cublas, _ = sequence(args.script, Blas(args.dtype), inputs)
@@ -55,7 +73,7 @@ def main(argv=None) -> int:
     nbytes = programs[0].minimum_bytes(sizes)
     print(f"{args.script} {args.dtype} {sizes}: cuBLAS {cublas:.1f} us")
     print(f"{'rank':>4} {'predicted':>10} {'measured':>10} {'GB/s':>6} {'vs cuBLAS':>9}  kernels")
-    rows = []
+    rows, labels = [], []
     for rank, (combo, prog) in enumerate(zip(combos, programs), 1):
         measured = statistics.median(prog.time(inputs, repeat=args.repeat)) * 1e3
         rows.append(measured)
@@ -63,9 +81,16 @@ def main(argv=None) -> int:
             "+".join(dag.call(c).function for c in k.calls)
             + f" [{k.shape.block}t,{k.shape.iters}it" + (f",{k.shape.tile_rows}r,{k.serial}" if k.serial else "")
             + f",{load_phases(k)} load phase(s)]" for k in combo.plan.kernels)
-        print(f"{rank:>4} {combo.predicted * 1e6:8.1f}us {measured:8.1f}us {nbytes / measured / 1e3:6.0f}"
-              f" {cublas / measured:8.2f}x  {kernels}", flush=True)
+        if args.unroll and rank == len(combos) // 2 + 1:
+            print("---- the same, serial loop unrolled")
+        line = (f"{rank:>4} {combo.predicted * 1e6:8.1f}us {measured:8.1f}us {nbytes / measured / 1e3:6.0f}"
+                f" {cublas / measured:8.2f}x  {kernels}" + (" unrolled" if args.unroll and rank > len(combos) // 2 else ""))
+        labels.append(line)
+        print(line, flush=True)
         prog._buffers.clear()
+    print("fastest measured:")
+    for i in sorted(range(len(rows)), key=rows.__getitem__)[:10]:
+        print(labels[i])
     best = min(rows)
     print(f"best measured: rank {rows.index(best) + 1}, {best:.1f} us, {cublas / best:.2f}x cuBLAS;"
           f" predicted-first {rows[0]:.1f} us ({best / rows[0] * 100:.0f}% of best)")

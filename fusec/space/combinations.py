@@ -145,12 +145,14 @@ class Space:
         return list(seen.values())
 
 
-def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int], predictor) -> Space:
+def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int], predictor,
+                shapes=None) -> Space:
+    """The space for one precision and size; ``shapes`` replaces the block shapes searched."""
     found = fusions(dag, library)
     options = {}
     for fusion in found:
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
-                 for plan, kernel in implementations(dag, library, fusion, dtype)]
+                 for plan, kernel in implementations(dag, library, fusion, dtype, shapes)]
         # ties (the analytic model cannot tell routine orders apart) go to the
         # order that waits for memory fewest times per iteration
         options[fusion] = sorted(timed, key=lambda item: (item[2], load_phases(item[0]), item[0]))

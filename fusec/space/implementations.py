@@ -78,10 +78,13 @@ def load_phases(plan: KernelPlan) -> int:
     return phases
 
 
-def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str) -> list[tuple[KernelPlan, Kernel]]:
-    """Every valid, undominated implementation of a fusion, with its analysed kernel."""
+def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
+                    shapes: tuple[Shape, ...] | None = None) -> list[tuple[KernelPlan, Kernel]]:
+    """Every valid, undominated implementation of a fusion, with its analysed kernel.
+    ``shapes`` replaces the block shapes searched (those of the fusion's geometry are used)."""
     geometry = function_of(dag, library, fusion.calls[0]).hof.geometry
-    shapes = TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES
+    shapes = tuple(s for s in shapes if s.geometry is geometry) if shapes else (
+        TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES)
     axes = (ROWS, COLS) if geometry is Geometry.TILE else (None,)
     choices = [tuple(i.name for i in function_of(dag, library, c).implementations) for c in fusion.calls]
     orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
