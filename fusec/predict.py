@@ -73,20 +73,31 @@ class AnalyticPredictor:
     launch: float = 3.0e-6  # seconds per kernel launch
     sms: int = 132
     threads_per_sm: int = 2048
+    registers_per_sm: int = 65536
+    shared_per_sm: int = 228 * 1024
     threads_to_saturate: int = 1024  # resident threads per SM that keep DRAM busy
     name: str = "analytic"
 
+    def blocks_per_sm(self, kernel: Kernel) -> int:
+        block = kernel.plan.shape.block
+        shared = kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize + 1024  # + the runtime's own
+        return max(1, min(self.threads_per_sm // block,
+                          self.registers_per_sm // (kernel.estimated_registers * block),
+                          self.shared_per_sm // shared, 32))
+
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         block = kernel.plan.shape.block
-        blocks_per_sm = max(1, self.threads_per_sm // block)
+        blocks_per_sm = self.blocks_per_sm(kernel)
         grid = kernel.grid(dict(sizes))
         slots = self.sms * blocks_per_sm
-        waves = math.ceil(grid / slots)
-        tail = grid / (waves * slots)  # the last wave runs partly empty
         resident = min(grid, slots) * block / self.sms
-        occupancy = min(1.0, resident / self.threads_to_saturate)
-        efficiency = max(tail * occupancy, 1e-3)
-        return self.launch + traffic(kernel, dag, sizes) / (self.bandwidth * efficiency)
+        occupancy = max(min(1.0, resident / self.threads_to_saturate), 1e-3)
+        moved = traffic(kernel, dag, sizes)
+        streaming = moved / (self.bandwidth * occupancy)
+        # Blocks do not finish together: at the end, SMs idle for about half the
+        # time one block takes (its bytes, shared with the blocks beside it).
+        block_seconds = moved / grid * min(grid, slots) / self.bandwidth
+        return self.launch + streaming + 0.5 * block_seconds
 
 
 DEFAULT = AnalyticPredictor()

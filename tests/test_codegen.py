@@ -354,7 +354,9 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
     assert roles["counters"].decl == f"unsigned* __restrict__ cnt_{var}"
     text = body(kernel.source, kernel)
     finish = text[text.index("// finish "):]
-    assert "__threadfence();" in finish and "BARRIER();" in finish
+    # one fence and barrier after the block's last store, before every finish
+    fence = text.index("__threadfence();\n  BARRIER();")
+    assert text.rindex("_store(", 0, text.index("// finish ")) < fence < text.index("// finish ")
     assert f"fusec_arrive(cnt_{var}" in finish
     assert f"fusec_sum_partials<BLOCK>(ws_{var}," in finish
     assert f"g_{var}[i] = " in finish

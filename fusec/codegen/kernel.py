@@ -120,6 +120,14 @@ class Kernel:
         return rows * cols
 
     @property
+    def estimated_registers(self) -> int:
+        """Registers per thread, roughly: the register elements plus what indices,
+        addresses and temporaries take (about 24); nvcc tells the truth."""
+        words = geo.DTYPES[self.dtype].itemsize // 4
+        slots = sum(e.size for e in self.elements if e.storage is Storage.REGISTERS)
+        return min(255, 24 + slots * words)
+
+    @property
     def onchip_bytes(self) -> int:
         """On-chip memory of one block: shared memory plus every thread's register elements."""
         itemsize = geo.DTYPES[self.dtype].itemsize
@@ -541,6 +549,11 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         w("// after the loop: stores of accumulated reductions")
         for op in post:
             _emit_op(w, op, kernel, dag, library, by_value)
+    if kernel.reductions:
+        w()
+        w("// every partial of this block must be visible to the block that finishes it")
+        w("__threadfence();")
+        w("BARRIER();")
     for reduction in kernel.reductions:
         _emit_finish(w, reduction, kernel, dag, library)
 
@@ -650,8 +663,6 @@ def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, lib
     emit = f"[&](long long i, real acc) {{ g_{c}[i] = {expr}; }}"
     w(f"// finish {_call_text(dag, call)}: every block stored its partial; the last block to")
     w("// arrive at an output tile sums the partials of all blocks in a fixed order")
-    w("__threadfence();")
-    w("BARRIER();")
     if reduction.axis is None:
         w(f"if (fusec_arrive(cnt_{c}, gridDim.x, &fusec_flag, threadIdx.x))")
         w(f"  fusec_sum_partials<BLOCK>(ws_{c}, gridDim.x, 1, 0, 1, 1, smem, threadIdx.x, {emit});")

@@ -49,7 +49,7 @@ __device__ __forceinline__ void fusec_sum_partials(const real* partials, int cou
     const long long out = o0 + base + o;
     real s = real(0);
     if (part < parts && out < len) {
-      #pragma unroll 4
+      #pragma unroll 8  // eight loads in flight: this runs in the kernel's tail
       for (int p = part; p < count; p += parts) s += __ldcg(partials + p * stride + out);
     }
     scratch[tid] = s;

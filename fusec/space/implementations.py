@@ -27,7 +27,7 @@ from .steps import array_args, function_of, leaves_kernel
 VECTOR_SHAPES = tuple(Shape(Geometry.VECTOR, block, iters)
                       for block in (128, 256, 512) for iters in (1, 4, 16))
 TILE_SHAPES = tuple(Shape(Geometry.TILE, 32 * block_y, iters, tile_rows)
-                    for block_y, tile_rows in ((4, 16), (8, 32), (8, 16)) for iters in (4, 16))
+                    for block_y, tile_rows in ((4, 16), (8, 32), (8, 64)) for iters in (2, 8, 32))
 
 
 def call_orders(dag: Dag, fusion: Fusion) -> list[tuple[int, ...]]:
