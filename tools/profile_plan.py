@@ -1,0 +1,72 @@
+"""Run one fusion implementation of a script a few times, for a profiler.
+
+    ncu --section SpeedOfLight ... python3 tools/profile_plan.py bicgk --dtype float32 --n 16384 \\
+        --block 256 --iters 2 --tile-rows 64 --serial rows [--sass]
+
+Builds the combination that fuses every call (or the best-predicted one with
+--best), runs it on random device inputs, and with --sass prints the kernel's
+SASS via cuobjdump.
+"""
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("script")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--n", type=int, default=16384)
+    parser.add_argument("--block", type=int, default=256)
+    parser.add_argument("--iters", type=int, default=2)
+    parser.add_argument("--tile-rows", type=int, default=32)
+    parser.add_argument("--serial", default="rows")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sass", action="store_true")
+    args = parser.parse_args()
+
+    import cupy
+    from bench.fusion import device_inputs
+    from fusec import nvcc
+    from fusec.codegen.program import generate
+    from fusec.geometry import Shape
+    from fusec.library.loader import load_library
+    from fusec.library.model import Geometry
+    from fusec.runtime import cuda
+    from fusec.runtime.program import Program
+    from fusec.script import load_script
+    from fusec.space.fusions import Fusion
+    from fusec.space.implementations import steps_in_order
+    from fusec.space.points import KernelPlan, ProgramPlan
+
+    library = load_library(ROOT / "library" / "blas")
+    dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
+    calls = tuple(c.id for c in dag.calls)
+    fusion = Fusion(calls)
+    steps = steps_in_order(dag, library, fusion, calls, True)
+    impls = tuple(library.functions[dag.call(c).function].implementations[0].name for c in calls)
+    plan = KernelPlan(calls, impls, steps, Shape(Geometry.TILE, args.block, args.iters, args.tile_rows), args.serial)
+    program = Program(generate(dag, library, ProgramPlan((plan,)), args.dtype))
+    sizes = {s: args.n for s in dag.sizes}
+    inputs = device_inputs(cupy, dag, sizes, args.dtype, seed=1)
+    for _ in range(args.runs):
+        program(**inputs)
+    cupy.cuda.runtime.deviceSynchronize()
+    if args.sass:
+        with cuda.context() as ctx:
+            cubin = nvcc.compile_cubin(program.source, cuda.arch_of(ctx)).cubin
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(cubin)
+            f.flush()
+            print(subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True).stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
