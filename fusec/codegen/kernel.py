@@ -522,6 +522,10 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         w("c.vec_ok = vec_ok;")
         w("c.i = base + (long long)c.t * VEC;")
 
+    full = ("c.full = c.vec_ok && c.row0 + TILE_ROWS <= rows && c.col0 + TILE_COLS <= cols;"
+            if tile else "c.full = c.vec_ok && base + chunk <= n;")
+    full_note = "  // no guards needed in this " + ("tile" if tile else "chunk")
+    w(full + full_note)
     pre = [op for op in kernel.ops if op.section == PRE]
     loop = [op for op in kernel.ops if op.section == LOOP]
     post = [op for op in kernel.ops if op.section == POST]
@@ -539,11 +543,13 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         w.open(f"for (int it = 0; it < ITERS && c.{axis}0 < {limit}; ++it, c.{axis}0 += {step})")
     else:
         w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
+    w(full)
     for op in loop:
         _emit_op(w, op, kernel, dag, library, by_value)
     w.close()
     if tile:
         w(f"c.{axis}0 = first_{axis}0;")
+        w(full)
     if post:
         w()
         w("// after the loop: stores of accumulated reductions")
@@ -564,7 +570,8 @@ def _element_arg(access, params, by_value, scalars) -> str:
     return scalars[access]
 
 
-def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_value) -> None:
+def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_value,
+             ctx: str = "c") -> None:
     plan = kernel.plan
     tile = plan.geometry is Geometry.TILE
     if op.barrier:
@@ -593,7 +600,6 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
             RoutineKind.COMPUTE: "compute",
             RoutineKind.STORE: f"store {'the partial of ' if function.hof.reduce else ''}{result.label}"}[step.kind]
     w(f"// {_call_text(dag, step.call)}: {what} [{routine.name}]")
-    ctx = "c"
     if step.kind is RoutineKind.LOAD:
         value = params[step.param]
         args = [f"g_{dag.value(value).c_name}", by_value[value].var]
@@ -619,21 +625,21 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
         return
     # Algorithm 2, lines 3-4: fewer threads; keep warps full, recompute indices.
     if not tile:
-        w.open(f"if (c.t < {routine.threads[0]})")
+        w.open(f"if ({ctx}.t < {routine.threads[0]})")
         w(f"{routine.name}({', '.join(args + [ctx])});")
         w.close()
         return
     x, y = routine.threads
     if x == "BLOCK_X":
-        w.open(f"if (c.ty < {y})")
+        w.open(f"if ({ctx}.ty < {y})")
         w(f"{routine.name}({', '.join(args + [ctx])});")
         w.close()
     else:
         w.open("")
         w.lines[-1] = w.lines[-1][:-2] + "{"
-        w("const int t = c.ty * BLOCK_X + c.tx;")
+        w(f"const int t = {ctx}.ty * BLOCK_X + {ctx}.tx;")
         w.open(f"if (t < ({x}) * ({y}))")
-        w("fusec_tile r = c;")
+        w(f"fusec_tile r = {ctx};")
         w(f"r.tx = t % ({x});")
         w(f"r.ty = t / ({x});")
         w(f"{routine.name}({', '.join(args + ['r'])});")

@@ -10,6 +10,7 @@ struct fusec_chunk {
   long long i;    // first value this thread handles: chunk start + t*VEC
   long long n;    // vector length; accesses at or past it are guarded
   bool vec_ok;    // 16-byte accesses are aligned (every vector base is)
+  bool full;      // the block's whole chunk lies inside and vec_ok: no guards needed
 };
 
 // Where an instance of a nested function (one tile) is, as seen by one thread.
@@ -18,6 +19,7 @@ struct fusec_tile {
   int row0, col0; // first row and column of the tile
   int rows, cols; // matrix size; accesses at or past it are guarded
   bool vec_ok;    // 16-byte accesses are aligned (cols % VEC == 0, bases aligned)
+  bool full;      // the whole tile lies inside and vec_ok: no guards needed
 };
 
 // Reductions finish across blocks by the "last block" method (paper 3.2.2, way ii):

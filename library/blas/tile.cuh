@@ -5,8 +5,22 @@
 
 #define ROWS_PER_THREAD (TILE_ROWS / BLOCK_Y)
 
+// Every routine has a straight-line path for full tiles (c.full: inside and
+// aligned, the same for the whole block), so all of a thread's loads leave at
+// once; the guarded path handles the edges.
+
 __device__ __forceinline__ void tile_load(const real* __restrict__ A, real* a, const fusec_tile& c) {
   const int col = c.col0 + c.tx * VEC;
+  if (c.full) {
+    const real* p = A + (long long)(c.row0 + c.ty) * c.cols + col;
+    #pragma unroll
+    for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+      const fusec_vec v = *reinterpret_cast<const fusec_vec*>(p + (long long)k * BLOCK_Y * c.cols);
+      #pragma unroll
+      for (int j = 0; j < VEC; ++j) a[k * VEC + j] = v.v[j];
+    }
+    return;
+  }
   #pragma unroll
   for (int k = 0; k < ROWS_PER_THREAD; ++k) {
     const int row = c.row0 + c.ty + k * BLOCK_Y;
@@ -21,6 +35,17 @@ __device__ __forceinline__ void tile_load(const real* __restrict__ A, real* a, c
 
 __device__ __forceinline__ void tile_store(const real* a, real* __restrict__ A, const fusec_tile& c) {
   const int col = c.col0 + c.tx * VEC;
+  if (c.full) {
+    real* p = A + (long long)(c.row0 + c.ty) * c.cols + col;
+    #pragma unroll
+    for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+      fusec_vec v;
+      #pragma unroll
+      for (int j = 0; j < VEC; ++j) v.v[j] = a[k * VEC + j];
+      *reinterpret_cast<fusec_vec*>(p + (long long)k * BLOCK_Y * c.cols) = v;
+    }
+    return;
+  }
   #pragma unroll
   for (int k = 0; k < ROWS_PER_THREAD; ++k) {
     const int row = c.row0 + c.ty + k * BLOCK_Y;
@@ -38,7 +63,7 @@ __device__ __forceinline__ void rows_load(const real* __restrict__ y, real* e, c
   #pragma unroll
   for (int k = 0; k < ROWS_PER_THREAD; ++k) {
     const int row = c.row0 + c.ty + k * BLOCK_Y;
-    e[k] = row < c.rows ? y[row] : real(0);
+    e[k] = c.full || row < c.rows ? y[row] : real(0);
   }
 }
 

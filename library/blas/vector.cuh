@@ -2,11 +2,24 @@
 // c.i .. c.i+VEC-1 of a vector (mapping `vec`).
 
 __device__ __forceinline__ void vec_load(const real* __restrict__ x, real* e, const fusec_chunk& c) {
-  load_values(x, c.i, c.n, c.vec_ok, e);
+  if (c.full) {  // the whole chunk is inside and aligned: one 16-byte load, no guard
+    const fusec_vec v = *reinterpret_cast<const fusec_vec*>(x + c.i);
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) e[k] = v.v[k];
+  } else {
+    load_values(x, c.i, c.n, c.vec_ok, e);
+  }
 }
 
 __device__ __forceinline__ void vec_store(const real* e, real* __restrict__ x, const fusec_chunk& c) {
-  store_values(x, c.i, c.n, c.vec_ok, e);
+  if (c.full) {
+    fusec_vec v;
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) v.v[k] = e[k];
+    *reinterpret_cast<fusec_vec*>(x + c.i) = v;
+  } else {
+    store_values(x, c.i, c.n, c.vec_ok, e);
+  }
 }
 
 // Sums the block's per-thread partials (mapping `partial`) and writes the total
