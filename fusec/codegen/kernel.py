@@ -77,6 +77,7 @@ class Op:
     clear: int | None
     barrier: bool
     scratch: Region | None
+    value: int | None = None  # the element a load writes, a compute or store handles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,11 +122,24 @@ class Kernel:
 
     @property
     def estimated_registers(self) -> int:
-        """Registers per thread, roughly: the register elements plus what indices,
-        addresses and temporaries take (about 24); nvcc tells the truth."""
+        """Registers per thread, roughly: 20 for indices and addresses plus 0.8 per
+        word of register elements (nvcc reuses some); fitted to ptxas on the
+        BLAS library's kernels, and nvcc tells the truth."""
         words = geo.DTYPES[self.dtype].itemsize // 4
         slots = sum(e.size for e in self.elements if e.storage is Storage.REGISTERS)
-        return min(255, 24 + slots * words)
+        return min(255, round(20 + 0.8 * slots * words))
+
+    @property
+    def loop_load_bytes(self) -> int:
+        """Bytes one thread asks memory for in an iteration: what keeps DRAM busy."""
+        itemsize = geo.DTYPES[self.dtype].itemsize
+        by_value = {e.value: e for e in self.elements}
+        total = 0.0
+        for op in self.ops:
+            if op.section == LOOP and op.step and op.step.kind is RoutineKind.LOAD:
+                e = by_value[op.value]
+                total += e.size if e.storage is Storage.REGISTERS else e.size / self.plan.shape.block
+        return int(total * itemsize)
 
     @property
     def onchip_bytes(self) -> int:
@@ -329,9 +343,10 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
         elements.append(Element(value, prefix + dag.value(value).c_name, kind, mapping, size_expr, size,
                                 regions.get(f"v{value}"), reduction,
                                 reduction and _accumulated(function, plan)))
-    ops = tuple(Op(section, step, clear, i in barriers,
-                   regions.get(f"scratch{i}"))
-                for i, (section, step, clear, _, _) in enumerate(schedule))
+    ops = tuple(Op(section, step, clear, i in barriers, regions.get(f"scratch{i}"),
+                   mine[0][0] if step and step.kind is RoutineKind.LOAD else (
+                       dag.call(step.call).result if step else clear))
+                for i, (section, step, clear, mine, _) in enumerate(schedule))
 
     args = _kernel_args(dag, library, plan, storage, kernel_calls, dims)
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
