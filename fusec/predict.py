@@ -17,6 +17,7 @@ from typing import Mapping, Protocol
 from . import geometry as geo
 from .codegen.kernel import Kernel
 from .dag import Dag
+from .library.model import Geometry
 from .space.points import COLS, ROWS
 
 L2_BYTES = 50 * 2 ** 20  # H100
@@ -75,7 +76,12 @@ class AnalyticPredictor:
     threads_per_sm: int = 2048
     registers_per_sm: int = 65536
     shared_per_sm: int = 228 * 1024
-    bytes_in_flight: int = 120 * 1024  # per SM, to keep DRAM busy (fitted, see kernel_seconds)
+    # Bytes requested per SM that keep DRAM busy (fitted, see kernel_seconds). Tile
+    # kernels compute between their loads, so they need more requested at once.
+    tile_in_flight: int = 120 * 1024
+    vector_in_flight: int = 64 * 1024
+    atomic: float = 5e-9  # seconds per atomic on one counter: they queue at its L2 slice
+    finish_round: float = 1e-6  # seconds per round of 8 dependent partial loads of the last block
     name: str = "analytic"
 
     def blocks_per_sm(self, kernel: Kernel) -> int:
@@ -91,17 +97,38 @@ class AnalyticPredictor:
         grid = kernel.grid(dict(sizes))
         slots = self.sms * blocks_per_sm
         resident = min(grid, slots) * block / self.sms  # threads per SM
-        # DRAM stays busy when enough bytes are requested at once: Nsight Compute
-        # on the H100 showed a lone gemv at 47 warps x 80 B per thread (120 KB per
-        # SM) at 91% of DRAM peak and fused BiCGK at 40 warps (102 KB) at 82%.
-        in_flight = resident * max(kernel.loop_load_bytes, geo.VEC_BYTES)
-        occupancy = max(min(1.0, in_flight / self.bytes_in_flight), 1e-3)
+        # DRAM stays busy when enough bytes are requested at once (loads and stores
+        # per thread per iteration, times resident threads): Nsight Compute on the
+        # H100 showed a lone gemv at 47 warps x 80 B per thread (120 KB per SM) at
+        # 91% of DRAM peak and fused BiCGK at 40 warps (102 KB) at 82%; vector
+        # kernels with 61-123 KB ran at 90-100% of the copy bandwidth.
+        in_flight = resident * max(kernel.loop_bytes, geo.VEC_BYTES)
+        target = self.tile_in_flight if kernel.plan.geometry is Geometry.TILE else self.vector_in_flight
+        occupancy = max(min(1.0, in_flight / target), 1e-3)
         moved = traffic(kernel, dag, sizes)
         streaming = moved / (self.bandwidth * occupancy)
         # Blocks do not finish together: at the end, SMs idle for about half the
         # time one block takes (its bytes, shared with the blocks beside it).
         block_seconds = moved / grid * min(grid, slots) / self.bandwidth
-        return self.launch + streaming + 0.5 * block_seconds
+        # Reductions: every block counts itself in on one counter per output tile
+        # (those atomics queue), and the last one sums all partials in the tail.
+        counters, finish = 0.0, 0.0
+        for reduction in kernel.reductions:
+            arrivals, width = self._arrivals(kernel, reduction, sizes)
+            counters = max(counters, arrivals * self.atomic)
+            finish += math.ceil(arrivals * width / (block * 8)) * self.finish_round
+        return self.launch + max(streaming, counters) + 0.5 * block_seconds + finish
+
+    @staticmethod
+    def _arrivals(kernel: Kernel, reduction, sizes) -> tuple[int, int]:
+        """Blocks per output tile, and outputs per tile, of a reduction."""
+        grid_rows, grid_cols = kernel.grid_extent(dict(sizes))
+        if reduction.axis is None:
+            return kernel.grid(dict(sizes)), 1
+        macros = kernel.macros()
+        if reduction.axis == COLS:
+            return grid_cols, macros["TILE_ROWS"]
+        return grid_rows, macros["TILE_COLS"]
 
 
 DEFAULT = AnalyticPredictor()

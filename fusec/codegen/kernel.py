@@ -130,13 +130,13 @@ class Kernel:
         return min(255, round(20 + 0.8 * slots * words))
 
     @property
-    def loop_load_bytes(self) -> int:
-        """Bytes one thread asks memory for in an iteration: what keeps DRAM busy."""
+    def loop_bytes(self) -> int:
+        """Bytes one thread loads and stores in an iteration: what keeps DRAM busy."""
         itemsize = geo.DTYPES[self.dtype].itemsize
         by_value = {e.value: e for e in self.elements}
         total = 0.0
         for op in self.ops:
-            if op.section == LOOP and op.step and op.step.kind is RoutineKind.LOAD:
+            if op.section == LOOP and op.step and op.step.kind in (RoutineKind.LOAD, RoutineKind.STORE):
                 e = by_value[op.value]
                 total += e.size if e.storage is Storage.REGISTERS else e.size / self.plan.shape.block
         return int(total * itemsize)
