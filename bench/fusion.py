@@ -134,14 +134,17 @@ def main(argv=None) -> int:
                   f"  (results differ by {row['max_relative_difference']:.1e})", flush=True)
             cupy.get_default_memory_pool().free_all_blocks()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python -m bench.fusion " + " ".join(argv if argv is not None else sys.argv[1:])
+    shown = list(argv if argv is not None else sys.argv[1:])
+    if "--out" in shown:  # where the files went is not part of how they were measured
+        del shown[shown.index("--out"):shown.index("--out") + 2]
+    command = "python -m bench.fusion " + " ".join(shown)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     header = [f"# fusec vs the cuBLAS call sequence on {device}", "",
               f"{stamp}; `{command.strip()}`; median of {args.repeat} runs after 3 warm-ups, CUDA events;"
               " GB/s on minimum bytes.",
               "Copy bandwidth measured in the same run: "
-              + ", ".join(f"{d} run {b / 1e9:.0f} GB/s" for d, b in bandwidth.items()) + ".", ""]
+              + ", ".join(f"{d} run {b / 1e9:.0f} GB/s" for d, b in bandwidth.items()) + ".", "", ""]
     (out / f"{args.name}.md").write_text("\n".join(header) + table(rows, bandwidth) + "\n", encoding="utf-8")
     (out / f"{args.name}.json").write_text(json.dumps({"device": device, "when": stamp, "command": command,
                                                        "copy_bandwidth": bandwidth, "rows": rows}, indent=1))

@@ -1,0 +1,152 @@
+"""The optimization space (paper §3.2, §4.2), on the real BLAS library, no GPU.
+
+Illegal fusions are never produced; every implementation the space holds
+can be built; dominated implementations are pruned; combinations cover every
+call in a launch order that respects the DAG and come out best-first.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fusec.codegen.kernel import build_kernel
+from fusec.predict import DEFAULT
+from fusec.space.combinations import build_space
+from fusec.space.fusions import Fusion, fusions, why_not_fusible
+from fusec.space.implementations import load_phases
+from tests.helpers import library, program, script_names
+
+SIZES = {"m": 4096, "n": 2048}
+
+
+def dag_of(script):
+    return program(script, "float32").dag
+
+
+def sizes_of(dag):
+    return {s: SIZES.get(s, 4096) for s in dag.sizes}
+
+
+# Multi-call fusions each script must have, and nothing else.
+EXPECTED = {
+    "atax": set(), "sgemvt": set(), "sgemv": set(), "sscal": set(), "madd": set(),
+    "bicgk": {(0, 1)}, "axpydot": {(0, 1)}, "vadd": {(0, 1)}, "waxpby": {(0, 1)},
+    "gesummv": {(0, 1)}, "gemver": {(0, 1), (1, 2), (0, 1, 2)},
+}
+
+
+@pytest.mark.parametrize("script", script_names())
+def test_fusions_are_exactly_the_legal_ones(script):
+    dag = dag_of(script)
+    found = fusions(dag, library())
+    multi = {f.calls for f in found if len(f) > 1}
+    assert multi == EXPECTED[script]
+    assert {f.calls for f in found if len(f) == 1} == {(c.id,) for c in dag.calls}  # every call alone
+    for fusion in found:
+        assert why_not_fusible(dag, library(), fusion.calls) is None
+    for size in range(2, len(dag.calls) + 1):  # every subset left out breaks a rule
+        for subset in itertools.combinations(range(len(dag.calls)), size):
+            if subset not in multi:
+                assert why_not_fusible(dag, library(), subset) is not None
+
+
+@pytest.mark.parametrize("script,calls,reason", [
+    ("atax", (0, 1), "final result of a reduction"),  # y = A^T (A x) needs all of A x
+    ("sgemvt", (0, 1), "final result of a reduction"),
+    ("gemver", (2, 3), "final result of a reduction"),  # w = alpha B x needs all of x
+    ("gemver", (0, 2), "not convex"),  # the second sger lies between them
+    ("gesummv", (0, 2), "nesting depths"),  # a gemv and a vector map
+    ("gesummv", (1, 2), "nesting depths"),
+])
+def test_why_a_fusion_is_illegal(script, calls, reason):
+    assert reason in why_not_fusible(dag_of(script), library(), calls)
+
+
+@pytest.mark.parametrize("script", script_names())
+def test_every_implementation_builds_and_covers_are_ordered(script):
+    dag = dag_of(script)
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    for fusion, options in space.options.items():
+        assert options, f"fusion {fusion} has no implementation"
+        for plan, kernel, seconds in options[:20]:
+            build_kernel(dag, library(), plan, "float32", 0)  # emits without PlanError
+            assert seconds > 0
+        times = [t for _, _, t in options]
+        assert times == sorted(times)
+    for cover in space.covers:
+        assert sorted(c for f in cover for c in f.calls) == [c.id for c in dag.calls]
+        done: set[int] = set()
+        for fusion in cover:  # launch order: every producer's kernel runs first
+            for call in fusion.calls:
+                assert set(dag.predecessors(call)) - set(fusion.calls) <= done
+            done |= set(fusion.calls)
+
+
+def test_ranked_is_best_first_complete_and_without_repeats():
+    dag = dag_of("bicgk")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    everything = list(space.ranked())
+    assert len(everything) == space.combination_count
+    assert len({c.plan for c in everything}) == len(everything)
+    times = [c.predicted for c in everything]
+    assert times == sorted(times)
+    assert everything[0].plan == space.best().plan
+    assert abs(everything[0].predicted - sum(everything[0].kernel_times)) < 1e-12
+
+
+def test_sample_is_uniform_over_distinct_combinations_of_the_space():
+    dag = dag_of("gemver")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    top = {c.plan for c in itertools.islice(space.ranked(), 10)}
+    sample = space.sample(100, np.random.default_rng(1), exclude=top)
+    assert len({c.plan for c in sample}) == 100
+    assert not top & {c.plan for c in sample}
+    fused = sum(len(c.plan.kernels) == 2 for c in sample)  # covers weighted by their size
+    share = sum(len(space.options[f]) for f in space.options if len(f) == 3) * len(
+        space.options[Fusion((3,))]) / space.combination_count
+    assert abs(fused / 100 - share) < 0.15
+
+
+def test_fused_bicgk_is_first_and_never_mixes_register_and_shared_tiles():
+    dag = dag_of("bicgk")
+    space = build_space(dag, library(), "float32", {"m": 16384, "n": 16384}, DEFAULT)
+    assert space.best().fused_calls == ((0, 1),)
+    # the staged sgemv keeps A in shared memory, sgemtv in registers: never in one kernel
+    for plan, _, _ in space.options[Fusion((0, 1))]:
+        assert plan.implementations[0] == "registers"
+
+
+def test_orders_dominated_in_on_chip_memory_are_pruned():
+    """Fused GESUMMV with both gemvs staged in shared memory: loading every tile
+    first keeps both tiles alive at once, loading each before its compute lets
+    them share memory; the first is dominated and pruned."""
+    dag = dag_of("gesummv")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    staged = [(p, k) for p, k, _ in space.options[Fusion((0, 1))] if p.implementations == ("staged", "staged")]
+    assert staged
+    assert all(load_phases(p) == 2 for p, _ in staged)  # the loads-first order is gone
+    registers = [p for p, _, _ in space.options[Fusion((0, 1))] if p.implementations == ("registers", "registers")]
+    assert {load_phases(p) for p in registers} == {1, 2}  # equal memory: both orders kept
+    plan, kernel = staged[0]
+    regions = {e.value: e.region for e in kernel.elements if e.region}
+    a, b = (dag.call(0).args[0], dag.call(1).args[0])
+    assert regions[a].offset == regions[b].offset  # A's tile memory is reused for B's
+
+
+def test_barriers_only_where_mappings_differ_or_memory_is_reused():
+    dag = dag_of("gesummv")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    options = space.options[Fusion((0, 1))]
+    plan, kernel, _ = next(o for o in options if o[0].implementations == ("registers", "registers"))
+    assert not any(op.barrier for op in kernel.ops)  # registers with one mapping: no barrier
+    plan, kernel, _ = next(o for o in options if o[0].implementations == ("staged", "staged"))
+    loads = [i for i, op in enumerate(kernel.ops) if op.step and op.step.kind.value == "load"]
+    computes = [i for i, op in enumerate(kernel.ops) if op.step and op.step.kind.value == "compute"]
+    for c in computes:  # read one row per thread after rows of threads wrote the tile
+        assert any(kernel.ops[i].barrier for i in range(c, max(i for i in loads if i < c), -1))
+    second_load = [i for i in loads if i > computes[0]][0]
+    # B's tile reuses A's words while A is still read: a barrier before it is written
+    assert any(kernel.ops[i].barrier for i in range(computes[0] + 1, second_load + 1))
