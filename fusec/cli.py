@@ -165,6 +165,10 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"fusec {__version__}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
 
+    def sizes(sub, text: str, required: bool = False):
+        sub.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", required=required,
+                         help=text)
+
     def common(sub):
         sub.add_argument("script", metavar="SCRIPT", help="the script to compile (e.g. scripts/bicgk.script)")
         sub.add_argument("--library", metavar="DIR", default=None,
@@ -182,8 +186,8 @@ def parser() -> argparse.ArgumentParser:
                       help="where to write NAME.DTYPE.cu, NAME.DTYPE.plan.txt (and the cubin); default: .")
     comp.add_argument("--arch", default="sm_90", help="nvcc target (default: sm_90, the H100)")
     comp.add_argument("--no-nvcc", action="store_true", help="only generate, do not run nvcc")
-    comp.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
-                      help="sizes to show launch shapes for (repeatable; n=VALUE sets every size)")
+    sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"
+                " n=VALUE sets every size; default 8192)")
     comp.set_defaults(handler=_compile)
 
     space = commands.add_parser(
@@ -193,9 +197,7 @@ def parser() -> argparse.ArgumentParser:
                     " and combinations (implementations covering every call), and list the"
                     " combinations in the order the predictor ranks them for --size.")
     common(space)
-    space.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
-                       help="problem size to predict for (repeatable; n=VALUE sets every size;"
-                            " default 8192)")
+    sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size; default 8192)")
     which = space.add_mutually_exclusive_group()
     which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
     which.add_argument("--all", action="store_true", help="enumerate and show every combination")
@@ -208,8 +210,7 @@ def parser() -> argparse.ArgumentParser:
                     " kernels with CUDA events. Bandwidth is on minimum bytes: each input read"
                     " once, each output written once. Exits 1 if a check fails.")
     common(run)
-    run.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", required=True,
-                     help="a size of the script (repeatable); n=VALUE sets every size not given")
+    sizes(run, "a size of the script (repeatable); n=VALUE sets every size not given", required=True)
     run.add_argument("--repeat", type=int, default=20, help="timed runs (default: 20; the median is reported)")
     run.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
