@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest

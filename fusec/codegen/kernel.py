@@ -596,7 +596,7 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
         label = dag.value(op.clear).label
         w(f"// clear the partial of {label} ({dag.call(dag.producer(op.clear)).function})")
         if e.storage is Storage.REGISTERS:
-            w(f"#pragma unroll")
+            w("#pragma unroll")
             w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = real(0);")
         else:
             w(f"for (int s = threadIdx.x; s < {e.size}; s += BLOCK) {e.var}[s] = real(0);")

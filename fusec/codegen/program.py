@@ -44,7 +44,7 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> Gener
         f"// script:  {dag.file} (sha256 {script_hash})",
         f"// library: {library.name} at {library.path} (hash {library.content_hash})",
         f"// dtype:   {dtype}",
-        f"// kernels, in launch order:",
+        "// kernels, in launch order:",
     ]
     for kernel in kernels:
         calls = "; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"

@@ -19,7 +19,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..codegen.program import GeneratedProgram
-from ..errors import ArgumentError
 from .. import geometry as geo
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
