@@ -110,14 +110,19 @@ class AnalyticPredictor:
         # Blocks do not finish together: at the end, SMs idle for about half the
         # time one block takes (its bytes, shared with the blocks beside it).
         block_seconds = moved / grid * min(grid, slots) / self.bandwidth
-        # Reductions: every block counts itself in on one counter per output tile
-        # (those atomics queue), and the last one sums all partials in the tail.
+        counters, finish = self.reduction_seconds(kernel, sizes)
+        return self.launch + max(streaming, counters) + 0.5 * block_seconds + finish
+
+    def reduction_seconds(self, kernel: Kernel, sizes: Mapping[str, int]) -> tuple[float, float]:
+        """(counter atomics, finish) of the kernel's reductions: every block counts
+        itself in on one counter per output tile (those atomics queue, overlapping
+        the streaming), and the last one sums all partials in the tail."""
         counters, finish = 0.0, 0.0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)
             counters = max(counters, arrivals * self.atomic)
-            finish += math.ceil(arrivals * width / (block * 8)) * self.finish_round
-        return self.launch + max(streaming, counters) + 0.5 * block_seconds + finish
+            finish += math.ceil(arrivals * width / (kernel.plan.shape.block * 8)) * self.finish_round
+        return counters, finish
 
     @staticmethod
     def _arrivals(kernel: Kernel, reduction, sizes) -> tuple[int, int]:

@@ -415,7 +415,7 @@ def _call_text(dag: Dag, call: int) -> str:
             f"{dag.value(record.result).label} = {record.function}({args})")
 
 
-def _emit(kernel: Kernel, dag: Dag, library: Library) -> str:
+def _emit(kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> str:
     plan, macros = kernel.plan, kernel.macros()
     tile = plan.geometry is Geometry.TILE
     w = _Writer()
@@ -443,7 +443,7 @@ def _emit(kernel: Kernel, dag: Dag, library: Library) -> str:
     w.open("")
     w.lines[-1] = "{"
     w(f"using namespace {namespace};")
-    _emit_body(w, kernel, dag, library)
+    _emit_body(w, kernel, dag, library, probe)
     w.close()
     for macro in macros:
         if macro != "VEC":
@@ -482,7 +482,7 @@ def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[s
     return shared + functions
 
 
-def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
+def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> None:
     plan = kernel.plan
     tile = plan.geometry is Geometry.TILE
     by_value = {e.value: e for e in kernel.elements}
@@ -505,6 +505,8 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         if arg.role == "scalar_ptr":
             c = dag.value(arg.value).c_name
             w(f"const real {c} = *g_{c};  // computed by an earlier kernel")
+    if probe:
+        _emit_probe_seed(w, kernel)
 
     # 3: indices
     w()
@@ -548,7 +550,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         w()
         w("// before the loop: invariant loads, clears of accumulated reductions")
         for op in pre:
-            _emit_op(w, op, kernel, dag, library, by_value)
+            _emit_op(w, op, kernel, dag, library, by_value, probe=probe)
     w()
     if tile:
         axis = "row" if plan.serial == ROWS else "col"
@@ -560,7 +562,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
     w(full)
     for op in loop:
-        _emit_op(w, op, kernel, dag, library, by_value)
+        _emit_op(w, op, kernel, dag, library, by_value, probe=probe)
     w.close()
     if tile:
         w(f"c.{axis}0 = first_{axis}0;")
@@ -569,7 +571,9 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library) -> None:
         w()
         w("// after the loop: stores of accumulated reductions")
         for op in post:
-            _emit_op(w, op, kernel, dag, library, by_value)
+            _emit_op(w, op, kernel, dag, library, by_value, probe=probe)
+    if probe:
+        _emit_probe_sink(w, kernel)
     if kernel.reductions:
         w()
         w("// every partial of this block must be visible to the block that finishes it")
@@ -586,7 +590,10 @@ def _element_arg(access, params, by_value, scalars) -> str:
 
 
 def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_value,
-             ctx: str = "c") -> None:
+             ctx: str = "c", probe: bool = False) -> None:
+    if probe and op.step is not None:
+        _emit_probed_op(w, op, kernel, dag, library, by_value, ctx)
+        return
     plan = kernel.plan
     tile = plan.geometry is Geometry.TILE
     if op.barrier:
@@ -660,6 +667,74 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
         w(f"{routine.name}({', '.join(args + ['r'])});")
         w.close()
         w.close()
+
+
+def probe_kernel(kernel: Kernel, step: Step, name: str, dag: Dag, library: Library) -> Kernel:
+    """The kernel with one routine call left: what the performance database times
+    (paper §4.2, a routine in a simulated fusion environment).
+
+    The kernel keeps its elements, indices, serial loop and launch shape; only
+    ``step`` (and the clear of the reduction it computes) runs, and there is no
+    finish. So that nvcc and ptxas can neither fold, hoist nor drop the routine,
+    elements start from a value they cannot know, a compute's inputs change
+    every iteration, and everything a routine writes is added into a sink that
+    the kernel stores when it equals a value it never takes. That costs one
+    add per value written, well under a memory-bound routine's time.
+    """
+    result = dag.call(step.call).result if step.kind is RoutineKind.COMPUTE else None
+    ops = tuple(op for op in kernel.ops
+                if op.step == step or (op.step is None and result is not None and op.clear == result))
+    probe = dataclasses.replace(kernel, name=name, ops=ops, reductions=(), source="")
+    return dataclasses.replace(probe, source=_emit(probe, dag, library, probe=True))
+
+
+def _emit_probe_seed(w: _Writer, kernel: Kernel) -> None:
+    w("// probe: elements start from a value nvcc cannot know; what routines write goes to a sink")
+    w("const real fusec_seed = real(vec_ok) * real(0.001);")
+    w("real fusec_sink = real(0);")
+    for e in kernel.elements:
+        if e.storage is Storage.REGISTERS:
+            w("#pragma unroll")
+            w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = fusec_seed + real(s);")
+    if kernel.shared_reals:
+        w(f"for (int s = threadIdx.x; s < {kernel.shared_reals}; s += BLOCK) smem[s] = fusec_seed;")
+        w("BARRIER();")
+
+
+def _emit_probe_sink(w: _Writer, kernel: Kernel) -> None:
+    out = next(a for a in kernel.args if a.role == "out")
+    w()
+    w("// probe: the sink is used (the kernel never sees this value)")
+    w(f"if (fusec_sink == real(1.2345e-37)) g_{kernel_value_name(out)}[0] = fusec_sink;")
+
+
+def kernel_value_name(arg: Arg) -> str:
+    return arg.decl.split("g_", 1)[1]
+
+
+def _emit_probed_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_value,
+                    ctx: str) -> None:
+    """The routine call, with its inputs made to vary (compute) and its output sunk."""
+    step = op.step
+    params = dict(array_args(dag, library, step.call))
+    if step.kind is RoutineKind.COMPUTE:
+        w("// probe: inputs change every iteration")
+        for read in _routine(library, dag, kernel.plan, step).reads:
+            e = by_value.get(params.get(read.param)) if isinstance(read, Access) else None
+            if e is not None:
+                index = "0" if e.storage is Storage.REGISTERS else f"threadIdx.x % {e.size}"
+                w(f"{e.var}[{index}] += fusec_sink;")
+    _emit_op(w, op, kernel, dag, library, by_value, ctx)
+    written = {RoutineKind.LOAD: op.value, RoutineKind.COMPUTE: dag.call(step.call).result}.get(step.kind)
+    if written is None:
+        return  # a store writes global memory: nothing to keep
+    e = by_value[written]
+    w("// probe: what the routine wrote is used")
+    if e.storage is Storage.REGISTERS:
+        w("#pragma unroll")
+        w(f"for (int s = 0; s < {e.size_expr}; ++s) fusec_sink += {e.var}[s];")
+    else:
+        w(f"fusec_sink += {e.var}[threadIdx.x % {e.size}];")
 
 
 def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, library: Library) -> None:

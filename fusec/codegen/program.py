@@ -50,8 +50,16 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> Gener
         calls = "; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"
                           for c in kernel.plan.calls)
         lines.append(f"//   {kernel.name}: {calls}")
-    lines += [
-        "",
+    lines += [""] + common_code(library, dtype)
+    for kernel in kernels:
+        lines.append(kernel.source)
+    return GeneratedProgram(dag, library, plan, dtype, kernels, "\n".join(lines))
+
+
+def common_code(library: Library, dtype: str) -> list[str]:
+    """What every kernel of a module needs once: the precision, fusec's support
+    code and the library's prelude."""
+    lines = [
         f"typedef {geo.C_TYPES[dtype]} real;",
         f"#define VEC {geo.vec(dtype)}  // reals per 16-byte access",
         "#define BARRIER() __syncthreads()",
@@ -63,6 +71,4 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> Gener
         lines.append(f"// ---- library prelude: {source.path}")
         lines.append(source.text.strip("\n"))
         lines.append("")
-    for kernel in kernels:
-        lines.append(kernel.source)
-    return GeneratedProgram(dag, library, plan, dtype, kernels, "\n".join(lines))
+    return lines

@@ -1,15 +1,46 @@
 """The performance database: measured routine times per GPU (paper §4.2).
 
-``predictor_for`` is what the rest of fusec asks for a predictor: the
+``probes`` names what is timed and generates the kernels that time it,
+``build`` runs them on the GPU (``fusec perfdb build``), ``store`` reads and
+writes ``perfdb/<gpu>.json``, and ``predictor`` predicts kernels from it.
+:func:`predictor_for` is what the rest of fusec asks for a predictor: the
 database of the target GPU when one matches the library, else the analytic
 model with a warning.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
+from pathlib import Path
+
+from ..gpu import target
+from ..library.model import Library
 from ..predict import DEFAULT, Predictor
+from . import store
 
 
-def predictor_for(library, gpu: str | None = None) -> Predictor:
-    """The predictor for ``library`` on the target GPU (see :func:`fusec.gpu.target`)."""
-    return DEFAULT  # filled in by the perfdb predictor (issue 4)
+def predictor_for(library: Library, gpu: str | None = None) -> Predictor:
+    """The predictor for ``library`` on the target GPU (:func:`fusec.gpu.target`:
+    ``gpu``, else $FUSEC_GPU, else the GPU present)."""
+    wanted = target(gpu)
+    if wanted is None:
+        warnings.warn(store.PerfdbWarning(
+            "no GPU here and none named (--gpu NAME or $FUSEC_GPU): kernels are chosen by the"
+            " analytic model"))
+        return DEFAULT
+    path = store.find(wanted)
+    if path is None:
+        warnings.warn(store.PerfdbWarning(
+            f"no performance database for GPU {wanted!r} in {store.directory()}: kernels are chosen"
+            " by the analytic model (run 'fusec perfdb build' on that GPU)"))
+        return DEFAULT
+    predictor = _load(path, path.stat().st_mtime_ns, library)
+    return predictor if predictor is not None else DEFAULT
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path, mtime: int, library: Library):
+    from .predictor import PerfdbPredictor
+    database = store.load(path, library)
+    return PerfdbPredictor(database, library) if database is not None else None

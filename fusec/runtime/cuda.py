@@ -121,7 +121,7 @@ class Loaded:
         self.functions = {}
         for kernel in kernels:
             function = self.module.get_function(kernel.name)
-            function.prepare(_format(kernel))
+            function.prepare(parameter_format(kernel))
             self.functions[kernel.name] = function
 
     def launch(self, kernel, grid: int, args: list, stream=None) -> None:
@@ -129,7 +129,7 @@ class Loaded:
             (grid, 1, 1), (kernel.shape.block, 1, 1), stream, *args)
 
 
-def _format(kernel) -> str:
+def parameter_format(kernel) -> str:
     """struct-module format of the kernel's parameters, for prepared calls."""
     codes = {"in": "P", "out": "P", "workspace": "P", "counters": "P", "scalar_ptr": "P",
              "scalar": "f" if kernel.dtype == "float32" else "d", "vec_ok": "i"}

@@ -1,0 +1,228 @@
+"""``fusec perfdb build``: time every routine of a library on the GPU present.
+
+For each routine key (:mod:`fusec.perfdb.probes`) the probe kernel runs on a
+problem big enough for several waves of blocks, at each number of blocks per
+SM from 1 up to what the probe itself allows; extra dynamic shared memory
+holds the SM to that many blocks, as a fusion's footprint would. A run's time,
+less the launch cost, divided by the waves of blocks (plus half a wave for
+the ragged end, the same rule the predictor applies) and the serial
+iterations, is the seconds one block spends on the routine per iteration.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import statistics
+from pathlib import Path
+
+from .. import __version__, nvcc
+from ..errors import GPUUnavailableError
+from ..gpu import present
+from ..library.model import Geometry, Kind, Library
+from ..progress import Progress
+from . import store
+from .predictor import iterations
+from .probes import Probe, RoutineKey, modules, probes
+
+SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
+SHARED_RESERVED = 1024  # per block, kept by the driver
+SHARED_PER_BLOCK = 232448  # the most one block may ask for (227 KB)
+LEVELS = (1, 2, 3, 4, 6, 8, 12, 16)  # blocks per SM measured
+WAVES = 6  # waves of blocks at the highest level, so the ragged end stays small
+REPEAT = 5
+
+
+def natural_blocks(registers: int, static_shared: int, block: int) -> int:
+    """Blocks per SM a kernel can have: threads, registers (per warp, in units of
+    256), shared memory, and the hardware's 32."""
+    warps = block // 32
+    per_warp = math.ceil(registers * 32 / 256) * 256
+    by_registers = 65536 // (per_warp * warps) if registers else 32
+    by_shared = SHARED_PER_SM // (static_shared + SHARED_RESERVED)
+    return max(1, min(2048 // block, by_registers, by_shared, 32))
+
+
+def limiting_shared(blocks: int, static_shared: int) -> int:
+    """Dynamic shared memory per block that leaves room for exactly ``blocks`` per SM."""
+    per_block = SHARED_PER_SM // blocks - SHARED_RESERVED
+    return max(0, min(per_block, SHARED_PER_BLOCK) - static_shared)
+
+
+def problem_sizes(probe: Probe, most_blocks: int, sms: int) -> dict[str, int]:
+    """Sizes that give about WAVES waves of blocks at ``most_blocks`` per SM, and
+    at least the probes' usual sizes (past the L2)."""
+    kernel = probe.kernel
+    sizes = dict(probe.sizes)
+    wanted = WAVES * sms * most_blocks
+    grid = kernel.grid(sizes)
+    if grid >= wanted:
+        return sizes
+    if kernel.plan.geometry is Geometry.VECTOR:
+        (dim,) = kernel.dims
+        sizes[dim] = math.ceil(sizes[dim] * wanted / grid)
+    else:  # stretch the serial axis: more blocks along it, same tile count across
+        dim = kernel.dims[0] if kernel.plan.serial == "rows" else kernel.dims[1]
+        sizes[dim] = math.ceil(sizes[dim] * wanted / grid)
+    return sizes
+
+
+def build(library: Library, dtypes=("float32", "float64"), folder: Path | None = None,
+          progress: bool = True) -> tuple[store.Database, Path]:
+    """Time the library's routines on the GPU present and write its database.
+
+    Timings of a precision not measured now are kept from the existing file,
+    when it is usable for this library and GPU."""
+    from ..runtime import cuda
+    info = present()
+    if info is None:
+        raise GPUUnavailableError("'fusec perfdb build' times routines on the GPU: none found"
+                                  " (it needs PyCUDA and an NVIDIA GPU)")
+    found = probes(library, dtypes)
+    sources = list(modules(library, found))
+    driver = cuda.driver()
+    with cuda.context() as ctx:
+        arch = cuda.arch_of(ctx)
+        bar = Progress(len(sources), "nvcc", enabled=progress)
+        compiled = nvcc.compile_many([s for s, _ in sources], arch, done=lambda _: bar.advance())
+        bar.close()
+        launch = _launch_seconds(driver, arch)
+        bar = Progress(len(found), "timing routines", enabled=progress)
+        timings: dict[RoutineKey, store.Timing] = {}
+        for (_, group), module_code in zip(sources, compiled):
+            module = driver.module_from_buffer(module_code.cubin)
+            for probe in group:
+                timings[probe.key] = _time_probe(driver, module, probe, info.sms, launch)
+                bar.advance(label=probe.key.routine)
+        bar.close()
+    folder = Path(folder) if folder else store.directory()
+    path = store.path_for(info.slug, folder)
+    if path.exists():
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a damaged or stale file is simply replaced
+            old = store.load(path, library)
+        if old is not None and old.slug == info.slug:
+            for key, timing in old.timings.items():
+                if key.dtype not in dtypes:
+                    timings.setdefault(key, timing)
+    database = store.Database(
+        device={"name": info.name, "slug": info.slug, "sms": info.sms,
+                "compute_capability": info.compute_capability, "cuda_driver": info.cuda_driver,
+                "nvcc": _nvcc_release()},
+        library={"name": library.name, "hash": library.content_hash},
+        fusec=__version__, built=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        launch=launch, bench_sizes={"waves": WAVES, "repeat": REPEAT}, timings=timings, path=str(path))
+    store.save(database, path)
+    return database, path
+
+
+def _nvcc_release() -> str:
+    path = nvcc.nvcc_path()
+    if path is None:
+        return "unknown"
+    lines = [line for line in nvcc.nvcc_version(path).splitlines() if "release" in line]
+    return lines[-1].strip() if lines else "unknown"
+
+
+EMPTY_KERNEL = 'extern "C" __global__ void fusec_empty() {}\n'
+
+
+def _launch_seconds(driver, arch: str) -> float:
+    """An empty kernel's time from launch to completion, as CUDA events see it."""
+    function = driver.module_from_buffer(nvcc.compile_cubin(EMPTY_KERNEL, arch=arch).cubin).get_function(
+        "fusec_empty")
+    function.prepare("")
+    times = []
+    for _ in range(50):
+        start, end = driver.Event(), driver.Event()
+        start.record()
+        function.prepared_call((1, 1, 1), (32, 1, 1))
+        end.record()
+        end.synchronize()
+        times.append(start.time_till(end) * 1e-3)
+    return statistics.median(times[5:])
+
+
+class _Arena:
+    """Device buffers the probes run on, grown on demand and reused."""
+
+    def __init__(self, driver):
+        self.driver = driver
+        self.buffers: dict[str, object] = {}
+
+    def pointer(self, name: str, nbytes: int) -> int:
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.size < nbytes:
+            if buffer is not None:
+                buffer.free()
+            buffer = self.driver.mem_alloc(max(nbytes, 256))
+            self.driver.memset_d32(buffer, 0, max(nbytes, 256) // 4)  # zeros: counters, finite data
+            self.buffers[name] = buffer
+        return int(buffer)
+
+
+_ARENAS: dict[int, _Arena] = {}
+
+
+def _time_probe(driver, module, probe: Probe, sms: int, launch: float) -> store.Timing:
+    from ..runtime.cuda import parameter_format
+    kernel = probe.kernel
+    function = module.get_function(kernel.name)
+    function.prepare(parameter_format(kernel))
+    registers = function.get_attribute(driver.function_attribute.NUM_REGS)
+    static = function.get_attribute(driver.function_attribute.SHARED_SIZE_BYTES)
+    block = kernel.plan.shape.block
+    most = natural_blocks(registers, static, block)
+    function.set_attribute(driver.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+    function.set_attribute(driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                           SHARED_PER_BLOCK - static)
+    sizes = problem_sizes(probe, most, sms)
+    args = _arguments(driver, kernel, probe, sizes)
+    grid = kernel.grid(sizes)
+    iters = iterations(kernel, sizes, grid)  # the predictor's own rule
+    seconds = {}
+    for level in (b for b in LEVELS if b <= most):
+        dynamic = limiting_shared(level, static) if level < most else 0
+        times = []
+        for attempt in range(REPEAT + 1):
+            start, end = driver.Event(), driver.Event()
+            start.record()
+            function.prepared_call((grid, 1, 1), (block, 1, 1), *args, shared_size=dynamic)
+            end.record()
+            end.synchronize()
+            if attempt:  # the first run warms up
+                times.append(start.time_till(end) * 1e-3)
+        waves = grid / (sms * level)
+        seconds[level] = max(statistics.median(times) - launch, 1e-9) / ((waves + 0.5) * iters)
+    return store.Timing(probe.key, probe.kind, seconds, registers, most)
+
+
+def _arguments(driver, kernel, probe: Probe, sizes: dict[str, int]) -> list:
+    """Kernel arguments on arena buffers: each array its own buffer, big enough."""
+    import numpy as np
+    arena = _ARENAS.setdefault(id(driver), _Arena(driver))
+    itemsize = np.dtype(kernel.dtype).itemsize
+    dag = probe.dag
+    args = []
+    for position, arg in enumerate(kernel.args):
+        if arg.role in ("in", "out"):
+            value = dag.value(arg.value)
+            count = math.prod(sizes[d] for d in value.dims) if value.dims else 1
+            name = "matrix" if value.kind is Kind.MATRIX else f"vector{position}"
+            args.append(arena.pointer(name, count * itemsize))
+        elif arg.role == "workspace":
+            reduction = next(r for r in probe.reductions if r.value == arg.value)
+            partials, _ = kernel.reduction_buffers(reduction, sizes)
+            args.append(arena.pointer(f"workspace{position}", partials * itemsize))
+        elif arg.role == "counters":
+            args.append(arena.pointer(f"counters{position}", 4 * 65536))
+        elif arg.role == "scalar":
+            args.append(np.dtype(kernel.dtype).type(1.0))
+        elif arg.role == "size":
+            args.append(sizes[arg.size])
+        elif arg.role == "vec_ok":
+            args.append(1)
+        else:
+            raise AssertionError(f"a probe has no {arg.role} argument")
+    return args

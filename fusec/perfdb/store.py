@@ -1,0 +1,158 @@
+"""Reading and writing performance databases: ``perfdb/<gpu slug>.json``.
+
+A database records the GPU (name, SMs, compute capability, driver, nvcc),
+the library it timed (name and content hash), the launch cost, and for every
+routine key the seconds one block spends on the routine per serial iteration
+(per block for routines outside the loop) at each number of blocks per SM it
+was run with. A file that does not parse, has the wrong format, or timed
+another version of the library is reported (:class:`PerfdbWarning`) and not
+used; writes are atomic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Mapping
+
+from ..cache import atomic_write_text
+from ..errors import FusecWarning
+from ..gpu import slug
+from ..library.model import Library
+from .probes import RoutineKey
+
+FORMAT = 1
+BUNDLED = Path(__file__).resolve().parent.parent.parent / "perfdb"
+
+
+class PerfdbWarning(FusecWarning):
+    """A performance database could not be used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One routine key: seconds per block and iteration at each blocks-per-SM level."""
+
+    key: RoutineKey
+    kind: str  # load | compute | store
+    seconds: Mapping[int, float]  # blocks per SM -> seconds
+    registers: int
+    max_blocks: int  # blocks per SM the probe itself can run (registers, threads)
+
+    def at(self, blocks: float) -> float:
+        """Seconds at ``blocks`` per SM: measured levels, linear in between,
+        the nearest level outside them."""
+        levels = sorted(self.seconds)
+        if blocks <= levels[0]:
+            return self.seconds[levels[0]]
+        if blocks >= levels[-1]:
+            return self.seconds[levels[-1]]
+        for lo, hi in zip(levels, levels[1:]):
+            if lo <= blocks <= hi:
+                f = (blocks - lo) / (hi - lo)
+                return self.seconds[lo] * (1 - f) + self.seconds[hi] * f
+        raise AssertionError("unreachable")
+
+
+@dataclasses.dataclass(frozen=True)
+class Database:
+    device: Mapping[str, object]  # name, slug, sms, compute_capability, cuda_driver, nvcc
+    library: Mapping[str, str]  # name, hash
+    fusec: str
+    built: str
+    launch: float  # seconds: an empty kernel's launch to completion
+    bench_sizes: Mapping[str, int]
+    timings: Mapping[RoutineKey, Timing] = dataclasses.field(repr=False)
+    path: str = ""
+
+    @property
+    def slug(self) -> str:
+        return str(self.device["slug"])
+
+    @property
+    def sms(self) -> int:
+        return int(self.device["sms"])
+
+    def to_json(self) -> str:
+        data = {
+            "format": FORMAT, "device": dict(self.device), "library": dict(self.library),
+            "fusec": self.fusec, "built": self.built, "launch_seconds": self.launch,
+            "bench_sizes": dict(self.bench_sizes),
+            "routines": [{**t.key.to_json(), "kind": t.kind, "registers": t.registers,
+                          "max_blocks_per_sm": t.max_blocks,
+                          "seconds": {str(k): v for k, v in sorted(t.seconds.items())}}
+                         for t in sorted(self.timings.values(), key=lambda t: t.key)],
+        }
+        return json.dumps(data, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, path: str = "") -> "Database":
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not a fusec performance database of format {FORMAT}")
+        timings = {}
+        fields = [f.name for f in dataclasses.fields(RoutineKey)]
+        for entry in data["routines"]:
+            key = RoutineKey(**{f: entry[f] for f in fields})
+            seconds = {int(k): float(v) for k, v in entry["seconds"].items()}
+            if not seconds or any(not v > 0 for v in seconds.values()):
+                raise ValueError(f"routine {key.routine}: no positive timings")
+            timings[key] = Timing(key, entry["kind"], seconds, int(entry["registers"]),
+                                  int(entry["max_blocks_per_sm"]))
+        for field in ("name", "slug", "sms"):
+            if field not in data["device"]:
+                raise ValueError(f"device has no {field!r}")
+        return cls(data["device"], data["library"], data["fusec"], data["built"],
+                   float(data["launch_seconds"]), data["bench_sizes"], timings, path)
+
+
+def directory() -> Path:
+    """Where databases live: $FUSEC_PERFDB, else the perfdb/ folder beside the package."""
+    return Path(os.environ.get("FUSEC_PERFDB") or BUNDLED)
+
+
+def path_for(gpu_slug: str, folder: Path | None = None) -> Path:
+    return (folder or directory()) / f"{slug(gpu_slug)}.json"
+
+
+def find(gpu: str, folder: Path | None = None) -> Path | None:
+    """The database file of a GPU given by slug or slug prefix (``h100``)."""
+    folder = folder or directory()
+    wanted = slug(gpu)
+    exact = folder / f"{wanted}.json"
+    if exact.is_file():
+        return exact
+    matches = sorted(p for p in folder.glob("*.json") if p.stem.startswith(wanted))
+    if len(matches) > 1:
+        warnings.warn(PerfdbWarning(f"--gpu {gpu!r} matches several databases in {folder}:"
+                                    f" {', '.join(p.name for p in matches)}; using {matches[0].name}"))
+    return matches[0] if matches else None
+
+
+def load(path: Path, library: Library | None = None) -> Database | None:
+    """The database at ``path``, or None with a warning when it cannot be used
+    (unreadable, corrupt, or timed for another version of ``library``)."""
+    try:
+        database = Database.from_json(Path(path).read_text(encoding="utf-8"), str(path))
+    except OSError as exc:
+        warnings.warn(PerfdbWarning(f"performance database {path} cannot be read ({exc.strerror});"
+                                    " not used"))
+        return None
+    except (ValueError, KeyError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        warnings.warn(PerfdbWarning(f"performance database {path} is damaged ({exc}); not used"
+                                    " (run 'fusec perfdb build' to replace it)"))
+        return None
+    if library is not None and database.library.get("hash") != library.content_hash:
+        warnings.warn(PerfdbWarning(
+            f"performance database {path} timed library {database.library.get('name')!r} with hash"
+            f" {database.library.get('hash')}, not {library.name!r} as it is now ({library.content_hash});"
+            " not used (run 'fusec perfdb build' to re-time it)"))
+        return None
+    return database
+
+
+def save(database: Database, path: Path) -> None:
+    atomic_write_text(Path(path), database.to_json())

@@ -1,0 +1,204 @@
+"""The performance database without a GPU: probes, the file format, prediction."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+
+import pytest
+
+from fusec import perfdb
+from fusec.codegen.kernel import build_kernel
+from fusec.errors import FusecWarning
+from fusec.perfdb import probes as P
+from fusec.perfdb import store
+from fusec.perfdb.build import limiting_shared, natural_blocks, problem_sizes
+from fusec.perfdb.predictor import PerfdbPredictor
+from fusec.predict import DEFAULT
+from fusec.script import load_script
+from fusec.space import unfused_plan
+from fusec.space.combinations import build_space
+
+from helpers import ROOT, library
+
+
+@pytest.fixture(scope="module")
+def found():
+    return P.probes(library())
+
+
+def fake_database(found, *, load=1e-6, compute=2e-7, skip=lambda key: False) -> store.Database:
+    """Every probe measured: transfers `load`, computes `compute` s per block-iteration."""
+    timings = {}
+    for probe in found:
+        if skip(probe.key):
+            continue
+        base = compute if probe.kind == "compute" else load
+        # more blocks per SM share the memory system: each block gets slower
+        timings[probe.key] = store.Timing(probe.key, probe.kind, {1: base, 2: base * 1.6, 4: base * 3.0},
+                                          40, 4)
+    return store.Database({"name": "NVIDIA Fake 1", "slug": "fake-1", "sms": 132}, {
+        "name": library().name, "hash": library().content_hash}, "0", "today", 3e-6,
+        {"waves": 6}, timings, "fake.json")
+
+
+# ------------------------------------------------------------------ probes
+
+def test_every_routine_of_every_function_is_probed(found):
+    """Each routine a single-call kernel runs has a probe, in every searched shape."""
+    keys = {p.key for p in found}
+    lib = library()
+    names = {r.name for f in lib.functions.values() for i in f.implementations
+             for r in (*i.loads, i.compute, i.store)}
+    assert {k.routine for k in keys} == names
+    for dtype in ("float32", "float64"):
+        tile_load = {(k.block, k.iters, k.tile_rows, k.serial) for k in keys
+                     if k.routine == "tile_load" and k.dtype == dtype}
+        assert len(tile_load) == 9 * 2  # every tile shape, both serial axes
+    assert len({p.kernel.name for p in found}) == len(found)
+
+
+def test_probe_keeps_only_its_routine(found):
+    probe = next(p for p in found if p.key.routine == "gemv_compute" and p.key.serial == "rows")
+    body = probe.kernel.source.split("extern \"C\"", 1)[1]
+    assert "gemv_compute(" in body
+    assert "tile_load(" not in body and "cols_load(" not in body and "rows_partial_store(" not in body
+    assert "fusec_arrive" not in body  # no finish
+    assert "+= fusec_sink" in body and "g_v2_y[0] = fusec_sink" in body
+
+
+def test_single_call_dag_of_a_scalar_reduction():
+    dag = P.single_call_dag(library(), library().functions["sdot"])
+    assert [c.function for c in dag.calls] == ["sdot"]
+    assert [dag.value(v).name for v in dag.outputs] == ["r"]
+
+
+@pytest.mark.nvcc
+def test_probe_modules_compile(found):
+    """Every probe module compiles for sm_90 without spills."""
+    from fusec import nvcc
+    sources = [s for s, _ in P.modules(library(), found)]
+    for compiled in nvcc.compile_many(sources, "sm_90"):
+        assert compiled.resources
+        assert all(r.spill_stores == 0 for r in compiled.resources.values())
+
+
+def test_occupancy_arithmetic():
+    assert natural_blocks(32, 0, 256) == 8
+    assert natural_blocks(64, 0, 256) == 4
+    assert natural_blocks(80, 0, 256) == 3  # 80 regs x 32 = 2560 per warp; 65536 / (2560 x 8)
+    assert natural_blocks(32, 100_000, 128) == 2  # shared memory limits
+    for blocks in (1, 2, 3, 4, 6, 8):
+        extra = limiting_shared(blocks, 4096)
+        per_block = extra + 4096 + 1024
+        assert 233472 // per_block == blocks
+
+
+def test_problem_sizes_give_several_waves(found):
+    for probe in found:
+        if probe.key.dtype != "float32":
+            continue
+        sizes = problem_sizes(probe, 8, 132)
+        assert probe.kernel.grid(sizes) >= 6 * 132 * 8
+
+
+# ------------------------------------------------------------------ the file
+
+def test_round_trip(tmp_path, found):
+    db = fake_database(found)
+    path = tmp_path / "fake-1.json"
+    store.save(db, path)
+    again = store.load(path, library())
+    assert again.timings == db.timings and again.launch == db.launch and again.sms == 132
+    assert json.loads(path.read_text())["library"]["hash"] == library().content_hash
+
+
+@pytest.mark.parametrize("damage", [
+    lambda t: t[: len(t) // 2],  # truncated
+    lambda t: "",
+    lambda t: t.replace('"format": 1', '"format": 99'),
+    lambda t: re.sub(r'("seconds": \{\s*"1": )[0-9.e-]+', r'\1-1', t, count=1),  # a negative time
+    lambda t: json.dumps([1, 2]),
+])
+def test_damaged_file_is_reported_and_not_used(tmp_path, found, damage):
+    path = tmp_path / "fake-1.json"
+    store.save(fake_database(found), path)
+    path.write_text(damage(path.read_text()))
+    with pytest.warns(store.PerfdbWarning, match="damaged"):
+        assert store.load(path, library()) is None
+
+
+def test_stale_library_hash_is_reported_and_not_used(tmp_path, found):
+    path = tmp_path / "fake-1.json"
+    db = fake_database(found)
+    store.save(store.Database(db.device, {"name": "blas", "hash": "0123"}, db.fusec, db.built, db.launch,
+                              db.bench_sizes, db.timings), path)
+    with pytest.warns(store.PerfdbWarning, match="not used"):
+        assert store.load(path, library()) is None
+
+
+def test_find_by_prefix(tmp_path, found):
+    store.save(fake_database(found), tmp_path / "h100-80gb-hbm3.json")
+    assert store.find("h100", tmp_path).name == "h100-80gb-hbm3.json"
+    assert store.find("NVIDIA H100 80GB HBM3", tmp_path).name == "h100-80gb-hbm3.json"
+    assert store.find("a100", tmp_path) is None
+
+
+def test_predictor_for_falls_back_with_a_warning(tmp_path, monkeypatch, found):
+    monkeypatch.setenv("FUSEC_PERFDB", str(tmp_path))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    with pytest.warns(store.PerfdbWarning, match="no performance database"):
+        assert perfdb.predictor_for(library(), "h100") is DEFAULT
+    store.save(fake_database(found), tmp_path / "h100-80gb-hbm3.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predictor = perfdb.predictor_for(library(), "h100")
+    assert isinstance(predictor, PerfdbPredictor)
+    monkeypatch.setenv("FUSEC_GPU", "h100")
+    assert isinstance(perfdb.predictor_for(library()), PerfdbPredictor)
+
+
+# ------------------------------------------------------------------ prediction
+
+def kernel_of(script, plan_index=0, dtype="float32"):
+    dag = load_script(ROOT / "scripts" / f"{script}.script", library())
+    plan = unfused_plan(dag, library())
+    return dag, build_kernel(dag, library(), plan.kernels[plan_index], dtype, 0, emit=False)
+
+
+def test_prediction_is_max_of_transfers_and_compute(found):
+    dag, kernel = kernel_of("sgemv")
+    sizes = {s: 16384 for s in dag.sizes}
+    slow_compute = PerfdbPredictor(fake_database(found, load=1e-6, compute=5e-6), library())
+    fast_compute = PerfdbPredictor(fake_database(found, load=1e-6, compute=1e-9), library())
+    blocks = min(DEFAULT.blocks_per_sm(kernel), 4)
+    transfer, compute, _ = slow_compute.routine_seconds(kernel, dag, blocks)
+    assert compute > transfer
+    assert slow_compute.kernel_seconds(kernel, dag, sizes) > fast_compute.kernel_seconds(kernel, dag, sizes)
+    t, c, _ = fast_compute.routine_seconds(kernel, dag, blocks)
+    assert t > c
+
+
+def test_prediction_scales_with_the_problem(found):
+    dag, kernel = kernel_of("sgemv")
+    predictor = PerfdbPredictor(fake_database(found), library())
+    small = predictor.kernel_seconds(kernel, dag, {s: 8192 for s in dag.sizes})
+    big = predictor.kernel_seconds(kernel, dag, {s: 16384 for s in dag.sizes})
+    assert 3.2 < (big - 3e-6) / (small - 3e-6) < 4.5  # four times the work, less the ragged end
+
+
+def test_fused_bicgk_predicted_first(found):
+    """A loaded once beats A loaded twice."""
+    dag = load_script(ROOT / "scripts" / "bicgk.script", library())
+    space = build_space(dag, library(), "float32", {s: 8192 for s in dag.sizes},
+                        PerfdbPredictor(fake_database(found), library()))
+    assert len(space.best().plan.kernels) == 1
+
+
+def test_unmeasured_shape_falls_back_to_the_analytic_model(found):
+    dag, kernel = kernel_of("sgemv")
+    predictor = PerfdbPredictor(fake_database(found, skip=lambda k: k.routine == "tile_load"), library())
+    with pytest.warns(FusecWarning, match="no timings"):
+        seconds = predictor.kernel_seconds(kernel, dag, {s: 8192 for s in dag.sizes})
+    assert seconds == DEFAULT.kernel_seconds(kernel, dag, {s: 8192 for s in dag.sizes})
