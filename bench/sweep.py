@@ -28,6 +28,9 @@ def main(argv=None) -> int:
                         help="search a wider grid of tile shapes (experiment)")
     parser.add_argument("--unroll", action="store_true",
                         help="also time each program with its serial loop unrolled (experiment)")
+    parser.add_argument("--min-blocks", type=int, default=0, metavar="K",
+                        help="also time each program with __launch_bounds__(BLOCK, K): registers capped"
+                             " so K blocks fit on an SM (experiment)")
     args = parser.parse_args(argv)
 
     import cupy
@@ -66,6 +69,14 @@ def main(argv=None) -> int:
             import dataclasses
             unrolled.append(Program(dataclasses.replace(gen, source=source)))
         combos, programs = combos + combos, programs + unrolled
+    if args.min_blocks:  # the same programs with a register bound
+        import dataclasses
+        bounded = []
+        for p in programs:
+            gen = p.generated
+            source = gen.source.replace("__launch_bounds__(BLOCK)", f"__launch_bounds__(BLOCK, {args.min_blocks})")
+            bounded.append(Program(dataclasses.replace(gen, source=source)))
+        combos, programs = combos + combos, programs + bounded
     with cuda.context() as ctx:
         nvcc.compile_many([p.source for p in programs], cuda.arch_of(ctx))
     run_cublas, _ = sequence(args.script, Blas(args.dtype), inputs)
@@ -81,10 +92,10 @@ def main(argv=None) -> int:
             "+".join(dag.call(c).function for c in k.calls)
             + f" [{k.shape.block}t,{k.shape.iters}it" + (f",{k.shape.tile_rows}r,{k.serial}" if k.serial else "")
             + f",{load_phases(k)} load phase(s)]" for k in combo.plan.kernels)
-        if args.unroll and rank == len(combos) // 2 + 1:
-            print("---- the same, serial loop unrolled")
+        if (args.unroll or args.min_blocks) and rank == len(combos) // 2 + 1:
+            print("---- the same, " + ("serial loop unrolled" if args.unroll else f"__launch_bounds__(BLOCK, {args.min_blocks})"))
         line = (f"{rank:>4} {combo.predicted * 1e6:8.1f}us {measured:8.1f}us {nbytes / measured / 1e3:6.0f}"
-                f" {cublas / measured:8.2f}x  {kernels}" + (" unrolled" if args.unroll and rank > len(combos) // 2 else ""))
+                f" {cublas / measured:8.2f}x  {kernels}" + (" variant" if (args.unroll or args.min_blocks) and rank > len(combos) // 2 else ""))
         labels.append(line)
         print(line, flush=True)
         prog._buffers.clear()

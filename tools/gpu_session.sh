@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
-# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench. Logs go to $OUT (or ./out).
+# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune.
+# Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
+# (the device tool brings back at most 8 files).
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
+FINAL_OUT=${OUT:-$PWD/out}
+OUT=${LOG:-/tmp/fusec-logs}
+mkdir -p "$OUT" "$FINAL_OUT"
+trap 'tar czf "$FINAL_OUT/session.tgz" -C "$OUT" . ; ls -la "$OUT"' EXIT
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/install.log" 2>&1 \
   || { cat "$OUT/install.log"; exit 1; }
@@ -38,6 +42,17 @@ for stage in "$@"; do
       done ;;
     fusion-bench)
       python3 -m bench.fusion --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/fusion-bench.log" || status=1 ;;
+    perfdb)  # time the library's routines; the database lands in perfdb/ for the stages after it
+      python3 -m fusec.cli perfdb build --library library/blas 2>&1 | tee "$OUT/perfdb.log" || status=1
+      mkdir -p "$OUT/perfdb" && cp perfdb/*.json "$OUT/perfdb/" ;;
+    prediction)
+      python3 -m bench.prediction --out "$OUT/results" ${PREDICTION_ARGS:-} 2>&1 | tee "$OUT/prediction.log" || status=1 ;;
+    tune)
+      for spec in ${TUNE:-gemver:float32:8192:20}; do
+        IFS=: read -r script dtype n top <<<"$spec"
+        ( TIMEFORMAT="tune wall %R s"; time python3 -m fusec.cli tune scripts/$script.script \
+          --library library/blas --size n=$n --dtype $dtype --top $top ) 2>&1 | tee -a "$OUT/tune.log" || status=1
+      done ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

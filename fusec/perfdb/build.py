@@ -68,8 +68,10 @@ def problem_sizes(probe: Probe, most_blocks: int, sms: int) -> dict[str, int]:
 
 
 def build(library: Library, dtypes=("float32", "float64"), folder: Path | None = None,
-          progress: bool = True) -> tuple[store.Database, Path]:
-    """Time the library's routines on the GPU present and write its database.
+          progress: bool = True, select=None) -> tuple[store.Database, Path]:
+    """Time the library's routines on the GPU present and write its database
+    into ``folder`` (default :func:`store.directory`). ``select(probe)`` keeps
+    a subset (tests use it).
 
     Timings of a precision not measured now are kept from the existing file,
     when it is usable for this library and GPU."""
@@ -78,7 +80,7 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
     if info is None:
         raise GPUUnavailableError("'fusec perfdb build' times routines on the GPU: none found"
                                   " (it needs PyCUDA and an NVIDIA GPU)")
-    found = probes(library, dtypes)
+    found = [p for p in probes(library, dtypes) if select is None or select(p)]
     sources = list(modules(library, found))
     driver = cuda.driver()
     with cuda.context() as ctx:

@@ -1,0 +1,56 @@
+"""Building a performance database on the GPU, and predicting from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusec.perfdb import store
+from fusec.perfdb.build import build
+from fusec.perfdb.predictor import PerfdbPredictor
+from fusec.perfdb.probes import probes
+from fusec.script import load_script
+from fusec.space.combinations import build_space
+from tests.helpers import ROOT, library
+
+pytestmark = pytest.mark.gpu
+
+PEAK = 3.35e12  # H100 SXM HBM3 bytes/s: no probe can move data faster
+
+
+@pytest.fixture(scope="module")
+def vector_database(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("perfdb")
+    database, path = build(library(), ("float32",), folder, progress=False,
+                           select=lambda p: p.key.geometry == "vector")
+    return database, path
+
+
+def test_every_selected_routine_is_timed_and_the_file_loads(vector_database):
+    database, path = vector_database
+    wanted = {p.key for p in probes(library(), ("float32",)) if p.key.geometry == "vector"}
+    loaded = store.load(path, library())
+    assert loaded is not None and set(loaded.timings) == wanted
+    assert loaded.library["hash"] == library().content_hash
+    assert 0 < loaded.launch < 50e-6
+    for timing in loaded.timings.values():
+        assert 1 in timing.seconds and all(s > 0 for s in timing.seconds.values())
+
+
+def test_load_probes_move_data_at_a_possible_speed(vector_database):
+    """A load nvcc dropped would look faster than the memory; one that runs is
+    below the peak and, with enough blocks, well above a tenth of it."""
+    database, _ = vector_database
+    for timing in database.timings.values():
+        key = timing.key
+        if key.routine != "vec_load":
+            continue
+        nbytes = key.block * 16  # one 16-byte access per thread and iteration
+        best = max(database.sms * blocks * nbytes / s for blocks, s in timing.seconds.items())
+        assert 0.1 * PEAK < best < PEAK, (key, best)
+
+
+def test_fused_waxpby_is_predicted_first(vector_database, monkeypatch):
+    database, _ = vector_database
+    dag = load_script(ROOT / "scripts" / "waxpby.script", library())
+    space = build_space(dag, library(), "float32", {"n": 1 << 24}, PerfdbPredictor(database, library()))
+    assert len(space.best().plan.kernels) == 1
