@@ -35,7 +35,7 @@ from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFu
 from .library.model import Function, Kind
 
 __all__ = [
-    "OutputCheck", "check_outputs", "check_reference", "evaluate", "gauge",
+    "Expected", "OutputCheck", "check_outputs", "check_reference", "evaluate", "expect", "gauge",
     "random_inputs", "sum_lengths", "test_ratio", "threshold",
 ]
 
@@ -464,22 +464,39 @@ def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any) -> float:
     otherwise. NaN anywhere in ``computed`` (or in the reference or gauge)
     gives ``inf``: NaN never passes. The three shapes must match.
     """
-    computed = np.asarray(computed, dtype=np.float64)
+    computed = np.asarray(computed)
     reference = np.asarray(reference, dtype=np.float64)
     gauge = np.asarray(gauge, dtype=np.float64)
     if not computed.shape == reference.shape == gauge.shape:
         raise ValueError(f"shapes differ: computed {computed.shape}, reference "
                          f"{reference.shape}, gauge {gauge.shape}")
-    if computed.size == 0:
-        return 0.0
-    if np.isnan(computed).any() or np.isnan(reference).any() or np.isnan(gauge).any():
-        return math.inf
     eps = float(np.finfo(np.dtype(dtype)).eps)
+    computed, reference, gauge = computed.reshape(-1), reference.reshape(-1), gauge.reshape(-1)
+    worst = 0.0
+    # in slices, so the float64 temporaries of a large matrix stay in cache (a
+    # tuner judges many programs on one 8192 x 8192 output)
+    for start in range(0, computed.size, _SLICE):
+        part = slice(start, start + _SLICE)
+        worst = max(worst, _ratio(computed[part].astype(np.float64), reference[part], gauge[part], eps))
+        if worst == math.inf:
+            break
+    return worst
+
+
+_SLICE = 1 << 16  # elements
+
+
+def _ratio(computed: np.ndarray, reference: np.ndarray, gauge: np.ndarray, eps: float) -> float:
+    if np.isnan(gauge).any():
+        return math.inf
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         error = np.abs(computed - reference)
-        # inf - inf is NaN: an infinite output is never right
-        error = np.where(np.isnan(error), np.inf, error)
-        ratio = np.where(gauge > 0, error / (eps * np.where(gauge > 0, gauge, 1.0)),
+        if np.isnan(error).any():  # NaN in either, or inf - inf: an infinite output is never right
+            return math.inf
+        positive = gauge > 0
+        if positive.all():
+            return float(np.max(error / (eps * gauge)))
+        ratio = np.where(positive, error / (eps * np.where(positive, gauge, 1.0)),
                          np.where(error == 0, 0.0, np.inf))
     return float(np.max(ratio))
 
@@ -514,19 +531,36 @@ class OutputCheck:
         return f"{self.name}: ratio {self.ratio:.3g} (threshold {self.threshold:.3g}) {verdict}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """What the oracle judges outputs by, for one set of inputs (value id keyed)."""
+
+    reference: Mapping[int, np.ndarray]
+    gauge: Mapping[int, np.ndarray]
+    sum_lengths: Mapping[int, int]
+
+
+def expect(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> Expected:
+    """The reference, gauge and sum lengths of ``inputs``: computed once where
+    many programs are judged on the same inputs (``fusec tune``)."""
+    return Expected(evaluate(dag, library, inputs), gauge(dag, library, inputs),
+                    sum_lengths(dag, library, _bind_inputs(dag, inputs)[1]))
+
+
 def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],
-                  outputs: Mapping[str, Any], dtype: Any) -> list[OutputCheck]:
+                  outputs: Mapping[str, Any], dtype: Any, *,
+                  expected: Expected | None = None) -> list[OutputCheck]:
     """Judge every returned value of ``dag`` against the oracle, by script name.
 
     An output passes when its ratio is finite and below ``threshold(k)`` and
     its float64 reference is not all zeros (an all-zero reference would pass
     anything that is zero; that is a broken test, reported as a failure).
     A missing or wrongly shaped output fails with a reason; nothing raises
-    for a bad output.
+    for a bad output. ``expected`` is :func:`expect` of the same ``inputs``,
+    when the caller has it already.
     """
-    reference = evaluate(dag, library, inputs)
-    magnitudes = gauge(dag, library, inputs)
-    k = sum_lengths(dag, library, _bind_inputs(dag, inputs)[1])
+    expected = expected or expect(dag, library, inputs)
+    reference, magnitudes, k = expected.reference, expected.gauge, expected.sum_lengths
     checks: list[OutputCheck] = []
     for vid in dict.fromkeys(dag.outputs):
         name = dag.value(vid).name
@@ -542,14 +576,14 @@ def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],
                                       f"shape {computed.shape}, expected "
                                       f"{reference[vid].shape}"))
             continue
-        if not np.any(reference[vid] != 0):
+        if not np.count_nonzero(reference[vid]):
             reason = "the reference is all zeros: a broken test, not a pass"
-        elif np.isnan(computed.astype(np.float64)).any():
-            reason = "the output contains NaN"
-        elif not ratio < limit:
-            reason = f"ratio {ratio:.4g} >= threshold {limit:.4g} (k = {k[vid]})"
-        else:
+        elif ratio < limit:
             reason = ""
+        elif np.isnan(computed.astype(np.float64, copy=False)).any():
+            reason = "the output contains NaN"
+        else:
+            reason = f"ratio {ratio:.4g} >= threshold {limit:.4g} (k = {k[vid]})"
         checks.append(OutputCheck(name, ratio, limit, not reason, reason))
     return checks
 
