@@ -12,10 +12,13 @@ import tempfile
 from pathlib import Path
 
 
-def cache_dir(*parts: str) -> Path:
+def cache_dir(*parts: str, create: bool = True) -> Path:
+    """The folder ``parts`` under the cache root, made unless ``create`` is false
+    (a reader need not make what it only looks into)."""
     root = Path(os.environ.get("FUSEC_CACHE_DIR") or Path.home() / ".cache" / "fusec")
     folder = root.joinpath(*parts)
-    folder.mkdir(parents=True, exist_ok=True)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 

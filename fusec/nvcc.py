@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from . import __version__
 from .cache import atomic_write_bytes, cache_dir
@@ -117,9 +118,33 @@ def parse_resources(log: str) -> dict[str, Resources]:
 
 
 def compile_many(sources: list[str], arch: str = DEFAULT_ARCH, workers: int | None = None,
-                 lineinfo: bool = False) -> list[Compiled]:
-    """Compile several programs at once (nvcc runs in parallel processes)."""
-    from concurrent.futures import ThreadPoolExecutor
+                 lineinfo: bool = False, *, return_errors: bool = False,
+                 done: Callable[[int], None] | None = None) -> list[Compiled | CompileError]:
+    """Compile several programs at once (nvcc runs in parallel processes).
+
+    With ``return_errors`` a source nvcc rejects gives its :class:`CompileError`
+    in its place instead of raising (a tuner scores it and goes on); anything
+    else (no nvcc, a bad ``arch``) still raises. ``done(i)`` is called, on the
+    caller's thread, as source ``i`` finishes.
+    """
+    from concurrent.futures import ThreadPoolExecutor, as_completed
     workers = workers or min(32, os.cpu_count() or 1)
+    results: list[Compiled | CompileError | None] = [None] * len(sources)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: compile_cubin(s, arch, lineinfo), sources))
+        futures = {pool.submit(compile_cubin, s, arch, lineinfo): i for i, s in enumerate(sources)}
+        try:
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    results[i] = future.result()
+                except CompileError as exc:
+                    if not return_errors:
+                        raise
+                    results[i] = exc
+                if done is not None:
+                    done(i)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return results

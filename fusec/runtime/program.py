@@ -107,6 +107,13 @@ class Program:
         return (f"<fusec.Program {self.dag.file} {self.generated.dtype}: "
                 f"{', '.join(self.inputs)} -> {', '.join(self.outputs)}, {len(self.kernels)} kernel(s)>")
 
+    def release(self) -> None:
+        """Free the device memory fusec holds for this program (workspaces,
+        intermediates, staging) and drop its loaded kernels; a later call
+        allocates and loads again. Call it in the context the program ran in."""
+        self._buffers.clear()
+        self._loaded.clear()
+
     # ------------------------------------------------------------------ running
     def __call__(self, **arrays):
         return self.run(arrays)
