@@ -11,10 +11,11 @@ from .errors import (ArgumentError, FusecError, FusecWarning, LibraryError,  # n
                      ScriptError)
 
 
-def compile(script, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None):
+def compile(script, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,
+            tuned=True):
     """Compile a script into a callable program (see :func:`fusec.api.compile`)."""
     from .api import compile as _compile
-    return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor)
+    return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor, gpu=gpu, tuned=tuned)
 
 
 __all__ = ["compile", "FusecError", "ScriptError", "LibraryError", "ArgumentError", "FusecWarning",

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
-
 from typing import Mapping
 
 from .codegen.program import generate
-from .errors import ArgumentError, LibraryFormatError
+from .errors import ArgumentError, FusecWarning, LibraryFormatError
 from .library.loader import load_library
 from .library.model import Library
 from .runtime.program import Program
 from .script import load_script
-from .predict import DEFAULT, Predictor
+from .gpu import target
+from .predict import Predictor
 from .space.combinations import build_space
 from .space.points import ProgramPlan
 from . import geometry as geo
+from . import tuning
+from .tuning import TuningEntry
 
 BUNDLED_LIBRARY = Path(__file__).resolve().parent.parent / "library" / "blas"
 
@@ -48,24 +51,52 @@ def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
 
 def compile(script: str | os.PathLike, library: str | os.PathLike | Library | None = None,
             dtype="float32", *, sizes: Mapping[str, int] | None = None,
-            plan: ProgramPlan | None = None, predictor: Predictor | None = None) -> Program:
+            plan: ProgramPlan | None = None, predictor: Predictor | None = None,
+            gpu: str | None = None, tuned: bool = True) -> Program:
     """Compile a script into a :class:`Program`.
 
     ``library`` is a library directory (default: the bundled BLAS library);
-    ``dtype`` is ``"float32"`` or ``"float64"``. The kernels are the
-    combination of fusions the predictor ranks first for ``sizes`` (a size
-    not given is taken as 8192); the program runs correctly at any size.
-    ``plan`` imposes a combination instead (a point of the space).
+    ``dtype`` is ``"float32"`` or ``"float64"``. The kernels are those
+    ``fusec tune`` measured fastest for ``sizes`` on the target GPU when the
+    tuning cache has them (``program.tuned`` then says so; ``tuned=False``
+    skips the cache), else the combination of fusions the predictor ranks
+    first (a size not given is taken as 8192); the program runs correctly at
+    any size. ``plan`` imposes a combination instead (a point of the space).
+    ``gpu`` names the GPU to predict and look up tuning for (default:
+    ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.gpu.target`).
     """
     lib = resolve_library(library)
-    return compile_dag(load_script(script, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor)
+    return compile_dag(load_script(script, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
+                       gpu=gpu, tuned=tuned)
 
 
 def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
-                plan: ProgramPlan | None = None, predictor: Predictor | None = None) -> Program:
+                plan: ProgramPlan | None = None, predictor: Predictor | None = None,
+                gpu: str | None = None, tuned: bool = True) -> Program:
     """:func:`compile` for a script already checked into a DAG."""
+    return build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
+                         gpu=gpu, tuned=tuned)[0]
+
+
+def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
+                  plan: ProgramPlan | None = None, predictor: Predictor | None = None,
+                  gpu: str | None = None, tuned: bool = True) -> tuple[Program, TuningEntry | None]:
+    """:func:`compile_dag`, and the tuning-cache entry its plan came from (None
+    when the plan was imposed or predicted)."""
     dtype = geo.dtype_name(dtype)
-    if plan is None:
-        space = build_space(dag, library, dtype, default_sizes(dag, sizes), predictor or DEFAULT)
-        plan = space.best().plan
-    return Program(generate(dag, library, plan, dtype))
+    if plan is not None:
+        return Program(generate(dag, library, plan, dtype)), None
+    sizes = default_sizes(dag, sizes)
+    if tuned:
+        entry = tuning.lookup(dag, library, dtype, sizes, target(gpu))
+        if entry is not None:
+            try:
+                return Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe()), entry
+            except Exception as exc:  # never trust a cache file: whatever a bad plan breaks, predict
+                warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
+                                           f" its plan does not build ({type(exc).__name__}: {exc})"))
+    if predictor is None:
+        from .perfdb import predictor_for  # the perfdb may import much; only when predicting
+        predictor = predictor_for(library, gpu)
+    space = build_space(dag, library, dtype, sizes, predictor)
+    return Program(generate(dag, library, space.best().plan, dtype)), None

@@ -1,8 +1,9 @@
 """The ``fusec`` command line.
 
-    fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90]
-    fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all]
+    fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
+    fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all] [--gpu NAME]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
+    fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ examples:
   fusec compile scripts/bicgk.script --library library/blas -o out/
   fusec space scripts/gemver.script --library library/blas --size n=16384 --top 5
   fusec run scripts/bicgk.script --library library/blas --size n=16384
+  fusec tune scripts/gemver.script --library library/blas --size n=16384 --top 20
 Run 'fusec COMMAND --help' for a command's options."""
 
 
@@ -61,10 +63,10 @@ def _load(args):
 
 def _compile(args) -> int:
     from . import nvcc
-    from .api import compile_dag
+    from .api import build_program
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes) if args.size else None
-    program = compile_dag(dag, library, args.dtype, sizes=sizes)
+    program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, tuned=not args.no_tuned)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{program.dag.name}.{args.dtype}"
@@ -84,6 +86,8 @@ def _compile(args) -> int:
     (out / f"{stem}.plan.txt").write_text(plan_text + "\n", encoding="utf-8")
     print(plan_text)
     print()
+    if entry is not None:
+        print(f"plan: from the tuning cache ({entry.describe()}): {entry.path}")
     print(compiled_note)
     print(f"wrote {cu} and {out / (stem + '.plan.txt')}")
     return 0
@@ -96,7 +100,7 @@ def _run(args) -> int:
     from .runtime import cuda
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes)
-    program = compile_dag(dag, library, args.dtype, sizes=sizes)
+    program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned)
     rng = np.random.default_rng(args.seed)
     host = oracle.random_inputs(program.dag, sizes, program.dtype, rng)
     cuda.driver()  # a clear error when PyCUDA or the GPU is missing
@@ -112,6 +116,8 @@ def _run(args) -> int:
     sizes_text = " ".join(f"{k}={v}" for k, v in sizes.items())
     print(f"{program.dag.name} ({program.dag.file}) {args.dtype}, {sizes_text},"
           f" {len(program.kernels)} kernel(s) on {name}")
+    if program.tuned:
+        print(f"plan   from the tuning cache: {program.tuned}")
     ok = all(c.passed for c in checks)
     for c in checks:
         verdict = "ok" if c.passed else f"FAILED: {c.reason}"
@@ -128,12 +134,13 @@ def _space(args) -> int:
     import time
     from .api import default_sizes
     from .geometry import dtype_name
-    from .predict import DEFAULT
+    from .perfdb import predictor_for
     from .space.combinations import build_space
     library, dag = _load(args)
     sizes = default_sizes(dag, _sizes(args.size, dag.sizes) if args.size else None)
+    predictor = predictor_for(library, args.gpu)
     start = time.perf_counter()
-    space = build_space(dag, library, dtype_name(args.dtype), sizes, DEFAULT)
+    space = build_space(dag, library, dtype_name(args.dtype), sizes, predictor)
     shown = []
     limit = None if args.all else args.top
     for combination in space.ranked():
@@ -142,7 +149,7 @@ def _space(args) -> int:
         shown.append(combination)
     elapsed = time.perf_counter() - start
     print(f"{dag.name} ({dag.file}) {args.dtype}, sizes "
-          + " ".join(f"{k}={v}" for k, v in sizes.items()) + f", predictor {DEFAULT.name}")
+          + " ".join(f"{k}={v}" for k, v in sizes.items()) + f", predictor {predictor.name}")
     print(f"fusions          {len(space.fusions)}"
           f"  ({sum(len(f) > 1 for f in space.fusions)} of more than one call)")
     print(f"implementations  {space.implementation_count}")
@@ -151,12 +158,19 @@ def _space(args) -> int:
     print()
     print(f"{'rank':>4}  {'predicted':>12}  kernels  calls fused in each kernel")
     for rank, combination in enumerate(shown, 1):
-        kernels = " | ".join(
-            "+".join(f"{dag.value(dag.call(c).result).label}={dag.call(c).function}" for c in k.calls)
-            + f" [{k.shape.block}t,{k.shape.iters}it" + (f",{k.shape.tile_rows}r,{k.serial}" if k.serial else "")
-            + "]" for k in combination.plan.kernels)
-        print(f"{rank:>4}  {combination.predicted * 1e6:9.1f} us  {len(combination.plan.kernels):>7}  {kernels}")
+        print(f"{rank:>4}  {combination.predicted * 1e6:9.1f} us  {len(combination.plan.kernels):>7}"
+              f"  {combination.plan.summary(dag)}")
     return 0
+
+
+def _tune(args) -> int:
+    from .tune import report, tune
+    library, dag = _load(args)
+    sizes = _sizes(args.size, dag.sizes)
+    result = tune(dag, library, args.dtype, sizes, top=args.top, repeat=args.repeat, warmup=args.warmup,
+                  seed=args.seed, progress=not args.quiet)
+    print(report(result))
+    return 0 if result.winner is not None else 1
 
 
 def parser() -> argparse.ArgumentParser:
@@ -168,6 +182,11 @@ def parser() -> argparse.ArgumentParser:
     def sizes(sub, text: str, required: bool = False):
         sub.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", required=required,
                          help=text)
+
+    def gpu(sub):
+        sub.add_argument("--gpu", metavar="NAME", default=None,
+                         help="the GPU to choose kernels for: its name or a prefix of it, e.g. h100"
+                              " (default: $FUSEC_GPU, else the GPU present)")
 
     def common(sub):
         sub.add_argument("script", metavar="SCRIPT", help="the script to compile (e.g. scripts/bicgk.script)")
@@ -186,6 +205,10 @@ def parser() -> argparse.ArgumentParser:
                       help="where to write NAME.DTYPE.cu, NAME.DTYPE.plan.txt (and the cubin); default: .")
     comp.add_argument("--arch", default="sm_90", help="nvcc target (default: sm_90, the H100)")
     comp.add_argument("--no-nvcc", action="store_true", help="only generate, do not run nvcc")
+    comp.add_argument("--no-tuned", action="store_true",
+                      help="ignore the tuning cache: take the best-predicted combination even where"
+                           " 'fusec tune' measured another faster")
+    gpu(comp)
     sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"
                 " n=VALUE sets every size; default 8192)")
     comp.set_defaults(handler=_compile)
@@ -201,6 +224,7 @@ def parser() -> argparse.ArgumentParser:
     which = space.add_mutually_exclusive_group()
     which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
     which.add_argument("--all", action="store_true", help="enumerate and show every combination")
+    gpu(space)
     space.set_defaults(handler=_space)
 
     run = commands.add_parser(
@@ -214,7 +238,35 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=20, help="timed runs (default: 20; the median is reported)")
     run.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    run.add_argument("--no-tuned", action="store_true",
+                     help="ignore the tuning cache: run the best-predicted combination")
     run.set_defaults(handler=_run)
+
+    tune = commands.add_parser(
+        "tune", help="measure the best-predicted combinations on the GPU and remember the fastest",
+        description="Compile the K combinations the predictor ranks first for --size (nvcc in"
+                    " parallel), run each on random inputs and check it against the float64 oracle"
+                    " before timing it with CUDA events (warm-up, then the median of --repeat runs)."
+                    " A candidate that is wrong, or fails to compile or launch, is reported and"
+                    " never chosen. Ends with a table (predicted rank, predicted and measured time,"
+                    " GB/s on minimum bytes) and stores the fastest correct combination in the"
+                    " tuning cache, keyed on the script, the library, the sizes, the precision, the"
+                    " GPU and the fusec version; 'fusec compile', 'fusec run' and fusec.compile()"
+                    " then use it. Needs the GPU it tunes for. Exits 1 if no candidate passes.",
+        epilog="The cache lives in $FUSEC_CACHE_DIR/tuning (default ~/.cache/fusec/tuning),"
+               " one JSON file per key in a folder per GPU; delete a file or the folder to forget.")
+    common(tune)
+    sizes(tune, "a size to tune for (repeatable); n=VALUE sets every size not given", required=True)
+    tune.add_argument("--top", type=int, default=10, metavar="K",
+                      help="how many best-predicted combinations to measure (default: 10)")
+    tune.add_argument("--repeat", type=int, default=20,
+                      help="timed runs of each candidate (default: 20; the median counts)")
+    tune.add_argument("--warmup", type=int, default=3, help="untimed runs of each candidate first (default: 3)")
+    tune.add_argument("--seed", type=int, default=0,
+                      help="seed of the random inputs every candidate is checked on (default: 0)")
+    tune.add_argument("-q", "--quiet", action="store_true",
+                      help="no progress on stderr (the table still goes to stdout)")
+    tune.set_defaults(handler=_tune)
     return top
 
 

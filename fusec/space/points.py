@@ -74,3 +74,26 @@ class ProgramPlan:
     @classmethod
     def from_json(cls, text: str) -> "ProgramPlan":
         return cls(tuple(KernelPlan.from_json(k) for k in json.loads(text)))
+
+    def summary(self, dag) -> str:
+        """One line: each kernel's calls (with their implementation where the
+        function has several) and shape, and for a fusion the order of its
+        computes and how many groups of loads wait for memory, e.g.
+        ``q=sgemv(registers)+s=sgemtv [256t,8it,16r,rows; q>s, 1 load phase]``."""
+        return " | ".join(_kernel_summary(dag, k) for k in self.kernels)
+
+
+def _kernel_summary(dag, kernel: KernelPlan) -> str:
+    def label(call: int) -> str:
+        return dag.value(dag.call(call).result).label
+    calls = "+".join(f"{label(c)}={dag.call(c).function}" + (f"({i})" if i != "default" else "")
+                     for c, i in zip(kernel.calls, kernel.implementations))
+    shape = f"{kernel.shape.block}t,{kernel.shape.iters}it"
+    if kernel.serial:
+        shape += f",{kernel.shape.tile_rows}r,{kernel.serial}"
+    if len(kernel.calls) > 1:
+        computes = [s.call for s in kernel.steps if s.kind is RoutineKind.COMPUTE]
+        phases = sum(1 for s, before in zip(kernel.steps, (None,) + kernel.steps)
+                     if s.kind is RoutineKind.LOAD and (before is None or before.kind is not RoutineKind.LOAD))
+        shape += f"; {'>'.join(label(c) for c in computes)}, {phases} load phase{'s' if phases > 1 else ''}"
+    return f"{calls} [{shape}]"

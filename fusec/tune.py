@@ -1,0 +1,360 @@
+"""``fusec tune``: measure the K best-predicted combinations, remember the fastest.
+
+Predict, then measure a few (Triton's autotuner): the K combinations the
+predictor ranks first are generated and compiled together (nvcc in parallel);
+each is run once on random inputs with its outputs poisoned and judged by the
+float64 oracle *before* it is timed, so a wrong candidate is reported and
+never chosen; then it is timed with CUDA events (warm-up, median). A candidate
+that fails to compile, to launch or to check scores infinitely slow, with the
+reason kept; it never stops the tune. The fastest correct one goes into the
+tuning cache (:mod:`fusec.tuning`), where :func:`fusec.compile` finds it.
+
+The GPU work is behind :class:`Measurer`; ranking, choosing, the table and the
+cache write do not touch the GPU, so tests drive them with a fake measurer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from . import geometry as geo
+from . import oracle, tuning
+from .cache import cache_dir
+from .errors import CompileError, FusecError, FusecWarning
+from .gpu import slug
+from .progress import Progress
+from .runtime.program import Program
+from .space.combinations import Combination, build_space
+from .space.points import ProgramPlan
+
+OK = "ok"
+WRONG = "wrong"
+COMPILE_FAILED = "compile failed"
+LAUNCH_FAILED = "launch failed"
+NOT_GENERATED = "not generated"
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    verdict: str
+    seconds: float = math.inf  # median; inf unless the candidate ran and passed
+    reason: str = ""  # why it failed
+    fastest: float = math.inf  # seconds, of the timed runs
+    slowest: float = math.inf
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == OK and math.isfinite(self.seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One candidate: where the predictor put it and what it measured."""
+
+    rank: int  # predicted rank, 1 = the predictor's first choice
+    plan: ProgramPlan
+    predicted: float  # seconds
+    measurement: Measurement
+    nbytes: int  # minimum bytes the program must move
+
+    @property
+    def passed(self) -> bool:
+        return self.measurement.passed
+
+    @property
+    def measured(self) -> float:
+        return self.measurement.seconds
+
+    @property
+    def gbps(self) -> float:
+        return self.nbytes / self.measured / 1e9 if self.passed and self.measured > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    dag: object = dataclasses.field(repr=False)
+    dtype: str
+    sizes: dict[str, int]
+    gpu_name: str
+    predictor: str
+    rows: tuple[Row, ...]
+    winner: Row | None
+    entry: tuning.TuningEntry | None  # what went into the cache
+    cache_path: Path | None  # where, or None when it was not written
+    cache_error: str  # why it was not written ("" when it was, or when there was no winner)
+    seconds: float  # the whole tune
+
+
+# ---------------------------------------------------------------------------- GPU-free parts
+
+
+def candidates(dag, library, dtype: str, sizes: Mapping[str, int], top: int, predictor) -> list[Combination]:
+    """The ``top`` best-predicted combinations, best first."""
+    if top < 1:
+        raise FusecError(f"--top must be at least 1, not {top}")
+    ranked = build_space(dag, library, dtype, sizes, predictor).ranked()
+    return [c for _, c in zip(range(top), ranked)]
+
+
+def choose(rows: list[Row] | tuple[Row, ...]) -> Row | None:
+    """The fastest row that passed (ties to the better predicted rank); None if none passed."""
+    passed = [r for r in rows if r.passed]
+    return min(passed, key=lambda r: (r.measured, r.rank)) if passed else None
+
+
+def table(dag, rows, winner: Row | None) -> str:
+    """The candidates in predicted order; the winner marked with ``*``."""
+    lines = [f"  {'rank':>4}  {'predicted':>10}  {'measured':>10}  {'GB/s':>6}  {'verdict':<14}  kernels"]
+    for row in rows:
+        mark = "*" if row is winner else " "
+        measured = f"{row.measured * 1e6:7.1f} us" if row.passed else f"{'inf':>10}"
+        gbps = f"{row.gbps:6.0f}" if row.passed else f"{'-':>6}"
+        lines.append(f"{mark} {row.rank:>4}  {row.predicted * 1e6:7.1f} us  {measured}  {gbps}"
+                     f"  {row.measurement.verdict:<14}  {row.plan.summary(dag)}")
+    return "\n".join(lines)
+
+
+def report(result: TuneResult) -> str:
+    """What ``fusec tune`` prints: a header, the table, failures, the winner, the cache."""
+    dag = result.dag
+    sizes = " ".join(f"{k}={v}" for k, v in result.sizes.items())
+    lines = [f"{dag.name} ({dag.file}) {result.dtype}, {sizes}, on {result.gpu_name};"
+             f" {len(result.rows)} candidate(s) ranked by predictor {result.predictor}", "",
+             table(dag, result.rows, result.winner)]
+    failed = [r for r in result.rows if not r.passed]
+    if failed:
+        lines.append("")
+        for row in failed:
+            lines.append(f"rank {row.rank} {row.measurement.verdict}: {headline(row.measurement.reason)}")
+    lines.append("")
+    winner = result.winner
+    if winner is None:
+        lines.append("no candidate passed: nothing was chosen or cached")
+    else:
+        first = result.rows[0]
+        versus = (f"; the predictor's first choice measured {first.measured * 1e6:.1f} us"
+                  f" ({first.measured / winner.measured:.2f}x the winner's time)"
+                  if first.passed and first is not winner else "")
+        lines.append(f"winner: rank {winner.rank}, {winner.measured * 1e6:.1f} us,"
+                     f" {winner.gbps:.0f} GB/s on {winner.nbytes:,} minimum bytes{versus}")
+        if result.cache_path is not None:
+            lines.append(f"tuning cache: wrote {result.cache_path}")
+        elif result.cache_error:
+            lines.append(f"tuning cache: not written ({result.cache_error})")
+    lines.append(f"tuned in {result.seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def headline(reason: str) -> str:
+    """The line of a failure's reason worth a table row: the first, or where
+    that only introduces a log (nvcc's), the log's first error."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()] or [""]
+    if lines[0].endswith(":"):
+        errors = [line for line in lines[1:] if "error" in line.lower()]
+        return f"{lines[0]} {(errors or lines[1:] or [''])[0]}".strip()
+    return lines[0]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if isinstance(exc, FusecError) else f"{type(exc).__name__}: {text}"
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+class Measurer:
+    """Compiles, runs and times candidates. The checking is here; the GPU work
+    is in the hooks :meth:`compile`, :meth:`run`, :meth:`time`, :meth:`release`
+    that :class:`GpuMeasurer` fills (and tests fake).
+
+    Used as a context manager: entering makes the random inputs (once, from
+    ``seed``); the oracle's reference for them is computed once, on first use.
+    """
+
+    gpu_name = "no GPU"
+
+    def __init__(self, dag, library, dtype: str, sizes: Mapping[str, int], *, repeat: int = 20,
+                 warmup: int = 3, seed: int = 0):
+        self.dag, self.library, self.dtype, self.sizes = dag, library, dtype, dict(sizes)
+        self.repeat, self.warmup, self.seed = repeat, warmup, seed
+        self.host: dict = {}
+        self._expected: oracle.Expected | None = None
+
+    @property
+    def gpu_slug(self) -> str:
+        return slug(self.gpu_name)
+
+    def __enter__(self) -> "Measurer":
+        self.host = oracle.random_inputs(self.dag, self.sizes, self.dtype, np.random.default_rng(self.seed))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.host, self._expected = {}, None
+
+    @property
+    def expected(self) -> oracle.Expected:
+        """The float64 reference and gauge of the inputs (seconds for a large matrix)."""
+        if self._expected is None:
+            self._expected = oracle.expect(self.dag, self.library, self.host)
+        return self._expected
+
+    # the hooks
+    def compile(self, programs: list[Program], done: Callable[[int], None]) -> list[str]:
+        """Compile every program; per program "" or why it failed."""
+        raise NotImplementedError
+
+    def run(self, program: Program) -> dict[str, np.ndarray]:
+        """Run once on the inputs, outputs poisoned first; host outputs by name."""
+        raise NotImplementedError
+
+    def time(self, program: Program) -> list[float]:
+        """Milliseconds of each timed run."""
+        raise NotImplementedError
+
+    def release(self, program: Program) -> None:
+        """Free what the program holds on the device."""
+
+    def measure(self, program: Program) -> Measurement:
+        """Run, check against the oracle, then time; failures score inf."""
+        try:
+            try:
+                outputs = self.run(program)
+            except Exception as exc:  # resources, a fault: scored, reported, not raised
+                return Measurement(LAUNCH_FAILED, reason=_first_line(exc))
+            checks = oracle.check_outputs(self.dag, self.library, self.host, outputs, self.dtype,
+                                          expected=self.expected)
+            failed = [c for c in checks if not c.passed]
+            if failed:
+                return Measurement(WRONG, reason="; ".join(f"{c.name}: {c.reason}" for c in failed))
+            try:
+                times = self.time(program)
+            except Exception as exc:
+                return Measurement(LAUNCH_FAILED, reason=_first_line(exc))
+            if not times or not all(math.isfinite(t) and t >= 0 for t in times):
+                return Measurement(LAUNCH_FAILED, reason=f"no usable timings ({times[:3]})")
+            return Measurement(OK, statistics.median(times) * 1e-3, fastest=min(times) * 1e-3,
+                               slowest=max(times) * 1e-3)
+        finally:
+            self.release(program)
+
+
+class GpuMeasurer(Measurer):
+    """On the GPU present: nvcc for its architecture, PyCUDA arrays uploaded once."""
+
+    def __enter__(self) -> "GpuMeasurer":
+        import contextlib
+        from .runtime import cuda
+        cuda.driver()  # a clear error when PyCUDA or the GPU is missing
+        self._stack = contextlib.ExitStack()
+        ctx = self._stack.enter_context(cuda.context())
+        try:
+            self.arch, self.gpu_name = cuda.arch_of(ctx), cuda.device_name(ctx)
+            super().__enter__()
+            import pycuda.gpuarray as gpuarray
+            self.device = {k: (gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v)
+                           for k, v in self.host.items()}
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.device = {}
+        super().__exit__(*exc)
+        self._stack.close()
+
+    def compile(self, programs, done) -> list[str]:
+        from . import nvcc
+        compiled = nvcc.compile_many([p.source for p in programs], self.arch, return_errors=True, done=done)
+        return [str(c) if isinstance(c, CompileError) else "" for c in compiled]
+
+    def run(self, program):
+        results = program.run(self.device, poison=True)
+        results = results if isinstance(results, tuple) else (results,)
+        return {name: (r.get() if hasattr(r, "get") else r) for name, r in zip(program.outputs, results)}
+
+    def time(self, program):
+        return program.time(self.device, warmup=self.warmup, repeat=self.repeat)
+
+    def release(self, program):
+        program.release()
+
+
+# ---------------------------------------------------------------------------- the tune
+
+
+def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, predictor=None,
+         repeat: int = 20, warmup: int = 3, seed: int = 0, progress: bool = True,
+         measurer: Measurer | None = None, store: bool = True) -> TuneResult:
+    """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``
+    on the GPU present and cache the fastest correct one (unless ``store`` is
+    false). ``predictor`` defaults to :func:`fusec.perfdb.predictor_for` of
+    this GPU. Progress goes to stderr when ``progress``."""
+    from .api import default_sizes
+    from .codegen.program import generate
+    from .perfdb import predictor_for
+    dtype = geo.dtype_name(dtype)
+    sizes = default_sizes(dag, sizes)
+    if repeat < 1 or warmup < 0:
+        raise FusecError(f"--repeat must be at least 1 and --warmup at least 0 (got {repeat}, {warmup})")
+    start = time.perf_counter()
+    measurer = measurer or GpuMeasurer(dag, library, dtype, sizes, repeat=repeat, warmup=warmup, seed=seed)
+    with measurer:
+        predictor = predictor or predictor_for(library, measurer.gpu_slug)
+        chosen = candidates(dag, library, dtype, sizes, top, predictor)
+        programs: list[Program | None] = []
+        failures: list[Measurement | None] = []
+        for combination in chosen:
+            try:
+                programs.append(Program(generate(dag, library, combination.plan, dtype)))
+                failures.append(None)
+            except FusecError as exc:  # a point the space should not have offered
+                programs.append(None)
+                failures.append(Measurement(NOT_GENERATED, reason=_first_line(exc)))
+        built = [i for i, p in enumerate(programs) if p is not None]
+        with Progress(len(built), "compiling", enabled=progress) as bar:
+            errors = measurer.compile([programs[i] for i in built], lambda _: bar.advance())
+        for i, error in zip(built, errors):
+            if error:
+                failures[i] = Measurement(COMPILE_FAILED, reason=error)
+        with Progress(1, "float64 oracle", enabled=progress) as bar:
+            measurer.expected  # once, for every candidate
+            bar.advance(label="reference results")
+        rows = []
+        with Progress(len(chosen), "measuring", enabled=progress) as bar:
+            for rank, (combination, program, failure) in enumerate(zip(chosen, programs, failures), 1):
+                measurement = failure or measurer.measure(program)
+                if not measurement.passed:
+                    bar.note(f"rank {rank} {measurement.verdict}: {headline(measurement.reason)}")
+                label = (f"rank {rank}: {measurement.seconds * 1e6:.1f} us" if measurement.passed
+                         else f"rank {rank}: {measurement.verdict}")
+                bar.advance(label=label)
+                nbytes = program.minimum_bytes(sizes) if program else 0
+                rows.append(Row(rank, combination.plan, combination.predicted, measurement, nbytes))
+        gpu_name, gpu_slug = measurer.gpu_name, measurer.gpu_slug
+    winner = choose(rows)
+    entry = path = None
+    error = ""
+    if winner is not None:
+        entry = tuning.TuningEntry(
+            tuning.key(dag, library, dtype, sizes, gpu_slug), winner.plan, winner.measured * 1e6,
+            winner.predicted * 1e6, winner.rank, len(rows), gpu_name, tuning.now(), f"{dag.name} ({dag.file})")
+        if store:
+            try:
+                path = tuning.store(entry)
+            except OSError as exc:
+                error = f"{exc.strerror or exc}: {exc.filename or cache_dir('tuning', create=False)}"
+                warnings.warn(FusecWarning(f"could not write the tuning cache ({error})"))
+        else:
+            error = "not asked to"
+    return TuneResult(dag, dtype, sizes, gpu_name, getattr(predictor, "name", type(predictor).__name__),
+                      tuple(rows), winner, entry, path, error, time.perf_counter() - start)

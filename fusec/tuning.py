@@ -1,0 +1,161 @@
+"""The tuning cache: the combination ``fusec tune`` measured fastest, remembered.
+
+One JSON file per key, ``<cache>/tuning/<gpu slug>/<sha256 of the key>.json``
+(``<cache>`` is ``$FUSEC_CACHE_DIR``, default ``~/.cache/fusec``). The key is
+what the winner depends on: the script's text (its sha256), the library's
+content hash, every size, the precision, the GPU (its slug) and fusec's
+version; a change to any of them is a different file, never a stale hit.
+
+Files are written whole to a temporary file and renamed over the target, so
+two tuners at once never corrupt an entry (the last one to finish wins) and a
+reader never sees half a file. An entry is never trusted: one that does not
+parse, whose key fields differ from the key looked for, or whose plan does not
+cover the script's calls is a miss, with a :class:`~fusec.errors.FusecWarning`
+naming the file; the next ``fusec tune`` overwrites it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import warnings
+from pathlib import Path
+from typing import Mapping
+
+from . import __version__
+from .cache import atomic_write_text, cache_dir
+from .errors import FusecWarning
+from .space.points import ProgramPlan
+
+FORMAT = 1  # of an entry file; another format is a miss
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningKey:
+    script: str  # sha256 of the script's text
+    library: str  # the library's content hash
+    sizes: tuple[tuple[str, int], ...]  # sorted by name
+    dtype: str
+    gpu: str  # slug, e.g. "h100-80gb-hbm3"
+    fusec: str  # version
+
+    def fields(self) -> dict:
+        return {"script": self.script, "library": self.library, "sizes": dict(self.sizes),
+                "dtype": self.dtype, "gpu": self.gpu, "fusec": self.fusec}
+
+    @property
+    def digest(self) -> str:
+        canonical = json.dumps(self.fields(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def path(self) -> Path:
+        return cache_dir("tuning", create=False) / self.gpu / f"{self.digest}.json"
+
+
+def key(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str) -> TuningKey:
+    """The key of a script (its DAG), library, precision, sizes and GPU slug."""
+    return TuningKey(hashlib.sha256(dag.text.encode()).hexdigest(), library.content_hash,
+                     tuple(sorted((str(k), int(v)) for k, v in sizes.items())), str(dtype), gpu,
+                     __version__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningEntry:
+    key: TuningKey
+    plan: ProgramPlan
+    measured_us: float  # median of the winner
+    predicted_us: float
+    predicted_rank: int  # 1 = the predictor's first choice
+    top: int  # how many candidates were measured
+    gpu_name: str  # as the driver says it
+    date: str  # ISO 8601, UTC
+    script: str = ""  # the script's name and file, for a reader
+    path: Path | None = dataclasses.field(default=None, compare=False)  # where it was read
+
+    def describe(self) -> str:
+        """One line for plans and messages."""
+        return (f"tuned on {self.gpu_name} {self.date[:10]}, K={self.top},"
+                f" measured {self.measured_us:.1f} us (predicted rank {self.predicted_rank})")
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": FORMAT, "key": self.key.fields(), "plan": json.loads(self.plan.to_json()),
+            "measured_us": self.measured_us, "predicted_us": self.predicted_us,
+            "predicted_rank": self.predicted_rank, "top": self.top, "gpu_name": self.gpu_name,
+            "date": self.date, "script": self.script,
+        }, indent=1, sort_keys=True) + "\n"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def store(entry: TuningEntry) -> Path:
+    """Write ``entry`` atomically (last writer wins); OSError when the cache
+    cannot be written."""
+    path = cache_dir("tuning") / entry.key.gpu / f"{entry.key.digest}.json"
+    atomic_write_text(path, entry.to_json())
+    return path
+
+
+def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
+    """The entry for these, or None. ``gpu`` is a slug or a slug's prefix
+    (``h100`` finds ``h100-80gb-hbm3``); None (no GPU known) is a miss. A cache
+    that cannot be read is a miss with a warning."""
+    if not gpu:
+        return None
+    root = cache_dir("tuning", create=False)
+    try:
+        if not root.is_dir():
+            return None
+        slugs = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(gpu))
+    except OSError as exc:
+        warnings.warn(FusecWarning(f"cannot read the tuning cache {root}: {exc.strerror or exc}"))
+        return None
+    if gpu in slugs:  # an exact name first
+        slugs.remove(gpu)
+        slugs.insert(0, gpu)
+    for slug in slugs:
+        wanted = key(dag, library, dtype, sizes, slug)
+        entry = read(wanted.path, wanted, calls=len(dag.calls))
+        if entry is not None:
+            return entry
+    return None
+
+
+def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry | None:
+    """The entry in ``path`` if it is whole and is the one for ``wanted``;
+    a missing file is a quiet miss, anything else wrong a miss with a warning.
+    ``calls``: the script's number of calls, which the plan must cover."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return _bad(path, f"cannot be read ({exc})")
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            return _bad(path, "is not a JSON object")
+        if data.get("format") != FORMAT:
+            return _bad(path, f"has format {data.get('format')!r}, not {FORMAT}")
+        if data.get("key") != wanted.fields():
+            return _bad(path, "is filed under a key its fields do not match")
+        plan = ProgramPlan.from_json(json.dumps(data["plan"]))
+        entry = TuningEntry(wanted, plan, float(data["measured_us"]), float(data["predicted_us"]),
+                            int(data["predicted_rank"]), int(data["top"]), str(data["gpu_name"]),
+                            str(data["date"]), str(data.get("script", "")), path)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        return _bad(path, f"does not parse ({type(exc).__name__}: {exc})")
+    covered = sorted(c for k in plan.kernels for c in k.calls)
+    if calls is not None and covered != list(range(calls)):
+        return _bad(path, "holds a plan that does not cover the script's calls")
+    return entry
+
+
+def _bad(path: Path, why: str) -> None:
+    warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {path}: it {why}"))
+    return None

@@ -1,0 +1,66 @@
+"""GPU tier of ``fusec tune``: every candidate it measures on BiCGK passes the
+oracle, the winner lands in the tuning cache, and ``fusec.compile`` (and
+``fusec compile``) then build that plan and say so. The cache is this test's
+own ($FUSEC_CACHE_DIR), so the nvcc cache starts empty too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec import cli, oracle
+from fusec.script import load_script
+from fusec.tune import OK, report, tune
+from tests.helpers import DTYPES, LIBRARY, ROOT, library
+
+pytestmark = pytest.mark.gpu
+
+BICGK = ROOT / "scripts" / "bicgk.script"
+CASES = [{"m": 1000, "n": 1000}, {"m": 1501, "n": 1000}]  # square, and m = n + n/2 + 1 (sblat2)
+
+
+@pytest.fixture(autouse=True)
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", CASES, ids=lambda s: f"m{s['m']}n{s['n']}")
+def test_tune_passes_every_candidate_and_compile_uses_the_winner(sizes, dtype):
+    dag = load_script(BICGK, library())
+    result = tune(dag, library(), dtype, sizes, top=3, repeat=10, warmup=2, progress=False)
+    text = report(result)
+    assert len(result.rows) == 3, text
+    assert all(r.measurement.verdict == OK for r in result.rows), text
+    assert all(math.isfinite(r.measured) and r.measured > 0 and r.gbps > 0 for r in result.rows), text
+    assert result.winner.measured == min(r.measured for r in result.rows)
+    assert result.cache_path is not None and result.cache_path.is_file(), text
+
+    program = fusec.compile(BICGK, library(), dtype, sizes=sizes)
+    assert program.generated.plan == result.winner.plan
+    assert program.tuned == result.entry.describe() and program.tuned.startswith("tuned on ")
+    inputs = oracle.random_inputs(dag, sizes, dtype, np.random.default_rng(7))
+    results = program.run(inputs, poison=True)
+    checks = oracle.check_outputs(dag, library(), inputs, dict(zip(program.outputs, results)), dtype)
+    assert all(c.passed for c in checks), checks
+    assert fusec.compile(BICGK, library(), dtype, sizes=sizes, tuned=False).tuned is None
+
+
+def test_the_command_line_tunes_then_compile_says_where_the_plan_came_from(capsys, tmp_path):
+    code = cli.main(["tune", str(BICGK), "--library", str(LIBRARY), "--size", "n=1000", "--top", "2",
+                     "--repeat", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "winner: rank" in out and "tuning cache: wrote" in out
+    assert "measuring" in err  # progress on stderr
+    code = cli.main(["compile", str(BICGK), "--library", str(LIBRARY), "--size", "n=1000", "--no-nvcc",
+                     "-o", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "plan: from the tuning cache (tuned on " in out

@@ -1,0 +1,468 @@
+"""``fusec tune`` and the tuning cache, without a GPU.
+
+The cache (fusec/tuning.py): its key changes with every field it is keyed on,
+entries round-trip, an entry that is damaged or filed under the wrong key is a
+miss with a warning naming the file, and concurrent writers never leave a file
+a reader cannot parse. ``fusec.compile`` and ``fusec compile`` use a planted
+entry and say so; ``tuned=False`` / ``--no-tuned`` ignore it. The tune flow
+(fusec/tune.py) runs with a fake measurer: a wrong candidate or one that fails
+to compile or launch is never chosen. Every test points $FUSEC_CACHE_DIR at
+its own folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import re
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import fusec
+import fusec.api
+from fusec import cli, oracle, tuning
+from fusec.errors import FusecWarning
+from fusec.predict import DEFAULT
+from fusec.script import load_script
+from fusec.space.combinations import build_space
+from fusec.tune import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidates, choose, report,
+                        tune)
+from helpers import LIBRARY, ROOT, library
+
+BICGK = ROOT / "scripts" / "bicgk.script"
+H100 = "NVIDIA H100 80GB HBM3"
+SLUG = "h100-80gb-hbm3"
+SIZES = {"m": 300, "n": 200}
+
+
+@pytest.fixture(autouse=True)
+def cache(monkeypatch, tmp_path):
+    """A cache of this test's own, and no GPU named from outside."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    return folder
+
+
+def bicgk():
+    return load_script(BICGK, library())
+
+
+def planted(dag=None, *, rank=3, sizes=SIZES, dtype="float32", gpu=SLUG, store=True) -> tuning.TuningEntry:
+    """An entry holding the ``rank``-th best-predicted plan, or a later one: never
+    the plan compile would pick without the cache."""
+    dag = dag or bicgk()
+    predicted = fusec.api.compile_dag(dag, library(), dtype, sizes=sizes, gpu=gpu, tuned=False).generated.plan
+    ranked = (c for c in build_space(dag, library(), dtype, sizes, DEFAULT).ranked() if c.plan != predicted)
+    combination = [next(ranked) for _ in range(rank - 1)][-1]
+    entry = tuning.TuningEntry(tuning.key(dag, library(), dtype, sizes, gpu), combination.plan, 12.5,
+                               combination.predicted * 1e6, rank, 10, H100, "2026-11-22T12:00:00+00:00",
+                               "bicgk")
+    if store:
+        tuning.store(entry)
+    return entry
+
+
+# -- the key --------------------------------------------------------------------------------
+
+
+def test_the_key_changes_with_every_field(monkeypatch):
+    dag, lib = bicgk(), library()
+    base = tuning.key(dag, lib, "float32", SIZES, SLUG)
+    assert base == tuning.key(dag, lib, "float32", {"n": 200, "m": 300}, SLUG)  # order does not matter
+    variants = {
+        "script": tuning.key(dataclasses.replace(dag, text=dag.text + "\n# a comment\n"), lib, "float32",
+                             SIZES, SLUG),
+        "library": tuning.key(dag, dataclasses.replace(lib, content_hash="0" * 16), "float32", SIZES, SLUG),
+        "sizes": tuning.key(dag, lib, "float32", {"m": 300, "n": 201}, SLUG),
+        "dtype": tuning.key(dag, lib, "float64", SIZES, SLUG),
+        "gpu": tuning.key(dag, lib, "float32", SIZES, "a100-sxm4-80gb"),
+    }
+    monkeypatch.setattr(tuning, "__version__", "99.0")
+    variants["fusec"] = tuning.key(dag, lib, "float32", SIZES, SLUG)
+    for field, other in variants.items():
+        assert other.fields()[field] != base.fields()[field], field
+        assert other.digest != base.digest and other.path != base.path, field
+    assert len({k.digest for k in variants.values()}) == len(variants)
+
+
+def test_the_key_is_a_sha256_of_canonical_json_and_files_under_the_gpu(cache):
+    key = tuning.key(bicgk(), library(), "float32", SIZES, SLUG)
+    assert re.fullmatch(r"[0-9a-f]{64}", key.digest)
+    assert key.fields()["script"] == __import__("hashlib").sha256(bicgk().text.encode()).hexdigest()
+    assert key.path == cache / "tuning" / SLUG / f"{key.digest}.json"
+
+
+# -- entries --------------------------------------------------------------------------------
+
+
+def test_an_entry_round_trips(cache):
+    entry = planted()
+    assert entry.key.path.is_file()
+    found = tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG)
+    assert found == entry and found.path == entry.key.path
+    data = json.loads(entry.key.path.read_text())
+    assert data["key"] == entry.key.fields()  # a reader can check what the file is for
+    assert {"plan", "measured_us", "predicted_rank", "top", "gpu_name", "date"} <= set(data)
+    assert found.describe() == f"tuned on {H100} 2026-11-22, K=10, measured 12.5 us (predicted rank 3)"
+
+
+def test_lookup_misses_quietly_without_an_entry_or_a_gpu(cache):
+    planted()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuning.lookup(bicgk(), library(), "float64", SIZES, SLUG) is None
+        assert tuning.lookup(bicgk(), library(), "float32", {"m": 300, "n": 300}, SLUG) is None
+        assert tuning.lookup(bicgk(), library(), "float32", SIZES, None) is None
+        assert tuning.lookup(bicgk(), library(), "float32", SIZES, "a100") is None
+
+
+def test_a_gpu_prefix_finds_the_full_slug(cache):
+    entry = planted()
+    assert tuning.lookup(bicgk(), library(), "float32", SIZES, "h100") == entry
+
+
+def _damage(kind: str, text: str) -> str:
+    data = json.loads(text)
+    if kind == "garbage":
+        return "not json at all {"
+    if kind == "truncated":
+        return text[: len(text) // 2]
+    if kind == "empty":
+        return ""
+    if kind == "not an object":
+        return "[1, 2, 3]"
+    if kind == "wrong dtype in the key":
+        data["key"]["dtype"] = "float64"
+    elif kind == "wrong version in the key":
+        data["key"]["fusec"] = "0.0.1"
+    elif kind == "other format":
+        data["format"] = 2
+    elif kind == "no plan":
+        del data["plan"]
+    elif kind == "bad plan":
+        data["plan"][0]["shape"]["geometry"] = "cube"
+    elif kind == "plan misses a call":
+        data["plan"] = data["plan"][:1] if len(data["plan"]) > 1 else [dict(data["plan"][0], calls=[0])]
+    elif kind == "time is text":
+        data["measured_us"] = "fast"
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "not an object", "wrong dtype in the key",
+                                  "wrong version in the key", "other format", "no plan", "bad plan",
+                                  "plan misses a call", "time is text"])
+def test_a_damaged_entry_is_a_miss_with_a_warning_naming_the_file(cache, kind):
+    entry = planted()
+    path = entry.key.path
+    path.write_text(_damage(kind, path.read_text()))
+    with pytest.warns(FusecWarning, match=re.escape(str(path))):
+        assert tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG) is None
+    with pytest.warns(FusecWarning, match="tuning-cache entry"):  # compile goes on with the prediction
+        program = fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100")
+    assert program.tuned is None
+
+
+def test_an_entry_whose_plan_does_not_build_is_ignored_by_compile(cache):
+    entry = planted()
+    data = json.loads(entry.key.path.read_text())
+    for kernel in data["plan"]:
+        kernel["implementations"] = ["no_such_implementation"] * len(kernel["calls"])
+    entry.key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match="does not build"):
+        program = fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100")
+    assert program.tuned is None
+
+
+def test_an_unreadable_cache_does_not_break_compile(monkeypatch, tmp_path):
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(blocker))
+    program = fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100")
+    assert program.tuned is None
+
+
+def _write_many(args) -> None:
+    path_text, texts, count = args
+    import os
+    from pathlib import Path
+    from fusec.cache import atomic_write_text
+    for i in range(count):
+        atomic_write_text(Path(path_text), texts[i % len(texts)])
+        os.sched_yield()
+
+
+def test_concurrent_writers_never_leave_a_file_a_reader_cannot_parse(cache):
+    entry = planted(store=False)
+    texts = [dataclasses.replace(entry, measured_us=float(w)).to_json() for w in range(4)]
+    # a long entry, so that a torn write would show
+    texts = [t.replace('"script": "bicgk"', '"script": "' + "x" * 20000 + '"') for t in texts]
+    path = tuning.store(entry)
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                          else "spawn")
+    seen = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning is a parse failure
+        with context.Pool(4) as pool:
+            result = pool.map_async(_write_many, [(str(path), texts[w:] + texts[:w], 50) for w in range(4)])
+            reads = 0
+            while not result.ready() or reads < 20:
+                found = tuning.read(path, entry.key, calls=2)
+                assert found is not None
+                seen.add(found.measured_us)
+                reads += 1
+            result.get()
+    assert tuning.read(path, entry.key, calls=2).measured_us in {0.0, 1.0, 2.0, 3.0}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+    assert len(seen) > 1  # the reader saw several writers' entries
+
+
+# -- compile uses the cache -----------------------------------------------------------------
+
+
+def test_compile_uses_a_planted_entry_and_says_so(monkeypatch):
+    entry = planted()
+    predicted = fusec.compile(BICGK, library(), sizes=SIZES, tuned=False)
+    assert predicted.tuned is None and predicted.generated.plan != entry.plan
+    tuned = fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100")
+    assert tuned.generated.plan == entry.plan
+    assert tuned.tuned == entry.describe()
+    assert f"plan: tuned on {H100}" in tuned.describe(SIZES)
+    monkeypatch.setenv("FUSEC_GPU", "H100 80GB HBM3")  # the target from the environment
+    assert fusec.compile(BICGK, library(), sizes=SIZES).generated.plan == entry.plan
+    # a plan given, another precision or other sizes: the cache does not apply
+    assert fusec.compile(BICGK, library(), sizes=SIZES, plan=predicted.generated.plan).tuned is None
+    assert fusec.compile(BICGK, library(), "float64", sizes=SIZES).tuned is None
+    assert fusec.compile(BICGK, library(), sizes={"m": 300, "n": 300}).tuned is None
+
+
+def test_compile_default_sizes_are_the_key_sizes():
+    entry = planted(sizes={"m": 8192, "n": 8192})
+    assert fusec.compile(BICGK, library(), gpu="h100").generated.plan == entry.plan
+
+
+def run_cli(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fusec_compile_says_the_plan_came_from_the_tuning_cache(capsys, tmp_path):
+    entry = planted()
+    args = ["compile", BICGK, "--library", LIBRARY, "-o", tmp_path / "out", "--no-nvcc",
+            "--size", "m=300", "--size", "n=200", "--gpu", "h100"]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert f"plan: from the tuning cache ({entry.describe()}): {entry.key.path}" in out
+    assert f"plan: tuned on {H100}" in (tmp_path / "out" / "bicgk.float32.plan.txt").read_text()
+    code, out, err = run_cli(capsys, *args, "--no-tuned")
+    assert code == 0, err
+    assert "tuning cache" not in out and "tuned on" not in out
+
+
+def test_fusec_space_takes_a_gpu(capsys):
+    code, out, err = run_cli(capsys, "space", BICGK, "--library", LIBRARY, "--gpu", "h100", "--top", "2")
+    assert code == 0, err
+    assert "predictor" in out.splitlines()[0]
+
+
+# -- the tune flow, with a fake measurer ----------------------------------------------------
+
+
+class FakeMeasurer(Measurer):
+    """Runs nothing: outputs come from the oracle (made wrong for some ranks),
+    times from a table; some ranks fail to compile or to launch."""
+
+    gpu_name = H100
+
+    def __init__(self, dag, dtype, sizes, plans, *, times, wrong=(), broken=(), crash=()):
+        super().__init__(dag, library(), dtype, sizes)
+        self.rank = {plan: i + 1 for i, plan in enumerate(plans)}
+        self.times, self.wrong, self.broken, self.crash = times, set(wrong), set(broken), set(crash)
+        self.compiled, self.measured, self.released = [], [], []
+
+    def compile(self, programs, done):
+        out = []
+        for i, program in enumerate(programs):
+            rank = self.rank[program.generated.plan]
+            self.compiled.append(rank)
+            out.append(f"nvcc failed on the generated code (sm_90):\nerror: rank {rank}" if rank in self.broken
+                       else "")
+            done(i)
+        return out
+
+    def run(self, program):
+        rank = self.rank[program.generated.plan]
+        self.measured.append(rank)
+        values = oracle.evaluate(self.dag, self.library, self.host)
+        outputs = {self.dag.value(v).name: values[v].astype(self.dtype) for v in self.dag.outputs}
+        if rank in self.wrong:
+            first = next(iter(outputs))
+            outputs[first].flat[0] += 1.0
+        return outputs
+
+    def time(self, program):
+        rank = self.rank[program.generated.plan]
+        if rank in self.crash:
+            raise RuntimeError("cuLaunchKernel failed: too many resources requested for launch")
+        return [self.times[rank] * f for f in (1.0, 1.1, 0.9)]  # ms; the median is times[rank]
+
+    def release(self, program):
+        self.released.append(self.rank[program.generated.plan])
+
+
+def fake(dag, dtype="float32", sizes=SIZES, top=6, **kwargs):
+    plans = [c.plan for c in candidates(dag, library(), dtype, sizes, top, DEFAULT)]
+    return FakeMeasurer(dag, dtype, sizes, plans, **kwargs)
+
+
+def test_tune_chooses_the_fastest_correct_candidate_and_caches_it(capsys):
+    dag = bicgk()
+    # the fastest three are wrong, do not compile, do not launch
+    times = {1: 0.050, 2: 0.010, 3: 0.011, 4: 0.012, 5: 0.030, 6: 0.020}
+    measurer = fake(dag, times=times, wrong=[2], broken=[3], crash=[4])
+    result = tune(dag, library(), "float32", SIZES, top=6, predictor=DEFAULT, measurer=measurer)
+    assert [r.rank for r in result.rows] == [1, 2, 3, 4, 5, 6]
+    verdicts = {r.rank: r.measurement.verdict for r in result.rows}
+    assert verdicts == {1: OK, 2: WRONG, 3: COMPILE_FAILED, 4: LAUNCH_FAILED, 5: OK, 6: OK}
+    assert all(r.measured == float("inf") and r.gbps == 0 for r in result.rows if r.rank in (2, 3, 4))
+    assert "ratio" in result.rows[1].measurement.reason and "rank 3" in result.rows[2].measurement.reason
+    assert result.winner.rank == 6 and result.winner.measured == pytest.approx(20e-6)
+    nbytes = 4 * (300 * 200 + 200 + 300 + 300 + 200)
+    assert result.winner.nbytes == nbytes and result.winner.gbps == pytest.approx(nbytes / 20e-6 / 1e9)
+    assert measurer.compiled == [1, 2, 3, 4, 5, 6]
+    assert 3 not in measurer.measured  # never run what did not compile
+    assert sorted(measurer.released) == [1, 2, 4, 5, 6]  # freed after each measurement
+    # the cache holds the winner, and compile uses it
+    assert result.cache_path == result.entry.key.path and result.cache_path.is_file()
+    found = tuning.lookup(dag, library(), "float32", SIZES, SLUG)
+    assert found.plan == result.winner.plan and found.predicted_rank == 6 and found.top == 6
+    assert found.measured_us == pytest.approx(20.0) and found.gpu_name == H100
+    assert fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100").generated.plan == result.winner.plan
+    # progress went to stderr, with the failures as they happened
+    err = capsys.readouterr().err
+    assert "compiling" in err and "measuring" in err and "rank 2 wrong:" in err
+    # the table
+    text = report(result)
+    header = next(line for line in text.splitlines() if "predicted" in line)
+    assert header.split() == ["rank", "predicted", "measured", "GB/s", "verdict", "kernels"]
+    assert re.search(r"^\*\s+6\s+[\d.]+ us\s+20\.0 us\s+\d+\s+ok\s+q=sgemv", text, re.M)
+    assert re.search(r"^\s+2\s+[\d.]+ us\s+inf\s+-\s+wrong\s", text, re.M)
+    assert "rank 3 compile failed: nvcc failed on the generated code (sm_90): error: rank 3" in text
+    assert "rank 4 launch failed: RuntimeError: cuLaunchKernel failed" in text
+    assert "winner: rank 6, 20.0 us" in text and "the predictor's first choice measured 50.0 us (2.50x" in text
+    assert f"tuning cache: wrote {result.cache_path}" in text
+
+
+def test_tune_where_nothing_passes_chooses_and_caches_nothing(cache):
+    dag = bicgk()
+    measurer = fake(dag, top=3, times={1: 1, 2: 1, 3: 1}, wrong=[1], broken=[2], crash=[3])
+    result = tune(dag, library(), "float32", SIZES, top=3, predictor=DEFAULT, measurer=measurer, progress=False)
+    assert result.winner is None and result.entry is None and result.cache_path is None
+    assert not (cache / "tuning").exists()
+    assert "no candidate passed" in report(result)
+
+
+def test_tune_on_float64_with_rectangular_sizes(cache):
+    dag = bicgk()
+    sizes = {"m": 33, "n": 1000}
+    measurer = fake(dag, "float64", sizes, top=2, times={1: 0.02, 2: 0.01})
+    result = tune(dag, library(), "float64", sizes, top=2, predictor=DEFAULT, measurer=measurer, progress=False)
+    assert [r.measurement.verdict for r in result.rows] == [OK, OK] and result.winner.rank == 2
+    assert tuning.lookup(dag, library(), "float64", sizes, "h100").plan == result.winner.plan
+
+
+def test_a_cache_that_cannot_be_written_is_a_warning(monkeypatch, tmp_path):
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(blocker))
+    dag = bicgk()
+    measurer = fake(dag, top=2, times={1: 0.02, 2: 0.01})
+    with pytest.warns(FusecWarning, match="could not write the tuning cache"):
+        result = tune(dag, library(), "float32", SIZES, top=2, predictor=DEFAULT, measurer=measurer,
+                      progress=False)
+    assert result.winner.rank == 2 and result.cache_path is None and result.cache_error
+    assert "tuning cache: not written" in report(result)
+
+
+def test_top_k_takes_the_best_predicted_in_order():
+    dag = bicgk()
+    chosen = candidates(dag, library(), "float32", SIZES, 5, DEFAULT)
+    assert len(chosen) == 5 and [c.predicted for c in chosen] == sorted(c.predicted for c in chosen)
+    assert chosen[0].plan == build_space(dag, library(), "float32", SIZES, DEFAULT).best().plan
+    with pytest.raises(fusec.FusecError, match="--top"):
+        candidates(dag, library(), "float32", SIZES, 0, DEFAULT)
+
+
+def test_choose_breaks_ties_by_predicted_rank():
+    from fusec.tune import Measurement, Row
+    plan = candidates(bicgk(), library(), "float32", SIZES, 1, DEFAULT)[0].plan
+    rows = [Row(1, plan, 1e-5, Measurement(WRONG), 100), Row(2, plan, 2e-5, Measurement(OK, 3e-5), 100),
+            Row(3, plan, 3e-5, Measurement(OK, 3e-5), 100)]
+    assert choose(rows).rank == 2
+    assert choose(rows[:1]) is None
+
+
+def test_check_outputs_with_the_expectation_computed_once(rng=np.random.default_rng(5)):
+    dag = bicgk()
+    inputs = oracle.random_inputs(dag, SIZES, "float32", rng)
+    expected = oracle.expect(dag, library(), inputs)
+    values = oracle.evaluate(dag, library(), inputs)
+    outputs = {dag.value(v).name: values[v].astype(np.float32) for v in dag.outputs}
+    assert oracle.check_outputs(dag, library(), inputs, outputs, "float32", expected=expected) == \
+        oracle.check_outputs(dag, library(), inputs, outputs, "float32")
+
+
+# -- nvcc, for the compile step -------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+def test_the_gpu_measurer_compiles_in_parallel_and_scores_a_failure():
+    from fusec.codegen.program import generate
+    from fusec.runtime.program import Program
+    from fusec.tune import GpuMeasurer
+    dag = bicgk()
+    plans = [c.plan for c in candidates(dag, library(), "float32", SIZES, 2, DEFAULT)]
+    programs = [Program(generate(dag, library(), p, "float32")) for p in plans]
+    broken = Program(dataclasses.replace(programs[1].generated,
+                                         source=programs[1].source + "\nthis is not CUDA;\n"))
+    measurer = GpuMeasurer(dag, library(), "float32", SIZES)
+    measurer.arch = "sm_90"  # compiling needs no GPU
+    done = []
+    start = time.perf_counter()
+    errors = measurer.compile([programs[0], broken, programs[1]], done.append)
+    assert sorted(done) == [0, 1, 2]
+    assert errors[0] == errors[2] == "" and "nvcc failed" in errors[1]
+    assert time.perf_counter() - start < 120
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def test_fusec_tune_help_mentions_its_options(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["tune", "--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for option in ("--size", "--dtype", "--library", "--top K", "--repeat", "--warmup", "--seed", "--quiet"):
+        assert option in out, option
+    assert "oracle" in out and "tuning cache" in out and "~/.cache/fusec/tuning" in out
+
+
+def test_fusec_tune_needs_sizes(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["tune", str(BICGK)])
+    assert info.value.code == 2
+    assert "--size" in capsys.readouterr().err
+
+
+def test_fusec_tune_without_a_gpu_is_a_clear_error(capsys):
+    from fusec.runtime import cuda
+    if cuda.gpu_available():
+        pytest.skip("a GPU is here")
+    code, out, err = run_cli(capsys, "tune", BICGK, "--library", LIBRARY, "--size", "n=100", "--top", "2")
+    assert code == 1 and err.startswith("fusec: error:") and ("PyCUDA" in err or "CUDA" in err)
