@@ -4,6 +4,8 @@
     fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all] [--gpu NAME]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
     fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10]
+    fusec perfdb build [--library DIR] [--dtype float32|float64|both] [-o DIR]
+    fusec perfdb show [--gpu NAME] [--routine NAME]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ examples:
   fusec space scripts/gemver.script --library library/blas --size n=16384 --top 5
   fusec run scripts/bicgk.script --library library/blas --size n=16384
   fusec tune scripts/gemver.script --library library/blas --size n=16384 --top 20
+  fusec perfdb build --library library/blas
 Run 'fusec COMMAND --help' for a command's options."""
 
 
@@ -267,7 +270,53 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("-q", "--quiet", action="store_true",
                       help="no progress on stderr (the table still goes to stdout)")
     tune.set_defaults(handler=_tune)
+
+    perfdb = commands.add_parser(
+        "perfdb", help="build or inspect the performance database predictions come from",
+        description="The performance database (paper 4.2): every library routine timed on one GPU"
+                    " model in a simulated fusion environment (block shape, serial iterations,"
+                    " blocks per SM), which is what fusec predicts kernels from. One file per GPU,"
+                    " perfdb/<gpu>.json ($FUSEC_PERFDB names another folder). See"
+                    " docs/performance-database.md.")
+    actions = perfdb.add_subparsers(dest="action", metavar="ACTION", required=True,
+                                    help="build (time the routines on the GPU present) or show (summarise a database)")
+    build = actions.add_parser(
+        "build", help="time every routine of a library on the GPU present and write its database",
+        description="Time every routine of the library (each implementation, block shape, serial"
+                    " iterations and axis, section, 1 to 16 blocks per SM held by extra shared memory,"
+                    " float32 and float64) on the GPU present, and write perfdb/<gpu>.json atomically"
+                    " with the library's hash and the device, driver and nvcc versions. Replaces a"
+                    " damaged or stale file; with one --dtype, keeps the other precision's timings of"
+                    " a usable file. About a minute on an H100.")
+    build.add_argument("--library", metavar="DIR", default=None,
+                       help="library of elementary functions (default: the bundled library/blas)")
+    build.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
+                       help="precisions to time (default: both)")
+    build.add_argument("-o", "--output", metavar="DIR", default=None,
+                       help="folder to write into (default: $FUSEC_PERFDB or the perfdb/ folder beside fusec)")
+    build.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    build.set_defaults(handler=_perfdb_build)
+    show = actions.add_parser(
+        "show", help="summarise a database (device, library, routines timed)",
+        description="Print what a performance database holds: the device and library it timed,"
+                    " when, the launch cost, how many routine keys per precision and geometry, and"
+                    " with --routine every timing of one routine.")
+    show.add_argument("--gpu", metavar="NAME", default=None,
+                      help="the GPU whose database to show, by name or prefix (default: the GPU present)")
+    show.add_argument("--dir", metavar="DIR", default=None, help="folder of databases (default: perfdb/)")
+    show.add_argument("--routine", metavar="NAME", default=None, help="list the timings of one routine")
+    show.set_defaults(handler=_perfdb_show)
     return top
+
+
+def _perfdb_build(args) -> int:
+    from .perfdb.commands import build_command
+    return build_command(args)
+
+
+def _perfdb_show(args) -> int:
+    from .perfdb.commands import show_command
+    return show_command(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,9 @@ Both skip cleanly (with the reason) where the hardware or tool is missing.
 """
 
 import functools
+import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -20,6 +22,14 @@ def _gpu() -> str | None:
     except Exception as exc:  # GPUUnavailableError and anything the driver raises
         return str(exc).splitlines()[0]
     return None
+
+
+def pytest_configure(config):
+    """Tests never see the user's caches: a tuned plan or a cubin from another
+    version would make them depend on what ran before. $FUSEC_TEST_CACHE_DIR
+    lets several pytest runs of one session share compiled cubins."""
+    os.environ["FUSEC_CACHE_DIR"] = (os.environ.get("FUSEC_TEST_CACHE_DIR")
+                                     or tempfile.mkdtemp(prefix="fusec-test-cache-"))
 
 
 def pytest_collection_modifyitems(config, items):

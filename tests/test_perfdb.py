@@ -202,3 +202,25 @@ def test_unmeasured_shape_falls_back_to_the_analytic_model(found):
     with pytest.warns(FusecWarning, match="no timings"):
         seconds = predictor.kernel_seconds(kernel, dag, {s: 8192 for s in dag.sizes})
     assert seconds == DEFAULT.kernel_seconds(kernel, dag, {s: 8192 for s in dag.sizes})
+
+
+# ------------------------------------------------------------------ the command line
+
+def test_cli_show(tmp_path, found, capsys):
+    from fusec.cli import main
+    store.save(fake_database(found), tmp_path / "h100-80gb-hbm3.json")
+    assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path), "--routine", "tile_load"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA Fake 1, 132 SMs" in out and library().content_hash in out
+    assert out.count("tile_load ") == 36  # 9 shapes x 2 axes x 2 precisions
+    assert main(["perfdb", "show", "--gpu", "a100", "--dir", str(tmp_path)]) == 1
+    assert "no performance database for 'a100'" in capsys.readouterr().err
+
+
+def test_cli_build_needs_a_gpu(capsys):
+    from fusec.cli import main
+    from fusec.gpu import present
+    if present() is not None:
+        pytest.skip("a GPU is present")
+    assert main(["perfdb", "build", "-q"]) == 1
+    assert "needs PyCUDA and an NVIDIA GPU" in capsys.readouterr().err
