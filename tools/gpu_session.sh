@@ -23,7 +23,7 @@ for stage in "$@"; do
     programs)
       python3 -m pytest -q -p no:cacheprovider tests/gpu/test_programs.py 2>&1 | tee "$OUT/gpu-programs.log" | tail -5 || status=1 ;;
     tests)
-      python3 -m pytest -q -p no:cacheprovider --durations=8 tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1 ;;
+      python3 -m pytest -q -p no:cacheprovider --durations=8 ${GPU_TESTS:-tests/gpu} ${PYTEST_ARGS:-} 2>&1 | tee -a "$OUT/gpu-tests.log" | tail -25 || status=1 ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         FUSEC_LINEINFO=1 FUSEC_TEST_SIZES=${SANITIZE_SIZES:-1,33,1000} compute-sanitizer --tool $tool --error-exitcode 1 \

@@ -151,16 +151,17 @@ class _Arena:
 
     def __init__(self, driver):
         self.driver = driver
-        self.buffers: dict[str, object] = {}
+        self.buffers: dict[str, tuple[object, int]] = {}
 
     def pointer(self, name: str, nbytes: int) -> int:
-        buffer = self.buffers.get(name)
-        if buffer is None or buffer.size < nbytes:
+        nbytes = max(int(nbytes), 256)
+        buffer, size = self.buffers.get(name, (None, 0))
+        if size < nbytes:
             if buffer is not None:
                 buffer.free()
-            buffer = self.driver.mem_alloc(max(nbytes, 256))
-            self.driver.memset_d32(buffer, 0, max(nbytes, 256) // 4)  # zeros: counters, finite data
-            self.buffers[name] = buffer
+            buffer = self.driver.mem_alloc(nbytes)
+            self.driver.memset_d32(buffer, 0, nbytes // 4)  # zeros: counters, finite data
+            self.buffers[name] = (buffer, nbytes)
         return int(buffer)
 
 
