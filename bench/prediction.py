@@ -57,24 +57,23 @@ def spearman(xs, ys) -> float:
 
 
 def kernel_times(program, arrays, repeat: int) -> list[float]:
-    """Microseconds of each kernel of a program launched on its own (median)."""
+    """Microseconds of each kernel of a program on its own, as the GPU runs it
+    (median; the host's launch overhead not counted, see GpuClock)."""
+    from fusec.perfdb.build import GpuClock
     from fusec.runtime import cuda
     binding = program.bind(arrays)
     with cuda.context() as ctx:
+        clock = GpuClock(cuda.driver(), cuda.arch_of(ctx))
         loaded = program._load(ctx)
         buffers = program._buffers_for(ctx, binding.sizes)
-        pointers, _ = program._place(binding, buffers)
+        pointers, outputs = program._place(binding, buffers)  # outputs stay alive while kernels write
         out = []
         for kernel in program.kernels:
             args = program._kernel_args(kernel, buffers, pointers, binding)
             grid = kernel.grid(binding.sizes)
-            times = []
-            for attempt in range(repeat + 2):
-                with cuda.Timer() as timer:
-                    loaded.launch(kernel, grid, args)
-                if attempt >= 2:
-                    times.append(timer.ms * 1e3)
-            out.append(statistics.median(times))
+            times = [clock.seconds(lambda: loaded.launch(kernel, grid, args)) for _ in range(repeat + 2)]
+            out.append(statistics.median(times[2:]) * 1e6)
+        del outputs  # every launch is done (each clock waited for its kernel)
         return out
 
 
@@ -89,7 +88,9 @@ def study(script: str, library, dtype: str, sizes_given: dict, top: int, sample:
 
     path = ROOT / "scripts" / f"{script}.script"
     dag = load_script(path, library)
-    sizes = default_sizes(dag, {s: sizes_given.get(s, sizes_given.get("n")) for s in dag.sizes})
+    has_matrix = any(v.kind.value == "matrix" for v in dag.values)
+    n = sizes_given["n"] if has_matrix else sizes_given["vector"]
+    sizes = default_sizes(dag, {s: n for s in dag.sizes})
 
     start = time.perf_counter()  # what a predict-only `fusec compile` does, less reading files
     compile_dag(dag, library, dtype, sizes=sizes, predictor=predictor, tuned=False)
@@ -133,7 +134,7 @@ def study(script: str, library, dtype: str, sizes_given: dict, top: int, sample:
         gpu_name = measurer.gpu_name
     search_seconds = time.perf_counter() - start
 
-    ok = [r for r in rows if r["measured_us"] is not None]
+    ok = [r for r in rows if r["measured_us"] is not None] or [{"measured_us": float("nan"), "predicted_us": 0}]
     best = min(r["measured_us"] for r in ok)
     first = next(r for r in rows if r["rank"] == 1)
     by_speed = sorted(r["measured_us"] for r in ok)
@@ -154,7 +155,8 @@ def study(script: str, library, dtype: str, sizes_given: dict, top: int, sample:
 
 
 def markdown(results: list[dict], args, gpu: str) -> str:
-    lines = [f"# Prediction accuracy on {gpu} ({args.dtype}, sizes n={args.n})", "",
+    lines = [f"# Prediction accuracy on {gpu} ({args.dtype}; matrices {args.n} x {args.n},"
+             f" vectors of the vector sequences {args.vector_size:,})", "",
              f"`python -m bench.prediction --dtype {args.dtype} --size n={args.n} --top {args.top}"
              f" --sample {args.sample} --repeat {args.repeat}`, {datetime.date.today()}, predictor"
              f" `{results[0]['predictor']}`.", "",
@@ -185,10 +187,25 @@ def markdown(results: list[dict], args, gpu: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(results: list[dict], args) -> Path:
+    from fusec.gpu import present
+    info = present()
+    gpu = info.slug if info else "gpu"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{gpu.split('-')[0]}-prediction-{args.dtype}"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(results, args, info.name if info else "?"))
+    return stem
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    parser.add_argument("--size", default="n=8192", help="n=VALUE for every size (default n=8192)")
+    parser.add_argument("--size", default="n=8192", help="n=VALUE: matrices n x n (default n=8192)")
+    parser.add_argument("--vector-size", type=int, default=8192 * 8192,
+                        help="n of the sequences without a matrix (default 8192^2 = 2^26: as many"
+                             " bytes per vector as a matrix has)")
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--sample", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=20)
@@ -198,14 +215,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.n = int(args.size.partition("=")[2])
 
-    from fusec.gpu import present
     from fusec.library.loader import load_library
     from fusec.perfdb import predictor_for
     library = load_library(ROOT / "library" / "blas")
     predictor = predictor_for(library, args.gpu)
     results = []
     for script in args.scripts.split(","):
-        result = study(script, library, args.dtype, {"n": args.n}, args.top, args.sample, args.repeat, predictor)
+        result = study(script, library, args.dtype, {"n": args.n, "vector": args.vector_size}, args.top,
+                       args.sample, args.repeat, predictor)
         rho = f"{result['spearman']:.2f}" if result["spearman"] is not None else "n/a"
         print(f"{script:8s} {result['combinations']:>7,} combos, first {result['first_us']:.1f} us,"
               f" best {result['best_us']:.1f} us ({result['first_vs_best'] * 100:.1f} %), worst"
@@ -213,14 +230,8 @@ def main(argv=None) -> int:
               f" first {result['first_seconds']:.3f} s, all {result['all_seconds']:.2f} s,"
               f" search {result['search_seconds']:.1f} s", flush=True)
         results.append(result)
-    info = present()
-    gpu = info.slug if info else "gpu"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{gpu.split('-')[0]}-prediction-{args.dtype}"
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / f"{stem}.md").write_text(markdown(results, args, info.name if info else "?"))
-    print(f"wrote {out / stem}.md and .json")
+        write(results, args)  # after each sequence: a crash later keeps what was measured
+    print(f"wrote {write(results, args)}.md and .json")
     return 0
 
 

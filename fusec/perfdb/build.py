@@ -3,10 +3,10 @@
 For each routine key (:mod:`fusec.perfdb.probes`) the probe kernel runs on a
 problem big enough for several waves of blocks, at each number of blocks per
 SM from 1 up to what the probe itself allows; extra dynamic shared memory
-holds the SM to that many blocks, as a fusion's footprint would. A run's time,
-less the launch cost, divided by the waves of blocks (plus half a wave for
-the ragged end, the same rule the predictor applies) and the serial
-iterations, is the seconds one block spends on the routine per iteration.
+holds the SM to that many blocks, as a fusion's footprint would. A run's time
+(as the GPU runs it, see :class:`GpuClock`), less the launch cost, divided
+by the waves of blocks and the serial iterations, is the seconds one block
+spends on the routine per iteration at that many blocks per SM.
 """
 
 from __future__ import annotations
@@ -88,13 +88,14 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         bar = Progress(len(sources), "nvcc", enabled=progress)
         compiled = nvcc.compile_many([s for s, _ in sources], arch, done=lambda _: bar.advance())
         bar.close()
-        launch = _launch_seconds(driver, arch)
+        clock = GpuClock(driver, arch)
+        launch = clock.launch_seconds()
         bar = Progress(len(found), "timing routines", enabled=progress)
         timings: dict[RoutineKey, store.Timing] = {}
         for (_, group), module_code in zip(sources, compiled):
             module = driver.module_from_buffer(module_code.cubin)
             for probe in group:
-                timings[probe.key] = _time_probe(driver, module, probe, info.sms, launch)
+                timings[probe.key] = _time_probe(driver, clock, module, probe, info.sms, launch)
                 bar.advance(label=probe.key.routine)
         bar.close()
     folder = Path(folder) if folder else store.directory()
@@ -127,23 +128,44 @@ def _nvcc_release() -> str:
     return lines[-1].strip() if lines else "unknown"
 
 
-EMPTY_KERNEL = 'extern "C" __global__ void fusec_empty() {}\n'
+TIMING_KERNELS = """\
+extern "C" __global__ void fusec_empty() {}
+extern "C" __global__ void fusec_spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {}
+}
+"""
+SPIN_CYCLES = 100_000  # ~60 us: longer than the host takes to queue what follows
 
 
-def _launch_seconds(driver, arch: str) -> float:
-    """An empty kernel's time from launch to completion, as CUDA events see it."""
-    function = driver.module_from_buffer(nvcc.compile_cubin(EMPTY_KERNEL, arch=arch).cubin).get_function(
-        "fusec_empty")
-    function.prepare("")
-    times = []
-    for _ in range(50):
-        start, end = driver.Event(), driver.Event()
+class GpuClock:
+    """Times launches as the GPU runs them. A spinning kernel goes first, so the
+    start event fires only once the work after it is queued: the host's launch
+    overhead (several microseconds from Python) is not counted."""
+
+    def __init__(self, driver, arch: str):
+        module = driver.module_from_buffer(nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin)
+        self.driver = driver
+        self.spin = module.get_function("fusec_spin")
+        self.spin.prepare("q")
+        self.empty = module.get_function("fusec_empty")
+        self.empty.prepare("")
+
+    def seconds(self, launch, count: int = 1) -> float:
+        """Seconds from the start of ``launch()`` (called ``count`` times) to its end."""
+        start, end = self.driver.Event(), self.driver.Event()
+        self.spin.prepared_call((1, 1, 1), (32, 1, 1), SPIN_CYCLES)
         start.record()
-        function.prepared_call((1, 1, 1), (32, 1, 1))
+        for _ in range(count):
+            launch()
         end.record()
         end.synchronize()
-        times.append(start.time_till(end) * 1e-3)
-    return statistics.median(times[5:])
+        return start.time_till(end) * 1e-3 / count
+
+    def launch_seconds(self) -> float:
+        """What one more kernel in a stream costs: empty kernels back to back."""
+        empty = lambda: self.empty.prepared_call((1, 1, 1), (32, 1, 1))  # noqa: E731
+        return statistics.median(self.seconds(empty, 10) for _ in range(20))
 
 
 class _Arena:
@@ -168,7 +190,7 @@ class _Arena:
 _ARENAS: dict[int, _Arena] = {}
 
 
-def _time_probe(driver, module, probe: Probe, sms: int, launch: float) -> store.Timing:
+def _time_probe(driver, clock: GpuClock, module, probe: Probe, sms: int, launch: float) -> store.Timing:
     from ..runtime.cuda import parameter_format
     kernel = probe.kernel
     function = module.get_function(kernel.name)
@@ -187,17 +209,11 @@ def _time_probe(driver, module, probe: Probe, sms: int, launch: float) -> store.
     seconds = {}
     for level in (b for b in LEVELS if b <= most):
         dynamic = limiting_shared(level, static) if level < most else 0
-        times = []
-        for attempt in range(REPEAT + 1):
-            start, end = driver.Event(), driver.Event()
-            start.record()
-            function.prepared_call((grid, 1, 1), (block, 1, 1), *args, shared_size=dynamic)
-            end.record()
-            end.synchronize()
-            if attempt:  # the first run warms up
-                times.append(start.time_till(end) * 1e-3)
-        waves = grid / (sms * level)
-        seconds[level] = max(statistics.median(times) - launch, 1e-9) / ((waves + 0.5) * iters)
+        run = lambda: function.prepared_call((grid, 1, 1), (block, 1, 1), *args,  # noqa: E731
+                                             shared_size=dynamic)
+        times = [clock.seconds(run) for _ in range(REPEAT + 1)][1:]  # the first run warms up
+        waves = grid / (sms * level)  # whole waves, or nearly: see problem_sizes
+        seconds[level] = max(statistics.median(times) - launch, 1e-9) / (waves * iters)
     return store.Timing(probe.key, probe.kind, seconds, registers, most)
 
 

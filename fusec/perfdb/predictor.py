@@ -6,7 +6,8 @@ kernel calls in its loop (transfers and computation overlap), plus the
 routines it calls once before or after the loop; every routine's time is the
 one measured in the same environment (block shape, serial iterations and
 axis, section, precision) at the kernel's blocks per SM. Blocks run in waves
-of (SMs x blocks per SM), with half a block's time for the ragged end.
+of (SMs x blocks per SM); the last, partial wave at its own, lower blocks per
+SM, where each block runs faster.
 Reductions add the analytic model's counter and finish terms, which no
 routine measures.
 """
@@ -61,17 +62,21 @@ class PerfdbPredictor:
         sizes = dict(sizes)
         sms = self.database.sms
         grid = kernel.grid(sizes)
-        # blocks per SM: what registers and shared memory allow, fewer if the grid is small
-        blocks = min(self.analytic.blocks_per_sm(kernel), max(grid / sms, 1.0))
-        times = self.routine_seconds(kernel, dag, blocks)
-        if times is None:
-            _warn_unmeasured(self.database, kernel)
-            return self.analytic.kernel_seconds(kernel, dag, sizes)
-        transfer, compute, once = times
-        block_seconds = max(transfer, compute) * iterations(kernel, sizes, grid) + once
-        waves = grid / (sms * blocks)
+        blocks = self.analytic.blocks_per_sm(kernel)  # what registers and shared memory allow
+        iters = iterations(kernel, sizes, grid)
+        # Blocks run in waves of sms x blocks; the last, partial wave has fewer
+        # blocks per SM, each of which then runs faster (less contention).
+        full, rest = divmod(grid, sms * blocks)
+        streaming = 0.0
+        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
+            if count:
+                times = self.routine_seconds(kernel, dag, max(level, 1.0))
+                if times is None:
+                    _warn_unmeasured(self.database, kernel)
+                    return self.analytic.kernel_seconds(kernel, dag, sizes)
+                transfer, compute, once = times
+                streaming += count * (max(transfer, compute) * iters + once)
         counters, finish = self.analytic.reduction_seconds(kernel, sizes)
-        streaming = block_seconds * (waves + 0.5 if waves > 1 else 1.0)
         return self.database.launch + max(streaming, counters) + finish
 
 

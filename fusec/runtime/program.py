@@ -231,7 +231,9 @@ class Program:
         with cuda.context() as ctx:
             loaded = self._load(ctx)
             buffers = self._buffers_for(ctx, binding.sizes)
-            pointers, _ = self._place(binding, buffers)
+            # the outputs allocated here must outlive the launches: a freed output
+            # of a device framework is unmapped memory the kernels would write to
+            pointers, outputs = self._place(binding, buffers)
             for _ in range(warmup):
                 self._launch(loaded, buffers, pointers, binding)
             times = []
@@ -239,4 +241,5 @@ class Program:
                 with cuda.Timer() as timer:
                     self._launch(loaded, buffers, pointers, binding)
                 times.append(timer.ms)
+            del outputs  # the last launch is done (the timer waited for it)
             return times

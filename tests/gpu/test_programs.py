@@ -178,3 +178,19 @@ def test_device_argument_errors(kind):
         short = dict(device, r=_to_device(kind, inputs["r"][:10].copy()))
         with pytest.raises(ArgumentError, match="'r'.*size 10"):
             prog.run(short)
+
+
+def test_timing_keeps_device_outputs_alive():
+    """Program.time allocates the outputs of device-array calls; they must live
+    until the last timed launch. GEMVER writes a 256 MB matrix: freed early, it
+    is unmapped memory and the kernels fault (found by the tuner at n=8192)."""
+    import pycuda.gpuarray as gpuarray
+    prog = program("gemver", "float32")
+    sizes = {s: 8192 for s in prog.dag.sizes}
+    host = oracle.random_inputs(prog.dag, sizes, prog.dtype, np.random.default_rng(1))
+    device = {k: (gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
+    times = prog.time(device, warmup=1, repeat=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    B, x, w = prog(**device)  # the context is still healthy
+    assert np.isfinite(x.get()).all()
+    prog.release()
