@@ -8,8 +8,8 @@ combination (a predict-only compile: space, ranking and code generation, no
 nvcc), and to enumerate every combination; then an empirical search over the
 --top best-predicted combinations plus a seeded uniform --sample of the rest
 (every combination when the space is smaller), each compiled, checked against
-the float64 oracle and timed (CUDA events, median of --repeat) by the tuner's
-measurer. Reported: the measured rank of the predicted-first, its speed
+the float64 oracle and timed by the tuner's measurer (CUDA events, median of
+--repeat; the GPU's time, the host's launch overhead left out). Reported: the measured rank of the predicted-first, its speed
 relative to the best measured, the worst measured, the Spearman correlation
 of predicted and measured times, and the search's time. Each kernel of each
 measured program is also timed on its own (``kernels_us`` in the JSON), the
@@ -59,11 +59,10 @@ def spearman(xs, ys) -> float:
 def kernel_times(program, arrays, repeat: int) -> list[float]:
     """Microseconds of each kernel of a program on its own, as the GPU runs it
     (median; the host's launch overhead not counted, see GpuClock)."""
-    from fusec.perfdb.build import GpuClock
     from fusec.runtime import cuda
     binding = program.bind(arrays)
     with cuda.context() as ctx:
-        clock = GpuClock(cuda.driver(), cuda.arch_of(ctx))
+        clock = cuda.gpu_clock(ctx)
         loaded = program._load(ctx)
         buffers = program._buffers_for(ctx, binding.sizes)
         pointers, outputs = program._place(binding, buffers)  # outputs stay alive while kernels write

@@ -114,7 +114,8 @@ def _run(args) -> int:
         results = results if isinstance(results, tuple) else (results,)
         computed = {name: (r.get() if hasattr(r, "get") else r) for name, r in zip(program.outputs, results)}
         checks = oracle.check_outputs(program.dag, library, host, computed, program.dtype)
-        times = program.time(device, warmup=args.warmup, repeat=args.repeat)
+        times = program.time(device, warmup=args.warmup, repeat=args.repeat, host=False)
+        with_host = program.time(device, warmup=1, repeat=args.repeat)
         name = cuda.device_name(ctx)
     sizes_text = " ".join(f"{k}={v}" for k, v in sizes.items())
     print(f"{program.dag.name} ({program.dag.file}) {args.dtype}, {sizes_text},"
@@ -127,8 +128,9 @@ def _run(args) -> int:
         print(f"check  {c.name}: test ratio {c.ratio:.3g} (threshold {c.threshold:.3g}) {verdict}")
     median = statistics.median(times)
     nbytes = program.minimum_bytes(sizes)
-    print(f"time   median {median * 1e3:.1f} us (min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f})"
-          f" over {len(times)} runs")
+    print(f"time   median {median * 1e3:.1f} us on the GPU (min {min(times) * 1e3:.1f},"
+          f" max {max(times) * 1e3:.1f}) over {len(times)} runs;"
+          f" {statistics.median(with_host) * 1e3:.1f} us with the host's launch overhead")
     print(f"speed  {nbytes / (median * 1e-3) / 1e9:.1f} GB/s on {nbytes:,} minimum bytes")
     return 0 if ok else 1
 
@@ -234,8 +236,10 @@ def parser() -> argparse.ArgumentParser:
         "run", help="run on random inputs on the GPU, check and time",
         description="Run SCRIPT on the GPU on random inputs (uniform in [-0.5, 0.5]), check every"
                     " output against the float64 oracle with the BLAS test ratio, and time the"
-                    " kernels with CUDA events. Bandwidth is on minimum bytes: each input read"
-                    " once, each output written once. Exits 1 if a check fails.")
+                    " kernels with CUDA events: the GPU's time (a spinning kernel goes first, so"
+                    " the host's launch overhead is not counted), and the time with it. Bandwidth"
+                    " is on minimum bytes (GPU time): each input read once, each output written"
+                    " once. Exits 1 if a check fails.")
     common(run)
     sizes(run, "a size of the script (repeatable); n=VALUE sets every size not given", required=True)
     run.add_argument("--repeat", type=int, default=20, help="timed runs (default: 20; the median is reported)")
@@ -249,7 +253,9 @@ def parser() -> argparse.ArgumentParser:
         "tune", help="measure the best-predicted combinations on the GPU and remember the fastest",
         description="Compile the K combinations the predictor ranks first for --size (nvcc in"
                     " parallel), run each on random inputs and check it against the float64 oracle"
-                    " before timing it with CUDA events (warm-up, then the median of --repeat runs)."
+                    " before timing it with CUDA events (warm-up, then the median of --repeat runs;"
+                    " the GPU's time, without the host's launch overhead, which is the same for"
+                    " every candidate)."
                     " A candidate that is wrong, or fails to compile or launch, is reported and"
                     " never chosen. Ends with a table (predicted rank, predicted and measured time,"
                     " GB/s on minimum bytes) and stores the fastest correct combination in the"

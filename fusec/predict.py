@@ -81,7 +81,8 @@ class AnalyticPredictor:
     tile_in_flight: int = 120 * 1024
     vector_in_flight: int = 64 * 1024
     atomic: float = 5e-9  # seconds per atomic on one counter: they queue at its L2 slice
-    finish_round: float = 1e-6  # seconds per round of 8 dependent partial loads of the last block
+    finish_tile: float = 1.5e-6  # seconds per output tile a block finishes: atomic, fence, barriers
+    finish_round: float = 0.45e-6  # seconds per round of 8 dependent partial loads of the last block
     name: str = "analytic"
 
     def blocks_per_sm(self, kernel: Kernel) -> int:
@@ -116,12 +117,20 @@ class AnalyticPredictor:
     def reduction_seconds(self, kernel: Kernel, sizes: Mapping[str, int]) -> tuple[float, float]:
         """(counter atomics, finish) of the kernel's reductions: every block counts
         itself in on one counter per output tile (those atomics queue, overlapping
-        the streaming), and the last one sums all partials in the tail."""
+        the streaming), and the last one to arrive sums all partials in the tail.
+        A block finishes, one after another, every output tile it stored a partial
+        of: ITERS of them when the serial loop walks across the outputs. Each
+        costs a fixed part (atomic, fence, barriers) and rounds of dependent
+        partial loads; fitted on the H100 from per-kernel times (bench.prediction)."""
         counters, finish = 0.0, 0.0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)
             counters = max(counters, arrivals * self.atomic)
-            finish += math.ceil(arrivals * width / (kernel.plan.shape.block * 8)) * self.finish_round
+            tiles = 1
+            if reduction.axis is not None and reduction.axis != kernel.plan.serial:
+                tiles = kernel.macros()["ITERS"]
+            rounds = math.ceil(arrivals * width / (kernel.plan.shape.block * 8))
+            finish += tiles * (self.finish_tile + rounds * self.finish_round)
         return counters, finish
 
     @staticmethod

@@ -283,7 +283,7 @@ class GpuMeasurer(Measurer):
         return {name: (r.get() if hasattr(r, "get") else r) for name, r in zip(program.outputs, results)}
 
     def time(self, program):
-        return program.time(self.device, warmup=self.warmup, repeat=self.repeat)
+        return program.time(self.device, warmup=self.warmup, repeat=self.repeat, host=False)
 
     def release(self, program):
         program.release()

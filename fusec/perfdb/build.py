@@ -4,7 +4,7 @@ For each routine key (:mod:`fusec.perfdb.probes`) the probe kernel runs on a
 problem big enough for several waves of blocks, at each number of blocks per
 SM from 1 up to what the probe itself allows; extra dynamic shared memory
 holds the SM to that many blocks, as a fusion's footprint would. A run's time
-(as the GPU runs it, see :class:`GpuClock`), less the launch cost, divided
+(as the GPU runs it, see :class:`fusec.runtime.cuda.GpuClock`), less the launch cost, divided
 by the waves of blocks and the serial iterations, is the seconds one block
 spends on the routine per iteration at that many blocks per SM.
 """
@@ -22,25 +22,13 @@ from ..gpu import present
 from ..library.model import Geometry, Kind, Library
 from ..progress import Progress
 from . import store
-from .predictor import iterations
+from .predictor import SHARED_PER_SM, SHARED_RESERVED, iterations, natural_blocks
 from .probes import Probe, RoutineKey, modules, probes
 
-SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
-SHARED_RESERVED = 1024  # per block, kept by the driver
 SHARED_PER_BLOCK = 232448  # the most one block may ask for (227 KB)
-LEVELS = (1, 2, 3, 4, 6, 8, 12, 16)  # blocks per SM measured
+LEVELS = (1, 2, 3, 4, 6, 8, 12, 16)  # blocks per SM measured, and the probe's own most
 WAVES = 6  # waves of blocks at the highest level, so the ragged end stays small
 REPEAT = 5
-
-
-def natural_blocks(registers: int, static_shared: int, block: int) -> int:
-    """Blocks per SM a kernel can have: threads, registers (per warp, in units of
-    256), shared memory, and the hardware's 32."""
-    warps = block // 32
-    per_warp = math.ceil(registers * 32 / 256) * 256
-    by_registers = 65536 // (per_warp * warps) if registers else 32
-    by_shared = SHARED_PER_SM // (static_shared + SHARED_RESERVED)
-    return max(1, min(2048 // block, by_registers, by_shared, 32))
 
 
 def limiting_shared(blocks: int, static_shared: int) -> int:
@@ -88,7 +76,7 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         bar = Progress(len(sources), "nvcc", enabled=progress)
         compiled = nvcc.compile_many([s for s, _ in sources], arch, done=lambda _: bar.advance())
         bar.close()
-        clock = GpuClock(driver, arch)
+        clock = cuda.GpuClock(driver, arch)
         launch = clock.launch_seconds()
         bar = Progress(len(found), "timing routines", enabled=progress)
         timings: dict[RoutineKey, store.Timing] = {}
@@ -128,46 +116,6 @@ def _nvcc_release() -> str:
     return lines[-1].strip() if lines else "unknown"
 
 
-TIMING_KERNELS = """\
-extern "C" __global__ void fusec_empty() {}
-extern "C" __global__ void fusec_spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {}
-}
-"""
-SPIN_CYCLES = 100_000  # ~60 us: longer than the host takes to queue what follows
-
-
-class GpuClock:
-    """Times launches as the GPU runs them. A spinning kernel goes first, so the
-    start event fires only once the work after it is queued: the host's launch
-    overhead (several microseconds from Python) is not counted."""
-
-    def __init__(self, driver, arch: str):
-        module = driver.module_from_buffer(nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin)
-        self.driver = driver
-        self.spin = module.get_function("fusec_spin")
-        self.spin.prepare("q")
-        self.empty = module.get_function("fusec_empty")
-        self.empty.prepare("")
-
-    def seconds(self, launch, count: int = 1) -> float:
-        """Seconds from the start of ``launch()`` (called ``count`` times) to its end."""
-        start, end = self.driver.Event(), self.driver.Event()
-        self.spin.prepared_call((1, 1, 1), (32, 1, 1), SPIN_CYCLES)
-        start.record()
-        for _ in range(count):
-            launch()
-        end.record()
-        end.synchronize()
-        return start.time_till(end) * 1e-3 / count
-
-    def launch_seconds(self) -> float:
-        """What one more kernel in a stream costs: empty kernels back to back."""
-        empty = lambda: self.empty.prepared_call((1, 1, 1), (32, 1, 1))  # noqa: E731
-        return statistics.median(self.seconds(empty, 10) for _ in range(20))
-
-
 class _Arena:
     """Device buffers the probes run on, grown on demand and reused."""
 
@@ -190,7 +138,7 @@ class _Arena:
 _ARENAS: dict[int, _Arena] = {}
 
 
-def _time_probe(driver, clock: GpuClock, module, probe: Probe, sms: int, launch: float) -> store.Timing:
+def _time_probe(driver, clock, module, probe: Probe, sms: int, launch: float) -> store.Timing:
     from ..runtime.cuda import parameter_format
     kernel = probe.kernel
     function = module.get_function(kernel.name)
@@ -207,7 +155,7 @@ def _time_probe(driver, clock: GpuClock, module, probe: Probe, sms: int, launch:
     grid = kernel.grid(sizes)
     iters = iterations(kernel, sizes, grid)  # the predictor's own rule
     seconds = {}
-    for level in (b for b in LEVELS if b <= most):
+    for level in sorted({b for b in LEVELS if b <= most} | {most}):
         dynamic = limiting_shared(level, static) if level < most else 0
         run = lambda: function.prepared_call((grid, 1, 1), (block, 1, 1), *args,  # noqa: E731
                                              shared_size=dynamic)

@@ -1,23 +1,34 @@
 """Prediction from the performance database (paper §4.2).
 
 A kernel's time is its launch cost plus its blocks' time: each block spends,
-per serial iteration, max(Σ load/store, Σ compute) over the routines the
-kernel calls in its loop (transfers and computation overlap), plus the
-routines it calls once before or after the loop; every routine's time is the
-one measured in the same environment (block shape, serial iterations and
-axis, section, precision) at the kernel's blocks per SM. Blocks run in waves
-of (SMs x blocks per SM); the last, partial wave at its own, lower blocks per
-SM, where each block runs faster.
-Reductions add the analytic model's counter and finish terms, which no
-routine measures.
+per serial iteration, max(transfers, Σ compute) over the routines the kernel
+calls in its loop (transfers and computation overlap), plus the routines it
+calls once before or after the loop. Every routine's time is the one
+measured in the same environment (block shape, serial iterations and axis,
+section, precision) at the kernel's blocks per SM.
+
+Transfers are not simply summed: loads issued back to back overlap, so a
+block waits for the slowest one, unless together they need more of the
+memory system than that: transfers = max(max_i t_i, blocks x Σ_i share_i),
+where share_i is routine i's memory time per block when it saturates memory
+(:attr:`Timing.memory_share`). On the H100 summing overpredicted a lone gemv
+by its vector load, which hides entirely behind the matrix's.
+
+Blocks per SM: what the kernel's registers (at least those of its routines'
+probes, which nvcc measured) and shared memory allow. Blocks run in waves of
+(SMs x blocks per SM); the last, partial wave at its own, lower blocks per SM,
+where each block runs faster. Reductions add the analytic model's counter and
+finish terms, which no routine measures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Mapping
 
+from .. import geometry as geo
 from ..codegen.barriers import LOOP
 from ..codegen.kernel import Kernel, _routine
 from ..dag import Dag
@@ -41,7 +52,20 @@ class PerfdbPredictor:
     def routine_seconds(self, kernel: Kernel, dag: Dag, blocks: float):
         """(per-iteration transfers, per-iteration compute, once per block) seconds,
         or None when a routine was not measured in this environment."""
-        transfer = compute = once = 0.0
+        timings = self.timings(kernel, dag)
+        if timings is None:
+            return None
+        transfers = [t for op, t in timings if op.section == LOOP and op.step.kind is not RoutineKind.COMPUTE]
+        computes = [t for op, t in timings if op.section == LOOP and op.step.kind is RoutineKind.COMPUTE]
+        transfer = max([t.at(blocks) for t in transfers] + [blocks * sum(t.memory_share for t in transfers)])
+        compute = sum(t.at(blocks) for t in computes)
+        once = sum(t.at(blocks) for op, t in timings if op.section != LOOP)
+        return transfer, compute, once
+
+    def timings(self, kernel: Kernel, dag: Dag):
+        """(op, Timing) of every routine call of the kernel, or None when one was
+        not measured in this environment."""
+        out = []
         for op in kernel.ops:
             if op.step is None:
                 continue
@@ -49,20 +73,22 @@ class PerfdbPredictor:
             timing = self.database.timings.get(RoutineKey.of(routine, op.section, kernel.plan, kernel.dtype))
             if timing is None:
                 return None
-            seconds = timing.at(min(blocks, timing.max_blocks))
-            if op.section != LOOP:
-                once += seconds
-            elif op.step.kind is RoutineKind.COMPUTE:
-                compute += seconds
-            else:
-                transfer += seconds
-        return transfer, compute, once
+            out.append((op, timing))
+        return out
+
+    def blocks_per_sm(self, kernel: Kernel, dag: Dag) -> int:
+        """What registers and shared memory allow; the kernel has at least the
+        registers of its routines' probes."""
+        timings = self.timings(kernel, dag) or []
+        registers = max([kernel.estimated_registers] + [t.registers for _, t in timings])
+        shared = kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize
+        return natural_blocks(registers, shared, kernel.plan.shape.block)
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         sizes = dict(sizes)
         sms = self.database.sms
         grid = kernel.grid(sizes)
-        blocks = self.analytic.blocks_per_sm(kernel)  # what registers and shared memory allow
+        blocks = self.blocks_per_sm(kernel, dag)
         iters = iterations(kernel, sizes, grid)
         # Blocks run in waves of sms x blocks; the last, partial wave has fewer
         # blocks per SM, each of which then runs faster (less contention).
@@ -78,6 +104,20 @@ class PerfdbPredictor:
                 streaming += count * (max(transfer, compute) * iters + once)
         counters, finish = self.analytic.reduction_seconds(kernel, sizes)
         return self.database.launch + max(streaming, counters) + finish
+
+
+SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
+SHARED_RESERVED = 1024  # per block, kept by the driver
+
+
+def natural_blocks(registers: int, static_shared: int, block: int) -> int:
+    """Blocks per SM a kernel can have: threads, registers (per warp, in units of
+    256), shared memory, and the hardware's 32."""
+    warps = block // 32
+    per_warp = math.ceil(registers * 32 / 256) * 256
+    by_registers = 65536 // (per_warp * warps) if registers else 32
+    by_shared = SHARED_PER_SM // (static_shared + SHARED_RESERVED)
+    return max(1, min(2048 // block, by_registers, by_shared, 32))
 
 
 def iterations(kernel: Kernel, sizes: dict[str, int], grid: int) -> float:

@@ -43,18 +43,31 @@ class Timing:
     max_blocks: int  # blocks per SM the probe itself can run (registers, threads)
 
     def at(self, blocks: float) -> float:
-        """Seconds at ``blocks`` per SM: measured levels, linear in between,
-        the nearest level outside them."""
+        """Seconds at ``blocks`` per SM: linear between measured levels; below the
+        lowest, the lowest; past the highest, growing as between the last two (a
+        routine that saturates memory takes longer in proportion to its blocks)."""
         levels = sorted(self.seconds)
+        s = self.seconds
         if blocks <= levels[0]:
-            return self.seconds[levels[0]]
+            return s[levels[0]]
         if blocks >= levels[-1]:
-            return self.seconds[levels[-1]]
+            if len(levels) == 1:
+                return s[levels[-1]]
+            growth = max((s[levels[-1]] - s[levels[-2]]) / (levels[-1] - levels[-2]), 0.0)
+            return s[levels[-1]] + growth * (blocks - levels[-1])
         for lo, hi in zip(levels, levels[1:]):
             if lo <= blocks <= hi:
                 f = (blocks - lo) / (hi - lo)
-                return self.seconds[lo] * (1 - f) + self.seconds[hi] * f
+                return s[lo] * (1 - f) + s[hi] * f
         raise AssertionError("unreachable")
+
+    @property
+    def memory_share(self) -> float:
+        """Seconds per block of the memory system's time: what the routine costs
+        when it saturates memory, the time at the most blocks per SM measured,
+        per block. Routines running side by side add these up."""
+        top = max(self.seconds)
+        return self.seconds[top] / top
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 
 import numpy as np
 
@@ -160,6 +161,57 @@ class Timer:
     @property
     def ms(self) -> float:
         return self.start.time_till(self.end)
+
+
+TIMING_KERNELS = """\
+extern "C" __global__ void fusec_empty() {}
+extern "C" __global__ void fusec_spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {}
+}
+"""
+SPIN_CYCLES = 100_000  # ~60 us: longer than the host takes to queue what follows
+
+
+class GpuClock:
+    """Times launches as the GPU runs them. A spinning kernel goes first, so the
+    start event fires only once the work after it is queued: the host's launch
+    overhead (several microseconds from Python) is not counted."""
+
+    def __init__(self, driver, arch: str):
+        from .. import nvcc
+        module = driver.module_from_buffer(nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin)
+        self.driver = driver
+        self.spin = module.get_function("fusec_spin")
+        self.spin.prepare("q")
+        self.empty = module.get_function("fusec_empty")
+        self.empty.prepare("")
+
+    def seconds(self, launch, count: int = 1) -> float:
+        """Seconds from the start of ``launch()`` (called ``count`` times) to its end."""
+        start, end = self.driver.Event(), self.driver.Event()
+        self.spin.prepared_call((1, 1, 1), (32, 1, 1), SPIN_CYCLES)
+        start.record()
+        for _ in range(count):
+            launch()
+        end.record()
+        end.synchronize()
+        return start.time_till(end) * 1e-3 / count
+
+    def launch_seconds(self) -> float:
+        """What one more kernel in a stream costs: empty kernels back to back."""
+        empty = lambda: self.empty.prepared_call((1, 1, 1), (32, 1, 1))  # noqa: E731
+        return statistics.median(self.seconds(empty, 10) for _ in range(20))
+
+
+_CLOCKS: dict = {}
+
+
+def gpu_clock(ctx) -> GpuClock:
+    """The context's clock (its two kernels compiled and loaded once)."""
+    if ctx not in _CLOCKS:
+        _CLOCKS[ctx] = GpuClock(driver(), arch_of(ctx))
+    return _CLOCKS[ctx]
 
 
 def synchronize() -> None:

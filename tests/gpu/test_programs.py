@@ -185,12 +185,15 @@ def test_timing_keeps_device_outputs_alive():
     until the last timed launch. GEMVER writes a 256 MB matrix: freed early, it
     is unmapped memory and the kernels fault (found by the tuner at n=8192)."""
     import pycuda.gpuarray as gpuarray
+    from fusec.runtime import cuda
     prog = program("gemver", "float32")
     sizes = {s: 8192 for s in prog.dag.sizes}
     host = oracle.random_inputs(prog.dag, sizes, prog.dtype, np.random.default_rng(1))
-    device = {k: (gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
-    times = prog.time(device, warmup=1, repeat=3)
-    assert len(times) == 3 and all(t > 0 for t in times)
-    B, x, w = prog(**device)  # the context is still healthy
-    assert np.isfinite(x.get()).all()
-    prog.release()
+    with cuda.context():
+        device = {k: (gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
+        for gpu_only in (False, True):
+            times = prog.time(device, warmup=1, repeat=3, host=not gpu_only)
+            assert len(times) == 3 and all(t > 0 for t in times)
+        B, x, w = prog(**device)  # the context is still healthy
+        assert np.isfinite(x.get()).all()
+        prog.release()
