@@ -225,3 +225,13 @@ def test_cli_build_needs_a_gpu(capsys):
         pytest.skip("a GPU is present")
     assert main(["perfdb", "build", "-q"]) == 1
     assert "needs PyCUDA and an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_saved_database_is_readable_by_others(tmp_path, found):
+    """Atomic writes go through mkstemp (0600); the result gets the usual umask bits."""
+    import os
+    store.save(fake_database(found), tmp_path / "x.json")
+    mode = (tmp_path / "x.json").stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask
