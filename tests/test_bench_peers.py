@@ -1,20 +1,22 @@
-"""bench.peers without a GPU: every sequence's framework formulation against
-the float64 oracle, the report's arithmetic and tables, peers that are missing
-or wrong, and the timing loops on fakes.
+"""bench.peers and bench.sweeps without a GPU: every sequence's framework
+formulation against the float64 oracle, the report's arithmetic and tables,
+peers that are missing or wrong, the timing loops on fakes, and --plot-only.
 
 The oracle's pass rule is TESTING.md's (ratio < 16, or 16 sqrt(k) for an
 output summing k terms). PyTorch and JAX cases skip, with the reason, where
-the framework is not installed.
+the framework is not installed; --plot-only's test skips without matplotlib.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
 import pytest
 
 from bench import peers as P
+from bench import sweeps as S
 from fusec import oracle
 from fusec.script import load_script
 from tests.helpers import ROOT, library, script_names
@@ -327,3 +329,58 @@ def test_parse_size_and_dtypes():
     assert P.dtypes_of("both") == ["float32", "float64"] and P.dtypes_of("float64") == ["float64"]
     assert P.command_line("bench.peers", ["--repeat", "30", "--out", "/tmp/x"]) == "python -m bench.peers --repeat 30"
     assert P.default_name("NVIDIA H100 80GB HBM3", "peers") == "h100-peers"
+
+
+# ---------------------------------------------------------------------------
+# Sweeps
+# ---------------------------------------------------------------------------
+
+def sweep_report():
+    rows = []
+    for dtype in ("float32", "float64"):
+        for script in ("bicgk", "gemver"):
+            for n, fusec_us in ((512, 9.0), (1024, 12.0), (2048, 20.0)):
+                peers = {"cublas": ok(fusec_us * 1.8), "torch": ok(fusec_us * 2.0),
+                         "torch.compile": ok(fusec_us * (1.1 if n == 1024 else 1.5)),
+                         "jax": ok(fusec_us * 1.3, method="pipelined")}
+                rows.append(fake_row(script, dtype, n, fusec_us, fusec_us * 2, peers, fusec_us, n * n * 4))
+    return report(rows)
+
+
+def test_sweep_series_takes_the_best_other_peer():
+    s = S.series(sweep_report()["rows"], "bicgk", "float32")
+    assert s["n"] == [512, 1024, 2048]
+    assert s["best_name"] == ["jax", "torch.compile", "jax"]  # cuBLAS is its own line
+    assert s["fusec"][0] == pytest.approx(512 * 512 * 4 / 9e-6 / 1e9)
+    assert s["cublas"][0] == pytest.approx(s["fusec"][0] / 1.8)
+    host = S.series(sweep_report()["rows"], "bicgk", "float32", "host_us")
+    assert host["fusec"][0] == pytest.approx(s["fusec"][0] / 2)
+
+
+def test_sweep_markdown():
+    text = S.markdown(sweep_report())
+    assert "## bicgk, float32 (copy bandwidth 3000 GB/s)" in text and "## gemver, float64" in text
+    assert "| 1024 |" in text and "| torch.compile |" in text and "| 1.80× |" in text
+
+
+def test_plot_only(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed here")
+    data = sweep_report()
+    f32 = dict(data, dtypes=["float32"], rows=[r for r in data["rows"] if r["dtype"] == "float32"])
+    f64 = dict(data, dtypes=["float64"], rows=[r for r in data["rows"] if r["dtype"] == "float64"])
+    (tmp_path / "h100-sweep.json").write_text(json.dumps(f32))
+    (tmp_path / "f64.json").write_text(json.dumps(f64))
+    assert S.main(["--plot-only", str(tmp_path / "h100-sweep.json"), str(tmp_path / "f64.json"),
+                   "--out", str(tmp_path)]) == 0
+    for script in ("bicgk", "gemver"):
+        png = tmp_path / f"h100-sweep-{script}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## gemver, float64" in (tmp_path / "h100-sweep.md").read_text()
+
+
+def test_plot_only_without_matplotlib(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    (tmp_path / "s.json").write_text(json.dumps(sweep_report()))
+    assert S.main(["--plot-only", str(tmp_path / "s.json"), "--out", str(tmp_path)]) == 1
+    assert "matplotlib is not installed here" in capsys.readouterr().err
+    assert (tmp_path / "s.md").exists()
