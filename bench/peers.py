@@ -584,6 +584,8 @@ def _run_peer(peer: Peer, script, inputs, dtype, ours, repeat, nbytes, bandwidth
         result = _timed(prepared, repeat, nbytes, bandwidth)
         result["difference"] = difference
         return result
+    except Exception as exc:  # out of memory while timed, say: the run goes on without it
+        return {"status": "skipped", "reason": f"failed while checked or timed: {_reason(exc)}"}
     finally:
         del prepared
 

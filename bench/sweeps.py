@@ -47,9 +47,10 @@ def series(rows: list[dict], script: str, dtype: str, field: str = "gpu_us") -> 
     """n, and GB/s of fusec, cuBLAS (None where it did not run) and the best
     other peer with its name, at every n of one sequence and dtype."""
     rows = sorted((r for r in rows if r["script"] == script and r["dtype"] == dtype), key=lambda r: r["n"])
-    out = {"n": [], "fusec": [], "cublas": [], "best": [], "best_name": []}
+    out = {"n": [], "fusec": [], "plan": [], "cublas": [], "best": [], "best_name": []}
     for r in rows:
         out["n"].append(r["n"])
+        out["plan"].append("tuned" if r["fusec"].get("tuned") else "predicted")
         out["fusec"].append(_gbs(r, r["fusec"], field))
         cublas = r["peers"].get("cublas", {})
         out["cublas"].append(_gbs(r, cublas, field) if cublas.get("status") == "ok" else None)
@@ -72,11 +73,12 @@ def markdown(report: dict) -> str:
                 continue
             bw = report["copy_bandwidth"][dtype] / 1e9
             lines += [f"## {script}, {dtype} (copy bandwidth {bw:.0f} GB/s)", "",
-                      "| n | fusec GB/s | cuBLAS GB/s | best other peer | its GB/s | fusec / cuBLAS | fusec / best other |",
-                      "|---:|---:|---:|---|---:|---:|---:|"]
+                      "| n | fusec GB/s | fusec's plan | cuBLAS GB/s | best other peer | its GB/s | fusec / cuBLAS"
+                      " | fusec / best other |",
+                      "|---:|---:|---|---:|---|---:|---:|---:|"]
             for i, n in enumerate(s["n"]):
                 f, c, b = s["fusec"][i], s["cublas"][i], s["best"][i]
-                lines.append(f"| {n} | {f:.0f} | {_num(c)} | {P.LABELS.get(s['best_name'][i], '—')} | {_num(b)} |"
+                lines.append(f"| {n} | {f:.0f} | {s['plan'][i]} | {_num(c)} | {P.LABELS.get(s['best_name'][i], '—')} | {_num(b)} |"
                              f" {_ratio(f, c)} | {_ratio(f, b)} |")
             lines.append("")
     return "\n".join(lines)

@@ -148,6 +148,15 @@ def test_a_peer_that_disagrees_is_wrong_and_untimed(theirs, why):
     assert "gpu_us" not in result
 
 
+def test_a_peer_that_fails_while_timed_is_skipped():
+    peer = FakePeer(OURS)
+    prepared = peer.prepare("bicgk", {}, "float32")
+    prepared.host = lambda r: (_ for _ in ()).throw(MemoryError("out of memory"))
+    peer.prepare = lambda *args: prepared
+    result = P._run_peer(peer, "bicgk", {}, "float32", OURS, 20, 1000, 1e12, np)
+    assert result == {"status": "skipped", "reason": "failed while checked or timed: MemoryError: out of memory"}
+
+
 def test_a_peer_that_agrees_is_timed():
     theirs = (OURS[0] + np.float32(1e-6), OURS[1])
     result = P._run_peer(FakePeer(theirs), "bicgk", {}, "float32", OURS, 20, 1000, 4e12, np)
