@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
-# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune.
+# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps.
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files).
 set -uo pipefail
@@ -53,6 +53,13 @@ for stage in "$@"; do
         ( TIMEFORMAT="tune wall %R s"; time python3 -m fusec.cli tune scripts/$script.script \
           --library library/blas --size n=$n --dtype $dtype --top $top ) 2>&1 | tee -a "$OUT/tune.log" || status=1
       done ;;
+    peers)  # PEERS: runs of bench.peers, each "NAME:ARGS" with ARGS comma-separated
+      for spec in ${PEERS:-h100-peers:}; do
+        IFS=: read -r name rest <<<"$spec"
+        python3 -m bench.peers --out "$OUT/results" --name "$name" ${rest//,/ } 2>&1 | tee -a "$OUT/peers.log" || status=1
+      done ;;
+    sweeps)
+      python3 -m bench.sweeps --out "$OUT/results" ${SWEEPS_ARGS:-} 2>&1 | tee -a "$OUT/sweeps.log" || status=1 ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
