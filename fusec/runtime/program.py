@@ -139,13 +139,15 @@ class Program:
     def _load(self, ctx):
         from . import cuda
         from .. import nvcc
-        if ctx not in self._loaded:
+        key = cuda.context_key(ctx)
+        if key not in self._loaded:
             compiled = nvcc.compile_cubin(self.source, arch=cuda.arch_of(ctx))
-            self._loaded[ctx] = cuda.Loaded(compiled.cubin, self.kernels)
-        return self._loaded[ctx]
+            self._loaded[key] = cuda.Loaded(compiled.cubin, self.kernels)
+        return self._loaded[key]
 
     def _buffers_for(self, ctx, sizes: dict[str, int]) -> _Buffers:
-        key = (ctx, tuple(sorted(sizes.items())))
+        from . import cuda
+        key = (cuda.context_key(ctx), tuple(sorted(sizes.items())))
         if key not in self._buffers:
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
