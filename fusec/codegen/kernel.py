@@ -27,7 +27,7 @@ from ..errors import PlanError
 from .. import geometry as geo
 from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
                              Storage)
-from ..space.points import COLS, ROWS, KernelPlan, Step
+from ..space.points import COLS, ROWS, HorizontalPlan, KernelPlan, Step
 from ..space.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
@@ -58,6 +58,12 @@ class Arg:
     value: int | None = None
     size: str | None = None  # size symbol, for role "size"
     axis: str | None = None  # tile geometry: ROWS or COLS for a vector
+    part: int | None = None  # a horizontal fusion's size or vec_ok: the part it is for
+
+    @property
+    def name(self) -> str:
+        """The parameter's C name."""
+        return self.decl.split()[-1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +87,25 @@ class Op:
 
 
 @dataclasses.dataclass(frozen=True)
+class Threads:
+    """How a kernel body names its thread index and grid size, and which
+    barrier BARRIER() is: the whole block's when the kernel runs alone, one
+    part's when it is a part of a horizontal fusion (HFuse: the part sees its
+    own thread index and grid, and syncs on its own named barrier)."""
+
+    tid: str = "threadIdx.x"
+    grid: str = "gridDim.x"
+    barrier: int = 0  # 0: __syncthreads(); 1-15: bar.sync of the part's threads
+
+    @property
+    def part(self) -> bool:
+        return self.barrier != 0
+
+
+ALONE = Threads()
+
+
+@dataclasses.dataclass(frozen=True)
 class Kernel:
     index: int
     name: str
@@ -97,6 +122,15 @@ class Kernel:
     @property
     def shape(self) -> geo.Shape:
         return self.plan.shape
+
+    @property
+    def block(self) -> int:
+        """Threads per block of the launch."""
+        return self.plan.shape.block
+
+    def owner(self, arg: Arg) -> "Kernel":
+        """The kernel an argument is for (a horizontal fusion answers with a part)."""
+        return self
 
     def macros(self) -> dict[str, int]:
         return self.plan.shape.macros(self.dtype)
@@ -233,7 +267,11 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
                  emit: bool = True) -> Kernel:
     """Analyse a fusion implementation into a kernel, and print its source (unless
     ``emit`` is false: the space only needs the analysis). Raises PlanError when
-    the plan cannot be built (e.g. routines disagree on where an element lives)."""
+    the plan cannot be built (e.g. routines disagree on where an element lives).
+    A horizontal fusion's plan gives its :class:`~fusec.codegen.horizontal.HorizontalKernel`."""
+    if isinstance(plan, HorizontalPlan):
+        from .horizontal import build_horizontal  # which builds each part with this function
+        return build_horizontal(dag, library, plan, dtype, index, emit)
     dtype = geo.dtype_name(dtype)
     macros = plan.shape.macros(dtype)
     kernel_calls = frozenset(plan.calls)
@@ -489,8 +527,10 @@ def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[s
     return shared + functions
 
 
-def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> None:
+def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bool = False,
+               threads: Threads = ALONE) -> None:
     plan = kernel.plan
+    tid = threads.tid
     tile = plan.geometry is Geometry.TILE
     by_value = {e.value: e for e in kernel.elements}
 
@@ -523,14 +563,17 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
           + ("rows" if serial_rows else "columns"))
         w("[[maybe_unused]] const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
         w("[[maybe_unused]] const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
-        if any(r.axis == ROWS for r in kernel.reductions):  # arrivals of a sum along the rows
+        if threads.part or any(r.axis == ROWS for r in kernel.reductions):  # arrivals of a sum along the rows
             w("const int grid_rows = " + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
         w("const int grid_cols = " + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))
+        if threads.part:
+            w(f"const int {threads.grid} = grid_rows * grid_cols;  // this part's own grid")
+            w(f"if (blockIdx.x >= {threads.grid}) return;  // a block past it runs the other parts only")
         w("const int block_row = blockIdx.x / grid_cols;")
         w("const int block_col = blockIdx.x % grid_cols;")
         w("fusec_tile c;")
-        w("c.tx = threadIdx.x % BLOCK_X;")
-        w("c.ty = threadIdx.x / BLOCK_X;")
+        w(f"c.tx = {tid} % BLOCK_X;")
+        w(f"c.ty = {tid} / BLOCK_X;")
         w("c.rows = rows;")
         w("c.cols = cols;")
         w("c.vec_ok = vec_ok;")
@@ -539,9 +582,13 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
     else:
         w("// indices: each block walks ITERS chunks of BLOCK*VEC consecutive values")
         w("const long long chunk = (long long)BLOCK * VEC;")
+        if threads.part:
+            w(f"const int {threads.grid} = (int)(((n + chunk - 1) / chunk + ITERS - 1) / ITERS);"
+              "  // this part's own grid")
+            w(f"if (blockIdx.x >= {threads.grid}) return;  // a block past it runs the other parts only")
         w("long long base = (long long)blockIdx.x * ITERS * chunk;")
         w("fusec_chunk c;")
-        w("c.t = threadIdx.x;")
+        w(f"c.t = {tid};")
         w("c.n = n;")
         w("c.vec_ok = vec_ok;")
         w("c.i = base + (long long)c.t * VEC;")
@@ -557,7 +604,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w()
         w("// before the loop: invariant loads, clears of accumulated reductions")
         for op in pre:
-            _emit_op(w, op, kernel, dag, library, by_value, probe=probe)
+            _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
     w()
     if tile:
         axis = "row" if plan.serial == ROWS else "col"
@@ -569,7 +616,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
     w(full)
     for op in loop:
-        _emit_op(w, op, kernel, dag, library, by_value, probe=probe)
+        _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
     w.close()
     if tile:
         w(f"c.{axis}0 = first_{axis}0;")
@@ -578,7 +625,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w()
         w("// after the loop: stores of accumulated reductions")
         for op in post:
-            _emit_op(w, op, kernel, dag, library, by_value, probe=probe)
+            _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
     if probe:
         _emit_probe_sink(w, kernel)
     if kernel.reductions:
@@ -587,7 +634,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w("__threadfence();")
         w("BARRIER();")
     for reduction in kernel.reductions:
-        _emit_finish(w, reduction, kernel, dag, library)
+        _emit_finish(w, reduction, kernel, dag, library, threads)
 
 
 def _element_arg(access, params, by_value, scalars) -> str:
@@ -597,7 +644,7 @@ def _element_arg(access, params, by_value, scalars) -> str:
 
 
 def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_value,
-             ctx: str = "c", probe: bool = False) -> None:
+             ctx: str = "c", probe: bool = False, threads: Threads = ALONE) -> None:
     if probe and op.step is not None:
         _emit_probed_op(w, op, kernel, dag, library, by_value, ctx)
         return
@@ -613,7 +660,7 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
             w("#pragma unroll")
             w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = real(0);")
         else:
-            w(f"for (int s = threadIdx.x; s < {e.size}; s += BLOCK) {e.var}[s] = real(0);")
+            w(f"for (int s = {threads.tid}; s < {e.size}; s += BLOCK) {e.var}[s] = real(0);")
         return
     step = op.step
     routine = _routine(library, dag, plan, step)
@@ -744,7 +791,8 @@ def _emit_probed_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Libra
         w(f"fusec_sink += {e.var}[threadIdx.x % {e.size}];")
 
 
-def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, library: Library) -> None:
+def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, library: Library,
+                 threads: Threads = ALONE) -> None:
     value = dag.value(reduction.value)
     call = value.producer
     function = function_of(dag, library, call)
@@ -766,9 +814,13 @@ def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, lib
     emit = f"[&](long long i, real acc) {{ g_{c}[i] = {expr}; }}"
     w(f"// finish {_call_text(dag, call)}: every block stored its partial; the last block to")
     w("// arrive at an output tile sums the partials of all blocks in a fixed order")
+    # a part of a horizontal fusion syncs on its own barrier, and its threads only
+    arrive = f"fusec_arrive<{threads.barrier}, BLOCK>" if threads.part else "fusec_arrive"
+    partials = f"fusec_sum_partials<BLOCK, {threads.barrier}>" if threads.part else "fusec_sum_partials<BLOCK>"
+    tid = threads.tid
     if reduction.axis is None:
-        w(f"if (fusec_arrive(cnt_{c}, gridDim.x, &fusec_flag, threadIdx.x))")
-        w(f"  fusec_sum_partials<BLOCK>(ws_{c}, gridDim.x, 1, 0, 1, 1, smem, threadIdx.x, {emit});")
+        w(f"if ({arrive}(cnt_{c}, {threads.grid}, &fusec_flag, {tid}))")
+        w(f"  {partials}(ws_{c}, {threads.grid}, 1, 0, 1, 1, smem, {tid}, {emit});")
         return
     plan = kernel.plan
     out_rows = reduction.axis == COLS  # summing along columns leaves one value per row
@@ -783,9 +835,9 @@ def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, lib
     else:  # stored in every iteration: this block touched ITERS output tiles
         w(f"const int first_{c} = {block} * ITERS, end_{c} = min(first_{c} + ITERS, {tiles});")
     w.open(f"for (int tile = first_{c}; tile < end_{c}; ++tile)")
-    w(f"if (fusec_arrive(cnt_{c} + tile, {arrivals}, &fusec_flag, threadIdx.x))")
-    w(f"  fusec_sum_partials<BLOCK>(ws_{c}, {arrivals}, {length}, (long long)tile * {width}, {width},"
-      f" {length}, smem, threadIdx.x,")
+    w(f"if ({arrive}(cnt_{c} + tile, {arrivals}, &fusec_flag, {tid}))")
+    w(f"  {partials}(ws_{c}, {arrivals}, {length}, (long long)tile * {width}, {width},"
+      f" {length}, smem, {tid},")
     w(f"                           {emit});")
     w("BARRIER();  // fusec_flag is reused by the next tile")
     w.close()

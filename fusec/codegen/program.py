@@ -15,7 +15,8 @@ from .. import __version__
 from .. import geometry as geo
 from ..dag import Dag
 from ..library.model import Library
-from ..space.points import ProgramPlan
+from ..space.points import HorizontalPlan, ProgramPlan
+from .horizontal import HorizontalKernel
 from .kernel import Kernel, build_kernel
 
 SUPPORT = Path(__file__).with_name("support.cuh")
@@ -27,7 +28,7 @@ class GeneratedProgram:
     library: Library = dataclasses.field(repr=False)
     plan: ProgramPlan
     dtype: str
-    kernels: tuple[Kernel, ...]
+    kernels: tuple[Kernel | HorizontalKernel, ...]
     source: str = dataclasses.field(repr=False)
 
     @property
@@ -47,9 +48,10 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> Gener
         "// kernels, in launch order:",
     ]
     for kernel in kernels:
-        calls = "; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"
-                          for c in kernel.plan.calls)
-        lines.append(f"//   {kernel.name}: {calls}")
+        groups = kernel.plan.parts if isinstance(kernel.plan, HorizontalPlan) else (kernel.plan,)
+        calls = " || ".join("; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"
+                                      for c in group.calls) for group in groups)
+        lines.append(f"//   {kernel.name}: {calls}" + ("  (side by side)" if len(groups) > 1 else ""))
     lines += [""] + common_code(library, dtype)
     for kernel in kernels:
         lines.append(kernel.source)

@@ -22,13 +22,29 @@ struct fusec_tile {
   bool full;      // the whole tile lies inside and vec_ok: no guards needed
 };
 
+// The barrier of the threads that run one kernel (library routines call it through
+// BARRIER(), which the generator defines per kernel): the whole block's (ID 0), or, in
+// a horizontally fused kernel (HFuse), the named barrier ID of one part's THREADS
+// threads, whole warps, so the parts never wait for each other.
+template <int ID, int THREADS>
+__device__ __forceinline__ void fusec_barrier() {
+  static_assert(ID >= 0 && ID < 16 && THREADS % 32 == 0, "a barrier id is 0-15, its threads whole warps");
+  if constexpr (ID == 0) {
+    BARRIER();  // the whole block's, as defined above
+  } else {
+    asm volatile("bar.sync %0, %1;" :: "n"(ID), "n"(THREADS) : "memory");
+  }
+}
+
 // Reductions finish across blocks by the "last block" method (paper 3.2.2, way ii):
 // every block stores its partial result, fences, and counts itself in; the block
 // that arrives last sums all partials in a fixed order, so the result does not
 // depend on which block was last, and needs no second launch and no atomics on data.
+// BAR, THREADS: the barrier of the threads finishing (see fusec_barrier).
+template <int BAR = 0, int THREADS = 0>
 __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrivals, int* flag, int tid) {
   if (tid == 0) *flag = atomicAdd(counter, 1u) == arrivals - 1;
-  BARRIER();
+  fusec_barrier<BAR, THREADS>();
   const bool last = *flag;
   if (last && tid == 0) *counter = 0;  // ready for the next launch
   return last;
@@ -38,8 +54,8 @@ __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrival
 // that are < len, and hands each sum to emit(o, sum). Threads split both the
 // outputs and the partials so a long list of partials does not serialize;
 // the second stage is a fixed tree, so the order of additions is fixed.
-// `scratch` holds THREADS reals of shared memory.
-template <int THREADS, class Emit>
+// `scratch` holds THREADS reals of shared memory; BAR is the barrier of those threads.
+template <int THREADS, int BAR = 0, class Emit>
 __device__ __forceinline__ void fusec_sum_partials(const real* partials, int count, long long stride,
                                                    long long o0, int width, long long len,
                                                    real* scratch, int tid, Emit emit) {
@@ -55,12 +71,12 @@ __device__ __forceinline__ void fusec_sum_partials(const real* partials, int cou
       for (int p = part; p < count; p += parts) s += __ldcg(partials + p * stride + out);
     }
     scratch[tid] = s;
-    BARRIER();
+    fusec_barrier<BAR, THREADS>();
     for (int half = parts / 2; half > 0; half /= 2) {
       if (part < half) scratch[tid] += scratch[tid + half * w];
-      BARRIER();
+      fusec_barrier<BAR, THREADS>();
     }
     if (part == 0 && out < len) emit(out, scratch[o]);
-    BARRIER();
+    fusec_barrier<BAR, THREADS>();
   }
 }

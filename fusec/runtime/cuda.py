@@ -135,7 +135,7 @@ class Loaded:
 
     def launch(self, kernel, grid: int, args: list, stream=None) -> None:
         self.functions[kernel.name].prepared_async_call(
-            (grid, 1, 1), (kernel.shape.block, 1, 1), stream, *args)
+            (grid, 1, 1), (kernel.block, 1, 1), stream, *args)
 
 
 def parameter_format(kernel) -> str:

@@ -42,33 +42,54 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
     if sizes:
         lines.append("sizes:   " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
     for kernel in generated.kernels:
-        plan = kernel.plan
         lines.append("")
         lines.append(f"kernel {kernel.index}: {kernel.name}")
-        for call in plan.calls:
-            lines.append(f"  call     {_call(dag, call)}")
-        shape = plan.shape.describe(generated.dtype)
-        if plan.geometry is Geometry.TILE:
-            walk = "rows" if plan.serial == ROWS else "columns"
-            shape += f" along the {walk}"
-            grid = (f"ceil({kernel.dims[0]}/{plan.shape.macros(generated.dtype)['TILE_ROWS']})"
-                    f" x ceil({kernel.dims[1]}/{plan.shape.macros(generated.dtype)['TILE_COLS']})"
-                    f" tiles, ITERS per block")
-        else:
-            grid = f"ceil({kernel.dims[0]}/(BLOCK*VEC)) chunks, ITERS per block"
-        lines.append(f"  shape    {shape}")
-        lines.append(f"  launch   {plan.shape.block} threads per block; grid: {grid}"
-                     + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
-        on_chip = ", ".join(f"{dag.value(e.value).label} ({e.storage}, {e.mapping})" for e in kernel.elements)
-        lines.append(f"  on chip  {on_chip}")
-        lines.append(f"  shared   {kernel.shared_reals} reals, {sum(op.barrier for op in kernel.ops)} barrier(s)"
-                     " placed by the compiler")
-        for reduction in kernel.reductions:
-            how = "a whole vector" if reduction.axis is None else f"the {reduction.axis}"
-            lines.append(f"  reduce   {dag.value(reduction.value).label} sums over {how}; partials of every block,"
-                         " finished by the last block to arrive")
+        parts = getattr(kernel, "parts", None)
+        if not parts:
+            lines += _kernel_lines(generated, kernel, sizes, resources, "  ")
+            continue
+        bound = (f"; at most {kernel.plan.bound} registers per thread" if kernel.plan.bound
+                 else "")
+        lines.append(f"  horizontal fusion of {len(parts)} independent kernels side by side{bound}")
+        lines.append(f"  launch   {kernel.block} threads per block; grid: the largest part's (a part skips"
+                     " the blocks past its own)" + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
+        for p, (part, offset) in enumerate(zip(parts, kernel.offsets)):
+            lines.append(f"  part {p}: threads {offset}-{offset + part.block - 1}, named barrier {p + 1}")
+            lines += _kernel_lines(generated, part, sizes, None, "    ")
         if resources and kernel.name in resources:
-            r = resources[kernel.name]
-            lines.append(f"  nvcc     {r.registers} registers, {r.shared_bytes} bytes shared,"
-                         f" {r.spill_stores + r.spill_loads} bytes spilled")
+            lines.append("  " + _nvcc_line(resources[kernel.name]))
     return "\n".join(lines)
+
+
+def _nvcc_line(r) -> str:
+    return (f"nvcc     {r.registers} registers, {r.shared_bytes} bytes shared,"
+            f" {r.spill_stores + r.spill_loads} bytes spilled")
+
+
+def _kernel_lines(generated, kernel, sizes, resources, indent: str) -> list[str]:
+    dag, plan, lines = generated.dag, kernel.plan, []
+    for call in plan.calls:
+        lines.append(f"call     {_call(dag, call)}")
+    shape = plan.shape.describe(generated.dtype)
+    if plan.geometry is Geometry.TILE:
+        walk = "rows" if plan.serial == ROWS else "columns"
+        shape += f" along the {walk}"
+        grid = (f"ceil({kernel.dims[0]}/{plan.shape.macros(generated.dtype)['TILE_ROWS']})"
+                f" x ceil({kernel.dims[1]}/{plan.shape.macros(generated.dtype)['TILE_COLS']})"
+                f" tiles, ITERS per block")
+    else:
+        grid = f"ceil({kernel.dims[0]}/(BLOCK*VEC)) chunks, ITERS per block"
+    lines.append(f"shape    {shape}")
+    lines.append(f"launch   {plan.shape.block} threads per block; grid: {grid}"
+                 + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
+    on_chip = ", ".join(f"{dag.value(e.value).label} ({e.storage}, {e.mapping})" for e in kernel.elements)
+    lines.append(f"on chip  {on_chip}")
+    lines.append(f"shared   {kernel.shared_reals} reals, {sum(op.barrier for op in kernel.ops)} barrier(s)"
+                 " placed by the compiler")
+    for reduction in kernel.reductions:
+        how = "a whole vector" if reduction.axis is None else f"the {reduction.axis}"
+        lines.append(f"reduce   {dag.value(reduction.value).label} sums over {how}; partials of every block,"
+                     " finished by the last block to arrive")
+    if resources and kernel.name in resources:
+        lines.append(_nvcc_line(resources[kernel.name]))
+    return [indent + line for line in lines]

@@ -188,11 +188,9 @@ class Program:
 
     def _kernel_args(self, kernel, buffers: _Buffers, pointers, binding: Binding) -> list:
         args = []
-        aligned = True
         for arg in kernel.args:
             if arg.role in ("in", "out", "scalar_ptr"):
                 args.append(pointers[arg.value])
-                aligned &= pointers[arg.value] % geo.VEC_BYTES == 0
             elif arg.role == "workspace":
                 args.append(buffers.pointer("ws", kernel.index, arg.value))
             elif arg.role == "counters":
@@ -201,11 +199,18 @@ class Program:
                 args.append(self.dtype.type(binding.scalars[arg.value]))
             elif arg.role == "size":
                 args.append(binding.sizes[arg.size])
-            else:  # vec_ok: 16-byte accesses need aligned bases and rows
-                if kernel.plan.shape.geometry.value == "tile":
-                    aligned &= binding.sizes[kernel.dims[1]] % geo.vec(self.dtype) == 0
-                args.append(int(aligned))
+            else:  # vec_ok, of the kernel or of the part of a horizontal fusion it is for
+                args.append(int(self._aligned(kernel.owner(arg), pointers, binding)))
         return args
+
+    def _aligned(self, kernel, pointers, binding: Binding) -> bool:
+        """16-byte accesses need aligned bases of every array a kernel touches,
+        and in the tile geometry rows of whole 16-byte pieces."""
+        aligned = all(pointers[a.value] % geo.VEC_BYTES == 0 for a in kernel.args
+                      if a.role in ("in", "out", "scalar_ptr"))
+        if kernel.plan.shape.geometry.value == "tile":
+            aligned &= binding.sizes[kernel.dims[1]] % geo.vec(self.dtype) == 0
+        return aligned
 
     def _launch(self, loaded, buffers: _Buffers, pointers, binding: Binding, stream=None) -> None:
         for kernel, grid, args in self._launches(buffers, pointers, binding):

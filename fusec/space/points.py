@@ -3,6 +3,8 @@
 A :class:`KernelPlan` is a *fusion implementation* (paper §4.2): which calls
 share a kernel, which implementation of each function, the calling order of
 their routines, the block shape and the serial iterations. A
+:class:`HorizontalPlan` runs independent kernel plans side by side in one
+kernel, each on its own threads of every block (HFuse). A
 :class:`ProgramPlan` is a *combination*: kernels that cover every call, in an
 order that respects the DAG. They print, sort, hash into cache keys and
 serialise to JSON.
@@ -65,15 +67,66 @@ class KernelPlan:
 
 
 @dataclasses.dataclass(frozen=True, order=True)
+class HorizontalPlan:
+    """Independent kernel plans fused horizontally (HFuse): one kernel whose
+    block is the parts' blocks side by side, part 0 on the first threads. Each
+    part keeps its own shape (the split of the thread space is the parts'
+    block sizes, whole warps), recomputes its own thread and block indices,
+    syncs on its own named barrier, and skips the blocks past its own grid.
+
+    ``bound``: at most this many registers per thread (``__maxnreg__``), the
+    register bound of HFuse's Fig. 6; 0 for none (``__launch_bounds__`` of the
+    whole block only).
+    """
+
+    parts: tuple[KernelPlan, ...]
+    bound: int = 0
+
+    @property
+    def calls(self) -> tuple[int, ...]:
+        """Every call of every part, in DAG order."""
+        return tuple(sorted(c for p in self.parts for c in p.calls))
+
+    @property
+    def block(self) -> int:
+        return sum(p.shape.block for p in self.parts)
+
+    def part_of(self, call: int) -> KernelPlan:
+        return next(p for p in self.parts if call in p.calls)
+
+    def implementation_of(self, call: int) -> str:
+        return self.part_of(call).implementation_of(call)
+
+    def offsets(self) -> tuple[int, ...]:
+        """The first thread of each part."""
+        out, first = [], 0
+        for part in self.parts:
+            out.append(first)
+            first += part.shape.block
+        return tuple(out)
+
+    def to_json(self) -> dict:
+        return {"horizontal": [p.to_json() for p in self.parts], "bound": self.bound}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "HorizontalPlan":
+        return cls(tuple(KernelPlan.from_json(p) for p in data["horizontal"]), int(data.get("bound") or 0))
+
+
+def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan:
+    return HorizontalPlan.from_json(data) if "horizontal" in data else KernelPlan.from_json(data)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
 class ProgramPlan:
-    kernels: tuple[KernelPlan, ...]
+    kernels: tuple[KernelPlan | HorizontalPlan, ...]
 
     def to_json(self) -> str:
         return json.dumps([k.to_json() for k in self.kernels], sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "ProgramPlan":
-        return cls(tuple(KernelPlan.from_json(k) for k in json.loads(text)))
+        return cls(tuple(kernel_plan_from_json(k) for k in json.loads(text)))
 
     def summary(self, dag) -> str:
         """One line: each kernel's calls (with their implementation where the
@@ -83,7 +136,11 @@ class ProgramPlan:
         return " | ".join(_kernel_summary(dag, k) for k in self.kernels)
 
 
-def _kernel_summary(dag, kernel: KernelPlan) -> str:
+def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan) -> str:
+    if isinstance(kernel, HorizontalPlan):
+        bound = f", <={kernel.bound} regs" if kernel.bound else ""
+        return "H{" + " || ".join(_kernel_summary(dag, p) for p in kernel.parts) + f"{bound}}}"
+
     def label(call: int) -> str:
         return dag.value(dag.call(call).result).label
     calls = "+".join(f"{label(c)}={dag.call(c).function}" + (f"({i})" if i != "default" else "")

@@ -1,0 +1,283 @@
+"""Horizontal fusion (HFuse, Li et al. 2020, §III): independent kernels in one launch.
+
+A :class:`~fusec.space.points.HorizontalPlan` holds kernel plans whose calls
+have no path between them in the DAG. Each part is analysed exactly as if it
+ran alone (:func:`~fusec.codegen.kernel.build_kernel`), then the horizontal
+kernel runs them side by side in every block (the paper's Fig. 5):
+
+- threads ``[offset_p, offset_p + BLOCK_p)`` of a block run part ``p``; the
+  splits are the parts' block sizes, whole warps;
+- each part's body is a device function in its own namespace, with its own
+  macros (``BLOCK``, ``ITERS``, ...) and its own instance of the library
+  routines; it is handed its own thread index, computes its own grid from the
+  sizes, and a block past that grid leaves the part at once (the grid is the
+  largest part's);
+- in that namespace ``BARRIER()`` is ``bar.sync p+1, BLOCK_p``: a named
+  barrier of the part's own warps (0 stays the block-wide barrier, which no
+  part uses), so a part that left early, or runs a different number of
+  barriers, never holds another up; the reductions' finish (``fusec_arrive``,
+  ``fusec_sum_partials``) syncs on the same barrier;
+- shared memory and the reductions' flag are declared in each part's body:
+  separate for every part;
+- the kernel's parameters are the union of the parts', an array or scalar
+  that feeds several parts passed once; sizes and ``vec_ok`` are per part.
+
+With ``bound`` the kernel is compiled with ``__maxnreg__(bound)`` instead of
+``__launch_bounds__`` (HFuse's register bound, Fig. 6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..dag import Dag
+from ..errors import PlanError
+from ..library.model import Library
+from ..space.points import HorizontalPlan
+from .kernel import (Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body, _library_sources, _Writer,
+                     build_kernel)
+from .. import geometry as geo
+
+MAX_THREADS = 1024  # per block
+MAX_PARTS = 15  # named barriers 1-15; 0 is the block's
+MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
+REGISTERS_PER_SM = 65536
+THREADS_PER_SM = 2048
+SHARED_PER_SM = 228 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class HorizontalKernel:
+    """A horizontal fusion's kernel: the interface of :class:`Kernel` that the
+    runtime and the predictors use (name, args, grid, block, reductions and
+    their buffers, source), with the parts as analysed kernels."""
+
+    index: int
+    name: str
+    plan: HorizontalPlan
+    dtype: str
+    parts: tuple[Kernel, ...]
+    args: tuple[Arg, ...]
+    source: str = dataclasses.field(repr=False)
+
+    @property
+    def block(self) -> int:
+        return self.plan.block
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return self.plan.offsets()
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """Every part's schedule, part after part."""
+        return tuple(op for p in self.parts for op in p.ops)
+
+    @property
+    def reductions(self) -> tuple[Reduction, ...]:
+        return tuple(r for p in self.parts for r in p.reductions)
+
+    @property
+    def shared_reals(self) -> int:
+        return sum(p.shared_reals for p in self.parts)
+
+    @property
+    def estimated_registers(self) -> int:
+        """One thread runs one part, but registers are allocated for the kernel:
+        the most any part needs, unless the bound is lower."""
+        most = max(p.estimated_registers for p in self.parts)
+        return min(most, self.plan.bound) if self.plan.bound else most
+
+    def grid(self, sizes: dict[str, int]) -> int:
+        """The largest part's grid: a smaller part skips the blocks past its own."""
+        return max(p.grid(sizes) for p in self.parts)
+
+    def owner(self, arg: Arg) -> Kernel:
+        """The part a size or vec_ok argument is for; the kernel for shared ones."""
+        return self.parts[arg.part] if arg.part is not None else self
+
+    def part_of(self, reduction: Reduction) -> Kernel:
+        return next(p for p in self.parts if reduction in p.reductions)
+
+    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
+        return self.part_of(reduction).reduction_buffers(reduction, sizes)
+
+
+def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None,
+                   dtype: str = "float32") -> int:
+    """HFuse's register bound (Fig. 6, lines 9-12): the registers per thread that
+    let the fused kernel run as many blocks per SM as the parts would with
+    their own registers, unless threads or shared memory allow fewer:
+
+        b_p = regs per SM / (d_p x regs_p),  b_0 = min(b_p, shared per SM / shared, threads per SM / d_0)
+        r_0 = regs per SM / (b_0 x d_0)
+
+    ``registers`` are the parts' registers per thread (nvcc's, where known);
+    by default the kernels' estimates. Rounded down to a multiple of 8 (the
+    hardware allocates registers per warp in units of 256)."""
+    registers = registers or tuple(p.estimated_registers for p in parts)
+    itemsize = geo.DTYPES[dtype].itemsize
+    d0 = sum(p.block for p in parts)
+    shared = sum(p.shared_reals for p in parts) * itemsize + 1024
+    b0 = min(min(REGISTERS_PER_SM // (p.block * r) for p, r in zip(parts, registers)),
+             SHARED_PER_SM // shared, THREADS_PER_SM // d0)
+    b0 = max(b0, 1)
+    return max(16, min(255, REGISTERS_PER_SM // (b0 * d0)) // 8 * 8)
+
+
+def why_not_horizontal(dag: Dag, plan: HorizontalPlan, parts: tuple[Kernel, ...] | None = None) -> str | None:
+    """None when the parts may run side by side in one kernel; else why not."""
+    if len(plan.parts) < 2:
+        return "a horizontal fusion needs at least two parts"
+    if len(plan.parts) > MAX_PARTS:
+        return f"{len(plan.parts)} parts: there are {MAX_PARTS} named barriers for them"
+    calls = [c for p in plan.parts for c in p.calls]
+    if len(set(calls)) != len(calls):
+        return "a call appears in two parts"
+    for i, a in enumerate(plan.parts):
+        for b in plan.parts[i + 1:]:
+            for x in a.calls:
+                for y in b.calls:
+                    if dag.reaches(x, y) or dag.reaches(y, x):
+                        return (f"calls {min(x, y)} and {max(x, y)} depend on each other:"
+                                " only independent kernels run side by side")
+    for part in plan.parts:
+        if part.shape.block % geo.WARP:
+            return f"a part of {part.shape.block} threads: parts are whole warps"
+    if plan.block > MAX_THREADS:
+        return f"{plan.block} threads per block, more than {MAX_THREADS}"
+    if plan.bound and not 16 <= plan.bound <= 255:
+        return f"a register bound of {plan.bound}: it must lie in 16-255"
+    if parts is not None:
+        itemsize = geo.DTYPES[parts[0].dtype].itemsize
+        shared = sum(p.shared_reals for p in parts) * itemsize
+        if shared > MAX_STATIC_SHARED:
+            return f"{shared} bytes of shared memory, more than a block may declare ({MAX_STATIC_SHARED})"
+    return None
+
+
+def build_horizontal(dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int,
+                     emit: bool = True) -> HorizontalKernel:
+    """Analyse a horizontal fusion into a kernel and print its source (unless
+    ``emit`` is false). Raises PlanError when the parts cannot share a kernel."""
+    dtype = geo.dtype_name(dtype)
+    why = why_not_horizontal(dag, plan)
+    if why:
+        raise PlanError(f"horizontal fusion of calls {plan.calls}: {why}")
+    parts = tuple(build_kernel(dag, library, p, dtype, index, emit=False) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index, emit)
+
+
+def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kernel, ...], index: int,
+             emit: bool = True) -> HorizontalKernel:
+    """The horizontal kernel of parts already analysed (``parts[p]`` is
+    ``plan.parts[p]``'s kernel, any index)."""
+    why = why_not_horizontal(dag, plan, parts)
+    if why:
+        raise PlanError(f"horizontal fusion of calls {plan.calls}: {why}")
+    parts = tuple(dataclasses.replace(k, index=index, name=f"k{index}p{p}_" + k.name.split("_", 1)[1])
+                  for p, k in enumerate(parts))
+    name = f"k{index}_h_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
+    kernel = HorizontalKernel(index, name, plan, parts[0].dtype, parts, _args(parts), "")
+    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+
+
+def _args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
+    """The parts' arguments: arrays and scalars once (their names are the
+    values'), sizes and vec_ok once per part, renamed ``NAME_p``."""
+    shared: dict[tuple, Arg] = {}
+    own: list[Arg] = []
+    for p, part in enumerate(parts):
+        for arg in part.args:
+            if arg.role in ("size", "vec_ok"):
+                own.append(dataclasses.replace(arg, decl=f"{arg.decl}_{p}", part=p))
+            else:
+                shared.setdefault((arg.role, arg.value), arg)
+    order = {"in": 0, "out": 1, "workspace": 1, "counters": 1, "scalar": 2, "scalar_ptr": 2}
+    return tuple(sorted(shared.values(), key=lambda a: order[a.role])) + tuple(own)
+
+
+def _emit(kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
+    w = _Writer()
+    plan = kernel.plan
+    w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
+    w(f"//   horizontal fusion (HFuse) of {len(plan.parts)} independent kernels, {plan.block} threads"
+      " per block; the grid is the largest part's, and a part skips the blocks past its own")
+    for p, (part, offset) in enumerate(zip(kernel.parts, kernel.offsets)):
+        w(f"//   part {p}: threads {offset}-{offset + part.block - 1}, named barrier {p + 1}")
+        for call in part.plan.calls:
+            impl = part.plan.implementation_of(call)
+            w(f"//     {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+        w(f"//     {_shape_text(part)}")
+    if plan.bound:
+        w(f"//   registers: at most {plan.bound} per thread (HFuse's register bound)")
+    for p, part in enumerate(kernel.parts):
+        _emit_part(w, part, p, dag, library)
+    params = ",\n    ".join(a.decl for a in kernel.args)
+    w(f"#define BLOCK {plan.block}  // the parts' threads together")
+    if plan.bound:
+        w("// HFuse's register bound: as many blocks per SM as the parts would have alone")
+        bounds = f"__maxnreg__({plan.bound})"
+    else:  # no register bound: one block per SM is enough, so ptxas gives the code what it needs
+        bounds = "__launch_bounds__(BLOCK, 1)"
+    w(f'extern "C" __global__ void {bounds} {kernel.name}(\n    {params})')
+    w("{")
+    w.depth += 1
+    for p, (part, offset) in enumerate(zip(kernel.parts, kernel.offsets)):
+        end = offset + part.block
+        condition = f"threadIdx.x < {end}"
+        if p == 0:
+            w.open(f"if ({condition})")
+        elif p < len(kernel.parts) - 1:
+            w.lines[-1] += f" else if ({condition}) {{"
+            w.depth += 1
+        else:
+            w.lines[-1] += " else {"
+            w.depth += 1
+        names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
+        tid = "threadIdx.x" if offset == 0 else f"threadIdx.x - {offset}"
+        w(f"{part.name}::run({', '.join(names + [tid])});")
+        w.close()
+    w.close()
+    w("#undef BLOCK")
+    return "\n".join(w.lines) + "\n"
+
+
+def _shape_text(part: Kernel) -> str:
+    plan = part.plan
+    text = plan.shape.describe(part.dtype)
+    if plan.serial:
+        text += f" along {'rows' if plan.serial == 'rows' else 'columns'}"
+    return text
+
+
+def _emit_part(w: _Writer, part: Kernel, p: int, dag: Dag, library: Library) -> None:
+    macros = part.macros()
+    namespace = part.name
+    barrier = p + 1
+    w(f"namespace {namespace} {{")
+    for macro, value in macros.items():
+        if macro != "VEC":  # VEC belongs to the precision, defined once at the top
+            w(f"#define {macro} {value}")
+    w(f"// this part's barriers wait for its own {part.block} threads only: bar.sync {barrier}, {part.block}")
+    w('#pragma push_macro("BARRIER")')
+    w("#undef BARRIER")
+    w(f"#define BARRIER() fusec_barrier<{barrier}, BLOCK>()")
+    for path, text in _library_sources(part, dag, library):
+        w(f"// ---- {path}")
+        for line in text.strip("\n").split("\n"):
+            w(line)
+    w()
+    w(f"// part {p}: the kernel as it runs alone, on the part's thread index `tid`")
+    params = ",\n    ".join([a.decl for a in part.args] + ["const int tid"])
+    w(f"__device__ __forceinline__ void run(\n    {params})")
+    w("{")
+    w.depth += 1
+    _emit_body(w, part, dag, library, threads=Threads("tid", "part_grid", barrier))
+    w.close()
+    w('#pragma pop_macro("BARRIER")')
+    for macro in macros:
+        if macro != "VEC":
+            w(f"#undef {macro}")
+    w(f"}}  // namespace {namespace}")
+    w()
