@@ -6,6 +6,9 @@ kernel moves through DRAM over the copy bandwidth, slowed when the grid is
 too small or too ragged to keep every SM busy, plus a fixed cost per launch
 (leaving that out made the paper mispredict AXPYDOT). The performance
 database (measured routine times) plugs in behind the same interface.
+
+A horizontal fusion (HFuse) is predicted from its parts, which run side by
+side in every block: see :meth:`AnalyticPredictor.horizontal_seconds`.
 """
 
 from __future__ import annotations
@@ -85,14 +88,17 @@ class AnalyticPredictor:
     finish_round: float = 0.45e-6  # seconds per round of 8 dependent partial loads of the last block
     name: str = "analytic"
 
-    def blocks_per_sm(self, kernel: Kernel) -> int:
-        block = kernel.plan.shape.block
+    def blocks_per_sm(self, kernel: Kernel, registers: int | None = None) -> int:
+        block = kernel.block
+        registers = registers or kernel.estimated_registers
         shared = kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize + 1024  # + the runtime's own
         return max(1, min(self.threads_per_sm // block,
-                          self.registers_per_sm // (kernel.estimated_registers * block),
+                          self.registers_per_sm // (registers * block),
                           self.shared_per_sm // shared, 32))
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        if is_horizontal(kernel):
+            return self.horizontal_seconds(kernel, dag, sizes)
         block = kernel.plan.shape.block
         blocks_per_sm = self.blocks_per_sm(kernel)
         grid = kernel.grid(dict(sizes))
@@ -113,6 +119,43 @@ class AnalyticPredictor:
         block_seconds = moved / grid * min(grid, slots) / self.bandwidth
         counters, finish = self.reduction_seconds(kernel, sizes)
         return self.launch + max(streaming, counters) + 0.5 * block_seconds + finish
+
+    def horizontal_seconds(self, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        """A horizontal fusion: its parts run side by side in every block, sharing
+        the SMs and DRAM, after one launch.
+
+        The combined block (the parts' threads together, the most registers any
+        part needs, their shared memory together) sets the blocks per SM, so
+        each part keeps fewer of its own blocks resident than it would alone.
+        Each part streams its bytes at the efficiency its own bytes in flight
+        allow at that occupancy (the slowest part bounds the kernel), and all
+        parts' bytes together at the efficiency of all bytes in flight (DRAM is
+        shared): the kernel takes the longer of the two. Then the ragged end of
+        the part with the longest blocks, and the reductions' terms of the part
+        that finishes last (parts finish in parallel, on their own threads).
+
+        The register bound is not modelled: what spills cost against the
+        occupancy it buys cannot be told without running, so a bounded kernel is
+        predicted as the unbounded one and the tuner decides (HFuse profiles both).
+        """
+        sizes = dict(sizes)
+        registers = max(p.estimated_registers for p in kernel.parts)  # the bound left out
+        slots = self.sms * self.blocks_per_sm(kernel, registers)
+        moved_all, demand, slowest, tail, counters, finish = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        for part in kernel.parts:
+            grid = part.grid(sizes)
+            resident = min(grid, slots) * part.block / self.sms
+            target = self.tile_in_flight if part.plan.geometry is Geometry.TILE else self.vector_in_flight
+            share = resident * max(part.loop_bytes, geo.VEC_BYTES) / target  # of DRAM's need, from this part
+            moved = traffic(part, dag, sizes)
+            moved_all += moved
+            demand += share
+            slowest = max(slowest, moved / (self.bandwidth * max(min(1.0, share), 1e-3)))
+            tail = max(tail, moved / grid * min(grid, slots) / self.bandwidth)
+            part_counters, part_finish = self.reduction_seconds(part, sizes)
+            counters, finish = max(counters, part_counters), max(finish, part_finish)
+        streaming = max(slowest, moved_all / (self.bandwidth * max(min(1.0, demand), 1e-3)))
+        return self.launch + max(streaming, counters) + 0.5 * tail + finish
 
     def reduction_seconds(self, kernel: Kernel, sizes: Mapping[str, int]) -> tuple[float, float]:
         """(counter atomics, finish) of the kernel's reductions: every block counts
@@ -143,6 +186,11 @@ class AnalyticPredictor:
         if reduction.axis == COLS:
             return grid_cols, macros["TILE_ROWS"]
         return grid_rows, macros["TILE_COLS"]
+
+
+def is_horizontal(kernel) -> bool:
+    """Whether a kernel is a horizontal fusion of several parts."""
+    return bool(getattr(kernel, "parts", None))
 
 
 DEFAULT = AnalyticPredictor()

@@ -112,7 +112,10 @@ def test_generated_source(script, dtype, plan):
     assert [k.index for k in prog.kernels] == list(range(len(prog.kernels)))
     assert len(re.findall(r"__global__", source)) == len(prog.kernels)
     for kernel in prog.kernels:
-        assert f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(' in source
+        bounds = "__launch_bounds__(BLOCK)"
+        if getattr(kernel, "parts", None):  # horizontal fusion: no register bound, or HFuse's
+            bounds = f"__maxnreg__({kernel.plan.bound})" if kernel.plan.bound else "__launch_bounds__(BLOCK, 1)"
+        assert f'extern "C" __global__ void {bounds} {kernel.name}(' in source
         assert kernel.source in source
 
     # Comments name each call's script line and the routine behind every step.

@@ -126,6 +126,11 @@ def test_a_gpu_prefix_finds_the_full_slug(cache):
     assert tuning.lookup(bicgk(), library(), "float32", SIZES, "h100") == entry
 
 
+def kernel_dicts(plan: list[dict]) -> list[dict]:
+    """The kernel plans of a plan's JSON, those of horizontal fusions' parts included."""
+    return [part for kernel in plan for part in kernel.get("horizontal", [kernel])]
+
+
 def _damage(kind: str, text: str) -> str:
     data = json.loads(text)
     if kind == "garbage":
@@ -145,9 +150,14 @@ def _damage(kind: str, text: str) -> str:
     elif kind == "no plan":
         del data["plan"]
     elif kind == "bad plan":
-        data["plan"][0]["shape"]["geometry"] = "cube"
+        kernel_dicts(data["plan"])[0]["shape"]["geometry"] = "cube"
     elif kind == "plan misses a call":
-        data["plan"] = data["plan"][:1] if len(data["plan"]) > 1 else [dict(data["plan"][0], calls=[0])]
+        if len(data["plan"]) > 1:
+            data["plan"] = data["plan"][:1]
+        elif "horizontal" in data["plan"][0]:  # one kernel running both calls side by side
+            data["plan"][0]["horizontal"] = data["plan"][0]["horizontal"][:1]
+        else:
+            data["plan"] = [dict(data["plan"][0], calls=[0])]
     elif kind == "time is text":
         data["measured_us"] = "fast"
     return json.dumps(data)
@@ -170,7 +180,7 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_naming_the_file(cache, kind):
 def test_an_entry_whose_plan_does_not_build_is_ignored_by_compile(cache):
     entry = planted()
     data = json.loads(entry.key.path.read_text())
-    for kernel in data["plan"]:
+    for kernel in kernel_dicts(data["plan"]):
         kernel["implementations"] = ["no_such_implementation"] * len(kernel["calls"])
     entry.key.path.write_text(json.dumps(data))
     with pytest.warns(FusecWarning, match="does not build"):
@@ -350,7 +360,7 @@ def test_tune_chooses_the_fastest_correct_candidate_and_caches_it(capsys):
     text = report(result)
     header = next(line for line in text.splitlines() if "predicted" in line)
     assert header.split() == ["rank", "predicted", "measured", "GB/s", "verdict", "kernels"]
-    assert re.search(r"^\*\s+6\s+[\d.]+ us\s+20\.0 us\s+\d+\s+ok\s+q=sgemv", text, re.M)
+    assert re.search(r"^\*\s+6\s+[\d.]+ us\s+20\.0 us\s+\d+\s+ok\s+(H\{)?q=sgemv", text, re.M)
     assert re.search(r"^\s+2\s+[\d.]+ us\s+inf\s+-\s+wrong\s", text, re.M)
     assert "rank 3 compile failed: nvcc failed on the generated code (sm_90): error: rank 3" in text
     assert "rank 4 launch failed: RuntimeError: cuLaunchKernel failed" in text

@@ -34,7 +34,7 @@ from ..codegen.kernel import Kernel, _routine
 from ..dag import Dag
 from ..errors import FusecWarning
 from ..library.model import Geometry, Library, RoutineKind
-from ..predict import AnalyticPredictor
+from ..predict import AnalyticPredictor, is_horizontal, traffic
 from .probes import RoutineKey
 from .store import Database
 
@@ -85,6 +85,8 @@ class PerfdbPredictor:
         return natural_blocks(registers, shared, kernel.plan.shape.block)
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        if is_horizontal(kernel):  # issue 6: see horizontal_seconds at the end of the module
+            return horizontal_seconds(self, kernel, dag, sizes)
         sizes = dict(sizes)
         sms = self.database.sms
         grid = kernel.grid(sizes)
@@ -140,3 +142,47 @@ def _warn_unmeasured(database: Database, kernel: Kernel) -> None:
         _warned.add((database.path, shape))
         warnings.warn(FusecWarning(f"performance database {database.path} has no timings for"
                                    f" {shape}; such kernels are predicted by the analytic model"))
+
+
+# --------------------------------------------------------------------------- horizontal fusion
+# (issue 6) Kept apart from the model above, which it only calls.
+
+
+def horizontal_seconds(predictor: PerfdbPredictor, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+    """A horizontal fusion (HFuse): its parts run side by side in every block.
+
+    The combined block (the parts' threads together, the most registers any
+    part needs or its probes used, the parts' shared memory together) sets
+    the blocks per SM. Each part's blocks run in waves at that many blocks per
+    SM, each routine at its measured time for that level, as in
+    :meth:`PerfdbPredictor.kernel_seconds`; the slowest part bounds the kernel.
+    The parts share DRAM, so the kernel also takes at least all their bytes
+    over the copy bandwidth (the analytic model's traffic). One launch; the
+    reductions' terms of the part that finishes last. The register bound is
+    not modelled (see :meth:`fusec.predict.AnalyticPredictor.horizontal_seconds`).
+    """
+    sizes = dict(sizes)
+    sms = predictor.database.sms
+    registers = max(max([p.estimated_registers] + [t.registers for _, t in predictor.timings(p, dag) or []])
+                    for p in kernel.parts)
+    blocks = natural_blocks(registers, kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block)
+    slowest, moved, counters, finish = 0.0, 0.0, 0.0, 0.0
+    for part in kernel.parts:
+        grid = part.grid(sizes)
+        iters = iterations(part, sizes, grid)
+        full, rest = divmod(grid, sms * blocks)
+        streaming = 0.0
+        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
+            if count:
+                times = predictor.routine_seconds(part, dag, max(level, 1.0))
+                if times is None:
+                    _warn_unmeasured(predictor.database, part)
+                    return predictor.analytic.kernel_seconds(kernel, dag, sizes)
+                transfer, compute, once = times
+                streaming += count * (max(transfer, compute) * iters + once)
+        slowest = max(slowest, streaming)
+        moved += traffic(part, dag, sizes)
+        part_counters, part_finish = predictor.analytic.reduction_seconds(part, sizes)
+        counters, finish = max(counters, part_counters), max(finish, part_finish)
+    streaming = max(slowest, moved / predictor.analytic.bandwidth)
+    return predictor.database.launch + max(streaming, counters) + finish

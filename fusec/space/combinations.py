@@ -10,12 +10,18 @@ over all covers, where each cover's candidates are the sorted lists of its
 fusions' implementations and a candidate's successors bump one of them. The
 first combination costs one sort per fusion; the whole space is reachable by
 iterating on, and each combination comes out exactly once.
+
+Covers may also run independent kernels side by side in one kernel
+(horizontal fusion, :mod:`fusec.space.horizontal`): such a cover holds a
+:class:`~fusec.space.horizontal.HorizontalFusion` in place of the two
+fusions, with implementations of its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import math
 from typing import Iterator, Mapping
 
@@ -23,8 +29,11 @@ from ..codegen.kernel import Kernel
 from ..dag import Dag
 from ..library.model import Library
 from .fusions import Fusion, fusions
+from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .implementations import implementations, load_phases
-from .points import KernelPlan, ProgramPlan
+from .points import HorizontalPlan, KernelPlan, ProgramPlan
+
+Slot = Fusion | HorizontalFusion  # one kernel of a cover
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +47,7 @@ class Combination:
         return tuple(k.calls for k in self.plan.kernels)
 
 
-def _kernel_order(dag: Dag, cover: tuple[Fusion, ...]) -> tuple[Fusion, ...] | None:
+def _kernel_order(dag: Dag, cover: tuple[Slot, ...]) -> tuple[Slot, ...] | None:
     """The fusions in an order that respects the DAG, or None if they form a cycle."""
     owner = {c: i for i, f in enumerate(cover) for c in f.calls}
     needs = {i: {owner[p] for c in f.calls for p in dag.predecessors(c)} - {i} for i, f in enumerate(cover)}
@@ -85,8 +94,9 @@ class Space:
     sizes: dict[str, int]
     predictor: object
     fusions: list[Fusion]
-    options: dict[Fusion, list[tuple[KernelPlan, Kernel, float]]]  # sorted by predicted time
-    covers: list[tuple[Fusion, ...]]
+    options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan, Kernel, float]]]  # sorted by predicted time
+    covers: list[tuple[Slot, ...]]
+    horizontals: list[HorizontalFusion] = dataclasses.field(default_factory=list)
 
     @property
     def implementation_count(self) -> int:
@@ -124,6 +134,34 @@ class Space:
     def best(self) -> Combination:
         return next(self.ranked())
 
+    def twin(self, combination: Combination) -> Combination:
+        """The same kernels with every horizontal fusion's parts launched one
+        after another (what a horizontal fusion must beat), with its predicted time."""
+        plans, times = [], []
+        for plan, seconds in zip(combination.plan.kernels, combination.kernel_times):
+            if not isinstance(plan, HorizontalPlan):
+                plans.append(plan)
+                times.append(seconds)
+                continue
+            for part in plan.parts:
+                options = self.options[Fusion(part.calls)]
+                plans.append(part)
+                times.append(next(t for p, _, t in options if p == part))
+        return Combination(ProgramPlan(tuple(plans)), sum(times), tuple(times))
+
+    def top(self, count: int, twins: bool = False) -> list[Combination]:
+        """The ``count`` best-predicted combinations; with ``twins``, each one with
+        a horizontal fusion followed by its :meth:`twin` (unless already there),
+        so measuring them shows whether the horizontal fusion pays."""
+        out: list[Combination] = []
+        seen: set[ProgramPlan] = set()
+        for combination in itertools.islice(self.ranked(), count):
+            for c in (combination, self.twin(combination)) if twins else (combination,):
+                if c.plan not in seen:
+                    seen.add(c.plan)
+                    out.append(c)
+        return out
+
     def sample(self, count: int, rng, exclude: set[ProgramPlan] = frozenset()) -> list[Combination]:
         """Up to ``count`` distinct combinations drawn uniformly from the whole
         space (a cover in proportion to its size, then one implementation per
@@ -146,8 +184,9 @@ class Space:
 
 
 def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int], predictor,
-                shapes=None) -> Space:
-    """The space for one precision and size; ``shapes`` replaces the block shapes searched."""
+                shapes=None, horizontal: bool = True) -> Space:
+    """The space for one precision and size; ``shapes`` replaces the block shapes
+    searched; ``horizontal=False`` leaves horizontal fusions out."""
     found = fusions(dag, library)
     options = {}
     for fusion in found:
@@ -156,4 +195,10 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
         # ties (the analytic model cannot tell routine orders apart) go to the
         # order that waits for memory fewest times per iteration
         options[fusion] = sorted(timed, key=lambda item: (item[2], load_phases(item[0]), item[0]))
-    return Space(dag, library, dtype, dict(sizes), predictor, found, options, covers(dag, found))
+    plain = covers(dag, found)
+    sideways = horizontal_covers(dag, plain, _kernel_order) if horizontal else []
+    fused = sorted({slot for cover in sideways for slot in cover if isinstance(slot, HorizontalFusion)})
+    for slot in fused:
+        options[slot] = horizontal_options(dag, library, slot, [options[p] for p in slot.parts],
+                                           predictor, sizes)
+    return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways, fused)
