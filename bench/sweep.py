@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     from fusec.script import load_script
     from fusec.space.combinations import build_space
     from fusec.space.implementations import load_phases
+    from fusec.space.points import HorizontalPlan, ProgramPlan
 
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
@@ -89,6 +90,7 @@ def main(argv=None) -> int:
         measured = statistics.median(prog.time(inputs, repeat=args.repeat)) * 1e3
         rows.append(measured)
         kernels = " | ".join(
+            ProgramPlan((k,)).summary(dag) if isinstance(k, HorizontalPlan) else
             "+".join(dag.call(c).function for c in k.calls)
             + f" [{k.shape.block}t,{k.shape.iters}it" + (f",{k.shape.tile_rows}r,{k.serial}" if k.serial else "")
             + f",{load_phases(k)} load phase(s)]" for k in combo.plan.kernels)
