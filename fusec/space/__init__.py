@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..dag import Dag
 from ..geometry import Shape
 from ..library.model import Geometry, Library
-from .points import COLS, ROWS, KernelPlan, ProgramPlan, Step
+from .points import COLS, ROWS, HorizontalPlan, KernelPlan, ProgramPlan, Step
 from .steps import canonical_steps, function_of
 
 DEFAULT_VECTOR_SHAPE = Shape(Geometry.VECTOR, block=256, iters=4)
@@ -29,4 +29,4 @@ def unfused_plan(dag: Dag, library: Library) -> ProgramPlan:
     return ProgramPlan(tuple(kernels))
 
 
-__all__ = ["KernelPlan", "ProgramPlan", "Step", "ROWS", "COLS", "unfused_plan"]
+__all__ = ["KernelPlan", "HorizontalPlan", "ProgramPlan", "Step", "ROWS", "COLS", "unfused_plan"]
