@@ -12,8 +12,9 @@ equal bit for bit those of the same kernels launched one after another
 (each part does exactly the arithmetic it does alone), and a second run
 must give them again (the reductions' counters reset).
 
-FUSEC_HORIZONTAL_QUICK=1 keeps two sizes per script, the first five plans
-and float32: for runs under compute-sanitizer, which is slow::
+FUSEC_HORIZONTAL_QUICK=1 keeps two sizes per script, five plans (the two
+extra ones and the three best-predicted) and float32: for runs under
+compute-sanitizer, which is slow::
 
     FUSEC_LINEINFO=1 FUSEC_HORIZONTAL_QUICK=1 compute-sanitizer --tool racecheck \\
         --error-exitcode 1 python -m pytest -q -x tests/gpu/test_horizontal.py
@@ -71,7 +72,10 @@ def horizontal_combinations(script: str, dtype: str) -> list[ProgramPlan]:
     sizes (GESUMMV: each horizontal kernel with its best-predicted waxpby), the
     parts the other way round, and a bound low enough to spill."""
     dag = dag_of(script)
-    plans: dict[ProgramPlan, None] = {}
+    parts = unfused_plan(dag, library()).kernels[:2]
+    rest = unfused_plan(dag, library()).kernels[2:]
+    plans: dict[ProgramPlan, None] = {ProgramPlan((HorizontalPlan(parts[::-1]),) + rest): None,
+                                      ProgramPlan((HorizontalPlan(parts, 24),) + rest): None}
     for n in (1024, 4096, 16384):
         space = build_space(dag, library(), dtype, {s: n for s in dag.sizes}, DEFAULT)
         seen = set()
@@ -82,10 +86,6 @@ def horizontal_combinations(script: str, dtype: str) -> list[ProgramPlan]:
                 plans[combination.plan] = None
             if len(seen) == sum(len(space.options[h]) for h in space.horizontals):
                 break
-    parts = unfused_plan(dag, library()).kernels[:2]
-    rest = unfused_plan(dag, library()).kernels[2:]
-    plans[ProgramPlan((HorizontalPlan(parts[::-1]),) + rest)] = None
-    plans[ProgramPlan((HorizontalPlan(parts, 24),) + rest)] = None
     out = list(plans)
     return out[:5] if QUICK else out
 
