@@ -199,7 +199,7 @@ def test_register_bound_follows_hfuse_fig6():
     for plan, kernel, _ in space.options[space.horizontals[0]]:
         if plan.bound:  # offered only where it binds
             assert plan.bound < max(p.estimated_registers for p in kernel.parts)
-            assert plan.bound == register_bound(kernel.parts, dtype="float32")
+            assert plan.bound == register_bound(kernel.parts)
             assert HorizontalPlan(plan.parts) in {p for p, _, _ in space.options[space.horizontals[0]]}
 
 

@@ -103,8 +103,7 @@ class HorizontalKernel:
         return self.part_of(reduction).reduction_buffers(reduction, sizes)
 
 
-def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None,
-                   dtype: str = "float32") -> int:
+def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None) -> int:
     """HFuse's register bound (Fig. 6, lines 9-12): the registers per thread that
     let the fused kernel run as many blocks per SM as the parts would with
     their own registers, unless threads or shared memory allow fewer:
@@ -116,7 +115,7 @@ def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None 
     by default the kernels' estimates. Rounded down to a multiple of 8 (the
     hardware allocates registers per warp in units of 256)."""
     registers = registers or tuple(p.estimated_registers for p in parts)
-    itemsize = geo.DTYPES[dtype].itemsize
+    itemsize = geo.DTYPES[parts[0].dtype].itemsize
     d0 = sum(p.block for p in parts)
     shared = sum(p.shared_reals for p in parts) * itemsize + 1024
     b0 = min(min(REGISTERS_PER_SM // (p.block * r) for p, r in zip(parts, registers)),

@@ -106,7 +106,7 @@ def horizontal_options(dag: Dag, library: Library, fusion: HorizontalFusion,
         plans = tuple(plan for plan, _, _ in choice)
         kernels = tuple(kernel for _, kernel, _ in choice)
         variants = [HorizontalPlan(plans)]
-        bound = register_bound(kernels, dtype=kernels[0].dtype)
+        bound = register_bound(kernels)
         if bound < max(k.estimated_registers for k in kernels):
             variants.append(HorizontalPlan(plans, bound))
         for plan in variants:
