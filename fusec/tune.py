@@ -97,11 +97,13 @@ class TuneResult:
 
 
 def candidates(dag, library, dtype: str, sizes: Mapping[str, int], top: int, predictor) -> list[Combination]:
-    """The ``top`` best-predicted combinations, best first."""
+    """The ``top`` best-predicted combinations, best first; each one with a
+    horizontal fusion followed by its twin (the same kernels launched one
+    after another), so a horizontal fusion wins only where it measured faster
+    than its parts apart."""
     if top < 1:
         raise FusecError(f"--top must be at least 1, not {top}")
-    ranked = build_space(dag, library, dtype, sizes, predictor).ranked()
-    return [c for _, c in zip(range(top), ranked)]
+    return build_space(dag, library, dtype, sizes, predictor).top(top, twins=True)
 
 
 def choose(rows: list[Row] | tuple[Row, ...]) -> Row | None:
