@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
-# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps.
+# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
+# horizontal-bench, horizontal-sanitize.
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files).
 set -uo pipefail
@@ -52,6 +53,14 @@ for stage in "$@"; do
         IFS=: read -r script dtype n top <<<"$spec"
         ( TIMEFORMAT="tune wall %R s"; time python3 -m fusec.cli tune scripts/$script.script \
           --library library/blas --size n=$n --dtype $dtype --top $top ) 2>&1 | tee -a "$OUT/tune.log" || status=1
+      done ;;
+    horizontal-bench)
+      python3 -m bench.horizontal --out "$OUT/results" ${HORIZONTAL_ARGS:-} 2>&1 | tee "$OUT/horizontal-bench.log" || status=1 ;;
+    horizontal-sanitize)
+      for tool in racecheck synccheck memcheck; do
+        FUSEC_LINEINFO=1 FUSEC_HORIZONTAL_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 1 \
+          python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_horizontal.py 2>&1 \
+          | tee "$OUT/sanitize-horizontal-$tool.log" | tail -4 || status=1
       done ;;
     peers)  # PEERS: runs of bench.peers, each "NAME:ARGS" with ARGS comma-separated
       for spec in ${PEERS:-h100-peers:}; do
