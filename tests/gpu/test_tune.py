@@ -36,7 +36,7 @@ def test_tune_passes_every_candidate_and_compile_uses_the_winner(sizes, dtype):
     dag = load_script(BICGK, library())
     result = tune(dag, library(), dtype, sizes, top=3, repeat=10, warmup=2, progress=False)
     text = report(result)
-    assert len(result.rows) == 3, text
+    assert len(result.rows) >= 3, text  # the top 3, and the twins of horizontal fusions among them
     assert all(r.measurement.verdict == OK for r in result.rows), text
     assert all(math.isfinite(r.measured) and r.measured > 0 and r.gbps > 0 for r in result.rows), text
     assert result.winner.measured == min(r.measured for r in result.rows)
