@@ -162,7 +162,8 @@ def test_every_horizontal_combination(script, dtype, compiled):
     if script in BOTH_WAYS and not QUICK:
         for plan, signs in ways.items():
             assert {-1, 1} <= signs, f"{plan.summary(dag)}: grids differ one way only ({signs})"
-    assert any(signs - {0} for signs in ways.values()), "the parts always had the same grid"
+    if not QUICK:  # the quick (sanitizer) selection may hold only kernels of equal grids
+        assert any(signs - {0} for signs in ways.values()), "the parts always had the same grid"
 
 
 def test_horizontal_program_on_device_arrays_and_repeated_calls():
