@@ -27,6 +27,22 @@ L2_BYTES = 50 * 2 ** 20  # H100
 L2_REREAD_COST = 0.25  # a re-read from L2 costs about a quarter of a DRAM byte
 
 
+SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
+SHARED_RESERVED = 1024  # per block, kept by the driver
+
+
+def natural_blocks(registers: int, static_shared: int, block: int, *, threads_per_sm: int = 2048,
+                   registers_per_sm: int = 65536, shared_per_sm: int = SHARED_PER_SM) -> int:
+    """Blocks per SM a kernel can have: threads, registers (allocated per warp in
+    units of 256), shared memory (plus what the driver keeps per block), and the
+    hardware's 32."""
+    warps = block // 32
+    per_warp = math.ceil(registers * 32 / 256) * 256
+    by_registers = registers_per_sm // (per_warp * warps) if registers else 32
+    by_shared = shared_per_sm // (static_shared + SHARED_RESERVED)
+    return max(1, min(threads_per_sm // block, by_registers, by_shared, 32))
+
+
 class Predictor(Protocol):
     name: str
 
@@ -89,12 +105,10 @@ class AnalyticPredictor:
     name: str = "analytic"
 
     def blocks_per_sm(self, kernel: Kernel, registers: int | None = None) -> int:
-        block = kernel.block
-        registers = registers or kernel.estimated_registers
-        shared = kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize + 1024  # + the runtime's own
-        return max(1, min(self.threads_per_sm // block,
-                          self.registers_per_sm // (registers * block),
-                          self.shared_per_sm // shared, 32))
+        return natural_blocks(registers or kernel.estimated_registers,
+                              kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block,
+                              threads_per_sm=self.threads_per_sm, registers_per_sm=self.registers_per_sm,
+                              shared_per_sm=self.shared_per_sm)
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         if is_horizontal(kernel):

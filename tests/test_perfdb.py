@@ -14,7 +14,7 @@ from fusec.errors import FusecWarning
 from fusec.perfdb import probes as P
 from fusec.perfdb import store
 from fusec.perfdb.build import limiting_shared, problem_sizes
-from fusec.perfdb.predictor import natural_blocks
+from fusec.predict import natural_blocks
 from fusec.perfdb.predictor import PerfdbPredictor
 from fusec.predict import DEFAULT
 from fusec.script import load_script

@@ -22,7 +22,8 @@ from ..gpu import present
 from ..library.model import Geometry, Kind, Library
 from ..progress import Progress
 from . import store
-from .predictor import SHARED_PER_SM, SHARED_RESERVED, iterations, natural_blocks
+from ..predict import SHARED_PER_SM, SHARED_RESERVED, natural_blocks
+from .predictor import iterations
 from .probes import Probe, RoutineKey, modules, probes
 
 SHARED_PER_BLOCK = 232448  # the most one block may ask for (227 KB)

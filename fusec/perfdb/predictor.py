@@ -24,7 +24,6 @@ finish terms, which no routine measures.
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from typing import Mapping
 
@@ -34,7 +33,7 @@ from ..codegen.kernel import Kernel, _routine
 from ..dag import Dag
 from ..errors import FusecWarning
 from ..library.model import Geometry, Library, RoutineKind
-from ..predict import AnalyticPredictor, is_horizontal, traffic
+from ..predict import AnalyticPredictor, natural_blocks, is_horizontal, traffic
 from .probes import RoutineKey
 from .store import Database
 
@@ -106,20 +105,6 @@ class PerfdbPredictor:
                 streaming += count * (max(transfer, compute) * iters + once)
         counters, finish = self.analytic.reduction_seconds(kernel, sizes)
         return self.database.launch + max(streaming, counters) + finish
-
-
-SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
-SHARED_RESERVED = 1024  # per block, kept by the driver
-
-
-def natural_blocks(registers: int, static_shared: int, block: int) -> int:
-    """Blocks per SM a kernel can have: threads, registers (per warp, in units of
-    256), shared memory, and the hardware's 32."""
-    warps = block // 32
-    per_warp = math.ceil(registers * 32 / 256) * 256
-    by_registers = 65536 // (per_warp * warps) if registers else 32
-    by_shared = SHARED_PER_SM // (static_shared + SHARED_RESERVED)
-    return max(1, min(2048 // block, by_registers, by_shared, 32))
 
 
 def iterations(kernel: Kernel, sizes: dict[str, int], grid: int) -> float:
