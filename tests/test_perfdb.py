@@ -216,6 +216,9 @@ def test_cli_show(tmp_path, found, capsys):
     assert out.count("tile_load ") == 36  # 9 shapes x 2 axes x 2 precisions
     assert main(["perfdb", "show", "--gpu", "a100", "--dir", str(tmp_path)]) == 1
     assert "no performance database for 'a100'" in capsys.readouterr().err
+    assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path), "--routine", "tile_lod"]) == 1
+    err = capsys.readouterr().err
+    assert "--routine 'tile_lod'" in err and "tile_load" in err
 
 
 def test_cli_build_needs_a_gpu(capsys):

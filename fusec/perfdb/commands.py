@@ -44,6 +44,10 @@ def show_command(args) -> int:
     counts = collections.Counter((t.key.dtype, t.key.geometry) for t in database.timings.values())
     print("routine keys  " + ", ".join(f"{d} {g}: {n}" for (d, g), n in sorted(counts.items())))
     if args.routine:
+        names = sorted({t.key.routine for t in database.timings.values()})
+        if args.routine not in names:
+            raise FusecError(f"--routine {args.routine!r}: {path.name} timed no such routine"
+                             f" (it has: {', '.join(names)})")
         print()
         print(f"{'routine':<20} {'section':<5} {'dtype':<8} {'shape':<22} {'blocks/SM: us per block-iteration'}")
         for timing in sorted(database.timings.values(), key=lambda t: t.key):
