@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import operator
 
 import numpy as np
@@ -37,6 +38,8 @@ C_TYPES = {"float32": "float", "float64": "double"}
 
 def dtype_name(dtype) -> str:
     """Normalise 'float32', np.float32, np.dtype('f4') ... to 'float32'/'float64'."""
+    if isinstance(dtype, str) and dtype in DTYPES:  # the common case, on every launch: no NumPy
+        return dtype
     try:
         name = np.dtype(dtype).name
     except TypeError:
@@ -60,6 +63,9 @@ class Shape:
     tile_rows: int = 0  # tile geometry only
 
     def macros(self, dtype) -> dict[str, int]:
+        return dict(_macros(self, dtype_name(dtype)))  # a copy: callers may add to it
+
+    def _macros(self, dtype: str) -> dict[str, int]:
         v = vec(dtype)
         out = {"VEC": v, "ITERS": self.iters, "BLOCK": self.block}
         if self.geometry is Geometry.VECTOR:
@@ -122,3 +128,9 @@ def evaluate(expression: str, macros: dict[str, int]) -> int:
         raise ExpressionError(f"not an integer expression: {expression!r}")
 
     return walk(tree)
+
+
+@functools.lru_cache(maxsize=None)
+def _macros(shape: Shape, dtype: str) -> dict[str, int]:
+    """Shape.macros, worked out once per shape and precision (runtime launches ask often)."""
+    return shape._macros(dtype)

@@ -9,6 +9,7 @@ in place. Scalars are host numbers. Every mistake raises
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import Any, Mapping
 
@@ -80,6 +81,12 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+@functools.lru_cache(maxsize=64)
+def _typestr_dtype(typestr: str) -> np.dtype:
+    """np.dtype of an array interface's typestr, once per typestr (binding runs on every call)."""
+    return np.dtype(typestr)
+
+
 def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> ArrayArg:
     ndim = 2 if kind is Kind.MATRIX else 1
     what = "a matrix (2-D array)" if kind is Kind.MATRIX else "a vector (1-D array)"
@@ -90,7 +97,7 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
         cai = obj.__cuda_array_interface__
         shape, pointer = tuple(cai["shape"]), int(cai["data"][0])
         try:
-            got_dtype = np.dtype(cai["typestr"])
+            got_dtype = _typestr_dtype(cai["typestr"])
         except TypeError:
             raise ArgumentError(name, f"has an element type {cai['typestr']!r} that is not a real number") from None
         strides = cai.get("strides")
