@@ -69,6 +69,7 @@ import functools
 import importlib
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -602,12 +603,27 @@ def _free(cupy, peers) -> None:
 # Ratios, targets
 # ---------------------------------------------------------------------------
 
+# Sequences that read their matrix twice for now (the second pass needs a reduction's
+# result over all of it): issue 5 holds them to their two-pass floor.
+TWO_PASS = ("atax", "sgemvt")
+
+
+def two_pass_floor_us(row: dict) -> float:
+    """The floor with the matrix read twice: minimum bytes plus one more matrix."""
+    matrix = math.prod(row["sizes"].values())  # A[m, n], the sequence's one matrix
+    itemsize = 4 if row["dtype"] == "float32" else 8
+    return (row["minimum_bytes"] + matrix * itemsize) / (row["copy_gbs"] * 1e9) * 1e6
+
+
 def summarize(row: dict) -> dict:
     """Add fusec's ratio to its floor and to every peer, and the best peer (by
     the GPU's time and by the time with host launching)."""
     ours = row["fusec"]
     row["of_floor"] = ours["gpu_us"] / row["floor_us"]
     row["of_floor_host"] = ours["host_us"] / row["floor_us"]
+    if row["script"] in TWO_PASS:
+        row["two_pass_floor_us"] = two_pass_floor_us(row)
+        row["of_two_pass_floor"] = ours["gpu_us"] / row["two_pass_floor_us"]
     ok = {name: p for name, p in row["peers"].items() if p["status"] == "ok"}
     row["speedup"] = {name: p["gpu_us"] / ours["gpu_us"] for name, p in ok.items()}
     row["speedup_host"] = {name: p["host_us"] / ours["host_us"] for name, p in ok.items()}
@@ -624,7 +640,10 @@ def targets(row: dict) -> list[list]:
     script, dtype, n = row["script"], row["dtype"], row["n"]
     out = []
     if DEFAULT_N.get(dtype) == n:
-        out.append(["≤ 1.08× floor", row["of_floor"] <= 1.08])
+        if script in TWO_PASS:
+            out.append([f"≤ 1.05× two-pass floor ({row['of_two_pass_floor']:.2f}×)", row["of_two_pass_floor"] <= 1.05])
+        else:
+            out.append(["≤ 1.08× floor", row["of_floor"] <= 1.08])
         if row["best_peer"] is not None:
             out.append(["≥ best peer", row["speedup_best"] >= 1.0])
             if script in SPEEDUP_TARGETS:

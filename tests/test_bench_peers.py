@@ -393,3 +393,16 @@ def test_plot_only_without_matplotlib(tmp_path, monkeypatch, capsys):
     assert S.main(["--plot-only", str(tmp_path / "s.json"), "--out", str(tmp_path)]) == 1
     assert "matplotlib is not installed here" in capsys.readouterr().err
     assert (tmp_path / "s.md").exists()
+
+
+def test_two_pass_sequences_are_held_to_their_two_pass_floor():
+    """ATAX reads its 16384^2 matrix twice for now: its floor counts the matrix twice."""
+    matrix = 16384 * 16384 * 4
+    nbytes = matrix + 3 * 16384 * 4  # A once, x, t... the one-pass minimum
+    row = fake_row(script="atax", fusec_us=700.0, nbytes=nbytes, floor_us=nbytes / 3000e9 * 1e6)
+    assert row["two_pass_floor_us"] == pytest.approx((nbytes + matrix) / 3000e9 * 1e6)
+    what, met = row["targets"][0]
+    assert what.startswith("≤ 1.05× two-pass floor") and met  # 700 us against ~716 us
+    slow = fake_row(script="atax", fusec_us=800.0, nbytes=nbytes, floor_us=nbytes / 3000e9 * 1e6)
+    assert slow["targets"][0][1] is False
+    assert "two_pass_floor_us" not in fake_row()  # BiCGK reads A once
