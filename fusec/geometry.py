@@ -24,6 +24,7 @@ import ast
 import dataclasses
 import functools
 import operator
+import threading
 
 import numpy as np
 
@@ -98,15 +99,27 @@ class ExpressionError(ValueError):
     pass
 
 
+AST_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(expression: str) -> ast.Expression:
+    """The expression's tree, parsed once. Under a lock: CPython 3.11's parser is not
+    safe to call from two threads at once (it fails with "AST constructor recursion
+    depth mismatch"), and spaces are built in threads (the tests, nvcc batches)."""
+    with AST_LOCK:
+        try:
+            return ast.parse(expression, mode="eval")
+        except SyntaxError as exc:
+            raise ExpressionError(f"not an integer expression: {expression!r}") from exc
+
+
 def evaluate(expression: str, macros: dict[str, int]) -> int:
     """Evaluate a C integer expression over macro names (``TILE_ROWS/BLOCK_Y*VEC``).
 
     ``/`` is integer division, as in C for positive operands.
     """
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ExpressionError(f"not an integer expression: {expression!r}") from exc
+    tree = _parse(expression.strip())
 
     def walk(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import geometry as geo
 from .dag import Constant, Dag
 from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFunctionError
 from .library.model import Function, Kind
@@ -217,7 +218,8 @@ def _parse(function: Function) -> ast.expr:
         raise LibraryValidationError(
             f"function {function.name!r} has no reference expression", function.coord)
     try:
-        tree = ast.parse(text, mode="eval")
+        with geo.AST_LOCK:  # the parser is not thread-safe (see fusec.geometry)
+            tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
         raise LibraryValidationError(
             f"reference of {function.name!r} ({function.reference!r}) does not parse: "
