@@ -63,7 +63,8 @@ def _describe(obj: Any) -> str:
     return f"{type(obj).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
 
 
-def _scalar(name: str, obj: Any) -> float:
+def scalar_value(name: str, obj: Any) -> float:
+    """A scalar argument as a float, or the ArgumentError that names it."""
     if isinstance(obj, np.ndarray) and obj.ndim == 0:
         obj = obj[()]
     if isinstance(obj, (bool, np.bool_)) or not isinstance(obj, (numbers.Real, np.floating, np.integer)):
@@ -137,7 +138,7 @@ def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
     for name, value in inputs.items():
         obj = arguments[name]
         if value.kind is Kind.SCALAR:
-            scalars[value.id] = _scalar(name, obj)
+            scalars[value.id] = scalar_value(name, obj)
             continue
         array = _array(name, value.id, value.kind, obj, dtype)
         for axis, (symbol, extent) in enumerate(zip(value.dims, array.shape)):

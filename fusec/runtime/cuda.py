@@ -2,10 +2,13 @@
 
 fusec imports, checks and generates code without PyCUDA; this module is
 imported when a program first runs. Programs run in the CUDA context current
-on the calling thread (CuPy and PyTorch make the device's primary context
-current; ``pycuda.autoinit`` makes its own). With none current, the primary
-context of device ``$FUSEC_DEVICE`` (default 0) is retained and pushed for
-the call, so device arrays of CuPy and PyTorch are usable without copies.
+on the calling thread (``pycuda.autoinit`` makes its own). With none current
+(CuPy, for one, works in the device's primary context through the runtime API
+without making it current for the driver API), a program call makes the
+primary context of device ``$FUSEC_DEVICE`` (default 0) current and leaves it
+so, the state ``cudaSetDevice`` leaves: device arrays of CuPy and PyTorch are
+usable without copies, and later calls find it current instead of pushing and
+popping it each time.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from ..errors import GPUUnavailableError
 NAN_PATTERN = 0x7FF80000  # a NaN as float32, and (twice) as float64
 
 
+_DRIVER = None  # pycuda.driver, once initialised
+
+
 def driver():
+    global _DRIVER
+    if _DRIVER is not None:
+        return _DRIVER
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
@@ -32,6 +41,7 @@ def driver():
         cuda.init()
     except Exception as exc:  # pycuda.driver.Error and friends
         raise GPUUnavailableError(f"CUDA could not be initialised: {exc}") from None
+    _DRIVER = cuda
     return cuda
 
 
@@ -42,16 +52,37 @@ def gpu_available() -> bool:
         return False
 
 
+_PRIMARY: dict = {}  # device index -> its primary context, retained once
+
+
+def primary_context():
+    """The primary context of device ``$FUSEC_DEVICE``: retained once and kept
+    (retaining and releasing it on every call cost tens of µs)."""
+    index = int(os.environ.get("FUSEC_DEVICE", "0"))
+    if index not in _PRIMARY:
+        _PRIMARY[index] = driver().Device(index).retain_primary_context()
+    return _PRIMARY[index]
+
+
+def current_context():
+    """The context a program call runs in: the current one, or else the
+    primary one, made current and left current (see the module's docstring)."""
+    current = driver().Context.get_current()
+    if current is None:
+        current = primary_context()
+        current.push()
+    return current
+
+
 @contextlib.contextmanager
 def context():
-    """The context to run in: the current one, or the device's primary one."""
+    """The current context, or the primary one pushed for the block's duration."""
     cuda = driver()
     current = cuda.Context.get_current()
     if current is not None:
         yield current
         return
-    device = cuda.Device(int(os.environ.get("FUSEC_DEVICE", "0")))
-    primary = device.retain_primary_context()
+    primary = primary_context()
     primary.push()
     try:
         yield primary
@@ -106,19 +137,40 @@ def download(array: np.ndarray, pointer: int) -> None:
 
 def allocate_like(family: str, shape: tuple[int, ...], dtype: np.dtype, reference):
     """A new device array of the caller's framework; returns (array, pointer)."""
+    return allocator(family, dtype, reference)(shape)
+
+
+def allocator(family: str, dtype: np.dtype, reference):
+    """shape -> (array, pointer): new device arrays of the caller's framework,
+    on the device of ``reference`` (an input of that framework)."""
     if family == "torch":
         import torch
         tdtype = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}[dtype]
-        array = torch.empty(shape, dtype=tdtype, device=reference.device)
-        return array, array.data_ptr()
+        device = reference.device
+
+        def allocate(shape):
+            array = torch.empty(shape, dtype=tdtype, device=device)
+            return array, array.data_ptr()
+        return allocate
     if family == "cupy":
         import cupy
-        with cupy.cuda.Device(reference.device.id):
-            array = cupy.empty(shape, dtype=dtype)
-        return array, array.data.ptr
+        device_id = reference.device.id
+        current_device = cupy.cuda.runtime.getDevice
+
+        def allocate(shape):
+            if current_device() == device_id:
+                array = cupy.ndarray(shape, dtype)
+            else:
+                with cupy.cuda.Device(device_id):
+                    array = cupy.ndarray(shape, dtype)
+            return array, array.data.ptr
+        return allocate
     import pycuda.gpuarray as gpuarray
-    array = gpuarray.empty(shape, dtype)
-    return array, int(array.gpudata)
+
+    def allocate(shape):
+        array = gpuarray.empty(shape, dtype)
+        return array, int(array.gpudata)
+    return allocate
 
 
 class Loaded:
@@ -136,6 +188,9 @@ class Loaded:
     def launch(self, kernel, grid: int, args: list, stream=None) -> None:
         self.functions[kernel.name].prepared_async_call(
             (grid, 1, 1), (kernel.block, 1, 1), stream, *args)
+
+    def function(self, kernel):
+        return self.functions[kernel.name]
 
 
 def parameter_format(kernel) -> str:

@@ -5,7 +5,9 @@ CuPy, PyTorch, anything with ``__cuda_array_interface__``), device arrays of
 the same framework out, with no host copies. Arguments are checked before
 anything launches. Buffers fusec needs (reduction partials and counters,
 values passed between kernels, staging for NumPy) are kept per size, so
-repeated calls allocate only their outputs.
+repeated calls allocate only their outputs; a repeated call on the same
+device arrays also skips the checks and argument building
+(:mod:`fusec.runtime.prepared`).
 
 Calls of one program object must not overlap on different streams: they share
 the reduction counters.
@@ -20,15 +22,19 @@ import numpy as np
 
 from ..codegen.program import GeneratedProgram
 from .. import geometry as geo
+from ..library.model import Kind
+from . import cuda  # PyCUDA itself is imported on the first call
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
+from .prepared import Launch, PreparedCall, signature
+
+PREPARED_CALLS = 16  # signatures remembered per program
 
 
 class _Buffers:
     """fusec-owned device memory for one set of sizes."""
 
     def __init__(self, program: "Program", sizes: dict[str, int]):
-        from . import cuda
         self.items: dict[tuple, cuda.DeviceBuffer] = {}
         itemsize = program.dtype.itemsize
         gen = program.generated
@@ -48,7 +54,6 @@ class _Buffers:
 
     def stage(self, value: int) -> int:
         """Device copy of a NumPy input or output, made on first use."""
-        from . import cuda
         key = ("stage", value)
         if key not in self.items:
             self.items[key] = cuda.DeviceBuffer(self._program.value_nbytes(value, self._sizes))
@@ -70,6 +75,10 @@ class Program:
             and any(kernel_of[c] != kernel_of[v.producer] for c in dag.consumers(v.id)))
         self._loaded: dict[Any, Any] = {}
         self._buffers: collections.OrderedDict = collections.OrderedDict()
+        self._prepared: collections.OrderedDict = collections.OrderedDict()
+        inputs = [dag.value(v) for v in dag.inputs]
+        self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR)
+        self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR)
 
     # ------------------------------------------------------------------ description
     @property
@@ -111,6 +120,7 @@ class Program:
         """Free the device memory fusec holds for this program (workspaces,
         intermediates, staging) and drop its loaded kernels; a later call
         allocates and loads again. Call it in the context the program ran in."""
+        self._prepared.clear()
         self._buffers.clear()
         self._loaded.clear()
 
@@ -125,19 +135,60 @@ class Program:
     def run(self, arrays: Mapping[str, Any], *, poison: bool = False):
         """Run the program. ``poison`` fills outputs and every fusec buffer with
         NaN first, so an element no kernel writes shows up (tests use it)."""
+        if self._prepared and not poison:
+            results = self._run_prepared(arrays)
+            if results is not None:
+                return results
         binding = self.bind(arrays)
-        from . import cuda
-        with cuda.context() as ctx:
-            loaded = self._load(ctx)
-            buffers = self._buffers_for(ctx, binding.sizes)
-            pointers, results = self._place(binding, buffers)
-            if poison:
-                self._poison(pointers, buffers, binding.sizes)
-            self._launch(loaded, buffers, pointers, binding)
-            return self._collect(results, pointers, binding)
+        ctx = cuda.current_context()
+        loaded = self._load(ctx)
+        buffers = self._buffers_for(ctx, binding.sizes)
+        pointers, results = self._place(binding, buffers)
+        if poison:
+            self._poison(pointers, buffers, binding.sizes)
+        launches = self._launches(buffers, pointers, binding)
+        for kernel, grid, args in launches:
+            loaded.launch(kernel, grid, args)
+        key = None if poison else signature(
+            cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
+        if key is not None:
+            self._remember(key, self._prepare(loaded, buffers, launches, binding))
+        return self._collect(results, pointers, binding)
+
+    def _run_prepared(self, arrays: Mapping[str, Any]):
+        """The results of a prepared call for these arguments, or None when
+        there is none (or it declines): the whole way then runs."""
+        key = signature(cuda.context_key(cuda.current_context()), arrays, self._array_names, self._scalar_names)
+        prepared = self._prepared.get(key) if key is not None else None
+        return prepared(arrays) if prepared is not None else None
+
+    def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding) -> PreparedCall:
+        """What a call on the same device arrays needs to redo: scalars, outputs."""
+        outputs = tuple(dict.fromkeys(self.dag.outputs))
+        scalar_name = {v: self.dag.value(v).name for v in binding.scalars}
+        prepared = []
+        for kernel, grid, args in launches:
+            output_slots, scalar_slots = [], []
+            for index, arg in enumerate(kernel.args):
+                if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs:
+                    output_slots.append((index, outputs.index(arg.value)))  # later kernels read outputs too
+                elif arg.role == "scalar":
+                    scalar_slots.append((index, scalar_name[arg.value]))
+            prepared.append(Launch(loaded.function(kernel)._launch_kernel, (grid, 1, 1), (kernel.block, 1, 1),
+                                   cuda.parameter_format(kernel), tuple(args),
+                                   tuple(output_slots), tuple(scalar_slots)))
+        reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
+        shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
+        return PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
+                            cuda.allocator(binding.family, self.dtype, reference),
+                            tuple(sorted(self._scalar_names)), keep_alive=(loaded, buffers))
+
+    def _remember(self, key: tuple, prepared: PreparedCall) -> None:
+        self._prepared[key] = prepared
+        while len(self._prepared) > PREPARED_CALLS:
+            self._prepared.popitem(last=False)
 
     def _load(self, ctx):
-        from . import cuda
         from .. import nvcc
         key = cuda.context_key(ctx)
         if key not in self._loaded:
@@ -146,18 +197,18 @@ class Program:
         return self._loaded[key]
 
     def _buffers_for(self, ctx, sizes: dict[str, int]) -> _Buffers:
-        from . import cuda
         key = (cuda.context_key(ctx), tuple(sorted(sizes.items())))
         if key not in self._buffers:
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
-                self._buffers.popitem(last=False)
+                _, evicted = self._buffers.popitem(last=False)
+                for call_key in [k for k, p in self._prepared.items() if p.keep_alive[1] is evicted]:
+                    del self._prepared[call_key]
         self._buffers.move_to_end(key)
         return self._buffers[key]
 
     def _place(self, binding: Binding, buffers: _Buffers):
         """Device pointers of every value; NumPy inputs are uploaded."""
-        from . import cuda
         pointers: dict[int, int] = {}
         for value, array in binding.arrays.items():
             if array.where == DEVICE:
@@ -179,7 +230,6 @@ class Program:
         return pointers, results
 
     def _poison(self, pointers, buffers: _Buffers, sizes) -> None:
-        from . import cuda
         for value in list(self.intermediates) + list(self.dag.outputs):
             cuda.fill_nan(pointers[value], self.value_nbytes(value, sizes) or self.dtype.itemsize)
         for key, buffer in buffers.items.items():
@@ -212,10 +262,6 @@ class Program:
             aligned &= binding.sizes[kernel.dims[1]] % geo.vec(self.dtype) == 0
         return aligned
 
-    def _launch(self, loaded, buffers: _Buffers, pointers, binding: Binding, stream=None) -> None:
-        for kernel, grid, args in self._launches(buffers, pointers, binding):
-            loaded.launch(kernel, grid, args, stream)
-
     def _launches(self, buffers: _Buffers, pointers, binding: Binding) -> list[tuple]:
         """(kernel, grid, arguments) of every launch, in order: worked out once
         when the same arrays run many times (timing)."""
@@ -223,7 +269,6 @@ class Program:
                 for kernel in self.kernels]
 
     def _collect(self, results, pointers, binding: Binding):
-        from . import cuda
         out = []
         for value in self.dag.outputs:
             if value not in results:  # NumPy: copy back (this waits for the kernels)
@@ -237,16 +282,27 @@ class Program:
     # ------------------------------------------------------------------ timing
     def time(self, arrays: Mapping[str, Any], *, warmup: int = 3, repeat: int = 20,
              host: bool = True) -> list[float]:
-        """Milliseconds of each of ``repeat`` launches of the whole program, on
-        arrays placed once, with CUDA events. With ``host`` (the default) the
-        events bracket the launching too, as a caller sees it: at small sizes the
-        host's launch overhead (the prepared calls; arguments are worked out
-        once, before the runs) shows. Without, a
-        spinning kernel goes first so the start event fires only once the
-        program's kernels are queued: the GPU's time alone, which is what tells
-        two implementations apart (``fusec tune`` ranks on it)."""
+        """Milliseconds of each of ``repeat`` runs of the whole program, with CUDA
+        events. With ``host`` (the default) the events bracket whole calls
+        ``program(**arrays)`` as a caller makes them: checking, allocating the
+        outputs, launching (and NumPy arguments' copies): at small sizes the
+        host's share shows. Without, the arrays are placed and the launches
+        worked out once, and a spinning kernel goes first so the start event
+        fires only once the program's kernels are queued: the GPU's time
+        alone, which is what tells two implementations apart (``fusec tune``
+        ranks on it)."""
+        if host:
+            times = []
+            with cuda.context():  # the events need one current
+                for _ in range(warmup):
+                    self.run(arrays)
+                for _ in range(repeat):
+                    with cuda.Timer() as timer:
+                        results = self.run(arrays)
+                    times.append(timer.ms)
+                    del results  # after the timer waited for the kernels writing them
+            return times
         binding = self.bind(arrays)
-        from . import cuda
         with cuda.context() as ctx:
             loaded = self._load(ctx)
             buffers = self._buffers_for(ctx, binding.sizes)
@@ -261,14 +317,7 @@ class Program:
 
             for _ in range(warmup):
                 launch()
-            if host:
-                times = []
-                for _ in range(repeat):
-                    with cuda.Timer() as timer:
-                        launch()
-                    times.append(timer.ms)
-            else:
-                clock = cuda.gpu_clock(ctx)
-                times = [clock.seconds(launch) * 1e3 for _ in range(repeat)]
-            del outputs  # the last launch is done (the timer waited for it)
+            clock = cuda.gpu_clock(ctx)
+            times = [clock.seconds(launch) * 1e3 for _ in range(repeat)]
+            del outputs  # the last launch is done (the clock waited for it)
             return times

@@ -162,6 +162,75 @@ def test_device_arrays_in_and_out(script, dtype, kind):
         _unchanged({k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}, device)
 
 
+def _leave_nan_for(kind, prog, sizes) -> None:
+    """Fill, then free, arrays the size of the outputs: the framework's pool
+    hands that memory to the next call's outputs, so an element the prepared
+    path leaves unwritten reads NaN (the prepared path does not poison)."""
+    for value in dict.fromkeys(prog.dag.outputs):
+        shape = tuple(sizes[d] for d in prog.dag.value(value).dims)
+        host = np.full(shape, np.nan, prog.dtype)
+        filled = _to_device(kind, host)
+        del filled
+
+
+@pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", script_names())
+def test_repeated_calls_take_the_prepared_path(script, dtype, kind, monkeypatch):
+    """A second call on the same device arrays skips binding (a prepared
+    call), with new scalars: its results are right, new arrays, and the
+    first call's results are untouched."""
+    from fusec.runtime import cuda
+    prog = program(script, dtype)
+    prog.release()
+    sizes = size_cases(prog.dag, [1000])[-1]
+    rng = np.random.default_rng(_seed(script, kind, "prepared"))
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, rng)
+    with cuda.context():
+        device = {k: _to_device(kind, v) for k, v in inputs.items()}
+        first = prog.run(device, poison=True)  # poison: the whole way, nothing prepared
+        assert not prog._prepared
+        prog(**device)
+        assert len(prog._prepared) == 1
+        again = dict(inputs, **{k: v * -0.5 + 1.0 for k, v in inputs.items() if not isinstance(v, np.ndarray)})
+        _leave_nan_for(kind, prog, sizes)
+        with monkeypatch.context() as patch:
+            patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
+            second = prog(**{k: (device[k] if isinstance(v, np.ndarray) else v) for k, v in again.items()})
+        assert len(prog._prepared) == 1
+        _check(prog, again, second)
+        _check(prog, inputs, first)
+        firsts = first if isinstance(first, tuple) else (first,)
+        seconds = second if isinstance(second, tuple) else (second,)
+        for a, b in zip(firsts, seconds):
+            assert isinstance(b, _family_type(kind)) and b is not a
+        prog.release()
+
+
+@pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
+def test_prepared_calls_follow_the_arrays(kind):
+    """New arrays or new sizes go the whole way once and are prepared in turn;
+    an array freed and another allocated where it was has the same signature,
+    and the prepared call is right for it; a bad scalar still names itself.
+    No context is made current here, as in a CuPy or PyTorch user's code
+    (neither leaves one current for the driver API): fusec pushes one."""
+    prog = program("sgemv", "float32")
+    prog.release()
+    rng = np.random.default_rng(7)
+    for m, n in ((64, 96), (96, 64), (64, 96)):
+        inputs = oracle.random_inputs(prog.dag, {"m": m, "n": n}, "float32", rng)
+        for _ in range(2):  # freed after each call: the pool reuses the addresses
+            device = {k: _to_device(kind, v) for k, v in inputs.items()}
+            _check(prog, inputs, prog(**device))
+    assert 1 <= len(prog._prepared) <= 4
+    with pytest.raises(ArgumentError, match="'alpha'.*real number"):
+        prog(**dict(device, alpha="two"))
+    times = prog.time(device, warmup=1, repeat=3)  # whole calls, between events
+    assert len(times) == 3 and all(t > 0 for t in times)
+    prog.release()
+    assert not prog._prepared
+
+
 @pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
 def test_device_argument_errors(kind):
     from fusec.runtime import cuda
