@@ -266,7 +266,7 @@ def test_wrong_and_skipped_peers_are_never_the_best():
 def test_targets_depend_on_size():
     assert fake_row(script="gemver", dtype="float64", n=8192)["targets"][-1] == ["≥ 1.15× best peer", False]
     small = fake_row(n=4096, fusec_us=30.0, host_us=50.0, floor_us=40.0)
-    assert small["targets"] == [["with host ≤ 1.5× floor", True]]
+    assert small["targets"] == [["with host ≤ 1.5× floor (1.25×)", True], ["pipelined ≤ 1.5× floor (0.77×)", True]]
     assert fake_row(n=2048)["targets"] == []
 
 
@@ -406,3 +406,33 @@ def test_two_pass_sequences_are_held_to_their_two_pass_floor():
     slow = fake_row(script="atax", fusec_us=800.0, nbytes=nbytes, floor_us=nbytes / 3000e9 * 1e6)
     assert slow["targets"][0][1] is False
     assert "two_pass_floor_us" not in fake_row()  # BiCGK reads A once
+
+
+def test_two_pass_sequences_at_n4096_are_judged_with_host_on_their_two_pass_floor():
+    n = 4096
+    matrix = n * n * 4
+    nbytes = matrix + 3 * n * 4
+    floor = nbytes / 3000e9 * 1e6  # ~22 us; two-pass ~45 us
+    row = fake_row(script="atax", n=n, fusec_us=45.0, host_us=60.0, nbytes=nbytes, floor_us=floor)
+    (what, met), (what_pipelined, met_pipelined) = row["targets"]
+    assert what.startswith("with host ≤ 1.5× two-pass floor") and met
+    assert what_pipelined.startswith("pipelined ≤ 1.5× two-pass floor") and met_pipelined  # 45.9 us
+    assert row["of_floor_host"] > 2  # against the one-pass floor it would fail
+    slow = fake_row(script="atax", n=n, fusec_us=45.0, host_us=70.0, nbytes=nbytes, floor_us=floor)
+    assert [met for _, met in slow["targets"]] == [False, True]
+
+
+def test_at_n4096_one_call_and_calls_back_to_back_are_both_judged():
+    row = fake_row(script="sscal", n=4096, fusec_us=9.0, host_us=20.0, nbytes=32 << 20, floor_us=11.1)
+    assert row["targets"] == [["with host ≤ 1.5× floor (1.80×)", False], ["pipelined ≤ 1.5× floor (0.83×)", True]]
+
+
+def test_gemver_reports_its_three_pass_floor_but_is_judged_on_its_floor():
+    n = 16384
+    matrix = n * n * 4
+    nbytes = 2 * matrix + 7 * n * 4  # A read, B written, the vectors
+    floor = nbytes / 3000e9 * 1e6
+    row = fake_row(script="gemver", fusec_us=1091.0, nbytes=nbytes, floor_us=floor)
+    assert row["three_pass_floor_us"] == pytest.approx((nbytes + matrix) / 3000e9 * 1e6)
+    assert row["of_three_pass_floor"] == pytest.approx(1091.0 / row["three_pass_floor_us"])
+    assert row["targets"][0] == ["≤ 1.08× floor", False]
