@@ -2,7 +2,8 @@
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
-# horizontal-bench, horizontal-sanitize.
+# horizontal-bench, horizontal-sanitize, profile (host time of whole calls), cache-hints, save-cache (the
+# tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files).
 set -uo pipefail
@@ -69,6 +70,15 @@ for stage in "$@"; do
       done ;;
     sweeps)
       python3 -m bench.sweeps --out "$OUT/results" ${SWEEPS_ARGS:-} 2>&1 | tee -a "$OUT/sweeps.log" || status=1 ;;
+    profile)
+      for spec in ${PROFILE:-sscal:4096 bicgk:4096 gemver:4096}; do
+        IFS=: read -r script n <<<"$spec"
+        python3 tools/profile_call.py "$script" --n "$n" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/profile.log" | grep -E "per call|^part" || status=1
+      done ;;
+    cache-hints)
+      python3 -m bench.cache_hints --out "$OUT/results" 2>&1 | tee "$OUT/cache-hints.log" || status=1 ;;
+    save-cache)
+      mkdir -p "$OUT/tuning" && cp -r "$FUSEC_CACHE_DIR"/tuning/. "$OUT/tuning/" ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

@@ -1,4 +1,5 @@
-"""Where a program call's host time goes: cProfile of repeated calls on CuPy arrays.
+"""Where a program call's host time goes: cProfile of repeated calls on CuPy arrays,
+and the whole call's time against the GPU's.
 
     python tools/profile_call.py [SCRIPT] [--n 4096] [--calls 500]
 """
@@ -16,6 +17,7 @@ def main():
     parser.add_argument("script", nargs="?", default="bicgk")
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--parts", action="store_true", help="also time the pieces a warm call is made of")
     args = parser.parse_args()
     import cupy
     import fusec
@@ -34,6 +36,13 @@ def main():
         program(**inputs)
     cupy.cuda.runtime.deviceSynchronize()
     print(f"{args.script} n={n}: {(time.perf_counter() - start) / args.calls * 1e6:.1f} us per call, pipelined")
+    import statistics
+    whole = statistics.median(program.time(inputs, repeat=200, host=True)) * 1e3
+    gpu = statistics.median(program.time(inputs, repeat=50, host=False)) * 1e3
+    print(f"{args.script} n={n}: {whole:.1f} us per call waited for (events around the whole call),"
+          f" {gpu:.1f} us of GPU time, {len(program._prepared)} prepared call(s)")
+    if args.parts:
+        parts(cupy, n)
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.calls):
@@ -42,6 +51,34 @@ def main():
     cupy.cuda.runtime.deviceSynchronize()
     pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+
+
+def parts(cupy, n: int) -> None:
+    """µs of each piece of a warm call, alone (timeit, best of 5)."""
+    import timeit
+    import numpy as np
+    from pycuda._pvt_struct import pack
+    from fusec.runtime import cuda
+    drv = cuda.driver()
+    ctx = cuda.current_context()
+    clock = cuda.gpu_clock(ctx)
+    empty = clock.empty
+    launch = empty._launch_kernel
+    pieces = {
+        "Context.get_current()": lambda: drv.Context.get_current(),
+        "context_key(current)": lambda: cuda.context_key(drv.Context.get_current()),
+        "push + pop": lambda: (ctx.push(), drv.Context.pop()),
+        "cupy.ndarray((n,), float32)": lambda: cupy.ndarray((n,), np.float32),
+        "cupy.empty((n,), float32)": lambda: cupy.empty((n,), np.float32),
+        "cupy.cuda.runtime.getDevice()": lambda: cupy.cuda.runtime.getDevice(),
+        "pack('PPPi')": lambda: pack("PPPi", 1, 2, 3, 4),
+        "_launch_kernel(empty)": lambda: launch((1, 1, 1), (32, 1, 1), b"", 0, None),
+        "prepared_call(empty)": lambda: empty.prepared_call((1, 1, 1), (32, 1, 1)),
+    }
+    for name, piece in pieces.items():
+        best = min(timeit.repeat(piece, number=2000, repeat=5)) / 2000 * 1e6
+        print(f"part {name:32s} {best:6.2f} us")
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 if __name__ == "__main__":
