@@ -2,7 +2,7 @@
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
-# horizontal-bench, horizontal-sanitize, profile (host time of whole calls), cache-hints, save-cache (the
+# horizontal-bench, horizontal-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files).
@@ -77,6 +77,11 @@ for stage in "$@"; do
       done ;;
     cache-hints)
       python3 -m bench.cache_hints --out "$OUT/results" 2>&1 | tee "$OUT/cache-hints.log" || status=1 ;;
+    sanitize-prepared)  # the prepared-call path's launches, on CuPy arrays
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider \
+          tests/gpu/test_programs.py -k "prepared and cupy" 2>&1 | tee "$OUT/sanitize-prepared-$tool.log" | tail -4 || status=1
+      done ;;
     save-cache)
       mkdir -p "$OUT/tuning" && cp -r "$FUSEC_CACHE_DIR"/tuning/. "$OUT/tuning/" ;;
     *) echo "unknown stage $stage"; status=2 ;;
