@@ -60,7 +60,8 @@ def parts(cupy, n: int) -> None:
     from pycuda._pvt_struct import pack
     from fusec.runtime import cuda
     drv = cuda.driver()
-    ctx = cuda.current_context()
+    ctx = cuda.primary_context()
+    ctx.push()
     clock = cuda.gpu_clock(ctx)
     empty = clock.empty
     launch = empty._launch_kernel
@@ -79,6 +80,7 @@ def parts(cupy, n: int) -> None:
         best = min(timeit.repeat(piece, number=2000, repeat=5)) / 2000 * 1e6
         print(f"part {name:32s} {best:6.2f} us")
     cupy.cuda.runtime.deviceSynchronize()
+    drv.Context.pop()
 
 
 if __name__ == "__main__":

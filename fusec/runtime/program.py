@@ -140,27 +140,28 @@ class Program:
             if results is not None:
                 return results
         binding = self.bind(arrays)
-        ctx = cuda.current_context()
-        loaded = self._load(ctx)
-        buffers = self._buffers_for(ctx, binding.sizes)
-        pointers, results = self._place(binding, buffers)
-        if poison:
-            self._poison(pointers, buffers, binding.sizes)
-        launches = self._launches(buffers, pointers, binding)
-        for kernel, grid, args in launches:
-            loaded.launch(kernel, grid, args)
-        key = None if poison else signature(
-            cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
-        if key is not None:
-            self._remember(key, self._prepare(loaded, buffers, launches, binding))
-        return self._collect(results, pointers, binding)
+        with cuda.context() as ctx:
+            loaded = self._load(ctx)
+            buffers = self._buffers_for(ctx, binding.sizes)
+            pointers, results = self._place(binding, buffers)
+            if poison:
+                self._poison(pointers, buffers, binding.sizes)
+            launches = self._launches(buffers, pointers, binding)
+            for kernel, grid, args in launches:
+                loaded.launch(kernel, grid, args)
+            key = None if poison else signature(
+                cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
+            if key is not None:
+                self._remember(key, self._prepare(loaded, buffers, launches, binding))
+            return self._collect(results, pointers, binding)
 
     def _run_prepared(self, arrays: Mapping[str, Any]):
         """The results of a prepared call for these arguments, or None when
         there is none (or it declines): the whole way then runs."""
-        key = signature(cuda.context_key(cuda.current_context()), arrays, self._array_names, self._scalar_names)
-        prepared = self._prepared.get(key) if key is not None else None
-        return prepared(arrays) if prepared is not None else None
+        with cuda.context() as ctx:
+            key = signature(cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
+            prepared = self._prepared.get(key) if key is not None else None
+            return prepared(arrays) if prepared is not None else None
 
     def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding) -> PreparedCall:
         """What a call on the same device arrays needs to redo: scalars, outputs."""
