@@ -130,7 +130,7 @@ def _run(args) -> int:
     nbytes = program.minimum_bytes(sizes)
     print(f"time   median {median * 1e3:.1f} us on the GPU (min {min(times) * 1e3:.1f},"
           f" max {max(times) * 1e3:.1f}) over {len(times)} runs;"
-          f" {statistics.median(with_host) * 1e3:.1f} us with the host's launch overhead")
+          f" {statistics.median(with_host) * 1e3:.1f} us for a whole call, the host's part in it")
     print(f"speed  {nbytes / (median * 1e-3) / 1e9:.1f} GB/s on {nbytes:,} minimum bytes")
     return 0 if ok else 1
 
@@ -237,7 +237,8 @@ def parser() -> argparse.ArgumentParser:
         description="Run SCRIPT on the GPU on random inputs (uniform in [-0.5, 0.5]), check every"
                     " output against the float64 oracle with the BLAS test ratio, and time the"
                     " kernels with CUDA events: the GPU's time (a spinning kernel goes first, so"
-                    " the host's launch overhead is not counted), and the time with it. Bandwidth"
+                    " the host's launch overhead is not counted), and the time of a whole call"
+                    " (binding or its prepared call, allocating outputs, launching). Bandwidth"
                     " is on minimum bytes (GPU time): each input read once, each output written"
                     " once. Exits 1 if a check fails.")
     common(run)
