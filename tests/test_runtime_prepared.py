@@ -61,6 +61,7 @@ def test_no_signature_for_what_only_the_whole_way_handles():
     assert signature(1, sgemv_device(extra=1.0), ARRAYS, SCALARS) is None
     assert signature(1, sgemv_device(A=[[1.0]]), ARRAYS, SCALARS) is None
     assert signature(1, sgemv_device(A=None), ARRAYS, SCALARS) is None
+    assert signature(1, {"alpha": 1.0}, (), frozenset({"alpha"})) is None  # no array at all
 
 
 def test_a_prepared_call_declines_misaligned_outputs():

@@ -65,8 +65,8 @@ def signature(context: int, arguments: Mapping[str, Any], array_names: tuple[str
     """What a call's prepared work depends on, or None when it cannot be
     prepared (a NumPy or host argument, a name that is not an input, a
     missing one: the whole way reports those)."""
-    if len(arguments) != len(array_names) + len(scalar_names):
-        return None
+    if not array_names or len(arguments) != len(array_names) + len(scalar_names):
+        return None  # no device array: nothing says where results go
     key: list = [context]
     for name in array_names:
         obj = arguments.get(name)
