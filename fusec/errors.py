@@ -132,6 +132,10 @@ class GPUUnavailableError(FusecError):
     """A GPU, a CUDA driver or PyCUDA is needed and missing."""
 
 
+class LaunchError(FusecError):
+    """A CUDA driver call fusec made failed (a kernel launch, a module load)."""
+
+
 class CacheError(FusecError):
     pass
 

@@ -87,3 +87,79 @@ def test_a_prepared_call_checks_its_scalars():
     with pytest.raises(ArgumentError) as info:
         call({"alpha": "two"})
     assert info.value.argument == "alpha" and "real number" in str(info.value)
+
+
+def test_a_prepared_call_hands_each_launch_its_outputs_and_scalars():
+    """Each launch gets, in its changing slots' order, the new outputs'
+    pointers and the call's scalars (as floats); the results come back in
+    the script's order."""
+    seen = []
+    pointers = iter([POINTER + 1024, POINTER + 2048])
+
+    def allocate(shape):
+        pointer = next(pointers)
+        return ("array", shape, pointer), pointer
+
+    launches = ((lambda values: seen.append(("k0", values)), (0, "alpha")),
+                (lambda values: seen.append(("k1", values)), ("beta", 1, 0)))
+    call = PreparedCall(launches=launches, output_shapes=((3,), ()), results=(1, 0), allocate=allocate,
+                        scalar_names=("alpha", "beta"), keep_alive=None)
+    results = call({"alpha": np.float32(0.5), "beta": 2, "x": None})
+    assert seen == [("k0", [POINTER + 1024, 0.5]), ("k1", [2.0, POINTER + 2048, POINTER + 1024])]
+    assert results == (("array", (), POINTER + 2048), ("array", (3,), POINTER + 1024))
+
+
+class _FakeLaunch:
+    """cuLaunchKernel's stand-in: records what it was called with and the
+    parameter slots' bytes at that moment."""
+
+    def __init__(self, result=0):
+        self.calls, self.result = [], result
+
+    def __call__(self, function, gx, gy, gz, bx, by, bz, shared, stream, parameters, extra):
+        import ctypes
+        slots = [ctypes.c_uint64.from_address(parameters[i]).value for i in range(len(parameters))]
+        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream, extra), slots))
+        return self.result
+
+
+def _bits(code, value):
+    import struct
+    return int.from_bytes(struct.pack(code, value).ljust(8, b"\0"), "little")
+
+
+def test_a_bound_launch_rewrites_only_its_changing_slots():
+    """driver_api.Launch: one 8-byte slot per parameter, packed as the
+    kernel's parameter format says; a call rewrites the changing slots in
+    place and launches with the grid and block it was bound with."""
+    from fusec.runtime.driver_api import Launch
+    fake = _FakeLaunch()
+    launch = Launch("fn", 33, 256, "PPfiq", (POINTER, 0, np.float32(1.5), 1, 1 << 40),
+                    changing=(1, 2), launch=fake)
+    launch([POINTER + 64, 0.25])
+    launch([POINTER + 128, -3.0])
+    (head, first), (_, second) = fake.calls
+    assert head == ("fn", 33, 1, 1, 256, 1, 1, 0, None, None)
+    assert first == [POINTER, POINTER + 64, _bits("<f", 0.25), 1, 1 << 40]
+    assert second == [POINTER, POINTER + 128, _bits("<f", -3.0), 1, 1 << 40]
+    double = Launch("fn", 1, 32, "d", (0.0,), changing=(0,), launch=fake)
+    double([0.1])
+    assert fake.calls[-1][1] == [_bits("<d", 0.1)]
+
+
+def test_a_failed_launch_raises_launch_error_naming_the_driver_error(monkeypatch):
+    import ctypes
+    import pytest
+    from fusec.errors import LaunchError
+    from fusec.runtime import driver_api
+
+    class FakeDriver:
+        def cuGetErrorName(self, code, name):
+            ctypes.cast(name, ctypes.POINTER(ctypes.c_char_p))[0] = b"CUDA_ERROR_INVALID_VALUE"
+            return 0
+
+    monkeypatch.setattr(driver_api, "_LIB", FakeDriver())
+    launch = driver_api.Launch("fn", 1, 32, "P", (POINTER,), changing=(), launch=_FakeLaunch(result=1))
+    with pytest.raises(LaunchError) as info:
+        launch([])
+    assert "cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)" in str(info.value)

@@ -28,6 +28,9 @@ def main():
     has_matrix = any(v.kind.value == "matrix" for v in dag.values)
     n = args.n if has_matrix else args.n * args.n // 4
     inputs = device_inputs(cupy, dag, {s: n for s in dag.sizes}, "float32", seed=1)
+    from fusec.runtime import cuda, driver_api
+    print(f"driver's current context where CuPy ran: {driver_api.current_context():#x}"
+          f" (the primary: {cuda.primary_handle():#x})")
     for _ in range(20):
         program(**inputs)
     cupy.cuda.runtime.deviceSynchronize()
@@ -58,13 +61,15 @@ def parts(cupy, n: int) -> None:
     import timeit
     import numpy as np
     from pycuda._pvt_struct import pack
-    from fusec.runtime import cuda
+    from fusec.runtime import cuda, driver_api
     drv = cuda.driver()
     ctx = cuda.primary_context()
     ctx.push()
     clock = cuda.gpu_clock(ctx)
     empty = clock.empty
     launch = empty._launch_kernel
+    module = driver_api.Module(clock.cubin)
+    bound = driver_api.Launch(module.function("fusec_empty"), 1, 32, "", (), changing=())
     pieces = {
         "Context.get_current()": lambda: drv.Context.get_current(),
         "context_key(current)": lambda: cuda.context_key(drv.Context.get_current()),
@@ -75,6 +80,9 @@ def parts(cupy, n: int) -> None:
         "pack('PPPi')": lambda: pack("PPPi", 1, 2, 3, 4),
         "_launch_kernel(empty)": lambda: launch((1, 1, 1), (32, 1, 1), b"", 0, None),
         "prepared_call(empty)": lambda: empty.prepared_call((1, 1, 1), (32, 1, 1)),
+        "driver_api.Launch(empty)": lambda: bound(()),
+        "driver_api.current_context()": driver_api.current_context,
+        "ctypes push + pop": lambda: (driver_api.push_context(cuda.primary_handle()), driver_api.pop_context()),
     }
     for name, piece in pieces.items():
         best = min(timeit.repeat(piece, number=2000, repeat=5)) / 2000 * 1e6

@@ -1,4 +1,5 @@
-"""The only module that talks to the GPU (through PyCUDA).
+"""Where fusec talks to the GPU through PyCUDA (a prepared call's launches go
+through :mod:`.driver_api` instead).
 
 fusec imports, checks and generates code without PyCUDA; this module is
 imported when a program first runs. Programs run in the CUDA context current
@@ -61,6 +62,18 @@ def primary_context():
     if index not in _PRIMARY:
         _PRIMARY[index] = driver().Device(index).retain_primary_context()
     return _PRIMARY[index]
+
+
+def primary_handle() -> int:
+    """The primary context's CUcontext, as an int (a prepared call pushes it
+    through the driver API when no context is current)."""
+    index = int(os.environ.get("FUSEC_DEVICE", "0"))
+    if index not in _PRIMARY_HANDLES:
+        _PRIMARY_HANDLES[index] = int(primary_context().handle)
+    return _PRIMARY_HANDLES[index]
+
+
+_PRIMARY_HANDLES: dict = {}
 
 
 class context:
@@ -172,7 +185,9 @@ class Loaded:
 
     def __init__(self, cubin: bytes, kernels):
         cuda = driver()
+        self.cubin = cubin
         self.module = cuda.module_from_buffer(cubin)
+        self._driver_module = None
         self.functions = {}
         for kernel in kernels:
             function = self.module.get_function(kernel.name)
@@ -185,6 +200,15 @@ class Loaded:
 
     def function(self, kernel):
         return self.functions[kernel.name]
+
+    def driver_function(self, kernel):
+        """The kernel's CUfunction, from a second load of the cubin through the
+        driver API (:mod:`.driver_api`, for prepared calls); made in the
+        context current now, which must be this one."""
+        from . import driver_api
+        if self._driver_module is None:
+            self._driver_module = driver_api.Module(self.cubin)
+        return self._driver_module.function(kernel.name)
 
 
 def parameter_format(kernel) -> str:
@@ -237,7 +261,8 @@ class GpuClock:
 
     def __init__(self, driver, arch: str):
         from .. import nvcc
-        module = driver.module_from_buffer(nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin)
+        self.cubin = nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin
+        module = driver.module_from_buffer(self.cubin)
         self.driver = driver
         self.spin = module.get_function("fusec_spin")
         self.spin.prepare("q")

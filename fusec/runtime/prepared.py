@@ -82,27 +82,14 @@ def signature(context: int, arguments: Mapping[str, Any], array_names: tuple[str
     return tuple(key)
 
 
-_pack = None  # pycuda._pvt_struct.pack, once imported
-
-
-@dataclasses.dataclass(frozen=True)
-class Launch:
-    """One kernel launch with its arguments fixed but for outputs and scalars."""
-
-    launch: Any  # pycuda.driver.Function._launch_kernel of the kernel, bound
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    format: str  # struct format of the parameters
-    arguments: tuple  # with placeholders where the slots go
-    output_slots: tuple[tuple[int, int], ...]  # (argument index, output position)
-    scalar_slots: tuple[tuple[int, str], ...]  # (argument index, scalar input name)
-
-
 @dataclasses.dataclass(frozen=True)
 class PreparedCall:
     """A program call on one signature of device arrays, ready to launch."""
 
-    launches: tuple[Launch, ...]
+    # each kernel's launch (a driver_api.Launch, or anything called with the
+    # values of its changing slots) with where those values come from: an
+    # output's position in output_shapes (its pointer), or a scalar's name
+    launches: tuple[tuple[Callable, tuple[int | str, ...]], ...]
     output_shapes: tuple[tuple[int, ...], ...]  # of every distinct output value, in order
     results: tuple[int, ...]  # the script's returns, as positions in output_shapes
     allocate: Callable[[tuple[int, ...]], tuple[Any, int]]  # shape -> (array, pointer)
@@ -113,25 +100,17 @@ class PreparedCall:
         """Outputs of the program on ``arguments``; None when a new output is
         not 16-byte aligned, which the prepared flags assumed (the caller then
         goes the whole way). Written for speed: this is all a warm call does."""
-        global _pack
-        scalars = {}
+        values: dict[int | str, Any] = {}
         for name in self.scalar_names:
             value = arguments[name]
-            scalars[name] = value if type(value) is float else scalar_value(name, value)
+            values[name] = value if type(value) is float else scalar_value(name, value)
         outputs = [self.allocate(shape) for shape in self.output_shapes]
-        for _, pointer in outputs:
+        for position, (_, pointer) in enumerate(outputs):
             if pointer % 16:
                 return None
-        if _pack is None:
-            from pycuda._pvt_struct import pack as _pack
-        for launch in self.launches:
-            values = list(launch.arguments)
-            for index, position in launch.output_slots:
-                values[index] = outputs[position][1]
-            for index, name in launch.scalar_slots:
-                values[index] = scalars[name]
-            # what prepared_async_call does, less its per-call keyword handling
-            launch.launch(launch.grid, launch.block, _pack(launch.format, *values), 0, None)
+            values[position] = pointer
+        for launch, sources in self.launches:
+            launch([values[source] for source in sources])
         if len(self.results) == 1:
             return outputs[self.results[0]][0]
         return tuple(outputs[position][0] for position in self.results)

@@ -24,9 +24,10 @@ from ..codegen.program import GeneratedProgram
 from .. import geometry as geo
 from ..library.model import Kind
 from . import cuda  # PyCUDA itself is imported on the first call
+from . import driver_api
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
-from .prepared import Launch, PreparedCall, signature
+from .prepared import PreparedCall, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
 
@@ -157,11 +158,21 @@ class Program:
 
     def _run_prepared(self, arrays: Mapping[str, Any]):
         """The results of a prepared call for these arguments, or None when
-        there is none (or it declines): the whole way then runs."""
-        with cuda.context() as ctx:
-            key = signature(cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
+        there is none (or it declines): the whole way then runs. The context
+        is the driver's current one (where CuPy or PyTorch ran, the runtime
+        left the primary context current), or the primary one pushed."""
+        context = driver_api.current_context()
+        pushed = not context
+        if pushed:
+            context = cuda.primary_handle()
+            driver_api.push_context(context)
+        try:
+            key = signature(context, arrays, self._array_names, self._scalar_names)
             prepared = self._prepared.get(key) if key is not None else None
             return prepared(arrays) if prepared is not None else None
+        finally:
+            if pushed:
+                driver_api.pop_context()
 
     def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding) -> PreparedCall:
         """What a call on the same device arrays needs to redo: scalars, outputs."""
@@ -169,15 +180,17 @@ class Program:
         scalar_name = {v: self.dag.value(v).name for v in binding.scalars}
         prepared = []
         for kernel, grid, args in launches:
-            output_slots, scalar_slots = [], []
+            changing, sources = [], []
             for index, arg in enumerate(kernel.args):
                 if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs:
-                    output_slots.append((index, outputs.index(arg.value)))  # later kernels read outputs too
+                    changing.append(index)  # later kernels read outputs too
+                    sources.append(outputs.index(arg.value))
                 elif arg.role == "scalar":
-                    scalar_slots.append((index, scalar_name[arg.value]))
-            prepared.append(Launch(loaded.function(kernel)._launch_kernel, (grid, 1, 1), (kernel.block, 1, 1),
-                                   cuda.parameter_format(kernel), tuple(args),
-                                   tuple(output_slots), tuple(scalar_slots)))
+                    changing.append(index)
+                    sources.append(scalar_name[arg.value])
+            launch = driver_api.Launch(loaded.driver_function(kernel), grid, kernel.block,
+                                       cuda.parameter_format(kernel), args, changing)
+            prepared.append((launch, tuple(sources)))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         return PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
