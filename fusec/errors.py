@@ -132,8 +132,8 @@ class GPUUnavailableError(FusecError):
     """A GPU, a CUDA driver or PyCUDA is needed and missing."""
 
 
-class LaunchError(FusecError):
-    """A CUDA driver call fusec made failed (a kernel launch, a module load)."""
+class DriverError(FusecError):
+    """A CUDA driver call fusec made itself (not through PyCUDA) failed."""
 
 
 class CacheError(FusecError):

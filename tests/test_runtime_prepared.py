@@ -109,57 +109,54 @@ def test_a_prepared_call_hands_each_launch_its_outputs_and_scalars():
     assert results == (("array", (), POINTER + 2048), ("array", (3,), POINTER + 1024))
 
 
-class _FakeLaunch:
-    """cuLaunchKernel's stand-in: records what it was called with and the
-    parameter slots' bytes at that moment."""
+class _FakeLaunchKernel:
+    """PyCUDA's ``Function._launch_kernel`` stand-in: records its arguments
+    and the parameter buffer's bytes at the moment of each launch."""
 
-    def __init__(self, result=0):
-        self.calls, self.result = [], result
+    def __init__(self):
+        self.calls = []
 
-    def __call__(self, function, gx, gy, gz, bx, by, bz, shared, stream, parameters, extra):
-        import ctypes
-        slots = [ctypes.c_uint64.from_address(parameters[i]).value for i in range(len(parameters))]
-        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream, extra), slots))
-        return self.result
+    def __call__(self, grid, block, buffer, shared, stream):
+        self.calls.append(((grid, block, shared, stream), bytes(buffer)))
 
 
-def _bits(code, value):
+def test_parameter_offsets_follow_native_alignment():
+    from fusec.runtime.prepared import parameter_offsets
+    assert parameter_offsets("PPfi") == (0, 8, 16, 20)
+    assert parameter_offsets("PfPiq") == (0, 8, 16, 24, 32)  # a pointer after a float is 8-aligned
+    assert parameter_offsets("d") == (0,)
+
+
+def test_a_bound_launch_rewrites_only_its_changing_parameters():
+    """A call packs its values where the kernel expects them, over the buffer
+    packed once; the other parameters stay as first packed."""
     import struct
-    return int.from_bytes(struct.pack(code, value).ljust(8, b"\0"), "little")
-
-
-def test_a_bound_launch_rewrites_only_its_changing_slots():
-    """driver_api.Launch: one 8-byte slot per parameter, packed as the
-    kernel's parameter format says; a call rewrites the changing slots in
-    place and launches with the grid and block it was bound with."""
-    from fusec.runtime.driver_api import Launch
-    fake = _FakeLaunch()
-    launch = Launch("fn", 33, 256, "PPfiq", (POINTER, 0, np.float32(1.5), 1, 1 << 40),
-                    changing=(1, 2), launch=fake)
+    from fusec.runtime.prepared import Launch
+    fake = _FakeLaunchKernel()
+    launch = Launch(fake, 33, 256, "PPfiq", (POINTER, 0, np.float32(1.5), 1, 1 << 40), changing=(1, 2))
     launch([POINTER + 64, 0.25])
     launch([POINTER + 128, -3.0])
     (head, first), (_, second) = fake.calls
-    assert head == ("fn", 33, 1, 1, 256, 1, 1, 0, None, None)
-    assert first == [POINTER, POINTER + 64, _bits("<f", 0.25), 1, 1 << 40]
-    assert second == [POINTER, POINTER + 128, _bits("<f", -3.0), 1, 1 << 40]
-    double = Launch("fn", 1, 32, "d", (0.0,), changing=(0,), launch=fake)
-    double([0.1])
-    assert fake.calls[-1][1] == [_bits("<d", 0.1)]
+    assert head == ((33, 1, 1), (256, 1, 1), 0, None)
+    assert first == struct.pack("@PPfiq", POINTER, POINTER + 64, 0.25, 1, 1 << 40)
+    assert second == struct.pack("@PPfiq", POINTER, POINTER + 128, -3.0, 1, 1 << 40)
 
 
-def test_a_failed_launch_raises_launch_error_naming_the_driver_error(monkeypatch):
+def test_a_failed_driver_call_raises_driver_error_naming_the_error(monkeypatch):
     import ctypes
     import pytest
-    from fusec.errors import LaunchError
+    from fusec.errors import DriverError
     from fusec.runtime import driver_api
 
     class FakeDriver:
         def cuGetErrorName(self, code, name):
-            ctypes.cast(name, ctypes.POINTER(ctypes.c_char_p))[0] = b"CUDA_ERROR_INVALID_VALUE"
+            ctypes.cast(name, ctypes.POINTER(ctypes.c_char_p))[0] = b"CUDA_ERROR_INVALID_CONTEXT"
             return 0
 
+        def cuCtxGetCurrent(self, out):
+            return 201
+
     monkeypatch.setattr(driver_api, "_LIB", FakeDriver())
-    launch = driver_api.Launch("fn", 1, 32, "P", (POINTER,), changing=(), launch=_FakeLaunch(result=1))
-    with pytest.raises(LaunchError) as info:
-        launch([])
-    assert "cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)" in str(info.value)
+    with pytest.raises(DriverError) as info:
+        driver_api.current_context()
+    assert "cuCtxGetCurrent failed: CUDA_ERROR_INVALID_CONTEXT (201)" in str(info.value)

@@ -1,5 +1,5 @@
-"""Where fusec talks to the GPU through PyCUDA (a prepared call's launches go
-through :mod:`.driver_api` instead).
+"""Where fusec talks to the GPU through PyCUDA (but for the driver's current
+context: :mod:`.driver_api`).
 
 fusec imports, checks and generates code without PyCUDA; this module is
 imported when a program first runs. Programs run in the CUDA context current
@@ -185,9 +185,7 @@ class Loaded:
 
     def __init__(self, cubin: bytes, kernels):
         cuda = driver()
-        self.cubin = cubin
         self.module = cuda.module_from_buffer(cubin)
-        self._driver_module = None
         self.functions = {}
         for kernel in kernels:
             function = self.module.get_function(kernel.name)
@@ -200,15 +198,6 @@ class Loaded:
 
     def function(self, kernel):
         return self.functions[kernel.name]
-
-    def driver_function(self, kernel):
-        """The kernel's CUfunction, from a second load of the cubin through the
-        driver API (:mod:`.driver_api`, for prepared calls); made in the
-        context current now, which must be this one."""
-        from . import driver_api
-        if self._driver_module is None:
-            self._driver_module = driver_api.Module(self.cubin)
-        return self._driver_module.function(kernel.name)
 
 
 def parameter_format(kernel) -> str:
@@ -261,8 +250,7 @@ class GpuClock:
 
     def __init__(self, driver, arch: str):
         from .. import nvcc
-        self.cubin = nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin
-        module = driver.module_from_buffer(self.cubin)
+        module = driver.module_from_buffer(nvcc.compile_cubin(TIMING_KERNELS, arch=arch).cubin)
         self.driver = driver
         self.spin = module.get_function("fusec_spin")
         self.spin.prepare("q")

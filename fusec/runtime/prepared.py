@@ -17,7 +17,9 @@ arguments never take this path (their copies dominate anyway).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+import functools
+import struct
+from typing import Any, Callable, Mapping, Sequence
 
 from .arrays import scalar_value
 
@@ -82,12 +84,44 @@ def signature(context: int, arguments: Mapping[str, Any], array_names: tuple[str
     return tuple(key)
 
 
+def parameter_offsets(parameter_format: str) -> tuple[int, ...]:
+    """Byte offset of each kernel parameter in its packed buffer (native
+    alignment, as PyCUDA packs them and the kernel's ABI lays them out)."""
+    return tuple(struct.calcsize("@" + parameter_format[:i + 1]) - struct.calcsize("@" + code)
+                 for i, code in enumerate(parameter_format))
+
+
+class Launch:
+    """One kernel launch with its parameters packed once into a buffer of
+    its own. A call rewrites the fields that change (outputs, scalars) in
+    place and launches through PyCUDA's ``_launch_kernel`` bound to the
+    buffer, the grid and the block (what ``prepared_async_call`` does, less
+    its per-call packing and keyword handling). The driver copies the
+    parameters at launch, so the buffer is free to rewrite for the next."""
+
+    def __init__(self, launch_kernel: Callable, grid: int, block: int, parameter_format: str,
+                 values: Sequence, changing: Sequence[int]):
+        self.buffer = bytearray(struct.calcsize("@" + parameter_format))
+        struct.pack_into("@" + parameter_format, self.buffer, 0, *values)
+        offsets = parameter_offsets(parameter_format)
+        # (offset, packer) of each field a call rewrites, in the order of its values
+        self.changing = tuple((offsets[i], struct.Struct("@" + parameter_format[i]).pack_into) for i in changing)
+        self.launch = functools.partial(launch_kernel, (grid, 1, 1), (block, 1, 1), self.buffer, 0, None)
+
+    def __call__(self, values: Sequence) -> None:
+        """Launch with ``values`` in the changing fields, in their order."""
+        buffer = self.buffer
+        for (offset, pack_into), value in zip(self.changing, values):
+            pack_into(buffer, offset, value)
+        self.launch()
+
+
 @dataclasses.dataclass(frozen=True)
 class PreparedCall:
     """A program call on one signature of device arrays, ready to launch."""
 
-    # each kernel's launch (a driver_api.Launch, or anything called with the
-    # values of its changing slots) with where those values come from: an
+    # each kernel's Launch (or anything called with the values of its
+    # changing parameters) with where those values come from: an
     # output's position in output_shapes (its pointer), or a scalar's name
     launches: tuple[tuple[Callable, tuple[int | str, ...]], ...]
     output_shapes: tuple[tuple[int, ...], ...]  # of every distinct output value, in order

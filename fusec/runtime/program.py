@@ -27,7 +27,7 @@ from . import cuda  # PyCUDA itself is imported on the first call
 from . import driver_api
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
-from .prepared import PreparedCall, signature
+from .prepared import Launch, PreparedCall, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
 
@@ -188,8 +188,8 @@ class Program:
                 elif arg.role == "scalar":
                     changing.append(index)
                     sources.append(scalar_name[arg.value])
-            launch = driver_api.Launch(loaded.driver_function(kernel), grid, kernel.block,
-                                       cuda.parameter_format(kernel), args, changing)
+            launch = Launch(loaded.function(kernel)._launch_kernel, grid, kernel.block,
+                            cuda.parameter_format(kernel), args, changing)
             prepared.append((launch, tuple(sources)))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
