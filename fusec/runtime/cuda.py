@@ -3,15 +3,16 @@ context: :mod:`.driver_api`).
 
 fusec imports, checks and generates code without PyCUDA; this module is
 imported when a program first runs. Programs run in the CUDA context current
-on the calling thread (``pycuda.autoinit`` makes its own). With none current
-(CuPy, for one, works in the device's primary context through the runtime API
-without making it current for the driver API), a program call pushes the
-primary context of device ``$FUSEC_DEVICE`` (default 0) and pops it after, so
-device arrays of CuPy and PyTorch are usable without copies. (Leaving it
-current would save about a microsecond a call, but PyCUDA aborts the process
-at exit when its context stack is not empty.)
+on the calling thread (``pycuda.autoinit`` makes its own). PyCUDA sees only
+the contexts it pushed itself, so with none of those (where CuPy or PyTorch
+ran, the runtime made the device's primary context current without PyCUDA
+knowing) the whole way pushes the primary context of device ``$FUSEC_DEVICE``
+(default 0) and pops it after, so device arrays of CuPy and PyTorch are usable
+without copies; a prepared call asks the driver and pushes only when no
+context at all is current. (Pushing and leaving it would save about a
+microsecond a call, but PyCUDA aborts the process at exit when its context
+stack is not empty.)
 """
-
 from __future__ import annotations
 
 import os
