@@ -13,6 +13,7 @@ context at all is current. (Pushing and leaving it would save about a
 microsecond a call, but PyCUDA aborts the process at exit when its context
 stack is not empty.)
 """
+
 from __future__ import annotations
 
 import os
@@ -65,6 +66,9 @@ def primary_context():
     return _PRIMARY[index]
 
 
+_PRIMARY_HANDLES: dict = {}  # device index -> its primary context's CUcontext
+
+
 def primary_handle() -> int:
     """The primary context's CUcontext, as an int (a prepared call pushes it
     through the driver API when no context is current)."""
@@ -72,9 +76,6 @@ def primary_handle() -> int:
     if index not in _PRIMARY_HANDLES:
         _PRIMARY_HANDLES[index] = int(primary_context().handle)
     return _PRIMARY_HANDLES[index]
-
-
-_PRIMARY_HANDLES: dict = {}
 
 
 class context:
