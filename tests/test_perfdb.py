@@ -20,6 +20,7 @@ from fusec.predict import DEFAULT
 from fusec.script import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
+from fusec.space.implementations import TILE_SHAPES
 
 from helpers import ROOT, library
 
@@ -56,7 +57,7 @@ def test_every_routine_of_every_function_is_probed(found):
     for dtype in ("float32", "float64"):
         tile_load = {(k.block, k.iters, k.tile_rows, k.serial) for k in keys
                      if k.routine == "tile_load" and k.dtype == dtype}
-        assert len(tile_load) == 9 * 2  # every tile shape, both serial axes
+        assert len(tile_load) == len(TILE_SHAPES) * 2  # every tile shape, both serial axes
     assert len({p.kernel.name for p in found}) == len(found)
 
 
@@ -213,7 +214,7 @@ def test_cli_show(tmp_path, found, capsys):
     assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path), "--routine", "tile_load"]) == 0
     out = capsys.readouterr().out
     assert "NVIDIA Fake 1, 132 SMs" in out and library().content_hash in out
-    assert out.count("tile_load ") == 36  # 9 shapes x 2 axes x 2 precisions
+    assert out.count("tile_load ") == len(TILE_SHAPES) * 2 * 2  # every shape, both axes and precisions
     assert main(["perfdb", "show", "--gpu", "a100", "--dir", str(tmp_path)]) == 1
     assert "no performance database for 'a100'" in capsys.readouterr().err
     assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path), "--routine", "tile_lod"]) == 1
