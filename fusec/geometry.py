@@ -15,6 +15,8 @@ tile geometry           (nested functions: one instance per block)
 ``TILE_COLS``           columns of a tile: one warp of 16-byte accesses, ``32*VEC``
 ``BLOCK_X``             32: a warp spans a tile row
 ``BLOCK_Y``             ``BLOCK/32`` rows of threads
+``STREAM_MATRIX``       1 when the kernel stores no matrix (matrix loads may be
+                        evict-first); set per kernel by the code generator
 ======================  ======================================================
 """
 

@@ -80,8 +80,8 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
         elif arg.role == "out":
             total += max(elements(arg.value), 1) * itemsize
     for reduction in kernel.reductions:
-        partials, _ = kernel.reduction_buffers(reduction, dict(sizes))
-        total += 2 * partials * itemsize
+        tiles, arrivals, width = kernel.reduction_tiles(reduction, dict(sizes))
+        total += 2 * tiles * arrivals * width * itemsize
     return total
 
 

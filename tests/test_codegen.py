@@ -212,7 +212,9 @@ def test_sgemv_walks_columns_and_accumulates(script, dtype):
     assert f"r_{q}[s] = real(0);" in head
     assert "tile_load(" in loop and "cols_load(" in loop and "gemv_compute(" in loop
     assert "rows_partial_store(" not in head + loop
-    assert f"rows_partial_store(r_{q}, ws_{q} + (long long)block_col * rows, c);" in tail
+    # partials go to the region of the block's row tile, the block's slice of it
+    assert (f"rows_partial_store(r_{q}, ws_{q} + (long long)(c.row0 / TILE_ROWS)"
+            " * fusec_region((long long)grid_cols * TILE_ROWS) + (long long)block_col * TILE_ROWS - c.row0, c);") in tail
 
 
 @pytest.mark.parametrize("script", ["atax", "bicgk"])
@@ -230,7 +232,8 @@ def test_sgemtv_walks_rows_and_accumulates(script):
     assert "c.row0 += TILE_ROWS)" in loop.splitlines()[0]
     assert "rows_load(" in loop and "rows_load(" not in head
     s = prog.dag.value(result).c_name
-    assert f"cols_partial_store(r_{s}, ws_{s} + (long long)block_row * cols, smem + " in tail
+    assert (f"cols_partial_store(r_{s}, ws_{s} + (long long)(c.col0 / TILE_COLS)"
+            " * fusec_region((long long)grid_rows * TILE_COLS) + (long long)block_row * TILE_COLS - c.col0, smem + ") in tail
     # The store sums over the block's warps in shared memory: its scratch is allocated.
     (store,) = ops(kernel, POST)
     assert store.scratch is not None and store.scratch.offset % 4 == 0
@@ -361,7 +364,15 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
     fence = text.index("__threadfence();\n  BARRIER();")
     assert text.rindex("_store(", 0, text.index("// finish ")) < fence < text.index("// finish ")
     assert f"fusec_arrive(cnt_{var}" in finish
-    assert f"fusec_sum_partials<BLOCK>(ws_{var}," in finish
+    # the summed partials leave L2 without being written back, after the sum's last barrier
+    if kernel.plan.geometry is Geometry.TILE:
+        assert f"real* const tile_partials = ws_{var} + tile * region;" in finish
+        assert "fusec_sum_partials<BLOCK>(tile_partials - (long long)tile * " in finish
+        discard = "fusec_discard<BLOCK>(tile_partials, region, threadIdx.x);"
+    else:
+        assert f"fusec_sum_partials<BLOCK>(ws_{var}, gridDim.x, 1, 0, 1, 1," in finish
+        discard = f"fusec_discard<BLOCK>(ws_{var}, fusec_region(gridDim.x), threadIdx.x);"
+    assert finish.index("fusec_sum_partials") < finish.index(discard)
     assert f"g_{var}[i] = " in finish
     assert "__shared__ int fusec_flag;" in text
     assert kernel.shared_reals >= kernel.macros()["BLOCK"]  # the finish sums in shared memory
@@ -406,16 +417,17 @@ def test_kernel_arguments_in_order():
 
 # bicgk, m=1000, n=500, tiles 32 x TILE_COLS (128 float, 64 double), ITERS = 8:
 #   row tiles ceil(1000/32) = 32; column tiles ceil(500/128) = 4 or ceil(500/64) = 8.
-#   sgemv walks columns: 32 x ceil(col tiles/8) = 32 x 1 blocks; partials: one row of
-#     m per block column, counters one per row tile.
-#   sgemtv walks rows: ceil(32/8) = 4 x col tiles blocks; partials: one row of n per
-#     block row, counters one per column tile.
+#   sgemv walks columns: 32 x ceil(col tiles/8) = 32 x 1 blocks; partials: a region per
+#     row tile of 1 block column x 32 rows, in whole 128-byte lines (32 reals: 128 or
+#     256 bytes); counters one per row tile.
+#   sgemtv walks rows: ceil(32/8) = 4 x col tiles blocks; partials: a region per column
+#     tile of 4 block rows x TILE_COLS (2048 bytes either way); counters one per column tile.
 BICGK = {"m": 1000, "n": 500}
 BICGK_LAUNCH = {
-    ("float32", "sgemv"): ((32, 1), 32, (1 * 1000, 32)),
-    ("float32", "sgemtv"): ((4, 4), 16, (4 * 500, 4)),
-    ("float64", "sgemv"): ((32, 1), 32, (1 * 1000, 32)),
-    ("float64", "sgemtv"): ((4, 8), 32, (4 * 500, 8)),
+    ("float32", "sgemv"): ((32, 1), 32, (32 * 32, 32)),
+    ("float32", "sgemtv"): ((4, 4), 16, (4 * 4 * 128, 4)),
+    ("float64", "sgemv"): ((32, 1), 32, (32 * 32, 32)),
+    ("float64", "sgemtv"): ((4, 8), 32, (8 * 4 * 64, 8)),
 }
 
 
@@ -431,25 +443,27 @@ def test_tile_kernel_launch(dtype, function):
 
 def test_tile_kernel_launch_walking_the_other_axis():
     # sgemv walking rows: ceil(32/8) = 4 x 4 blocks; q sums along columns it does not
-    # walk: one row of m partials per block column (4), a counter per row tile (32).
+    # walk: per row tile (32 of them, a counter each) 4 block columns x 32 rows.
     prog = swapped("bicgk")
     sgemv, sgemtv = kernel_named(prog, "sgemv"), kernel_named(prog, "sgemtv")
     assert sgemv.grid(BICGK) == 16
-    assert sgemv.reduction_buffers(sgemv.reductions[0], BICGK) == (4 * 1000, 32)
-    # sgemtv walking columns: 32 x ceil(4/8) = 32 blocks; 32 block rows of n partials.
+    assert sgemv.reduction_buffers(sgemv.reductions[0], BICGK) == (32 * 4 * 32, 32)
+    assert sgemv.reduction_tiles(sgemv.reductions[0], BICGK) == (32, 4, 32)
+    # sgemtv walking columns: 32 x ceil(4/8) = 32 blocks; per column tile 32 block rows x 128.
     assert sgemtv.grid(BICGK) == 32
-    assert sgemtv.reduction_buffers(sgemtv.reductions[0], BICGK) == (32 * 500, 4)
+    assert sgemtv.reduction_buffers(sgemtv.reductions[0], BICGK) == (4 * 32 * 128, 4)
 
 
-@pytest.mark.parametrize("dtype,blocks", [("float32", 245), ("float64", 489)])
-def test_vector_kernel_launch(dtype, blocks):
+@pytest.mark.parametrize("dtype,blocks,partials", [("float32", 245, 256), ("float64", 489, 496)])
+def test_vector_kernel_launch(dtype, blocks, partials):
     # n = 10**6 in chunks of BLOCK*VEC = 1024 (float) or 512 (double) values:
-    # 977 or 1954 chunks, ITERS = 4 per block.
+    # 977 or 1954 chunks, ITERS = 4 per block. One partial per block, in whole
+    # 128-byte lines: 980 bytes -> 1024 (256 floats), 3912 -> 3968 (496 doubles).
     kernel = kernel_named(unfused("axpydot", dtype), "sdot")
     sizes = {"n": 10 ** 6}
     assert kernel.grid_extent(sizes) == (blocks, 1)
     assert kernel.grid(sizes) == blocks
-    assert kernel.reduction_buffers(kernel.reductions[0], sizes) == (blocks, 1)
+    assert kernel.reduction_buffers(kernel.reductions[0], sizes) == (partials, 1)
 
 
 @pytest.mark.parametrize("n,blocks", [(1, 1), (1024, 1), (4096, 1), (4097, 2), (8192, 2)])

@@ -102,6 +102,9 @@ class HorizontalKernel:
     def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
         return self.part_of(reduction).reduction_buffers(reduction, sizes)
 
+    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
+        return self.part_of(reduction).reduction_tiles(reduction, sizes)
+
 
 def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None) -> int:
     """HFuse's register bound (Fig. 6, lines 9-12): the registers per thread that

@@ -118,6 +118,11 @@ class Kernel:
     reductions: tuple[Reduction, ...]
     shared_reals: int
     source: str = dataclasses.field(repr=False)
+    # Tile kernels that store no matrix read their matrices once and re-read only
+    # vectors and partials: their matrix loads are marked evict-first (STREAM_MATRIX),
+    # so the stream leaves those in L2. 4.6% on BiCGK, fp32 n=16384; a kernel that
+    # stores a matrix (GEMVER's sger, MADD) is slower with it (bench/results/h100-l2-policies.md).
+    stream_matrices: bool = False
 
     @property
     def shape(self) -> geo.Shape:
@@ -133,7 +138,10 @@ class Kernel:
         return self
 
     def macros(self) -> dict[str, int]:
-        return self.plan.shape.macros(self.dtype)
+        macros = self.plan.shape.macros(self.dtype)
+        if self.plan.geometry is Geometry.TILE:
+            macros["STREAM_MATRIX"] = int(self.stream_matrices)
+        return macros
 
     # Host-side arithmetic: the same formulas the kernel uses for its indices.
     def grid_extent(self, sizes: dict[str, int]) -> tuple[int, int]:
@@ -190,14 +198,31 @@ class Kernel:
         return (self.shared_reals + registers * self.plan.shape.block) * itemsize
 
     def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
-        """(reals of partials, counters) the reduction needs."""
+        """(reals of the workspace, counters) the reduction needs: a region of whole
+        128-byte lines per output tile (fusec_region in support.cuh)."""
+        if reduction.axis is None:
+            return partials_region(self.grid(sizes), self.dtype), 1
+        tiles, arrivals, width = self.reduction_tiles(reduction, sizes)
+        return tiles * partials_region(arrivals * width, self.dtype), tiles
+
+    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
+        """(output tiles, blocks that store partials of each, outputs per tile)."""
         m = self.macros()
         if reduction.axis is None:
-            return self.grid(sizes), 1
+            return 1, self.grid(sizes), 1
         rows, cols = self.grid_extent(sizes)
         if reduction.axis == COLS:  # partials along the columns; outputs are rows
-            return cols * sizes[self.dims[0]], -(-sizes[self.dims[0]] // m["TILE_ROWS"])
-        return rows * sizes[self.dims[1]], -(-sizes[self.dims[1]] // m["TILE_COLS"])
+            return -(-sizes[self.dims[0]] // m["TILE_ROWS"]), cols, m["TILE_ROWS"]
+        return -(-sizes[self.dims[1]] // m["TILE_COLS"]), rows, m["TILE_COLS"]
+
+
+PARTIALS_LINE = 128  # bytes: FUSEC_LINE in support.cuh
+
+
+def partials_region(reals: int, dtype: str) -> int:
+    """fusec_region of support.cuh: reals rounded up to whole 128-byte lines."""
+    itemsize = geo.DTYPES[dtype].itemsize
+    return -(-reals * itemsize // PARTIALS_LINE) * (PARTIALS_LINE // itemsize)
 
 
 # --------------------------------------------------------------------------- analysis
@@ -395,8 +420,9 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
 
     args = _kernel_args(dag, library, plan, storage, kernel_calls, dims)
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
+    stores_matrix = any(a.role == "out" and dag.value(a.value).kind is Kind.MATRIX for a in args)
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
-                    total, "")
+                    total, "", stream_matrices=plan.geometry is Geometry.TILE and not stores_matrix)
     return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
 
 
@@ -563,8 +589,8 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
           + ("rows" if serial_rows else "columns"))
         w("[[maybe_unused]] const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
         w("[[maybe_unused]] const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
-        if threads.part or any(r.axis == ROWS for r in kernel.reductions):  # arrivals of a sum along the rows
-            w("const int grid_rows = " + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
+        w("[[maybe_unused]] const int grid_rows = "
+          + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
         w("const int grid_cols = " + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))
         if threads.part:
             w(f"const int {threads.grid} = grid_rows * grid_cols;  // this part's own grid")
@@ -685,14 +711,12 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
     else:
         target = f"g_{result.c_name}"
         if function.hof.reduce:
-            # partials go to the workspace, one row of it per block along the reduced axis
+            # partials go to the workspace: the region of this output tile, one slice of
+            # it per block along the reduced axis (the store indexes it like the output)
             if not tile:
                 target = f"ws_{result.c_name} + blockIdx.x"
             else:
-                axis = _axis_of(function, function.hof.axis)
-                part = "block_col" if axis == COLS else "block_row"
-                length = "rows" if axis == COLS else "cols"
-                target = f"ws_{result.c_name} + (long long){part} * {length}"
+                target = f"ws_{result.c_name} + " + _partials_offset(_axis_of(function, function.hof.axis), ctx)
         args = [by_value[result.id].var, target]
     if op.scratch is not None:
         args.append(f"smem + {op.scratch.offset}")
@@ -791,6 +815,17 @@ def _emit_probed_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Libra
         w(f"fusec_sink += {e.var}[threadIdx.x % {e.size}];")
 
 
+def _partials_offset(axis: str, ctx: str = "c") -> str:
+    """Where a block's partials of the output tile it is at lie in the workspace,
+    less that tile's first output (the store adds it back): tile t owns region t,
+    of fusec_region(blocks x width) reals, and block p its slice p."""
+    if axis == COLS:  # a sum along the columns: outputs are rows
+        return (f"(long long)({ctx}.row0 / TILE_ROWS) * fusec_region((long long)grid_cols * TILE_ROWS)"
+                f" + (long long)block_col * TILE_ROWS - {ctx}.row0")
+    return (f"(long long)({ctx}.col0 / TILE_COLS) * fusec_region((long long)grid_rows * TILE_COLS)"
+            f" + (long long)block_row * TILE_COLS - {ctx}.col0")
+
+
 def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, library: Library,
                  threads: Threads = ALONE) -> None:
     value = dag.value(reduction.value)
@@ -819,8 +854,10 @@ def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, lib
     partials = f"fusec_sum_partials<BLOCK, {threads.barrier}>" if threads.part else "fusec_sum_partials<BLOCK>"
     tid = threads.tid
     if reduction.axis is None:
-        w(f"if ({arrive}(cnt_{c}, {threads.grid}, &fusec_flag, {tid}))")
-        w(f"  {partials}(ws_{c}, {threads.grid}, 1, 0, 1, 1, smem, {tid}, {emit});")
+        w.open(f"if ({arrive}(cnt_{c}, {threads.grid}, &fusec_flag, {tid}))")
+        w(f"{partials}(ws_{c}, {threads.grid}, 1, 0, 1, 1, smem, {tid}, {emit});")
+        w(f"fusec_discard<BLOCK>(ws_{c}, fusec_region({threads.grid}), {tid});  // summed: never written back")
+        w.close()
         return
     plan = kernel.plan
     out_rows = reduction.axis == COLS  # summing along columns leaves one value per row
@@ -835,9 +872,13 @@ def _emit_finish(w: _Writer, reduction: Reduction, kernel: Kernel, dag: Dag, lib
     else:  # stored in every iteration: this block touched ITERS output tiles
         w(f"const int first_{c} = {block} * ITERS, end_{c} = min(first_{c} + ITERS, {tiles});")
     w.open(f"for (int tile = first_{c}; tile < end_{c}; ++tile)")
-    w(f"if ({arrive}(cnt_{c} + tile, {arrivals}, &fusec_flag, {tid}))")
-    w(f"  {partials}(ws_{c}, {arrivals}, {length}, (long long)tile * {width}, {width},"
-      f" {length}, smem, {tid},")
-    w(f"                           {emit});")
+    w(f"const long long region = fusec_region((long long){arrivals} * {width});")
+    w(f"real* const tile_partials = ws_{c} + tile * region;  // block p's at [p * {width}, (p + 1) * {width})")
+    w.open(f"if ({arrive}(cnt_{c} + tile, {arrivals}, &fusec_flag, {tid}))")
+    w(f"{partials}(tile_partials - (long long)tile * {width}, {arrivals}, {width}, (long long)tile * {width},"
+      f" {width}, {length}, smem, {tid},")
+    w(f"                         {emit});")
+    w(f"fusec_discard<BLOCK>(tile_partials, region, {tid});  // summed: never written back")
+    w.close()
     w("BARRIER();  // fusec_flag is reused by the next tile")
     w.close()

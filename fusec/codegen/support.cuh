@@ -4,6 +4,23 @@
 // VEC reals moved by one 16-byte access.
 struct __align__(16) fusec_vec { real v[VEC]; };
 
+// One 16-byte load; EVICT_FIRST marks it read-once (ld.global.cs), so that L2 keeps
+// what the kernel re-reads instead (tile routines pass the kernel's STREAM_MATRIX).
+template <bool EVICT_FIRST>
+__device__ __forceinline__ fusec_vec fusec_load16(const real* p) {
+  if constexpr (EVICT_FIRST) {
+    fusec_vec v;
+    if constexpr (sizeof(real) == 4) {
+      *reinterpret_cast<float4*>(&v) = __ldcs(reinterpret_cast<const float4*>(p));
+    } else {
+      *reinterpret_cast<double2*>(&v) = __ldcs(reinterpret_cast<const double2*>(p));
+    }
+    return v;
+  } else {
+    return *reinterpret_cast<const fusec_vec*>(p);
+  }
+}
+
 // Where an instance of an unnested function is, as seen by one thread.
 struct fusec_chunk {
   int t;          // thread index in the instance group (the block)
@@ -48,6 +65,29 @@ __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrival
   const bool last = *flag;
   if (last && tid == 0) *counter = 0;  // ready for the next launch
   return last;
+}
+
+// Partials of one output tile (or of a whole vector reduction) lie together, in a
+// region of whole 128-byte L2 lines: the blocks' stores land in few lines, and the
+// block that sums them discards the lines afterwards, so these scratch values are
+// never written back to DRAM. Interleaved with the matrix stream, those write-backs
+// cost about 2% of a gemv (bench/results/h100-l2-policies.md). Workspaces start on a
+// 256-byte boundary (cuMemAlloc), so every region is line-aligned.
+#define FUSEC_LINE 128
+__host__ __device__ constexpr long long fusec_region(long long reals) {
+  return (reals * (long long)sizeof(real) + FUSEC_LINE - 1) / FUSEC_LINE * (FUSEC_LINE / (long long)sizeof(real));
+}
+
+// Drops a region's lines from L2 without writing them back (PTX discard.global.L2):
+// its values become undefined, which is fine once summed; the next launch stores
+// again before anything reads. Called after fusec_sum_partials, whose last barrier
+// orders every read of the region before it.
+template <int THREADS>
+__device__ __forceinline__ void fusec_discard(const real* region, long long reals, int tid) {
+  const char* base = reinterpret_cast<const char*>(region);
+  const long long lines = reals * (long long)sizeof(real) / FUSEC_LINE;
+  for (long long l = tid; l < lines; l += THREADS)
+    asm volatile("discard.global.L2 [%0], 128;" :: "l"(base + l * FUSEC_LINE) : "memory");
 }
 
 // Sums partials[p*stride + o] over p < count, for outputs o in [o0, o0 + width)

@@ -5,6 +5,9 @@
 
 #define ROWS_PER_THREAD (TILE_ROWS / BLOCK_Y)
 
+// Matrix loads go through fusec_load16<STREAM_MATRIX>: evict-first where the kernel
+// stores no matrix (it reads each matrix once; its vectors and partials stay in L2).
+
 // Every routine has a straight-line path for full tiles (c.full: inside and
 // aligned, the same for the whole block), so all of a thread's loads leave at
 // once; the guarded path handles the edges.
@@ -15,7 +18,7 @@ __device__ __forceinline__ void tile_load(const real* __restrict__ A, real* a, c
     const real* p = A + (long long)(c.row0 + c.ty) * c.cols + col;
     #pragma unroll
     for (int k = 0; k < ROWS_PER_THREAD; ++k) {
-      const fusec_vec v = *reinterpret_cast<const fusec_vec*>(p + (long long)k * BLOCK_Y * c.cols);
+      const fusec_vec v = fusec_load16<STREAM_MATRIX>(p + (long long)k * BLOCK_Y * c.cols);
       #pragma unroll
       for (int j = 0; j < VEC; ++j) a[k * VEC + j] = v.v[j];
     }
