@@ -1,7 +1,8 @@
 """Which access pattern of y = A x does the H100 reward? fusec's gemv against hand-written ones.
 
-fusec's tuned SGEMV trails torch.compile's (Triton) by a few percent in
-bench.peers's GPU time. This times, in one process and on the same
+fusec's tuned SGEMV trailed torch.compile's (Triton) by 2-3 % in bench.peers's
+GPU time, until its reduction partials stopped being written back to DRAM
+(bench.l2_policies). This times, in one process and on the same
 matrix, hand-written gemv kernels (bench/gemv_patterns.cu, not fusec's library)
 that differ from fusec's tile routines in one thing each:
 
