@@ -120,7 +120,7 @@ class Kernel:
     source: str = dataclasses.field(repr=False)
     # Tile kernels that store no matrix read their matrices once and re-read only
     # vectors and partials: their matrix loads are marked evict-first (STREAM_MATRIX),
-    # so the stream leaves those in L2. 4.6% on BiCGK, fp32 n=16384; a kernel that
+    # so the stream leaves those in L2: 3.4% / 4.5% on BiCGK (fp32 / fp64); a kernel that
     # stores a matrix (GEMVER's sger, MADD) is slower with it (bench/results/h100-l2-policies.md).
     stream_matrices: bool = False
 
@@ -200,8 +200,6 @@ class Kernel:
     def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
         """(reals of the workspace, counters) the reduction needs: a region of whole
         128-byte lines per output tile (fusec_region in support.cuh)."""
-        if reduction.axis is None:
-            return partials_region(self.grid(sizes), self.dtype), 1
         tiles, arrivals, width = self.reduction_tiles(reduction, sizes)
         return tiles * partials_region(arrivals * width, self.dtype), tiles
 
