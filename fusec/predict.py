@@ -8,7 +8,9 @@ too small or too ragged to keep every SM busy, plus a fixed cost per launch
 database (measured routine times) plugs in behind the same interface.
 
 A horizontal fusion (HFuse) is predicted from its parts, which run side by
-side in every block: see :meth:`AnalyticPredictor.horizontal_seconds`.
+side in every block: see :meth:`AnalyticPredictor.horizontal_seconds`. A
+striped fusion from its parts, which run one after the other in stripes, the
+consumer re-reading from L2: see :func:`striped_seconds`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ from .space.points import COLS, ROWS
 
 L2_BYTES = 50 * 2 ** 20  # H100
 L2_REREAD_COST = 0.25  # a re-read from L2 costs about a quarter of a DRAM byte
+# A striped consumer's read of a tile its producer read or wrote a stripe or two
+# before costs about half a DRAM byte: the consumer sits in the same launch behind
+# the producer's stream (GEMVER on the H100, scratch measurement: the striped kernel
+# saved 185 of the 373 us its w = B x would spend reading B from DRAM at fp32
+# n = 16384, and 105 of 193 at fp64 n = 8192).
+STRIPE_REREAD_COST = 0.5
+# A consumer block waits for the producer's blocks of its stripe, holding its slot;
+# they finish about one block's time (its bytes at its share of DRAM) after their
+# tickets, which a lag of L stripes covers for L stripes' time. What the rest costs
+# grows with its square: fitted on the H100 to `fusec tune` of GEMVER, SGEMVT and
+# ATAX (fp32 n = 16384: producer blocks of 32 serial iterations waited ~80-180 us
+# and lost 200-1000 us; those of 8 waited ~15-30 us and lost next to nothing).
+STRIPE_WAIT_SCALE = 33e-6  # seconds
 
 
 SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
@@ -111,6 +126,8 @@ class AnalyticPredictor:
                               shared_per_sm=self.shared_per_sm)
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        if is_striped(kernel):
+            return striped_seconds(self, kernel, dag, sizes, self.launch, self.bandwidth, self.sms)
         if is_horizontal(kernel):
             return self.horizontal_seconds(kernel, dag, sizes)
         block = kernel.plan.shape.block
@@ -204,7 +221,35 @@ class AnalyticPredictor:
 
 def is_horizontal(kernel) -> bool:
     """Whether a kernel is a horizontal fusion of several parts."""
-    return bool(getattr(kernel, "parts", None))
+    return bool(getattr(kernel, "parts", None)) and not is_striped(kernel)
+
+
+def is_striped(kernel) -> bool:
+    """Whether a kernel is a striped fusion of a producer and a consumer."""
+    return hasattr(kernel, "schedule_counters")
+
+
+def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
+                    bandwidth: float, sms: int) -> float:
+    """A striped fusion: its parts' times as they would run alone, one launch
+    fewer, the consumer's reads of matrices the producer touched at
+    STRIPE_REREAD_COST of a DRAM byte, and the consumer's waits: a producer
+    block takes its bytes over its share of DRAM (every resident block has
+    one), of which a lag of L stripes hides L stripes' time; the rest costs
+    its square over STRIPE_WAIT_SCALE. Occupancy (the combined kernel has the
+    registers of the hungrier part) is left to the tuner."""
+    from .codegen.striped import matrices_reread
+    sizes = dict(sizes)
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
+                 for v in matrices_reread(dag, kernel.plan)) * itemsize
+    streaming = sum(predictor.kernel_seconds(part, dag, sizes) for part in kernel.parts) - launch
+    streaming -= (1 - STRIPE_REREAD_COST) * reread / bandwidth
+    producer = kernel.parts[0]
+    slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, kernel.block)
+    block_seconds = traffic(producer, dag, sizes) / producer.grid(sizes) * slots / bandwidth
+    wait = max(0.0, block_seconds - kernel.plan.lag * streaming / kernel.stripes(sizes))
+    return launch + streaming + wait * wait / STRIPE_WAIT_SCALE
 
 
 DEFAULT = AnalyticPredictor()

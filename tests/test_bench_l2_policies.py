@@ -22,7 +22,14 @@ def sgemv():
 
 @pytest.fixture(scope="module")
 def gemver():
-    return compiled("gemver")
+    """GEMVER in two launches (its kernels' own policies; a striped kernel sets the producer's)."""
+    from fusec.predict import DEFAULT
+    from fusec.space.combinations import build_space
+    from fusec.script import load_script
+    from helpers import library
+    dag = load_script(ROOT / "scripts" / "gemver.script", library())
+    plan = build_space(dag, library(), "float64", {s: 1000 for s in dag.sizes}, DEFAULT, striped=False).best().plan
+    return fusec.compile(ROOT / "scripts" / "gemver.script", dtype="float64", plan=plan)
 
 
 def test_generated_programs_discard_their_partials(sgemv):

@@ -21,6 +21,7 @@ from fusec.errors import FusecWarning
 
 import fusec
 from fusec import nvcc
+from fusec.space.points import HorizontalPlan
 from fusec.codegen.barriers import LOOP, POST, PRE
 from fusec.errors import CompileError
 from fusec.library.model import Geometry, RoutineKind
@@ -113,7 +114,7 @@ def test_generated_source(script, dtype, plan):
     assert len(re.findall(r"__global__", source)) == len(prog.kernels)
     for kernel in prog.kernels:
         bounds = "__launch_bounds__(BLOCK)"
-        if getattr(kernel, "parts", None):  # horizontal fusion: no register bound, or HFuse's
+        if isinstance(kernel.plan, HorizontalPlan):  # no register bound, or HFuse's
             bounds = f"__maxnreg__({kernel.plan.bound})" if kernel.plan.bound else "__launch_bounds__(BLOCK, 1)"
         assert f'extern "C" __global__ void {bounds} {kernel.name}(' in source
         assert kernel.source in source

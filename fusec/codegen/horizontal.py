@@ -180,12 +180,12 @@ def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kern
     parts = tuple(dataclasses.replace(k, index=index, name=f"k{index}p{p}_" + k.name.split("_", 1)[1])
                   for p, k in enumerate(parts))
     name = f"k{index}_h_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
-    kernel = HorizontalKernel(index, name, plan, parts[0].dtype, parts, _args(parts), "")
+    kernel = HorizontalKernel(index, name, plan, parts[0].dtype, parts, union_args(parts), "")
     return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
 
 
-def _args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
-    """The parts' arguments: arrays and scalars once (their names are the
+def union_args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
+    """The parts' arguments (of a horizontal or a striped kernel): arrays and scalars once (their names are the
     values'), sizes and vec_ok once per part, renamed ``NAME_p``."""
     shared: dict[tuple, Arg] = {}
     own: list[Arg] = []
@@ -254,30 +254,45 @@ def _shape_text(part: Kernel) -> str:
 
 
 def _emit_part(w: _Writer, part: Kernel, p: int, dag: Dag, library: Library) -> None:
+    emit_part(w, part, dag, library, Threads("tid", "part_grid", p + 1),
+              f"// part {p}: the kernel as it runs alone, on the part's thread index `tid`")
+
+
+def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Threads, note: str,
+              helpers: tuple[str, ...] = ()) -> None:
+    """A part's namespace: its macros, its instance of the library routines, any
+    ``helpers`` (lines of C that need the macros), and its body as the device
+    function ``run``, handed the part's thread index (a horizontal part, whose
+    BARRIER() is its named barrier) or its work item (a striped part)."""
     macros = part.macros()
     namespace = part.name
-    barrier = p + 1
     w(f"namespace {namespace} {{")
     for macro, value in macros.items():
         if macro != "VEC":  # VEC belongs to the precision, defined once at the top
             w(f"#define {macro} {value}")
-    w(f"// this part's barriers wait for its own {part.block} threads only: bar.sync {barrier}, {part.block}")
-    w('#pragma push_macro("BARRIER")')
-    w("#undef BARRIER")
-    w(f"#define BARRIER() fusec_barrier<{barrier}, BLOCK>()")
+    if threads.part:
+        w(f"// this part's barriers wait for its own {part.block} threads only:"
+          f" bar.sync {threads.barrier}, {part.block}")
+        w('#pragma push_macro("BARRIER")')
+        w("#undef BARRIER")
+        w(f"#define BARRIER() fusec_barrier<{threads.barrier}, BLOCK>()")
     for path, text in _library_sources(part, dag, library):
         w(f"// ---- {path}")
         for line in text.strip("\n").split("\n"):
             w(line)
+    for line in helpers:
+        w(line)
     w()
-    w(f"// part {p}: the kernel as it runs alone, on the part's thread index `tid`")
-    params = ",\n    ".join([a.decl for a in part.args] + ["const int tid"])
+    w(note)
+    index = threads.tid if threads.part else threads.item
+    params = ",\n    ".join([a.decl for a in part.args] + [f"const int {index}"])
     w(f"__device__ __forceinline__ void run(\n    {params})")
     w("{")
     w.depth += 1
-    _emit_body(w, part, dag, library, threads=Threads("tid", "part_grid", barrier))
+    _emit_body(w, part, dag, library, threads=threads)
     w.close()
-    w('#pragma pop_macro("BARRIER")')
+    if threads.part:
+        w('#pragma pop_macro("BARRIER")')
     for macro in macros:
         if macro != "VEC":
             w(f"#undef {macro}")

@@ -27,7 +27,7 @@ from ..errors import PlanError
 from .. import geometry as geo
 from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
                              Storage)
-from ..space.points import COLS, ROWS, HorizontalPlan, KernelPlan, Step
+from ..space.points import COLS, ROWS, HorizontalPlan, KernelPlan, Step, StripedPlan
 from ..space.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
@@ -53,7 +53,7 @@ class Element:
 class Arg:
     """A kernel parameter and what the host passes for it."""
 
-    role: str  # "in" | "out" | "workspace" | "counters" | "scalar" | "scalar_ptr" | "size" | "vec_ok"
+    role: str  # "in" | "out" | "workspace" | "counters" | "schedule" | "scalar" | "scalar_ptr" | "size" | "vec_ok"
     decl: str
     value: int | None = None
     size: str | None = None  # size symbol, for role "size"
@@ -88,18 +88,26 @@ class Op:
 
 @dataclasses.dataclass(frozen=True)
 class Threads:
-    """How a kernel body names its thread index and grid size, and which
-    barrier BARRIER() is: the whole block's when the kernel runs alone, one
-    part's when it is a part of a horizontal fusion (HFuse: the part sees its
-    own thread index and grid, and syncs on its own named barrier)."""
+    """How a kernel body names its thread index, its work item and grid size,
+    and which barrier BARRIER() is: the whole block's when the kernel runs
+    alone, one part's when it is a part of a horizontal fusion (HFuse: the part
+    sees its own thread index and grid, and syncs on its own named barrier). A
+    part of a striped kernel runs on whole blocks, but its work item is the one
+    the block's ticket names, not the block's index, and its grid is its own."""
 
     tid: str = "threadIdx.x"
     grid: str = "gridDim.x"
     barrier: int = 0  # 0: __syncthreads(); 1-15: bar.sync of the part's threads
+    item: str = "blockIdx.x"
 
     @property
     def part(self) -> bool:
         return self.barrier != 0
+
+    @property
+    def own_grid(self) -> bool:
+        """The body works out its grid from the sizes (gridDim is not its)."""
+        return self.part or self.item != "blockIdx.x"
 
 
 ALONE = Threads()
@@ -291,10 +299,14 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     """Analyse a fusion implementation into a kernel, and print its source (unless
     ``emit`` is false: the space only needs the analysis). Raises PlanError when
     the plan cannot be built (e.g. routines disagree on where an element lives).
-    A horizontal fusion's plan gives its :class:`~fusec.codegen.horizontal.HorizontalKernel`."""
+    A horizontal fusion's plan gives its :class:`~fusec.codegen.horizontal.HorizontalKernel`,
+    a striped fusion's its :class:`~fusec.codegen.striped.StripedKernel`."""
     if isinstance(plan, HorizontalPlan):
         from .horizontal import build_horizontal  # which builds each part with this function
         return build_horizontal(dag, library, plan, dtype, index, emit)
+    if isinstance(plan, StripedPlan):
+        from .striped import build_striped
+        return build_striped(dag, library, plan, dtype, index, emit)
     dtype = geo.dtype_name(dtype)
     macros = plan.shape.macros(dtype)
     kernel_calls = frozenset(plan.calls)
@@ -590,11 +602,12 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w("[[maybe_unused]] const int grid_rows = "
           + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
         w("const int grid_cols = " + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))
+        if threads.own_grid:
+            w(f"[[maybe_unused]] const int {threads.grid} = grid_rows * grid_cols;  // this part's own grid")
         if threads.part:
-            w(f"const int {threads.grid} = grid_rows * grid_cols;  // this part's own grid")
             w(f"if (blockIdx.x >= {threads.grid}) return;  // a block past it runs the other parts only")
-        w("const int block_row = blockIdx.x / grid_cols;")
-        w("const int block_col = blockIdx.x % grid_cols;")
+        w(f"const int block_row = {threads.item} / grid_cols;")
+        w(f"const int block_col = {threads.item} % grid_cols;")
         w("fusec_tile c;")
         w(f"c.tx = {tid} % BLOCK_X;")
         w(f"c.ty = {tid} / BLOCK_X;")

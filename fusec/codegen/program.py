@@ -15,9 +15,10 @@ from .. import __version__
 from .. import geometry as geo
 from ..dag import Dag
 from ..library.model import Library
-from ..space.points import HorizontalPlan, ProgramPlan
+from ..space.points import HorizontalPlan, ProgramPlan, StripedPlan
 from .horizontal import HorizontalKernel
 from .kernel import Kernel, build_kernel
+from .striped import StripedKernel
 
 SUPPORT = Path(__file__).with_name("support.cuh")
 
@@ -28,7 +29,7 @@ class GeneratedProgram:
     library: Library = dataclasses.field(repr=False)
     plan: ProgramPlan
     dtype: str
-    kernels: tuple[Kernel | HorizontalKernel, ...]
+    kernels: tuple[Kernel | HorizontalKernel | StripedKernel, ...]
     source: str = dataclasses.field(repr=False)
 
     @property
@@ -48,10 +49,12 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> Gener
         "// kernels, in launch order:",
     ]
     for kernel in kernels:
-        groups = kernel.plan.parts if isinstance(kernel.plan, HorizontalPlan) else (kernel.plan,)
-        calls = " || ".join("; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"
+        groups = kernel.plan.parts if isinstance(kernel.plan, (HorizontalPlan, StripedPlan)) else (kernel.plan,)
+        joint = " -> " if isinstance(kernel.plan, StripedPlan) else " || "
+        calls = joint.join("; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"
                                       for c in group.calls) for group in groups)
-        lines.append(f"//   {kernel.name}: {calls}" + ("  (side by side)" if len(groups) > 1 else ""))
+        how = "  (striped)" if isinstance(kernel.plan, StripedPlan) else "  (side by side)"
+        lines.append(f"//   {kernel.name}: {calls}" + (how if len(groups) > 1 else ""))
     lines += [""] + common_code(library, dtype)
     for kernel in kernels:
         lines.append(kernel.source)

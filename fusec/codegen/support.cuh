@@ -120,3 +120,78 @@ __device__ __forceinline__ void fusec_sum_partials(const real* partials, int cou
     fusec_barrier<BAR, THREADS>();
   }
 }
+
+// ---- striped kernels: a producer and a consumer across a global barrier ----
+// (cuSync's tile semaphores, KTILER's L2 reuse.) The consumer needs the producer's
+// reductions' results, one tile of them per stripe (one tile of the stripe axis, every
+// tile along the other). Blocks take tickets in stripe order; a consumer block waits
+// until the producer's blocks of its stripe are done, then reads the matrix tiles
+// they just read or wrote, still in L2. `schedule` holds the ticket counter, the
+// blocks-done counter, and one counter of finished producer blocks per stripe; the
+// last block to leave clears them all for the next launch.
+
+struct fusec_stripe_item {
+  int part;    // 0: a producer block, 1: a consumer block
+  int stripe;  // its stripe
+  int across;  // which of its part's blocks of that stripe
+};
+
+// The ticket's work: the producer's first `lag` stripes, then per stripe j the
+// producer's stripe j + lag (n0 blocks) and the consumer's stripe j (n1 blocks).
+__device__ __forceinline__ fusec_stripe_item fusec_stripe_ticket(unsigned* schedule, int stripes, int n0,
+                                                                 int n1, int lag) {
+  __shared__ int ticket;
+  if (threadIdx.x == 0) ticket = (int)atomicAdd(schedule, 1u);
+  BARRIER();
+  int t = ticket;
+  lag = min(lag, stripes);
+  if (t < lag * n0) return {0, t / n0, t % n0};
+  t -= lag * n0;
+  const int paired = stripes - lag;  // stripes whose consumer blocks follow a producer stripe
+  if (t < paired * (n0 + n1)) {
+    const int j = t / (n0 + n1), q = t % (n0 + n1);
+    return q < n0 ? fusec_stripe_item{0, j + lag, q} : fusec_stripe_item{1, j, q - n0};
+  }
+  t -= paired * (n0 + n1);
+  return {1, paired + t / n1, t % n1};
+}
+
+// A producer block is done with its stripe: its stores (the reductions' finished
+// values too) are made visible before it counts itself in (cooperative groups'
+// grid sync does the same: barrier, then one thread fences and counts).
+__device__ __forceinline__ void fusec_stripe_done(unsigned* stripe_counter) {
+  BARRIER();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(stripe_counter, 1u);
+  }
+}
+
+// A consumer block waits for the `blocks` producer blocks of its stripe; they hold
+// earlier tickets, so they are running or done.
+__device__ __forceinline__ void fusec_stripe_wait(const unsigned* stripe_counter, unsigned blocks) {
+  if (threadIdx.x == 0) {
+    unsigned done;
+    while (true) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(done) : "l"(stripe_counter) : "memory");
+      if (done >= blocks) break;
+      __nanosleep(64);
+    }
+    __threadfence();  // as cooperative groups' grid sync: what the producers stored, then the rest
+  }
+  BARRIER();
+}
+
+// Every block leaves through here; the last one clears the schedule.
+__device__ __forceinline__ void fusec_stripe_leave(unsigned* schedule, int stripes, unsigned blocks) {
+  BARRIER();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(schedule + 1, 1u) == blocks - 1) {  // every block has waited and left
+      for (int j = 0; j < stripes; ++j) schedule[2 + j] = 0;
+      schedule[0] = 0;
+      schedule[1] = 0;
+      __threadfence();
+    }
+  }
+}

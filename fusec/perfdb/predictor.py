@@ -33,7 +33,7 @@ from ..codegen.kernel import Kernel, _routine
 from ..dag import Dag
 from ..errors import FusecWarning
 from ..library.model import Geometry, Library, RoutineKind
-from ..predict import AnalyticPredictor, natural_blocks, is_horizontal, traffic
+from ..predict import AnalyticPredictor, is_horizontal, is_striped, natural_blocks, striped_seconds, traffic
 from .probes import RoutineKey
 from .store import Database
 
@@ -84,6 +84,9 @@ class PerfdbPredictor:
         return natural_blocks(registers, shared, kernel.plan.shape.block)
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        if is_striped(kernel):
+            return striped_seconds(self, kernel, dag, sizes, self.database.launch, self.analytic.bandwidth,
+                                   self.database.sms)
         if is_horizontal(kernel):  # issue 6: see horizontal_seconds at the end of the module
             return horizontal_seconds(self, kernel, dag, sizes)
         sizes = dict(sizes)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..dag import Constant, Dag
 from ..library.model import Geometry, Kind
-from ..space.points import ROWS
+from ..space.points import ROWS, StripedPlan
 
 
 def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:
@@ -48,6 +48,9 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
         if not parts:
             lines += _kernel_lines(generated, kernel, sizes, resources, "  ")
             continue
+        if isinstance(kernel.plan, StripedPlan):
+            lines += _striped_lines(generated, kernel, sizes, resources)
+            continue
         bound = (f"; at most {kernel.plan.bound} registers per thread" if kernel.plan.bound
                  else "")
         lines.append(f"  horizontal fusion of {len(parts)} independent kernels side by side{bound}")
@@ -59,6 +62,20 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
         if resources and kernel.name in resources:
             lines.append("  " + _nvcc_line(resources[kernel.name]))
     return "\n".join(lines)
+
+
+def _striped_lines(generated, kernel, sizes, resources) -> list[str]:
+    axis = "rows" if kernel.axis == ROWS else "columns"
+    lines = [f"  striped fusion across a global barrier: stripes of the {axis}, the producer"
+             f" {kernel.plan.lag} ahead; a consumer block waits for its stripe's producer blocks",
+             f"  launch   {kernel.block} threads per block; grid: both parts' blocks, in tickets of stripe order"
+             + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else "")]
+    for role, part in zip(("producer", "consumer"), kernel.parts):
+        lines.append(f"  {role}:")
+        lines += _kernel_lines(generated, part, sizes, None, "    ")
+    if resources and kernel.name in resources:
+        lines.append("  " + _nvcc_line(resources[kernel.name]))
+    return lines
 
 
 def _nvcc_line(r) -> str:

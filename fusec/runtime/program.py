@@ -46,6 +46,10 @@ class _Buffers:
                 counter = cuda.DeviceBuffer(counters * 4)
                 cuda.fill_zero(counter.pointer, counter.nbytes)  # the last block resets them after use
                 self.items[("cnt", kernel.index, reduction.value)] = counter
+            if hasattr(kernel, "schedule_counters"):  # a striped kernel's tickets and stripes
+                schedule = cuda.DeviceBuffer(kernel.schedule_counters(sizes) * 4)
+                cuda.fill_zero(schedule.pointer, schedule.nbytes)  # the last block clears it after use
+                self.items[("schedule", kernel.index)] = schedule
         for value in program.intermediates:
             self.items[("value", value)] = cuda.DeviceBuffer(program.value_nbytes(value, sizes))
         self._program, self._sizes = program, sizes
@@ -69,11 +73,11 @@ class Program:
         self.dtype = geo.DTYPES[generated.dtype]
         self.tuned = tuned  # where the plan came from, when a tuning cache supplied it
         dag = generated.dag
-        kernel_of = {c: k.index for k in generated.kernels for c in k.plan.calls}
-        self.intermediates = tuple(
-            v.id for v in dag.values
-            if v.producer is not None and v.id not in dag.outputs
-            and any(kernel_of[c] != kernel_of[v.producer] for c in dag.consumers(v.id)))
+        # values that pass through memory without being results: between kernels, or
+        # inside a striped kernel from its producer to its consumer
+        in_memory = {a.value for k in generated.kernels for a in k.args if a.role in ("in", "out", "scalar_ptr")}
+        self.intermediates = tuple(v.id for v in dag.values if v.producer is not None
+                                   and v.id not in dag.outputs and v.id in in_memory)
         self._loaded: dict[Any, Any] = {}
         self._buffers: collections.OrderedDict = collections.OrderedDict()
         self._prepared: collections.OrderedDict = collections.OrderedDict()
@@ -259,6 +263,8 @@ class Program:
                 args.append(buffers.pointer("ws", kernel.index, arg.value))
             elif arg.role == "counters":
                 args.append(buffers.pointer("cnt", kernel.index, arg.value))
+            elif arg.role == "schedule":
+                args.append(buffers.pointer("schedule", kernel.index))
             elif arg.role == "scalar":
                 args.append(self.dtype.type(binding.scalars[arg.value]))
             elif arg.role == "size":

@@ -14,7 +14,8 @@ iterating on, and each combination comes out exactly once.
 Covers may also run independent kernels side by side in one kernel
 (horizontal fusion, :mod:`fusec.space.horizontal`): such a cover holds a
 :class:`~fusec.space.horizontal.HorizontalFusion` in place of the two
-fusions, with implementations of its own.
+fusions, with implementations of its own. Likewise a kernel and the next one,
+which needs its reductions' results, in stripes (:mod:`fusec.space.striped`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from ..library.model import Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .implementations import implementations, load_phases
-from .points import HorizontalPlan, KernelPlan, ProgramPlan
+from .points import HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from .striped import StripedFusion, striped_covers, striped_options
 
-Slot = Fusion | HorizontalFusion  # one kernel of a cover
+Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +96,7 @@ class Space:
     sizes: dict[str, int]
     predictor: object
     fusions: list[Fusion]
-    options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan, Kernel, float]]]  # sorted by predicted time
+    options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan | StripedPlan, Kernel, float]]]  # sorted by time
     covers: list[tuple[Slot, ...]]
     horizontals: list[HorizontalFusion] = dataclasses.field(default_factory=list)
 
@@ -135,11 +137,12 @@ class Space:
         return next(self.ranked())
 
     def twin(self, combination: Combination) -> Combination:
-        """The same kernels with every horizontal fusion's parts launched one
-        after another (what a horizontal fusion must beat), with its predicted time."""
+        """The same kernels with every horizontal or striped fusion's parts
+        launched one after another (what the fusion must beat), with its
+        predicted time."""
         plans, times = [], []
         for plan, seconds in zip(combination.plan.kernels, combination.kernel_times):
-            if not isinstance(plan, HorizontalPlan):
+            if not isinstance(plan, (HorizontalPlan, StripedPlan)):
                 plans.append(plan)
                 times.append(seconds)
                 continue
@@ -151,12 +154,19 @@ class Space:
 
     def top(self, count: int, twins: bool = False) -> list[Combination]:
         """The ``count`` best-predicted combinations; with ``twins``, each one with
-        a horizontal fusion followed by its :meth:`twin` (unless already there),
-        so measuring them shows whether the horizontal fusion pays."""
+        a horizontal or striped fusion followed by its :meth:`twin` (unless
+        already there), and then the ``count // 4`` (at least one) best without
+        a striped fusion, so measuring them shows whether the fusion pays."""
         out: list[Combination] = []
         seen: set[ProgramPlan] = set()
         for combination in itertools.islice(self.ranked(), count):
             for c in (combination, self.twin(combination)) if twins else (combination,):
+                if c.plan not in seen:
+                    seen.add(c.plan)
+                    out.append(c)
+        if twins:  # and the best without stripes: a striped kernel must beat those kernels at their best
+            unstriped = (c for c in self.ranked() if not any(isinstance(k, StripedPlan) for k in c.plan.kernels))
+            for c in itertools.islice(unstriped, max(1, count // 4)):
                 if c.plan not in seen:
                     seen.add(c.plan)
                     out.append(c)
@@ -184,9 +194,10 @@ class Space:
 
 
 def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int], predictor,
-                shapes=None, horizontal: bool = True) -> Space:
+                shapes=None, horizontal: bool = True, striped: bool = True) -> Space:
     """The space for one precision and size; ``shapes`` replaces the block shapes
-    searched; ``horizontal=False`` leaves horizontal fusions out."""
+    searched; ``horizontal=False`` leaves horizontal fusions out, ``striped=False``
+    striped ones."""
     found = fusions(dag, library)
     options = {}
     for fusion in found:
@@ -201,4 +212,7 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     for slot in fused:
         options[slot] = horizontal_options(dag, library, slot, [options[p] for p in slot.parts],
                                            predictor, sizes)
-    return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways, fused)
+    stripes = striped_covers(dag, library, plain) if striped else []
+    for slot in sorted({slot for cover in stripes for slot in cover if isinstance(slot, StripedFusion)}):
+        options[slot] = striped_options(dag, library, slot, [options[p] for p in slot.parts], predictor, sizes)
+    return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways + stripes, fused)

@@ -5,9 +5,10 @@ share a kernel, which implementation of each function, the calling order of
 their routines, the block shape and the serial iterations. A
 :class:`HorizontalPlan` runs independent kernel plans side by side in one
 kernel, each on its own threads of every block (HFuse). A
-:class:`ProgramPlan` is a *combination*: kernels that cover every call, in an
-order that respects the DAG. They print, sort, hash into cache keys and
-serialise to JSON.
+:class:`StripedPlan` runs a kernel and one that needs its reductions' results
+in one launch, stripe by stripe (cuSync, KTILER). A :class:`ProgramPlan` is
+a *combination*: kernels that cover every call, in an order that respects
+the DAG. They print, sort, hash into cache keys and serialise to JSON.
 """
 
 from __future__ import annotations
@@ -113,13 +114,66 @@ class HorizontalPlan:
         return cls(tuple(KernelPlan.from_json(p) for p in data["horizontal"]), int(data.get("bound") or 0))
 
 
-def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan:
-    return HorizontalPlan.from_json(data) if "horizontal" in data else KernelPlan.from_json(data)
+LAGS = (1, 2)  # stripes the producer runs ahead of the consumer (the space searches these)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class StripedPlan:
+    """Two dependent kernel plans in one launch, across the global barrier
+    between them (cuSync's tile semaphores, KTILER's L2 reuse).
+
+    The consumer reads results of the producer's reductions, vectors along one
+    axis (the *stripe axis*); a stripe is one tile of that axis, every tile
+    along the other. Blocks take tickets in the order: the producer's first
+    ``lag`` stripes, then for each stripe J the producer's stripe J + lag and
+    the consumer's stripe J. A consumer block waits until the producer's blocks
+    of its stripe have finished (their reductions included), so it reads the
+    matrix tiles they just read or wrote from L2, not from DRAM; it waits only
+    for blocks with earlier tickets, which are running, so it cannot deadlock.
+    """
+
+    producer: KernelPlan
+    consumer: KernelPlan
+    lag: int = 1
+
+    @property
+    def parts(self) -> tuple[KernelPlan, KernelPlan]:
+        return (self.producer, self.consumer)
+
+    @property
+    def calls(self) -> tuple[int, ...]:
+        return tuple(sorted(self.producer.calls + self.consumer.calls))
+
+    @property
+    def block(self) -> int:
+        return self.producer.shape.block
+
+    def part_of(self, call: int) -> KernelPlan:
+        return next(p for p in self.parts if call in p.calls)
+
+    def implementation_of(self, call: int) -> str:
+        return self.part_of(call).implementation_of(call)
+
+    def to_json(self) -> dict:
+        return {"striped": [p.to_json() for p in self.parts], "lag": self.lag}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StripedPlan":
+        producer, consumer = (KernelPlan.from_json(p) for p in data["striped"])
+        return cls(producer, consumer, int(data["lag"]))
+
+
+def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan | StripedPlan:
+    if "horizontal" in data:
+        return HorizontalPlan.from_json(data)
+    if "striped" in data:
+        return StripedPlan.from_json(data)
+    return KernelPlan.from_json(data)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ProgramPlan:
-    kernels: tuple[KernelPlan | HorizontalPlan, ...]
+    kernels: tuple[KernelPlan | HorizontalPlan | StripedPlan, ...]
 
     def to_json(self) -> str:
         return json.dumps([k.to_json() for k in self.kernels], sort_keys=True)
@@ -136,7 +190,10 @@ class ProgramPlan:
         return " | ".join(_kernel_summary(dag, k) for k in self.kernels)
 
 
-def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan) -> str:
+def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan) -> str:
+    if isinstance(kernel, StripedPlan):
+        return ("S{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
+                + f"; lag {kernel.lag}}}")
     if isinstance(kernel, HorizontalPlan):
         bound = f", <={kernel.bound} regs" if kernel.bound else ""
         return "H{" + " || ".join(_kernel_summary(dag, p) for p in kernel.parts) + f"{bound}}}"

@@ -1,0 +1,295 @@
+"""Striped fusion: a kernel and one that needs its reductions' results, in one
+launch across the global barrier between them (cuSync's tile semaphores and
+KTILER's L2 reuse, over fusec's tile kernels).
+
+A reduction's result cannot be used in the kernel that computes it: GEMVER's
+``w = alpha B x`` needs all of ``x = beta B^T y + z``, so B is read twice, and
+the second read comes from DRAM when the two run as two launches. But ``x``
+is finished one tile of columns at a time (the last block to arrive at the
+tile sums it), and ``w``'s blocks of one column tile need only that tile of
+``x``. So the :class:`~fusec.space.points.StripedPlan` runs both kernels'
+blocks in one launch, a *stripe* at a time, a stripe being one tile of the
+*stripe axis* (the axis the crossing vectors run along) and every tile along
+the other:
+
+- each part is analysed exactly as if it ran alone
+  (:func:`~fusec.codegen.kernel.build_kernel`); its serial loop must walk
+  across the stripe axis, so that each of its blocks lies in one stripe;
+- a block takes a ticket (``fusec_stripe_ticket``) and runs the work it names:
+  the producer's first ``lag`` stripes, then for every stripe J the
+  producer's stripe J + lag and the consumer's stripe J;
+- a producer block counts itself in on its stripe when it is done, its
+  reductions' finishes included (``fusec_stripe_done``); a consumer block
+  waits for its stripe's count first (``fusec_stripe_wait``), then reads the
+  tiles the producer's blocks just read or wrote, which L2 still holds;
+- a consumer block waits only on blocks with earlier tickets, which have
+  started and never wait themselves: there is no deadlock, whatever the
+  number of blocks resident;
+- the last block to leave clears the schedule (``fusec_stripe_leave``).
+
+Each part's body is a device function in its own namespace with its own
+macros, as in a horizontal fusion (:mod:`fusec.codegen.horizontal`), but on
+whole blocks: the block size is both parts'. Values that cross from the
+producer to the consumer lose ``__restrict__``, since one launch now writes
+and reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import geometry as geo
+from ..dag import Dag
+from ..errors import PlanError
+from ..library.model import Geometry, Kind, Library
+from ..space.points import COLS, ROWS, StripedPlan
+from .horizontal import MAX_STATIC_SHARED, emit_part, union_args
+from .kernel import Arg, Kernel, Op, Reduction, Threads, _call_text, _Writer, build_kernel
+
+SCHEDULE_COUNTERS = 2  # the ticket counter and the blocks-done counter, before the stripes' counters
+
+
+@dataclasses.dataclass(frozen=True)
+class StripedKernel:
+    """A striped fusion's kernel: the interface of :class:`Kernel` that the
+    runtime and the predictors use, with the parts as analysed kernels."""
+
+    index: int
+    name: str
+    plan: StripedPlan
+    dtype: str
+    parts: tuple[Kernel, Kernel]  # producer, consumer
+    axis: str  # the stripe axis: ROWS or COLS
+    args: tuple[Arg, ...]
+    source: str = dataclasses.field(repr=False)
+
+    @property
+    def block(self) -> int:
+        return self.plan.block
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(op for p in self.parts for op in p.ops)
+
+    @property
+    def reductions(self) -> tuple[Reduction, ...]:
+        return tuple(r for p in self.parts for r in p.reductions)
+
+    @property
+    def shared_reals(self) -> int:
+        return sum(p.shared_reals for p in self.parts)
+
+    @property
+    def estimated_registers(self) -> int:
+        return max(p.estimated_registers for p in self.parts)
+
+    def stripes(self, sizes: dict[str, int]) -> int:
+        """Tiles of the stripe axis."""
+        rows, cols = self.parts[0].dims
+        if self.axis == COLS:
+            return -(-sizes[cols] // self.parts[0].macros()["TILE_COLS"])
+        return -(-sizes[rows] // self.parts[0].macros()["TILE_ROWS"])
+
+    def across(self, part: Kernel, sizes: dict[str, int]) -> int:
+        """The part's blocks in one stripe: its grid along the other axis."""
+        grid_rows, grid_cols = part.grid_extent(sizes)
+        return grid_rows if self.axis == COLS else grid_cols
+
+    def grid(self, sizes: dict[str, int]) -> int:
+        return self.stripes(sizes) * sum(self.across(p, sizes) for p in self.parts)
+
+    def schedule_counters(self, sizes: dict[str, int]) -> int:
+        """Counters of the ``fusec_schedule`` argument, zero before the first launch."""
+        return SCHEDULE_COUNTERS + self.stripes(sizes)
+
+    def owner(self, arg: Arg) -> Kernel | "StripedKernel":
+        """The part a size or vec_ok argument is for; the kernel for shared ones."""
+        return self.parts[arg.part] if arg.part is not None else self
+
+    def part_of(self, reduction: Reduction) -> Kernel:
+        return next(p for p in self.parts if reduction in p.reductions)
+
+    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
+        return self.part_of(reduction).reduction_buffers(reduction, sizes)
+
+    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
+        return self.part_of(reduction).reduction_tiles(reduction, sizes)
+
+
+def crossing(dag: Dag, producer_calls: tuple[int, ...], consumer_calls: tuple[int, ...]) -> list[int]:
+    """Values a producer call computes and a consumer call reads."""
+    produced = {dag.call(c).result for c in producer_calls}
+    return sorted({a for c in consumer_calls for a in dag.call(c).args if isinstance(a, int) and a in produced})
+
+
+def matrices_reread(dag: Dag, plan: StripedPlan) -> list[int]:
+    """Matrices the consumer reads that the producer reads or writes: the tiles a
+    consumer block finds in L2."""
+    touched = {a for c in plan.producer.calls for a in dag.call(c).args if isinstance(a, int)}
+    touched |= {dag.call(c).result for c in plan.producer.calls}
+    return sorted({a for c in plan.consumer.calls for a in dag.call(c).args
+                   if isinstance(a, int) and a in touched and dag.value(a).kind is Kind.MATRIX})
+
+
+def why_not_striped(dag: Dag, plan: StripedPlan, parts: tuple[Kernel, Kernel] | None = None) -> str | None:
+    """None when the plan's consumer may run stripe by stripe behind its
+    producer in one launch; else why not. ``parts``: the analysed plans, for
+    the checks that need them."""
+    producer, consumer = plan.parts
+    if set(producer.calls) & set(consumer.calls):
+        return "a call is in both parts"
+    if any(dag.reaches(c, p) for c in consumer.calls for p in producer.calls):
+        return "the consumer's calls come before the producer's"
+    if producer.geometry is not Geometry.TILE or consumer.geometry is not Geometry.TILE:
+        return "both parts must be tile kernels (matrices in stripes)"
+    if producer.shape.block != consumer.shape.block:
+        return f"blocks of {producer.shape.block} and {consumer.shape.block} threads: the parts share blocks"
+    if plan.lag < 1:
+        return f"a lag of {plan.lag}: the producer runs at least one stripe ahead"
+    if not crossing(dag, plan.producer.calls, plan.consumer.calls):
+        return "the consumer reads nothing the producer computes"
+    if parts is None:
+        return None
+    first, second = parts
+    if first.dims != second.dims:
+        return f"the parts' matrices are {first.dims} and {second.dims}: stripes need the same tiles"
+    axis = stripe_axis(dag, plan, first)
+    if not axis.startswith(("rows", "cols")):
+        return axis
+    if axis == ROWS and first.macros()["TILE_ROWS"] != second.macros()["TILE_ROWS"]:
+        return "the parts' tiles have different rows: stripes of rows need the same"
+    for kernel in parts:
+        if kernel.plan.serial == axis:
+            return (f"a part's serial loop walks the {axis} (the stripe axis):"
+                    " each of its blocks must lie in one stripe")
+    crossing_vectors = {v for v in crossing(dag, plan.producer.calls, plan.consumer.calls) if dag.value(v).kind is Kind.VECTOR}
+    for arg in second.args:
+        if arg.role == "in" and arg.value in crossing_vectors and arg.axis != axis:
+            return (f"the consumer reads {dag.value(arg.value).label} along the other axis:"
+                    " it would need all of it")
+    shared = sum(p.shared_reals for p in parts) * geo.DTYPES[first.dtype].itemsize
+    if shared > MAX_STATIC_SHARED:
+        return f"{shared} bytes of shared memory, more than a block may declare ({MAX_STATIC_SHARED})"
+    return None
+
+
+def stripe_axis(dag: Dag, plan: StripedPlan, producer: Kernel) -> str:
+    """The axis the crossing reductions' results run along (ROWS or COLS), or
+    why there is none (a text that is neither)."""
+    reductions = {r.value: r for r in producer.reductions}
+    axes = set()
+    for value in crossing(dag, plan.producer.calls, plan.consumer.calls):
+        if dag.value(value).kind is Kind.MATRIX:
+            continue  # tile (i, j) is written by the producer's block of stripe j (or i)
+        reduction = reductions.get(value)
+        if reduction is None or reduction.axis is None:
+            return (f"the consumer needs {dag.value(value).label} whole:"
+                    " only vectors finished a tile at a time cross in stripes")
+        axes.add(COLS if reduction.axis == ROWS else ROWS)  # a sum along the rows runs along the columns
+    if len(axes) != 1:
+        return ("no reduction's result crosses: nothing needs a barrier" if not axes
+                else "the crossing vectors run along both axes")
+    return axes.pop()
+
+
+def build_striped(dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int,
+                  emit: bool = True) -> StripedKernel:
+    """Analyse a striped fusion into a kernel and print its source (unless
+    ``emit`` is false). Raises PlanError when the parts cannot be striped."""
+    why = why_not_striped(dag, plan)
+    if why:
+        raise PlanError(f"striped fusion of calls {plan.calls}: {why}")
+    parts = tuple(build_kernel(dag, library, p, dtype, index, emit=False) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index, emit)
+
+
+def assemble(dag: Dag, library: Library, plan: StripedPlan, parts: tuple[Kernel, Kernel], index: int,
+             emit: bool = True) -> StripedKernel:
+    """The striped kernel of parts already analysed (any index)."""
+    why = why_not_striped(dag, plan, parts)
+    if why:
+        raise PlanError(f"striped fusion of calls {plan.calls}: {why}")
+    axis = stripe_axis(dag, plan, parts[0])
+    shared_values = set(crossing(dag, plan.producer.calls, plan.consumer.calls))
+
+    def unrestricted(arg: Arg) -> Arg:  # one launch writes and reads it now
+        if arg.value in shared_values and arg.role in ("in", "out"):
+            return dataclasses.replace(arg, decl=arg.decl.replace(" __restrict__", ""))
+        return arg
+
+    parts = tuple(dataclasses.replace(k, index=index, name=f"k{index}p{p}_" + k.name.split("_", 1)[1],
+                                      args=tuple(unrestricted(a) for a in k.args))
+                  for p, k in enumerate(parts))
+    # L2 should keep what the consumer reads again: the producer's loads of a matrix the
+    # consumer reads stay plain, its other matrix loads are evict-first even where it
+    # stores a matrix (GEMVER's B then stays for the consumer: 1128 -> 943 us in the
+    # scratch measurement that led here, fp32 n = 16384, against 1057 without).
+    reread = set(matrices_reread(dag, plan))
+    loaded = {a.value for a in parts[0].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}
+    parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread), parts[1])
+    written = {a.value for a in parts[0].args if a.role == "out"}
+    args = tuple(a for a in union_args(parts) if not (a.role == "in" and a.value in written))
+    args += (Arg("schedule", "unsigned* __restrict__ fusec_schedule"),)
+    name = f"k{index}_s_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
+    kernel = StripedKernel(index, name, plan, parts[0].dtype, parts, axis, args, "")
+    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+
+
+def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
+    w = _Writer()
+    plan, axis = kernel.plan, kernel.axis
+    other = ROWS if axis == COLS else COLS
+    words = {ROWS: "rows", COLS: "columns"}
+    w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
+    w(f"//   striped fusion across a global barrier: a stripe is one tile of the {words[axis]},"
+      f" every tile of the {words[other]};")
+    w(f"//   the producer runs {plan.lag} stripe{'s' if plan.lag > 1 else ''} ahead, and the consumer's"
+      " blocks of a stripe wait for the producer's")
+    for role, part in zip(("producer", "consumer"), kernel.parts):
+        w(f"//   {role}:")
+        for call in part.plan.calls:
+            impl = part.plan.implementation_of(call)
+            w(f"//     {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+        w(f"//     {part.plan.shape.describe(part.dtype)} along the {words[part.plan.serial]}")
+    tile = "TILE_COLS" if axis == COLS else "TILE_ROWS"
+    across = ("((rows + TILE_ROWS - 1) / TILE_ROWS + ITERS - 1) / ITERS" if axis == COLS
+              else "((cols + TILE_COLS - 1) / TILE_COLS + ITERS - 1) / ITERS")
+    helpers = (f"// the stripes (tiles of the {words[axis]}), and this part's blocks in one (its grid along"
+               f" the {words[other]})",
+               f"__device__ __forceinline__ int stripes([[maybe_unused]] int rows, [[maybe_unused]] int cols) {{ return ({axis} + {tile} - 1)"
+               f" / {tile}; }}",
+               f"__device__ __forceinline__ int across([[maybe_unused]] int rows, [[maybe_unused]] int cols) {{ return {across}; }}")
+    for p, part in enumerate(kernel.parts):
+        role = "producer" if p == 0 else "consumer"
+        emit_part(w, part, dag, library, Threads(grid="part_grid", item="item"),
+                  f"// the {role}, as it runs alone, on the block of its grid that `item` names",
+                  helpers)
+    params = ",\n    ".join(a.decl for a in kernel.args)
+    w(f"#define BLOCK {kernel.block}")
+    w(f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(\n    {params})')
+    w("{")
+    w.depth += 1
+    first, second = (part.name for part in kernel.parts)
+    w(f"const int stripes = {first}::stripes(rows_0, cols_0);")
+    w(f"const int n0 = {first}::across(rows_0, cols_0), n1 = {second}::across(rows_1, cols_1);")
+    w(f"const fusec_stripe_item work = fusec_stripe_ticket(fusec_schedule, stripes, n0, n1, {plan.lag});")
+    w("unsigned* const stripe_done = fusec_schedule + 2 + work.stripe;  // producer blocks done")
+    for p, part in enumerate(kernel.parts):
+        names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
+        blocks = "n0" if p == 0 else "n1"
+        item = (f"work.across * stripes + work.stripe" if axis == COLS
+                else f"work.stripe * {blocks} + work.across")  # as block_row, block_col of its own grid
+        if p == 0:
+            w.open("if (work.part == 0)")
+            w(f"{part.name}::run({', '.join(names + [item])});")
+            w("fusec_stripe_done(stripe_done);")
+        else:
+            w.lines[-1] += " else {"
+            w.depth += 1
+            w("fusec_stripe_wait(stripe_done, n0);")
+            w(f"{part.name}::run({', '.join(names + [item])});")
+        w.close()
+    w("fusec_stripe_leave(fusec_schedule, stripes, stripes * (n0 + n1));")
+    w.close()
+    w("#undef BLOCK")
+    return "\n".join(w.lines) + "\n"
