@@ -2,7 +2,7 @@
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
-# horizontal-bench, horizontal-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, save-cache (the
+# horizontal-bench, horizontal-sanitize, striped-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files).
@@ -62,6 +62,12 @@ for stage in "$@"; do
         FUSEC_LINEINFO=1 FUSEC_HORIZONTAL_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 1 \
           python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_horizontal.py 2>&1 \
           | tee "$OUT/sanitize-horizontal-$tool.log" | tail -4 || status=1
+      done ;;
+    striped-sanitize)
+      for tool in racecheck synccheck memcheck; do
+        FUSEC_LINEINFO=1 FUSEC_STRIPED_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 1 \
+          python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_striped.py -k every 2>&1 \
+          | tee "$OUT/sanitize-striped-$tool.log" | tail -4 || status=1
       done ;;
     peers)  # PEERS: runs of bench.peers, each "NAME:ARGS" with ARGS comma-separated
       for spec in ${PEERS:-h100-peers:}; do
