@@ -66,9 +66,7 @@ def main() -> None:
     parser.add_argument("--name", default="h100-l2-policies")
     args = parser.parse_args()
     import cupy
-    import numpy as np
     import fusec
-    from fusec.runtime import cuda
     from fusec.runtime.program import Program
     from bench.fusion import device_inputs
     rows = []
@@ -87,25 +85,12 @@ def main() -> None:
             row = {"sequence": script, "dtype": dtype, "size": n, "tuned": bool(base.tuned),
                    "plan": base.generated.plan.summary(base.dag), "us": {}, "same": {},
                    "changed": {name: programs[name].source != base.source for name in VARIANTS}}
-            samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
-            with cuda.context():
-                reference = None
-                for name, program in programs.items():
-                    results = program(**inputs)
-                    host = [cupy.asnumpy(r) for r in (results if isinstance(results, tuple) else (results,))]
-                    reference = reference or host
-                    row["same"][name] = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, host))
-                    del results
-                for r in range(args.rounds):
-                    for name in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
-                        samples[name] += programs[name].time(inputs, warmup=1, repeat=args.repeat, host=False)
+            row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat)
             for name in VARIANTS:
-                us = statistics.median(samples[name]) * 1e3
-                row["us"][name] = us
+                us = row["us"][name]
                 print(f"{dtype} {script:8s} {name:24s} {us:8.1f} us {nbytes / us / 1e3:6.0f} GB/s"
                       f"  {'' if row['changed'][name] else '(as generated) '}"
                       f"{'same results' if row['same'][name] else 'RESULTS DIFFER'}", flush=True)
-                programs[name].release()
             rows.append(row)
             del inputs
             cupy.get_default_memory_pool().free_all_blocks()
@@ -113,31 +98,74 @@ def main() -> None:
     write(args, rows, device)
 
 
+def measure_variants(programs: dict, inputs: dict, rounds: int, repeat: int) -> tuple[dict, dict]:
+    """({name: median GPU µs}, {name: results equal the first program's bit for bit}):
+    each program run once and compared, then ``rounds`` rounds timing every program
+    in a rotated order (so none always runs first), ``repeat`` runs each; then the
+    programs' GPU memory is released."""
+    import cupy
+    import numpy as np
+    from fusec.runtime import cuda
+    names = list(programs)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    same = {}
+    with cuda.context():
+        reference = None
+        for name, program in programs.items():
+            results = program(**inputs)
+            host = [cupy.asnumpy(r) for r in (results if isinstance(results, tuple) else (results,))]
+            reference = reference or host
+            same[name] = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, host))
+            del results
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                samples[name] += programs[name].time(inputs, warmup=1, repeat=repeat, host=False)
+        for program in programs.values():
+            program.release()
+    return {name: statistics.median(samples[name]) * 1e3 for name in names}, same
+
+
 def write(args, rows, device: str, command: str | None = None) -> None:
-    args.out.mkdir(parents=True, exist_ok=True)
     command = command or (f"python -m bench.l2_policies --rounds {args.rounds} --repeat {args.repeat}"
                           + "".join(f" --dtype {d}" for d in args.dtype or ()) + f" --name {args.name}")
+    write_table(args, rows, device, command, "What L2 keeps while a matrix streams",
+                "GPU time, median µs of every round's runs, all variants in one process; in brackets fusec's"
+                " speed-up over the variant (its µs / fusec's). '=' marks a variant whose source is the"
+                " generated one (nothing to rewrite). Plans: the tuned ones where the tuning cache had them."
+                " Every variant's results equal the generated program's bit for bit unless marked.", VARIANTS)
+
+
+def write_table(args, rows, device: str, command: str, title: str, note: str, names, unchecked=()) -> None:
+    """``args.out/args.name``.json (device, command, rows) and .md (the table of :func:`table_rows`)."""
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(
         {"device": device, "command": command, "rows": rows}, indent=1))
-    lines = [f"# What L2 keeps while a matrix streams, on {device} (`{command}`)", "",
-             "GPU time, median µs of every round's runs, all variants in one process; in brackets fusec's"
-             " speed-up over the variant (its µs / fusec's). '=' marks a variant whose source is the"
-             " generated one (nothing to rewrite). Plans: the tuned ones where the tuning cache had them."
-             " Every variant's results equal the generated program's bit for bit unless marked.", "",
-             "| sequence | precision | size | plan | " + " | ".join(VARIANTS) + " |",
-             "|---|---|---:|---|" + "---:|" * len(VARIANTS)]
-    for row in rows:
-        fusec_us = row["us"]["fusec"]
-        cells = []
-        for v in VARIANTS:
-            cell = f"{row['us'][v]:.1f}"
-            if v != "fusec":
-                cell += f" ({row['us'][v] / fusec_us:.3f}×)" if row["changed"][v] else " (=)"
-            cells.append(cell + ("" if row["same"][v] else " DIFFERS"))
-        plan = ("tuned: " if row["tuned"] else "predicted: ") + row["plan"].replace("|", "\\|")
-        lines.append(f"| {row['sequence']} | {row['dtype']} | {row['size']} | {plan} | " + " | ".join(cells) + " |")
+    lines = [f"# {title}, on {device} (`{command}`)", "", note, "",
+             "| sequence | precision | size | plan | " + " | ".join(names) + " |",
+             "|---|---|---:|---|" + "---:|" * len(names)]
+    lines += table_rows(rows, names, unchecked)
     (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def table_rows(rows, names, unchecked=()) -> list[str]:
+    """Markdown rows of variants' times: µs, in brackets the variant's µs over fusec's
+    ('=' where its source is the generated one), DIFFERS where its results differ
+    (never for the ``unchecked``), '–' where a plan has no such variant."""
+    lines = []
+    for row in rows:
+        cells = []
+        for name in names:
+            if name not in row["us"]:
+                cells.append("–")
+                continue
+            cell = f"{row['us'][name]:.1f}"
+            if name != "fusec":
+                cell += f" ({row['us'][name] / row['us']['fusec']:.3f}×)" if row["changed"][name] else " (=)"
+            cells.append(cell + ("" if name in unchecked or row["same"][name] else " DIFFERS"))
+        plan = ("tuned: " if row["tuned"] else "predicted: ") + row["plan"].replace("|", "\\|")
+        lines.append(f"| {row['sequence']} | {row['dtype']} | {row['size']} | {plan} | " + " | ".join(cells) + " |")
+    return lines
 
 
 if __name__ == "__main__":

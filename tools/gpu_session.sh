@@ -2,7 +2,7 @@
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
-# horizontal-bench, horizontal-sanitize, striped-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, save-cache (the
+# horizontal-bench, horizontal-sanitize, striped-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files).
@@ -81,6 +81,8 @@ for stage in "$@"; do
         IFS=: read -r script n <<<"$spec"
         python3 tools/profile_call.py "$script" --n "$n" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/profile.log" | grep -E "per call|^part" || status=1
       done ;;
+    striped-variants)
+      python3 -m bench.striped_variants --out "$OUT/results" 2>&1 | tee "$OUT/striped-variants.log" || status=1 ;;
     cache-hints)
       python3 -m bench.cache_hints --out "$OUT/results" 2>&1 | tee "$OUT/cache-hints.log" || status=1 ;;
     sanitize-prepared)  # the prepared-call path's launches, on CuPy arrays
