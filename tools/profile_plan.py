@@ -3,9 +3,14 @@
     ncu --section SpeedOfLight ... python3 tools/profile_plan.py bicgk --dtype float32 --n 16384 \\
         --block 256 --iters 2 --tile-rows 64 --serial rows [--sass]
 
-Builds the combination that fuses every call (or the best-predicted one with
---best), runs it on random device inputs, and with --sass prints the kernel's
-SASS via cuobjdump.
+Builds the combination that fuses every call (or, with --tuned, the program
+fusec.compile picks for the sizes: the tuned plan where the tuning cache has
+one), runs it on random device inputs, and with --sass prints the kernel's
+SASS via cuobjdump. The striped kernels' DRAM and L2 traffic, for instance:
+
+    ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+        --kernel-name regex:_s_ --launch-skip 2 --launch-count 1 --cache-control all \
+        python3 tools/profile_plan.py gemver --n 16384 --tuned --runs 4
 """
 
 import argparse
@@ -29,6 +34,7 @@ def main() -> int:
     parser.add_argument("--serial", default="rows")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sass", action="store_true")
+    parser.add_argument("--tuned", action="store_true", help="the program fusec.compile picks for the sizes")
     args = parser.parse_args()
 
     import cupy
@@ -47,13 +53,18 @@ def main() -> int:
 
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
-    calls = tuple(c.id for c in dag.calls)
-    fusion = Fusion(calls)
-    steps = steps_in_order(dag, library, fusion, calls, True)
-    impls = tuple(library.functions[dag.call(c).function].implementations[0].name for c in calls)
-    plan = KernelPlan(calls, impls, steps, Shape(Geometry.TILE, args.block, args.iters, args.tile_rows), args.serial)
-    program = Program(generate(dag, library, ProgramPlan((plan,)), args.dtype))
     sizes = {s: args.n for s in dag.sizes}
+    if args.tuned:
+        from fusec.api import compile_dag
+        program = compile_dag(dag, library, args.dtype, sizes=sizes)
+        print(f"{args.script} {args.dtype}: {program.tuned or 'predicted'}: {program.generated.plan.summary(dag)}")
+    else:
+        calls = tuple(c.id for c in dag.calls)
+        steps = steps_in_order(dag, library, Fusion(calls), calls, True)
+        impls = tuple(library.functions[dag.call(c).function].implementations[0].name for c in calls)
+        plan = KernelPlan(calls, impls, steps, Shape(Geometry.TILE, args.block, args.iters, args.tile_rows),
+                          args.serial)
+        program = Program(generate(dag, library, ProgramPlan((plan,)), args.dtype))
     inputs = device_inputs(cupy, dag, sizes, args.dtype, seed=1)
     for _ in range(args.runs):
         program(**inputs)
