@@ -198,3 +198,31 @@ def test_prediction_counts_the_reread_and_the_wait():
     long_apart = sum(DEFAULT.kernel_seconds(p, dag, sizes) for p in long_kernel.parts)
     # longer producer blocks keep consumers waiting: that costs more than it saves apart
     assert DEFAULT.kernel_seconds(long_kernel, dag, sizes) - long_apart > seconds - apart
+
+
+def test_a_tuned_striped_plan_is_used_and_a_bad_one_is_ignored(monkeypatch, tmp_path):
+    import fusec
+    from fusec import tuning
+    from fusec.errors import FusecWarning
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    dag, sizes, slug = dag_of("sgemvt"), {"m": 3000, "n": 2000}, "h100-80gb-hbm3"
+    space = build_space(dag, library(), "float32", sizes, DEFAULT)
+    plan = [c.plan for c in space.ranked() if isinstance(c.plan.kernels[0], StripedPlan)][3]  # not the first
+    key = tuning.key(dag, library(), "float32", sizes, slug)
+    tuning.store(tuning.TuningEntry(key, plan, 50.0, 60.0, 4, 10, "NVIDIA H100 80GB HBM3",
+                                    "2026-11-22T12:00:00+00:00", "sgemvt"))
+    program = fusec.compile(ROOT / "scripts" / "sgemvt.script", library(), sizes=sizes, gpu="h100")
+    assert program.tuned and program.generated.plan == plan and isinstance(program.kernels[0], StripedKernel)
+    # a striped plan that does not build (no lag ahead) is ignored with a warning
+    data = json.loads(key.path.read_text())
+    data["plan"][0]["lag"] = 0
+    key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match="does not build"):
+        program = fusec.compile(ROOT / "scripts" / "sgemvt.script", library(), sizes=sizes, gpu="h100")
+    assert program.tuned is None
+    # one that does not parse (its lag gone) is a miss naming the file
+    del data["plan"][0]["lag"]
+    key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match=re.escape(str(key.path))):
+        assert tuning.lookup(dag, library(), "float32", sizes, slug) is None

@@ -46,8 +46,42 @@ THREADS_PER_SM = 2048
 SHARED_PER_SM = 228 * 1024
 
 
+class PartsKernel:
+    """What a kernel made of analysed parts (a horizontal or a striped fusion)
+    answers from its parts: their schedules, reductions and shared memory, and
+    the part an argument or a reduction belongs to."""
+
+    parts: tuple[Kernel, ...]
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """Every part's schedule, part after part."""
+        return tuple(op for p in self.parts for op in p.ops)
+
+    @property
+    def reductions(self) -> tuple[Reduction, ...]:
+        return tuple(r for p in self.parts for r in p.reductions)
+
+    @property
+    def shared_reals(self) -> int:
+        return sum(p.shared_reals for p in self.parts)
+
+    def owner(self, arg: Arg):
+        """The part a size or vec_ok argument is for; the kernel for shared ones."""
+        return self.parts[arg.part] if arg.part is not None else self
+
+    def part_of(self, reduction: Reduction) -> Kernel:
+        return next(p for p in self.parts if reduction in p.reductions)
+
+    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
+        return self.part_of(reduction).reduction_buffers(reduction, sizes)
+
+    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
+        return self.part_of(reduction).reduction_tiles(reduction, sizes)
+
+
 @dataclasses.dataclass(frozen=True)
-class HorizontalKernel:
+class HorizontalKernel(PartsKernel):
     """A horizontal fusion's kernel: the interface of :class:`Kernel` that the
     runtime and the predictors use (name, args, grid, block, reductions and
     their buffers, source), with the parts as analysed kernels."""
@@ -69,19 +103,6 @@ class HorizontalKernel:
         return self.plan.offsets()
 
     @property
-    def ops(self) -> tuple[Op, ...]:
-        """Every part's schedule, part after part."""
-        return tuple(op for p in self.parts for op in p.ops)
-
-    @property
-    def reductions(self) -> tuple[Reduction, ...]:
-        return tuple(r for p in self.parts for r in p.reductions)
-
-    @property
-    def shared_reals(self) -> int:
-        return sum(p.shared_reals for p in self.parts)
-
-    @property
     def estimated_registers(self) -> int:
         """One thread runs one part, but registers are allocated for the kernel:
         the most any part needs, unless the bound is lower."""
@@ -91,19 +112,6 @@ class HorizontalKernel:
     def grid(self, sizes: dict[str, int]) -> int:
         """The largest part's grid: a smaller part skips the blocks past its own."""
         return max(p.grid(sizes) for p in self.parts)
-
-    def owner(self, arg: Arg) -> Kernel:
-        """The part a size or vec_ok argument is for; the kernel for shared ones."""
-        return self.parts[arg.part] if arg.part is not None else self
-
-    def part_of(self, reduction: Reduction) -> Kernel:
-        return next(p for p in self.parts if reduction in p.reductions)
-
-    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
-        return self.part_of(reduction).reduction_buffers(reduction, sizes)
-
-    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
-        return self.part_of(reduction).reduction_tiles(reduction, sizes)
 
 
 def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None) -> int:
@@ -185,8 +193,8 @@ def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kern
 
 
 def union_args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
-    """The parts' arguments (of a horizontal or a striped kernel): arrays and scalars once (their names are the
-    values'), sizes and vec_ok once per part, renamed ``NAME_p``."""
+    """The parts' arguments (of a horizontal or a striped kernel): arrays and
+    scalars once (their names are the values'), sizes and vec_ok once per part, renamed ``NAME_p``."""
     shared: dict[tuple, Arg] = {}
     own: list[Arg] = []
     for p, part in enumerate(parts):

@@ -43,16 +43,17 @@ from ..dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Kind, Library
 from ..space.points import COLS, ROWS, StripedPlan
-from .horizontal import MAX_STATIC_SHARED, emit_part, union_args
-from .kernel import Arg, Kernel, Op, Reduction, Threads, _call_text, _Writer, build_kernel
+from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
+from .kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
 
 SCHEDULE_COUNTERS = 2  # the ticket counter and the blocks-done counter, before the stripes' counters
 
 
 @dataclasses.dataclass(frozen=True)
-class StripedKernel:
+class StripedKernel(PartsKernel):
     """A striped fusion's kernel: the interface of :class:`Kernel` that the
-    runtime and the predictors use, with the parts as analysed kernels."""
+    runtime and the predictors use, with the parts (producer, consumer) as
+    analysed kernels."""
 
     index: int
     name: str
@@ -66,18 +67,6 @@ class StripedKernel:
     @property
     def block(self) -> int:
         return self.plan.block
-
-    @property
-    def ops(self) -> tuple[Op, ...]:
-        return tuple(op for p in self.parts for op in p.ops)
-
-    @property
-    def reductions(self) -> tuple[Reduction, ...]:
-        return tuple(r for p in self.parts for r in p.reductions)
-
-    @property
-    def shared_reals(self) -> int:
-        return sum(p.shared_reals for p in self.parts)
 
     @property
     def estimated_registers(self) -> int:
@@ -102,24 +91,12 @@ class StripedKernel:
         """Counters of the ``fusec_schedule`` argument, zero before the first launch."""
         return SCHEDULE_COUNTERS + self.stripes(sizes)
 
-    def owner(self, arg: Arg) -> Kernel | "StripedKernel":
-        """The part a size or vec_ok argument is for; the kernel for shared ones."""
-        return self.parts[arg.part] if arg.part is not None else self
-
-    def part_of(self, reduction: Reduction) -> Kernel:
-        return next(p for p in self.parts if reduction in p.reductions)
-
-    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
-        return self.part_of(reduction).reduction_buffers(reduction, sizes)
-
-    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
-        return self.part_of(reduction).reduction_tiles(reduction, sizes)
-
 
 def crossing(dag: Dag, producer_calls: tuple[int, ...], consumer_calls: tuple[int, ...]) -> list[int]:
     """Values a producer call computes and a consumer call reads."""
     produced = {dag.call(c).result for c in producer_calls}
-    return sorted({a for c in consumer_calls for a in dag.call(c).args if isinstance(a, int) and a in produced})
+    return sorted({a for c in consumer_calls for a in dag.call(c).args
+                   if isinstance(a, int) and a in produced})
 
 
 def matrices_reread(dag: Dag, plan: StripedPlan) -> list[int]:
@@ -162,7 +139,8 @@ def why_not_striped(dag: Dag, plan: StripedPlan, parts: tuple[Kernel, Kernel] | 
         if kernel.plan.serial == axis:
             return (f"a part's serial loop walks the {axis} (the stripe axis):"
                     " each of its blocks must lie in one stripe")
-    crossing_vectors = {v for v in crossing(dag, plan.producer.calls, plan.consumer.calls) if dag.value(v).kind is Kind.VECTOR}
+    crossing_vectors = {v for v in crossing(dag, plan.producer.calls, plan.consumer.calls)
+                        if dag.value(v).kind is Kind.VECTOR}
     for arg in second.args:
         if arg.role == "in" and arg.value in crossing_vectors and arg.axis != axis:
             return (f"the consumer reads {dag.value(arg.value).label} along the other axis:"
@@ -254,11 +232,11 @@ def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
     tile = "TILE_COLS" if axis == COLS else "TILE_ROWS"
     across = ("((rows + TILE_ROWS - 1) / TILE_ROWS + ITERS - 1) / ITERS" if axis == COLS
               else "((cols + TILE_COLS - 1) / TILE_COLS + ITERS - 1) / ITERS")
+    sizes = "[[maybe_unused]] int rows, [[maybe_unused]] int cols"
     helpers = (f"// the stripes (tiles of the {words[axis]}), and this part's blocks in one (its grid along"
                f" the {words[other]})",
-               f"__device__ __forceinline__ int stripes([[maybe_unused]] int rows, [[maybe_unused]] int cols) {{ return ({axis} + {tile} - 1)"
-               f" / {tile}; }}",
-               f"__device__ __forceinline__ int across([[maybe_unused]] int rows, [[maybe_unused]] int cols) {{ return {across}; }}")
+               f"__device__ __forceinline__ int stripes({sizes}) {{ return ({axis} + {tile} - 1) / {tile}; }}",
+               f"__device__ __forceinline__ int across({sizes}) {{ return {across}; }}")
     for p, part in enumerate(kernel.parts):
         role = "producer" if p == 0 else "consumer"
         emit_part(w, part, dag, library, Threads(grid="part_grid", item="item"),
