@@ -40,6 +40,10 @@ STRIPE_REREAD_COST = 0.5
 # ATAX (fp32 n = 16384: producer blocks of 32 serial iterations waited ~80-180 us
 # and lost 200-1000 us; those of 8 waited ~15-30 us and lost next to nothing).
 STRIPE_WAIT_SCALE = 33e-6  # seconds
+# The consumer finds a stripe's tiles in L2 only while the stripes in flight (the lag's
+# and its own) fit in about half of it: lag 4 with 8 MB stripes (GEMVER, SGEMVT fp32
+# n = 16384) cost 7.5 %, with 4 MB stripes it gained 2-5 % (bench/results/h100-striped-variants.md).
+STRIPE_L2_SHARE = 0.5
 
 
 SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
@@ -236,19 +240,23 @@ def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launc
     STRIPE_REREAD_COST of a DRAM byte, and the consumer's waits: a producer
     block takes its bytes over its share of DRAM (every resident block has
     one), of which a lag of L stripes hides L stripes' time; the rest costs
-    its square over STRIPE_WAIT_SCALE. Occupancy (the combined kernel has the
-    registers of the hungrier part) is left to the tuner."""
+    its square over STRIPE_WAIT_SCALE. Where the L + 1 stripes in flight do
+    not fit in STRIPE_L2_SHARE of L2, the re-read is a DRAM read. Occupancy
+    (the combined kernel has the registers of the hungrier part) is left to
+    the tuner."""
     from .codegen.striped import matrices_reread
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
                  for v in matrices_reread(dag, kernel.plan)) * itemsize
     streaming = sum(predictor.kernel_seconds(part, dag, sizes) for part in kernel.parts) - launch
-    streaming -= (1 - STRIPE_REREAD_COST) * reread / bandwidth
+    stripes = kernel.stripes(sizes)
+    if (kernel.plan.lag + 1) * reread / stripes <= STRIPE_L2_SHARE * L2_BYTES:
+        streaming -= (1 - STRIPE_REREAD_COST) * reread / bandwidth
     producer = kernel.parts[0]
     slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, kernel.block)
     block_seconds = traffic(producer, dag, sizes) / producer.grid(sizes) * slots / bandwidth
-    wait = max(0.0, block_seconds - kernel.plan.lag * streaming / kernel.stripes(sizes))
+    wait = max(0.0, block_seconds - kernel.plan.lag * streaming / stripes)
     return launch + streaming + wait * wait / STRIPE_WAIT_SCALE
 
 

@@ -6,7 +6,9 @@ each is run once on random inputs with its outputs poisoned and judged by the
 float64 oracle *before* it is timed, so a wrong candidate is reported and
 never chosen; then it is timed with CUDA events (warm-up, median). A candidate
 that fails to compile, to launch or to check scores infinitely slow, with the
-reason kept; it never stops the tune. The fastest correct one goes into the
+reason kept; it never stops the tune. The plan the tuning cache already holds
+for the same key is measured again beside them (the incumbent), so tuning anew
+never replaces a plan with a slower one. The fastest correct one goes into the
 tuning cache (:mod:`fusec.tuning`), where :func:`fusec.compile` finds it.
 
 The GPU work is behind :class:`Measurer`; ranking, choosing, the table and the
@@ -104,6 +106,21 @@ def candidates(dag, library, dtype: str, sizes: Mapping[str, int], top: int, pre
     if top < 1:
         raise FusecError(f"--top must be at least 1, not {top}")
     return build_space(dag, library, dtype, sizes, predictor).top(top, twins=True)
+
+
+def _incumbent(dag, library, dtype: str, sizes, gpu_slug: str, predictor, chosen) -> Combination | None:
+    """The tuning cache's plan for this key, with its predicted time, unless it
+    is among the candidates already (or there is none, or it no longer builds)."""
+    from .codegen.program import generate
+    entry = tuning.lookup(dag, library, dtype, sizes, gpu_slug)  # warns about a damaged entry
+    if entry is None or any(c.plan == entry.plan for c in chosen):
+        return None
+    try:
+        kernels = generate(dag, library, entry.plan, dtype).kernels
+    except FusecError:
+        return None
+    times = tuple(predictor.kernel_seconds(k, dag, sizes) for k in kernels)
+    return Combination(entry.plan, sum(times), times)
 
 
 def choose(rows: list[Row] | tuple[Row, ...]) -> Row | None:
@@ -313,6 +330,9 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, predic
     with measurer:
         predictor = predictor or predictor_for(library, measurer.gpu_slug)
         chosen = candidates(dag, library, dtype, sizes, top, predictor)
+        incumbent = _incumbent(dag, library, dtype, sizes, measurer.gpu_slug, predictor, chosen)
+        if incumbent is not None:
+            chosen.append(incumbent)
         programs: list[Program | None] = []
         failures: list[Measurement | None] = []
         for combination in chosen:

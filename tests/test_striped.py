@@ -226,3 +226,16 @@ def test_a_tuned_striped_plan_is_used_and_a_bad_one_is_ignored(monkeypatch, tmp_
     key.path.write_text(json.dumps(data))
     with pytest.warns(FusecWarning, match=re.escape(str(key.path))):
         assert tuning.lookup(dag, library(), "float32", sizes, slug) is None
+
+
+def test_a_lag_whose_stripes_do_not_fit_in_l2_is_predicted_to_reread_from_dram():
+    # fp32 n = 16384: GEMVER's stripes of B are 8 MB (5 in flight at lag 4: 40 MB, past half of
+    # L2); ATAX's stripes of A are 64 rows, 4 MB (20 MB at lag 4)
+    for script, worse in (("gemver", True), ("atax", False)):
+        space = space_of(script, n=16384)
+        slot = next(s for s in space.options if isinstance(s, StripedFusion))
+        plan, kernel, _ = space.options[slot][0]
+        lag2, lag4 = (DEFAULT.kernel_seconds(build_kernel(space.dag, library(), dataclasses.replace(plan, lag=lag),
+                                                          "float32", 0, emit=False), space.dag, space.sizes)
+                      for lag in (2, 4))
+        assert (lag4 > lag2) == worse, (script, lag2, lag4)

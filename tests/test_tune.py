@@ -488,3 +488,24 @@ def test_fusec_tune_without_a_gpu_is_a_clear_error(capsys):
         pytest.skip("a GPU is here")
     code, out, err = run_cli(capsys, "tune", BICGK, "--library", LIBRARY, "--size", "n=100", "--top", "2")
     assert code == 1 and err.startswith("fusec: error:") and ("PyCUDA" in err or "CUDA" in err)
+
+
+def test_the_cached_plan_is_measured_again_beside_the_candidates():
+    """Tuning anew never replaces the cached plan with a slower one: it is the last candidate."""
+    dag = bicgk()
+    incumbent = planted(rank=40).plan  # far down the ranking: not among the top 6
+    plans = [c.plan for c in candidates(dag, library(), "float32", SIZES, 6, DEFAULT)]
+    assert incumbent not in plans
+
+    def tune_with(incumbent_ms: float):
+        measurer = FakeMeasurer(dag, "float32", SIZES, plans + [incumbent],
+                                times={1: 0.01, len(plans) + 1: incumbent_ms})
+        result = tune(dag, library(), "float32", SIZES, top=6, predictor=DEFAULT, measurer=measurer,
+                      progress=False)
+        assert [r.plan for r in result.rows] == plans + [incumbent] and result.rows[-1].predicted > 0
+        return result.winner.plan
+
+    assert tune_with(0.005) == incumbent  # faster than every candidate: kept
+    assert tuning.lookup(dag, library(), "float32", SIZES, SLUG).plan == incumbent
+    assert tune_with(0.5) == plans[0]  # slower: replaced
+    assert tuning.lookup(dag, library(), "float32", SIZES, SLUG).plan == plans[0]

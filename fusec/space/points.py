@@ -114,7 +114,7 @@ class HorizontalPlan:
         return cls(tuple(KernelPlan.from_json(p) for p in data["horizontal"]), int(data.get("bound") or 0))
 
 
-LAGS = (1, 2)  # stripes the producer runs ahead of the consumer (the space searches these)
+LAGS = (1, 2, 3, 4)  # stripes the producer runs ahead of the consumer (the space searches these)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
