@@ -131,8 +131,8 @@ def why_not_striped(dag: Dag, plan: StripedPlan, parts: tuple[Kernel, Kernel] | 
     if first.dims != second.dims:
         return f"the parts' matrices are {first.dims} and {second.dims}: stripes need the same tiles"
     axis = stripe_axis(dag, plan, first)
-    if not axis.startswith(("rows", "cols")):
-        return axis
+    if axis not in (ROWS, COLS):
+        return axis  # why there is none
     if axis == ROWS and first.macros()["TILE_ROWS"] != second.macros()["TILE_ROWS"]:
         return "the parts' tiles have different rows: stripes of rows need the same"
     for kernel in parts:

@@ -24,7 +24,7 @@ from ..dag import Dag
 from ..errors import PlanError
 from ..library.model import Kind, Library
 from .fusions import Fusion
-from .points import LAGS, ROWS, KernelPlan, StripedPlan
+from .points import COLS, LAGS, ROWS, KernelPlan, StripedPlan
 from .steps import function_of
 
 PER_PART = 6  # implementations of each part per block size that are paired
@@ -85,7 +85,7 @@ def striped_options(dag: Dag, library: Library, fusion: StripedFusion,
         return []
     first = producers[0]
     axis = stripe_axis(dag, StripedPlan(first[0], consumers[0][0]), first[1])
-    if axis not in ("rows", "cols"):
+    if axis not in (ROWS, COLS):
         return []  # a scalar or a vector needed whole crosses: no stripes
 
     def grouped(options):
