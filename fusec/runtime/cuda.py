@@ -16,8 +16,10 @@ stack is not empty.)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
+from typing import Any, Callable
 
 import numpy as np
 
@@ -149,37 +151,49 @@ def allocate_like(family: str, shape: tuple[int, ...], dtype: np.dtype, referenc
     return allocator(family, dtype, reference)(shape)
 
 
-def allocator(family: str, dtype: np.dtype, reference):
-    """shape -> (array, pointer): new device arrays of the caller's framework,
-    on the device of ``reference`` (an input of that framework)."""
+@dataclasses.dataclass(frozen=True)
+class Allocator:
+    """New device arrays of one framework: ``make(shape, *args, **kwargs)``, and
+    the steps from an array to its address (attributes; ``"name()"`` calls a
+    method). Spelled out, not a closure, so the C extension can make them too."""
+
+    make: Callable
+    args: tuple = ()
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    pointer: tuple[str, ...] = ()
+
+    def __call__(self, shape: tuple[int, ...]) -> tuple[Any, int]:
+        array = self.make(shape, *self.args, **self.kwargs)
+        return array, pointer_of(array, self.pointer)
+
+
+def pointer_of(array, steps: tuple[str, ...]) -> int:
+    value = array
+    for step in steps:
+        value = getattr(value, step[:-2])() if step.endswith("()") else getattr(value, step)
+    return int(value)
+
+
+def allocator(family: str, dtype: np.dtype, reference) -> Allocator:
+    """New device arrays of the caller's framework, on the device of
+    ``reference`` (an input of that framework)."""
     if family == "torch":
         import torch
         tdtype = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}[dtype]
-        device = reference.device
-
-        def allocate(shape):
-            array = torch.empty(shape, dtype=tdtype, device=device)
-            return array, array.data_ptr()
-        return allocate
+        return Allocator(torch.empty, kwargs={"dtype": tdtype, "device": reference.device}, pointer=("data_ptr()",))
     if family == "cupy":
         import cupy
         device_id = reference.device.id
-        current_device = cupy.cuda.runtime.getDevice
+        if cupy.cuda.runtime.getDevice() == device_id:
+            # calls are prepared per context, and the context decides the current device
+            return Allocator(cupy.ndarray, (dtype,), pointer=("data", "ptr"))
 
-        def allocate(shape):
-            if current_device() == device_id:
-                array = cupy.ndarray(shape, dtype)
-            else:
-                with cupy.cuda.Device(device_id):
-                    array = cupy.ndarray(shape, dtype)
-            return array, array.data.ptr
-        return allocate
+        def on_device(shape):
+            with cupy.cuda.Device(device_id):
+                return cupy.ndarray(shape, dtype)
+        return Allocator(on_device, pointer=("data", "ptr"))
     import pycuda.gpuarray as gpuarray
-
-    def allocate(shape):
-        array = gpuarray.empty(shape, dtype)
-        return array, int(array.gpudata)
-    return allocate
+    return Allocator(gpuarray.empty, (dtype,), pointer=("gpudata", "__int__()"))
 
 
 class Loaded:
@@ -187,12 +201,35 @@ class Loaded:
 
     def __init__(self, cubin: bytes, kernels):
         cuda = driver()
+        self.cubin = cubin
         self.module = cuda.module_from_buffer(cubin)
         self.functions = {}
         for kernel in kernels:
             function = self.module.get_function(kernel.name)
             function.prepare(parameter_format(kernel))
             self.functions[kernel.name] = function
+        self._native = None  # (extension, its CUmodule, the context it is loaded in), on first use
+        self._native_functions: dict[str, int] = {}
+
+    def native_function(self, kernel, extension) -> int:
+        """The kernel's CUfunction for the C extension's launches: the cubin loaded
+        a second time, through the extension (PyCUDA hands out no handles), in
+        the current context, which must be this one's."""
+        if self._native is None:
+            context = extension.current_context()
+            self._native = (extension, extension.load_module(self.cubin), context)
+        if kernel.name not in self._native_functions:
+            self._native_functions[kernel.name] = extension.get_function(self._native[1], kernel.name)
+        return self._native_functions[kernel.name]
+
+    def close(self) -> None:
+        """Unload the extension's copy of the module when its context is current
+        (otherwise it stays until the context goes, as PyCUDA's modules do)."""
+        if self._native is not None:
+            extension, module, context = self._native
+            self._native, self._native_functions = None, {}
+            if extension.current_context() == context:
+                extension.unload_module(module)
 
     def launch(self, kernel, grid: int, args: list, stream=None) -> None:
         self.functions[kernel.name].prepared_async_call(

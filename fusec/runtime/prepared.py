@@ -12,6 +12,12 @@ whole way costs more host time than the kernels take on the GPU.
 A freed array whose memory a new one of the same shape reuses has the same
 signature, rightly: the prepared arguments are exactly right for it. NumPy
 arguments never take this path (their copies dominate anyway).
+
+Where the C extension builds (:mod:`.native`), each prepared call also comes as
+a ``FastCall`` (``fastcall.c``) doing the same in C: :func:`native_call` spells
+the call out for it (signatures as paths of steps, the allocator as a
+constructor and its arguments, each kernel's packed parameters and changing
+fields by :func:`native_kernel`).
 """
 
 from __future__ import annotations
@@ -23,15 +29,27 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .arrays import scalar_value
 
+# Outputs up to this size are made one call ahead by the C extension (it holds
+# them between calls); above it an allocation is short beside the kernels.
+SPARE_BYTES = 32 << 20
+
 
 def _torch_signature(tensor) -> tuple | None:
     if not tensor.is_cuda:
         return None
-    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+    return (True, tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
 
 
 def _cupy_signature(array) -> tuple:
     return (array.data.ptr, array.shape, array.strides, array.dtype.char)
+
+
+# The same signatures as paths of steps (attributes, "name()" a method called),
+# one per item, which the C extension reads without a Python call.
+SIGNATURE_STEPS: dict[Callable, tuple[tuple[str, ...], ...]] = {
+    _cupy_signature: (("data", "ptr"), ("shape",), ("strides",), ("dtype", "char")),
+    _torch_signature: (("is_cuda",), ("data_ptr()",), ("shape",), ("stride()",), ("dtype",)),
+}
 
 
 def _interface_signature(obj) -> tuple | None:
@@ -116,6 +134,40 @@ class Launch:
         self.launch()
 
 
+def native_kernel(function: int, grid: int, block: int, parameter_format: str, values: Sequence,
+                  changing: Sequence[int], sources: Sequence[int | str], scalar_names: Sequence[str]) -> tuple:
+    """One kernel as :mod:`fastcall.c` takes it: (CUfunction, grid, block, the
+    parameters packed once, and (offset, kind, source) of each changing field:
+    kind 'P' an output's pointer (source: its position), 'f' or 'd' a scalar
+    (source: its position in ``scalar_names``))."""
+    offsets = parameter_offsets(parameter_format)
+    changes = []
+    for index, source in zip(changing, sources):
+        code = parameter_format[index]
+        if isinstance(source, str):
+            changes.append((offsets[index], code, list(scalar_names).index(source)))
+        else:
+            changes.append((offsets[index], "P", source))
+    return (function, grid, block, struct.pack("@" + parameter_format, *values), tuple(changes))
+
+
+def native_call(module, context: int, key: tuple, array_names: Sequence[str], kernels: Sequence[tuple],
+                prepared: "PreparedCall", output_bytes: int):
+    """``prepared`` as a C ``FastCall`` of the extension ``module``, for calls
+    whose signature is ``key`` (as :func:`signature` made it) in ``context``.
+    Where the outputs take at most SPARE_BYTES, it makes the next call's
+    outputs once this call's kernels are launched (spares), so that a warm
+    call's kernels wait for no allocation."""
+    kinds, allocate = key[1::2], prepared.allocate  # a cuda.Allocator, spelled out
+    signers = tuple(SIGNATURE_STEPS.get(_signer(k), _signer(k)) for k in kinds)
+    return module.FastCall(
+        array_names=tuple(array_names), array_types=tuple(kinds), signers=signers,
+        signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=scalar_value,
+        make=allocate.make, make_args=tuple(allocate.args), make_kwargs=dict(allocate.kwargs) or None,
+        pointer=tuple(allocate.pointer), output_shapes=prepared.output_shapes, results=prepared.results,
+        kernels=tuple(kernels), context=context, spares=output_bytes <= SPARE_BYTES)
+
+
 @dataclasses.dataclass(frozen=True)
 class PreparedCall:
     """A program call on one signature of device arrays, ready to launch."""
@@ -126,9 +178,10 @@ class PreparedCall:
     launches: tuple[tuple[Callable, tuple[int | str, ...]], ...]
     output_shapes: tuple[tuple[int, ...], ...]  # of every distinct output value, in order
     results: tuple[int, ...]  # the script's returns, as positions in output_shapes
-    allocate: Callable[[tuple[int, ...]], tuple[Any, int]]  # shape -> (array, pointer)
+    allocate: Callable[[tuple[int, ...]], tuple[Any, int]]  # shape -> (array, pointer); a cuda.Allocator
     scalar_names: tuple[str, ...]
     keep_alive: Any  # the buffers and loaded module the arguments point into
+    native: Any = None  # the same call as the C extension's FastCall, where it is built
 
     def __call__(self, arguments: Mapping[str, Any]):
         """Outputs of the program on ``arguments``; None when a new output is

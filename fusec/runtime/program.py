@@ -7,7 +7,8 @@ anything launches. Buffers fusec needs (reduction partials and counters,
 values passed between kernels, staging for NumPy) are kept per size, so
 repeated calls allocate only their outputs; a repeated call on the same
 device arrays also skips the checks and argument building
-(:mod:`fusec.runtime.prepared`).
+(:mod:`fusec.runtime.prepared`), in C where the extension builds
+(:mod:`fusec.runtime.native`): the prepared call used last is tried first.
 
 Calls of one program object must not overlap on different streams: they share
 the reduction counters.
@@ -16,6 +17,7 @@ the reduction counters.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -24,10 +26,10 @@ from ..codegen.program import GeneratedProgram
 from .. import geometry as geo
 from ..library.model import Kind
 from . import cuda  # PyCUDA itself is imported on the first call
-from . import driver_api
+from . import driver_api, native
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
-from .prepared import Launch, PreparedCall, signature
+from .prepared import Launch, PreparedCall, native_call, native_kernel, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
 
@@ -81,6 +83,7 @@ class Program:
         self._loaded: dict[Any, Any] = {}
         self._buffers: collections.OrderedDict = collections.OrderedDict()
         self._prepared: collections.OrderedDict = collections.OrderedDict()
+        self._hot = None  # the C FastCall of the prepared call used last: tried first
         inputs = [dag.value(v) for v in dag.inputs]
         self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR)
         self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR)
@@ -123,14 +126,23 @@ class Program:
 
     def release(self) -> None:
         """Free the device memory fusec holds for this program (workspaces,
-        intermediates, staging) and drop its loaded kernels; a later call
-        allocates and loads again. Call it in the context the program ran in."""
+        intermediates, staging, results made ahead for the next warm call)
+        and drop its loaded kernels; a later call allocates and loads again.
+        Call it in the context the program ran in."""
+        self._make_hot(None)
         self._prepared.clear()
         self._buffers.clear()
+        for loaded in self._loaded.values():
+            loaded.close()
         self._loaded.clear()
 
     # ------------------------------------------------------------------ running
     def __call__(self, **arrays):
+        hot = self._hot
+        if hot is not None:  # the C extension's warm call; None when it declines
+            results = hot(arrays)
+            if results is not None:
+                return results
         return self.run(arrays)
 
     def bind(self, arrays: Mapping[str, Any]) -> Binding:
@@ -157,7 +169,7 @@ class Program:
             key = None if poison else signature(
                 cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
             if key is not None:
-                self._remember(key, self._prepare(loaded, buffers, launches, binding))
+                self._remember(key, self._prepare(loaded, buffers, launches, binding, key))
             return self._collect(results, pointers, binding)
 
     def _run_prepared(self, arrays: Mapping[str, Any]):
@@ -173,16 +185,21 @@ class Program:
         try:
             key = signature(context, arrays, self._array_names, self._scalar_names)
             prepared = self._prepared.get(key) if key is not None else None
-            return prepared(arrays) if prepared is not None else None
+            if prepared is None:
+                return None
+            self._make_hot(prepared.native)
+            return prepared(arrays)
         finally:
             if pushed:
                 driver_api.pop_context()
 
-    def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding) -> PreparedCall:
+    def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding, key: tuple) -> PreparedCall:
         """What a call on the same device arrays needs to redo: scalars, outputs."""
         outputs = tuple(dict.fromkeys(self.dag.outputs))
         scalar_name = {v: self.dag.value(v).name for v in binding.scalars}
-        prepared = []
+        scalar_names = tuple(sorted(self._scalar_names))
+        extension = native.fastcall()
+        prepared, natives = [], []
         for kernel, grid, args in launches:
             changing, sources = [], []
             for index, arg in enumerate(kernel.args):
@@ -192,17 +209,34 @@ class Program:
                 elif arg.role == "scalar":
                     changing.append(index)
                     sources.append(scalar_name[arg.value])
+            parameter_format = cuda.parameter_format(kernel)
             launch = Launch(loaded.function(kernel)._launch_kernel, grid, kernel.block,
-                            cuda.parameter_format(kernel), args, changing)
+                            parameter_format, args, changing)
             prepared.append((launch, tuple(sources)))
+            if extension is not None:
+                natives.append(native_kernel(loaded.native_function(kernel, extension), grid, kernel.block,
+                                             parameter_format, args, changing, sources, scalar_names))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
-        return PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
+        call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
                             cuda.allocator(binding.family, self.dtype, reference),
-                            tuple(sorted(self._scalar_names)), keep_alive=(loaded, buffers))
+                            scalar_names, keep_alive=(loaded, buffers))
+        if extension is None:
+            return call
+        output_bytes = sum(self.value_nbytes(v, binding.sizes) for v in outputs)
+        return dataclasses.replace(call, native=native_call(extension, key[0], key, self._array_names,
+                                                            natives, call, output_bytes))
+
+    def _make_hot(self, native_call) -> None:
+        """Try ``native_call`` first from now on; the one tried before lets go of
+        the outputs it made ahead (only the hot call holds any)."""
+        if self._hot is not None and self._hot is not native_call:
+            self._hot.drop_spares()
+        self._hot = native_call
 
     def _remember(self, key: tuple, prepared: PreparedCall) -> None:
         self._prepared[key] = prepared
+        self._make_hot(prepared.native)
         while len(self._prepared) > PREPARED_CALLS:
             self._prepared.popitem(last=False)
 
@@ -220,6 +254,7 @@ class Program:
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
                 _, evicted = self._buffers.popitem(last=False)
+                self._make_hot(None)
                 for call_key in [k for k, p in self._prepared.items() if p.keep_alive[1] is evicted]:
                     del self._prepared[call_key]
         self._buffers.move_to_end(key)
@@ -315,10 +350,10 @@ class Program:
             times = []
             with cuda.context():  # the events need one current
                 for _ in range(warmup):
-                    self.run(arrays)
+                    self(**arrays)
                 for _ in range(repeat):
                     with cuda.Timer() as timer:
-                        results = self.run(arrays)
+                        results = self(**arrays)
                     times.append(timer.ms)
                     del results  # after the timer waited for the kernels writing them
             return times

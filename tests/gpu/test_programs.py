@@ -174,14 +174,20 @@ def _leave_nan_for(kind, prog, sizes) -> None:
         del filled
 
 
+@pytest.mark.parametrize("path", ["C", "Python"])
 @pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("script", script_names())
-def test_repeated_calls_take_the_prepared_path(script, dtype, kind, monkeypatch):
+def test_repeated_calls_take_the_prepared_path(script, dtype, kind, path, monkeypatch):
     """A second call on the same device arrays skips binding (a prepared
-    call), with new scalars: its results are right, new arrays, and the
-    first call's results are untouched."""
-    from fusec.runtime import cuda
+    call, in C where the extension builds, else in Python), with new
+    scalars: its results are right, new arrays, and the first call's
+    results are untouched."""
+    from fusec.runtime import cuda, native
+    if path == "Python":
+        monkeypatch.setattr(native, "fastcall", lambda: None)
+    elif native.fastcall() is None:
+        pytest.skip(f"no C extension: {native.unavailable()}")
     prog = program(script, dtype)
     prog.release()
     sizes = size_cases(prog.dag, [1000])[-1]
@@ -193,12 +199,15 @@ def test_repeated_calls_take_the_prepared_path(script, dtype, kind, monkeypatch)
         assert not prog._prepared
         prog(**device)
         assert len(prog._prepared) == 1
+        assert (prog._hot is not None) == (path == "C")
         again = dict(inputs, **{k: v * -0.5 + 1.0 for k, v in inputs.items() if not isinstance(v, np.ndarray)})
         _leave_nan_for(kind, prog, sizes)
         with monkeypatch.context() as patch:
             patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
             second = prog(**{k: (device[k] if isinstance(v, np.ndarray) else v) for k, v in again.items()})
         assert len(prog._prepared) == 1
+        if path == "C":  # small outputs: the next call's are made ahead, once this call launched
+            assert prog._hot.held_spares() == len(set(prog.dag.outputs))
         _check(prog, again, second)
         _check(prog, inputs, first)
         firsts = first if isinstance(first, tuple) else (first,)

@@ -1,0 +1,657 @@
+/* fusec's warm-call path in C: what a prepared call does, without the interpreter.
+ *
+ * A FastCall holds one prepared call (fusec/runtime/prepared.py): the
+ * signature of the device arrays it was worked out for, the names of the
+ * scalars, how to allocate the outputs, and each kernel's parameters packed
+ * once. Called with the keyword arguments of a program call, it checks that
+ * they are the same arrays (the same signature, in the same CUDA context),
+ * reads the scalars, allocates the outputs, writes the changing parameters
+ * into each kernel's buffer and launches, holding the GIL throughout (the
+ * calls are short). It returns None, having launched nothing, whenever the
+ * Python path has to decide: a different array or context, a missing or extra
+ * argument, an output that is not 16-byte aligned. Errors in a scalar are the
+ * Python path's own (its scalar_value raises them).
+ *
+ * The driver is opened with dlopen when the first module loads, so this builds
+ * and imports where there is no GPU; a FastCall made with a hook calls
+ * hook(kernel_index, parameter_bytes) instead of launching (the tests' seam).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+
+static CUresult (*cuCtxGetCurrent_)(CUcontext *);
+static CUresult (*cuModuleLoadData_)(CUmodule *, const void *);
+static CUresult (*cuModuleGetFunction_)(CUfunction *, CUmodule, const char *);
+static CUresult (*cuModuleUnload_)(CUmodule);
+static CUresult (*cuLaunchKernel_)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, CUstream, void **, void **);
+static CUresult (*cuGetErrorName_)(CUresult, const char **);
+
+static PyObject *driver_error;  /* fusec.errors.DriverError, handed over by set_error_class */
+
+static int open_driver(void) {
+    if (cuLaunchKernel_) return 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        PyErr_Format(PyExc_OSError, "the CUDA driver library could not be loaded: %s", dlerror());
+        return -1;
+    }
+#define FIND(var, name)                                                                    \
+    *(void **)(&var) = dlsym(lib, name);                                                   \
+    if (!var) {                                                                            \
+        PyErr_Format(PyExc_OSError, "libcuda.so.1 has no %s", name);                       \
+        return -1;                                                                         \
+    }
+    FIND(cuCtxGetCurrent_, "cuCtxGetCurrent")
+    FIND(cuModuleLoadData_, "cuModuleLoadData")
+    FIND(cuModuleGetFunction_, "cuModuleGetFunction")
+    FIND(cuModuleUnload_, "cuModuleUnload")
+    FIND(cuGetErrorName_, "cuGetErrorName")
+    FIND(cuLaunchKernel_, "cuLaunchKernel")  /* last: it marks the table complete */
+#undef FIND
+    return 0;
+}
+
+static PyObject *raise_driver(CUresult result, const char *call) {
+    const char *name = NULL;
+    if (cuGetErrorName_ == NULL || cuGetErrorName_(result, &name) != 0 || name == NULL) name = "CUDA error";
+    PyErr_Format(driver_error ? driver_error : PyExc_RuntimeError, "%s failed: %s (%d)", call, name, result);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ modules */
+
+static PyObject *load_module(PyObject *self, PyObject *arg) {
+    Py_buffer image;
+    if (open_driver() < 0 || PyObject_GetBuffer(arg, &image, PyBUF_SIMPLE) < 0) return NULL;
+    CUmodule module = NULL;
+    CUresult result = cuModuleLoadData_(&module, image.buf);
+    PyBuffer_Release(&image);
+    if (result) return raise_driver(result, "cuModuleLoadData");
+    return PyLong_FromVoidPtr(module);
+}
+
+static PyObject *get_function(PyObject *self, PyObject *args) {
+    PyObject *module;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Os", &module, &name) || open_driver() < 0) return NULL;
+    CUfunction function = NULL;
+    CUresult result = cuModuleGetFunction_(&function, PyLong_AsVoidPtr(module), name);
+    if (result) return raise_driver(result, "cuModuleGetFunction");
+    return PyLong_FromVoidPtr(function);
+}
+
+static PyObject *unload_module(PyObject *self, PyObject *arg) {
+    if (open_driver() < 0) return NULL;
+    CUresult result = cuModuleUnload_(PyLong_AsVoidPtr(arg));
+    if (result) return raise_driver(result, "cuModuleUnload");
+    Py_RETURN_NONE;
+}
+
+static PyObject *current_context(PyObject *self, PyObject *unused) {
+    if (open_driver() < 0) return NULL;
+    CUcontext context = NULL;
+    CUresult result = cuCtxGetCurrent_(&context);
+    if (result) return raise_driver(result, "cuCtxGetCurrent");
+    return PyLong_FromVoidPtr(context);
+}
+
+static PyObject *set_error_class(PyObject *self, PyObject *cls) {
+    Py_INCREF(cls);
+    Py_XSETREF(driver_error, cls);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ steps */
+
+/* A path of steps from an object to a value: each an attribute name, or
+ * "name()" for a method to call. Read into a tuple of (interned name, called). */
+static PyObject *read_steps(PyObject *path) {
+    if (!PyTuple_Check(path)) {
+        PyErr_SetString(PyExc_TypeError, "a path of steps must be a tuple of str");
+        return NULL;
+    }
+    PyObject *steps = PyTuple_New(PyTuple_GET_SIZE(path));
+    if (!steps) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(path); i++) {
+        PyObject *step = PyTuple_GET_ITEM(path, i);
+        Py_ssize_t length;
+        const char *text = PyUnicode_Check(step) ? PyUnicode_AsUTF8AndSize(step, &length) : NULL;
+        if (!text) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a step must be a str");
+            Py_DECREF(steps);
+            return NULL;
+        }
+        int called = length > 2 && strcmp(text + length - 2, "()") == 0;
+        PyObject *name = PyUnicode_FromStringAndSize(text, called ? length - 2 : length);
+        if (!name) {
+            Py_DECREF(steps);
+            return NULL;
+        }
+        PyUnicode_InternInPlace(&name);
+        PyObject *pair = Py_BuildValue("(Ni)", name, called);
+        if (!pair) {
+            Py_DECREF(steps);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(steps, i, pair);
+    }
+    return steps;
+}
+
+/* The value at the end of the steps from obj (a new reference), or NULL on an error. */
+static PyObject *walk(PyObject *obj, PyObject *steps) {
+    PyObject *value = Py_NewRef(obj);
+    for (Py_ssize_t i = 0; value && i < PyTuple_GET_SIZE(steps); i++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, i);
+        PyObject *name = PyTuple_GET_ITEM(step, 0);
+        PyObject *next = PyLong_AS_LONG(PyTuple_GET_ITEM(step, 1)) ? PyObject_CallMethodNoArgs(value, name)
+                                                                 : PyObject_GetAttr(value, name);
+        Py_DECREF(value);
+        value = next;
+    }
+    return value;
+}
+
+/* ------------------------------------------------------------------ FastCall */
+
+typedef struct {
+    Py_ssize_t offset;
+    char kind;          /* 'P': an output's pointer; 'f', 'd': a scalar as float or double */
+    Py_ssize_t source;  /* the output's position, or the scalar's */
+} Change;
+
+typedef struct {
+    CUfunction function;
+    unsigned grid, block;
+    size_t size;
+    char *parameters;   /* packed once; the changing fields are rewritten by each call */
+    Py_ssize_t changes;
+    Change *change;
+} Kernel;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *array_names, *array_types, *signers, *signatures;  /* tuples, one item per array */
+    PyObject *scalar_names, *scalar_value, *output_shapes, *results, *hook;
+    PyObject *make, *make_kwnames, *pointer_steps;  /* allocating: make(shape, *args, **kwargs) */
+    PyObject *spares;   /* None, or a list: per output, an array allocated after the last call's launches */
+    PyObject **make_stack;  /* [shape, *args, *kwargs' values] for the vectorcall; [0] set per call */
+    Py_ssize_t make_positional, make_count;
+    void *context;
+    Py_ssize_t kernels;
+    Kernel *kernel;
+    double *scalars;    /* this call's scalar values */
+    uintptr_t *outputs; /* this call's output pointers */
+    uintptr_t *spare_pointer;  /* the spares' */
+} FastCall;
+
+static void fastcall_free_kernels(FastCall *self) {
+    for (Py_ssize_t k = 0; k < self->kernels && self->kernel; k++) {
+        PyMem_Free(self->kernel[k].parameters);
+        PyMem_Free(self->kernel[k].change);
+    }
+    PyMem_Free(self->kernel);
+    self->kernel = NULL;
+}
+
+static void fastcall_dealloc(FastCall *self) {
+    Py_XDECREF(self->array_names);
+    Py_XDECREF(self->array_types);
+    Py_XDECREF(self->signers);
+    Py_XDECREF(self->signatures);
+    Py_XDECREF(self->scalar_names);
+    Py_XDECREF(self->scalar_value);
+    Py_XDECREF(self->make);
+    Py_XDECREF(self->make_kwnames);
+    Py_XDECREF(self->pointer_steps);
+    Py_XDECREF(self->spares);
+    for (Py_ssize_t i = 1; i < self->make_count && self->make_stack; i++) Py_XDECREF(self->make_stack[i]);
+    PyMem_Free(self->make_stack);
+    Py_XDECREF(self->output_shapes);
+    Py_XDECREF(self->results);
+    Py_XDECREF(self->hook);
+    fastcall_free_kernels(self);
+    PyMem_Free(self->scalars);
+    PyMem_Free(self->outputs);
+    PyMem_Free(self->spare_pointer);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* kernels: tuple of (function: int, grid: int, block: int, parameters: bytes,
+ * changes: tuple of (offset: int, kind: str, source: int)) */
+static int read_kernels(FastCall *self, PyObject *kernels) {
+    if (!PyTuple_Check(kernels)) {
+        PyErr_SetString(PyExc_TypeError, "kernels must be a tuple");
+        return -1;
+    }
+    Py_ssize_t outputs = PyTuple_GET_SIZE(self->output_shapes), scalars = PyTuple_GET_SIZE(self->scalar_names);
+    self->kernels = PyTuple_GET_SIZE(kernels);
+    self->kernel = PyMem_Calloc(self->kernels ? self->kernels : 1, sizeof(Kernel));
+    if (!self->kernel) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t k = 0; k < self->kernels; k++) {
+        Kernel *kernel = &self->kernel[k];
+        PyObject *function, *changes;
+        const char *parameters;
+        Py_ssize_t size;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(kernels, k), "OIIy#O!", &function, &kernel->grid, &kernel->block,
+                              &parameters, &size, &PyTuple_Type, &changes))
+            return -1;
+        kernel->function = PyLong_AsVoidPtr(function);
+        if (PyErr_Occurred()) return -1;
+        kernel->size = (size_t)size;
+        kernel->parameters = PyMem_Malloc(size ? size : 1);
+        if (!kernel->parameters) return PyErr_NoMemory(), -1;
+        memcpy(kernel->parameters, parameters, size);
+        kernel->changes = PyTuple_GET_SIZE(changes);
+        kernel->change = PyMem_Calloc(kernel->changes ? kernel->changes : 1, sizeof(Change));
+        if (!kernel->change) return PyErr_NoMemory(), -1;
+        for (Py_ssize_t c = 0; c < kernel->changes; c++) {
+            Change *change = &kernel->change[c];
+            int kind;
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(changes, c), "nCn", &change->offset, &kind, &change->source))
+                return -1;
+            change->kind = (char)kind;
+            Py_ssize_t width = kind == 'f' ? 4 : 8, limit = kind == 'P' ? outputs : scalars;
+            if ((kind != 'P' && kind != 'f' && kind != 'd') || change->offset < 0 || change->offset + width > size
+                || change->source < 0 || change->source >= limit) {
+                PyErr_Format(PyExc_ValueError, "kernel %zd: bad change (%zd, %c, %zd)", k, change->offset,
+                             kind, change->source);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int check_tuple(PyObject *obj, const char *what, Py_ssize_t length) {
+    if (!PyTuple_Check(obj) || (length >= 0 && PyTuple_GET_SIZE(obj) != length)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple%s", what, length >= 0 ? " of one item per array" : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* make(shape, *args, **kwargs) as a vectorcall's stack and keyword names; the
+ * pointer steps: each an attribute name, or "name()" for a method to call. */
+static int read_allocation(FastCall *self, PyObject *make, PyObject *args, PyObject *kwargs, PyObject *pointer) {
+    if (!PyCallable_Check(make) || !PyTuple_Check(args) || (kwargs != Py_None && !PyDict_Check(kwargs))
+        || !PyTuple_Check(pointer)) {
+        PyErr_SetString(PyExc_TypeError, "make must be callable, make_args a tuple, make_kwargs a dict"
+                                         " or None, pointer a tuple of names");
+        return -1;
+    }
+    Py_ssize_t keywords = kwargs == Py_None ? 0 : PyDict_GET_SIZE(kwargs);
+    self->make_positional = 1 + PyTuple_GET_SIZE(args);
+    self->make_count = self->make_positional + keywords;
+    self->make_stack = PyMem_Calloc(self->make_count, sizeof(PyObject *));
+    if (!self->make_stack) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        self->make_stack[1 + i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    }
+    if (keywords) {
+        self->make_kwnames = PyTuple_New(keywords);
+        if (!self->make_kwnames) return -1;
+        PyObject *key, *value;
+        Py_ssize_t position = 0, i = 0;
+        while (PyDict_Next(kwargs, &position, &key, &value)) {
+            PyTuple_SET_ITEM(self->make_kwnames, i, Py_NewRef(key));
+            self->make_stack[self->make_positional + i] = Py_NewRef(value);
+            i++;
+        }
+    }
+    self->pointer_steps = read_steps(pointer);
+    if (!self->pointer_steps) return -1;
+    self->make = Py_NewRef(make);
+    return 0;
+}
+
+static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
+    static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
+                               "scalar_value", "make", "make_args", "make_kwargs", "pointer",
+                               "output_shapes", "results", "kernels", "context", "spares", "hook", NULL};
+    PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
+    PyObject *make, *make_args, *make_kwargs, *pointer;
+    PyObject *output_shapes, *results, *kernels, *context, *hook = Py_None;
+    int spares = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|pO", keywords, &array_names, &array_types,
+                                     &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
+                                     &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
+                                     &spares, &hook))
+        return -1;
+    if (self->array_names) {
+        PyErr_SetString(PyExc_TypeError, "a FastCall is initialised once");
+        return -1;
+    }
+    if (check_tuple(array_names, "array_names", -1) < 0) return -1;
+    Py_ssize_t arrays = PyTuple_GET_SIZE(array_names);
+    if (check_tuple(array_types, "array_types", arrays) < 0 || check_tuple(signers, "signers", arrays) < 0
+        || check_tuple(signatures, "signatures", arrays) < 0 || check_tuple(scalar_names, "scalar_names", -1) < 0
+        || check_tuple(output_shapes, "output_shapes", -1) < 0 || check_tuple(results, "results", -1) < 0)
+        return -1;
+    if (PyTuple_GET_SIZE(results) == 0) {
+        PyErr_SetString(PyExc_ValueError, "a program returns at least one value");
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(results); r++) {
+        Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(results, r));
+        if (position < 0 || position >= PyTuple_GET_SIZE(output_shapes)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a result names no output");
+            return -1;
+        }
+    }
+    self->context = context == Py_None ? NULL : PyLong_AsVoidPtr(context);
+    if (PyErr_Occurred()) return -1;
+    /* each signer: a callable returning the signature, or a tuple of paths of steps, one per item of it */
+    self->signers = PyTuple_New(arrays);
+    if (!self->signers) return -1;
+    for (Py_ssize_t a = 0; a < arrays; a++) {
+        PyObject *signer = PyTuple_GET_ITEM(signers, a), *read;
+        if (PyTuple_Check(signer)) {
+            PyObject *signature = PyTuple_GET_ITEM(signatures, a);
+            if (!PyTuple_Check(signature) || PyTuple_GET_SIZE(signature) != PyTuple_GET_SIZE(signer)) {
+                PyErr_SetString(PyExc_ValueError, "a signature read by steps has one item per path");
+                return -1;
+            }
+            read = PyTuple_New(PyTuple_GET_SIZE(signer));
+            if (!read) return -1;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(signer); i++) {
+                PyObject *steps = read_steps(PyTuple_GET_ITEM(signer, i));
+                if (!steps) {
+                    Py_DECREF(read);
+                    return -1;
+                }
+                PyTuple_SET_ITEM(read, i, steps);
+            }
+        } else if (PyCallable_Check(signer)) {
+            read = Py_NewRef(signer);
+        } else {
+            PyErr_SetString(PyExc_TypeError, "a signer is a callable or a tuple of paths");
+            return -1;
+        }
+        PyTuple_SET_ITEM(self->signers, a, read);
+    }
+#define KEEP(field) Py_INCREF(field); self->field = field;
+    KEEP(array_names) KEEP(array_types) KEEP(signatures) KEEP(scalar_names) KEEP(scalar_value)
+    KEEP(output_shapes) KEEP(results) KEEP(hook)
+#undef KEEP
+    if (spares) {
+        self->spares = PyList_New(PyTuple_GET_SIZE(output_shapes));
+        if (!self->spares) return -1;
+        for (Py_ssize_t o = 0; o < PyTuple_GET_SIZE(output_shapes); o++)
+            PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
+    }
+    if (read_allocation(self, make, make_args, make_kwargs, pointer) < 0) return -1;
+    self->scalars = PyMem_Calloc(PyTuple_GET_SIZE(scalar_names) + 1, sizeof(double));
+    self->outputs = PyMem_Calloc(PyTuple_GET_SIZE(output_shapes) + 1, sizeof(uintptr_t));
+    self->spare_pointer = PyMem_Calloc(PyTuple_GET_SIZE(output_shapes) + 1, sizeof(uintptr_t));
+    if (!self->scalars || !self->outputs || !self->spare_pointer) return PyErr_NoMemory(), -1;
+    if (hook == Py_None && open_driver() < 0) return -1;
+    return read_kernels(self, kernels);
+}
+
+/* 1: the arguments are the prepared arrays and scalars; 0: they are not; -1: an error */
+static int same_arrays(FastCall *self, PyObject *arguments) {
+    Py_ssize_t arrays = PyTuple_GET_SIZE(self->array_names);
+    if (!PyDict_Check(arguments)
+        || PyDict_GET_SIZE(arguments) != arrays + PyTuple_GET_SIZE(self->scalar_names))
+        return 0;
+    if (self->hook == Py_None) {
+        CUcontext context = NULL;
+        if (cuCtxGetCurrent_(&context) != 0 || context != self->context) return 0;
+    }
+    for (Py_ssize_t a = 0; a < arrays; a++) {
+        PyObject *obj = PyDict_GetItemWithError(arguments, PyTuple_GET_ITEM(self->array_names, a));
+        if (!obj) return PyErr_Occurred() ? -1 : 0;
+        if ((PyObject *)Py_TYPE(obj) != PyTuple_GET_ITEM(self->array_types, a)) return 0;
+        PyObject *signer = PyTuple_GET_ITEM(self->signers, a), *expected = PyTuple_GET_ITEM(self->signatures, a);
+        if (PyTuple_Check(signer)) {  /* item by item, stopping at the first that differs */
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(signer); i++) {
+                PyObject *value = walk(obj, PyTuple_GET_ITEM(signer, i));
+                if (!value) return -1;
+                int same = PyObject_RichCompareBool(value, PyTuple_GET_ITEM(expected, i), Py_EQ);
+                Py_DECREF(value);
+                if (same != 1) return same;
+            }
+            continue;
+        }
+        PyObject *signature = PyObject_CallOneArg(signer, obj);
+        if (!signature) return -1;
+        int same = PyObject_RichCompareBool(signature, expected, Py_EQ);
+        Py_DECREF(signature);
+        if (same != 1) return same;
+    }
+    return 1;
+}
+
+/* 1: scalars read; 0: one is missing; -1: an error (scalar_value's ArgumentError) */
+static int read_scalars(FastCall *self, PyObject *arguments) {
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(self->scalar_names); s++) {
+        PyObject *name = PyTuple_GET_ITEM(self->scalar_names, s);
+        PyObject *obj = PyDict_GetItemWithError(arguments, name);
+        if (!obj) return PyErr_Occurred() ? -1 : 0;
+        if (PyFloat_CheckExact(obj)) {
+            self->scalars[s] = PyFloat_AS_DOUBLE(obj);
+            continue;
+        }
+        PyObject *value = PyObject_CallFunctionObjArgs(self->scalar_value, name, obj, NULL);
+        if (!value) return -1;
+        self->scalars[s] = PyFloat_AsDouble(value);
+        Py_DECREF(value);
+        if (PyErr_Occurred()) return -1;
+    }
+    return 1;
+}
+
+/* A new output array (a new reference) and its address; NULL on an error. */
+static PyObject *make_output(FastCall *self, Py_ssize_t o, unsigned long long *pointer) {
+    self->make_stack[0] = PyTuple_GET_ITEM(self->output_shapes, o);  /* borrowed for the call */
+    PyObject *array = PyObject_Vectorcall(self->make, self->make_stack, self->make_positional, self->make_kwnames);
+    self->make_stack[0] = NULL;
+    if (!array) return NULL;
+    PyObject *value = walk(array, self->pointer_steps);
+    if (value) {
+        *pointer = PyLong_AsUnsignedLongLong(value);
+        Py_DECREF(value);
+    }
+    if (!value || PyErr_Occurred()) {
+        Py_DECREF(array);
+        return NULL;
+    }
+    return array;
+}
+
+/* The outputs as a new tuple, their pointers in self->outputs: the spares
+ * where there are, new arrays otherwise. Py_None (a new reference) when a new
+ * one is not 16-byte aligned; NULL on an error. */
+static PyObject *allocate_outputs(FastCall *self) {
+    Py_ssize_t count = PyTuple_GET_SIZE(self->output_shapes);
+    PyObject *arrays = PyTuple_New(count);
+    if (!arrays) return NULL;
+    for (Py_ssize_t o = 0; o < count; o++) {
+        PyObject *spare = self->spares ? PyList_GET_ITEM(self->spares, o) : NULL;
+        if (spare && spare != Py_None) {
+            PyTuple_SET_ITEM(arrays, o, spare);  /* the list's reference moves to the tuple */
+            PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
+            self->outputs[o] = self->spare_pointer[o];
+            continue;
+        }
+        unsigned long long pointer = 0;
+        PyObject *array = make_output(self, o, &pointer);
+        if (!array) {
+            Py_DECREF(arrays);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(arrays, o, array);
+        if (pointer % 16) {
+            Py_DECREF(arrays);
+            Py_RETURN_NONE;
+        }
+        self->outputs[o] = (uintptr_t)pointer;
+    }
+    return arrays;
+}
+
+/* The next call's outputs, made while this call's kernels run. A failure only
+ * means no spare: the next call allocates its own (and reports any error). */
+static void make_spares(FastCall *self) {
+    if (!self->spares) return;
+    for (Py_ssize_t o = 0; o < PyList_GET_SIZE(self->spares); o++) {
+        PyObject *held = PyList_GET_ITEM(self->spares, o);
+        if (held && held != Py_None) continue;
+        unsigned long long pointer = 0;
+        PyObject *array = make_output(self, o, &pointer);
+        if (!array || pointer % 16) {
+            PyErr_Clear();
+            Py_XDECREF(array);
+            array = Py_NewRef(Py_None);
+        }
+        self->spare_pointer[o] = (uintptr_t)pointer;
+        PyList_SET_ITEM(self->spares, o, array);
+        Py_XDECREF(held);
+    }
+}
+
+static PyObject *drop_spares(FastCall *self, PyObject *unused) {
+    if (self->spares) {
+        for (Py_ssize_t o = 0; o < PyList_GET_SIZE(self->spares); o++) {
+            PyObject *held = PyList_GET_ITEM(self->spares, o);
+            PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
+            Py_XDECREF(held);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *held_spares(FastCall *self, PyObject *unused) {
+    Py_ssize_t held = 0;
+    for (Py_ssize_t o = 0; self->spares && o < PyList_GET_SIZE(self->spares); o++) {
+        PyObject *spare = PyList_GET_ITEM(self->spares, o);
+        held += spare && spare != Py_None;
+    }
+    return PyLong_FromSsize_t(held);
+}
+
+static int launch(FastCall *self, Py_ssize_t k) {
+    Kernel *kernel = &self->kernel[k];
+    for (Py_ssize_t c = 0; c < kernel->changes; c++) {
+        Change *change = &kernel->change[c];
+        char *field = kernel->parameters + change->offset;
+        if (change->kind == 'P') {
+            uint64_t pointer = (uint64_t)self->outputs[change->source];
+            memcpy(field, &pointer, 8);
+        } else if (change->kind == 'f') {
+            float value = (float)self->scalars[change->source];
+            memcpy(field, &value, 4);
+        } else {
+            memcpy(field, &self->scalars[change->source], 8);
+        }
+    }
+    if (self->hook != Py_None) {
+        PyObject *result = PyObject_CallFunction(self->hook, "ny#", k, kernel->parameters, (Py_ssize_t)kernel->size);
+        Py_XDECREF(result);
+        return result ? 0 : -1;
+    }
+    size_t size = kernel->size;
+    void *extra[] = {(void *)1, kernel->parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
+    CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1, 0, NULL, NULL,
+                                      extra);
+    if (result) {
+        raise_driver(result, "cuLaunchKernel");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
+    PyObject *arguments;
+    if (!self->array_names) {
+        PyErr_SetString(PyExc_TypeError, "FastCall was not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O", &arguments)) return NULL;
+    int ready = same_arrays(self, arguments);
+    if (ready == 1) ready = read_scalars(self, arguments);
+    if (ready < 0) return NULL;
+    if (ready == 0) Py_RETURN_NONE;
+    PyObject *outputs = allocate_outputs(self);
+    if (!outputs || outputs == Py_None) return outputs;
+    for (Py_ssize_t k = 0; k < self->kernels; k++) {
+        if (launch(self, k) < 0) {
+            Py_DECREF(outputs);
+            return NULL;
+        }
+    }
+    make_spares(self);
+    Py_ssize_t count = PyTuple_GET_SIZE(self->results);
+    if (count == 1) {
+        PyObject *result = PyTuple_GET_ITEM(outputs, PyLong_AsSsize_t(PyTuple_GET_ITEM(self->results, 0)));
+        Py_INCREF(result);
+        Py_DECREF(outputs);
+        return result;
+    }
+    PyObject *results = PyTuple_New(count);
+    if (results) {
+        for (Py_ssize_t r = 0; r < count; r++) {
+            PyObject *result = PyTuple_GET_ITEM(outputs, PyLong_AsSsize_t(PyTuple_GET_ITEM(self->results, r)));
+            Py_INCREF(result);
+            PyTuple_SET_ITEM(results, r, result);
+        }
+    }
+    Py_DECREF(outputs);
+    return results;
+}
+
+static PyMethodDef fastcall_methods[] = {
+    {"drop_spares", (PyCFunction)drop_spares, METH_NOARGS, "Let go of the outputs made ahead for the next call."},
+    {"held_spares", (PyCFunction)held_spares, METH_NOARGS, "How many outputs are made ahead now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FastCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "fusec_fastcall.FastCall",
+    .tp_doc = "A prepared program call, checked, allocated and launched in C.",
+    .tp_basicsize = sizeof(FastCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)fastcall_init,
+    .tp_dealloc = (destructor)fastcall_dealloc,
+    .tp_call = (ternaryfunc)fastcall_call,
+    .tp_methods = fastcall_methods,
+};
+
+static PyMethodDef methods[] = {
+    {"load_module", load_module, METH_O, "Load a cubin into the current context; its CUmodule as an int."},
+    {"get_function", get_function, METH_VARARGS, "get_function(module, name): the kernel's CUfunction as an int."},
+    {"unload_module", unload_module, METH_O, "Unload a module load_module loaded (its context current)."},
+    {"current_context", current_context, METH_NOARGS, "The driver's current CUcontext as an int (0: none)."},
+    {"set_error_class", set_error_class, METH_O, "The exception class a failed driver call raises."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "fusec_fastcall", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit_fusec_fastcall(void) {
+    if (PyType_Ready(&FastCallType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&FastCallType);
+    if (PyModule_AddObject(m, "FastCall", (PyObject *)&FastCallType) < 0) {
+        Py_DECREF(&FastCallType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
