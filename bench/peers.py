@@ -43,7 +43,8 @@ Times (median of --repeat, after 3 warm-ups), two for every contender:
 - the time with the host's launching, as a Python caller waits for it:
   events around the whole call (fusec: CuPy's events around ``program(**inputs)``,
   as a CuPy user calls it, binding or finding its prepared call, allocating the
-  outputs and launching; CuPy; PyTorch), and for JAX
+  outputs and launching: a warm call in C where fusec's extension builds, the
+  report says which; CuPy; PyTorch), and for JAX
   a host timer around the call and ``block_until_ready`` (which also counts
   the host's wake-up after the GPU finishes, a few µs).
 
@@ -777,11 +778,20 @@ METHOD = (
     " were checked against fusec's before timing (largest difference relative to the largest magnitude).")
 
 
+def warm_call_path() -> str:
+    """Which way fusec's repeated calls on the same device arrays went (its C extension or Python)."""
+    from fusec.runtime import native
+    reason = native.unavailable()
+    return "in C (fusec/runtime/fastcall.c)" if reason is None else f"in Python ({reason})"
+
+
 def markdown(report: dict) -> str:
     peers = [p["name"] for p in report["peers"]]
     lines = [f"# fusec against cuBLAS, PyTorch, torch.compile and JAX on {report['device']}", "",
              f"{report['when']}; `{report['command']}`; median of {report['repeat']} runs after 3 warm-ups.",
              "", METHOD, "", "Peers:", *skipped_lines(report["peers"]), ""]
+    if "fusec_warm_calls" in report:
+        lines += [f"fusec's warm calls: {report['fusec_warm_calls']}.", ""]
     for dtype in report["dtypes"]:
         rows = [r for r in report["rows"] if r["dtype"] == dtype]
         if not rows:
@@ -901,7 +911,8 @@ def main(argv=None) -> int:
                                 log=functools.partial(print, file=sys.stderr, flush=True)))
     report = {"device": device, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "command": command_line("bench.peers", argv), "repeat": args.repeat, "dtypes": dtypes,
-              "copy_bandwidth": bandwidth, "peers": peer_info(peers), "rows": rows}
+              "copy_bandwidth": bandwidth, "peers": peer_info(peers), "rows": rows,
+              "fusec_warm_calls": warm_call_path()}
     name = args.name or default_name(device, "peers")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
