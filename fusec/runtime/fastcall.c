@@ -6,11 +6,14 @@
  * once. Called with the keyword arguments of a program call, it checks that
  * they are the same arrays (the same signature, in the same CUDA context),
  * reads the scalars, allocates the outputs, writes the changing parameters
- * into each kernel's buffer and launches, holding the GIL throughout (the
- * calls are short). It returns None, having launched nothing, whenever the
- * Python path has to decide: a different array or context, a missing or extra
- * argument, an output that is not 16-byte aligned. Errors in a scalar are the
- * Python path's own (its scalar_value raises them).
+ * into a copy of each kernel's buffer and launches. A call keeps its values on
+ * the stack: where it runs Python code (a signer, an allocator) another thread
+ * may call the same FastCall meanwhile. It returns None, having launched
+ * nothing, whenever the Python path has to decide: a different array or
+ * context, a missing or extra argument, an output that is not 16-byte
+ * aligned. Errors in a scalar are the Python path's own (its scalar_value
+ * raises them). Outputs may be made one call ahead (spares, made after the
+ * launches), so that the kernels wait for no allocation.
  *
  * The driver is opened with dlopen when the first module loads, so this builds
  * and imports where there is no GPU; a FastCall made with a hook calls
@@ -21,6 +24,8 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
+
+#define MAX_VALUES 64  /* scalars, and outputs, of one program (a call keeps them on the stack) */
 
 typedef int CUresult;
 typedef void *CUcontext;
@@ -184,16 +189,13 @@ typedef struct {
     PyObject *array_names, *array_types, *signers, *signatures;  /* tuples, one item per array */
     PyObject *scalar_names, *scalar_value, *output_shapes, *results, *hook;
     PyObject *make, *make_kwnames, *pointer_steps;  /* allocating: make(shape, *args, **kwargs) */
-    PyObject *spares;   /* None, or a list: per output, an array allocated after the last call's launches */
+    PyObject *spares;   /* NULL, or a list: per output, None or (array, address) made after a call's launches */
     PyObject **make_stack;  /* [shape, *args, *kwargs' values] for the vectorcall; [0] set per call */
     Py_ssize_t make_positional, make_count;
     void *context;
     Py_ssize_t kernels;
     Kernel *kernel;
-    double *scalars;    /* this call's scalar values */
-    uintptr_t *outputs; /* this call's output pointers */
-    uintptr_t *spare_pointer;  /* the spares' */
-} FastCall;
+} FastCall;  /* immutable once made but for the spares: calls keep their own values on the stack */
 
 static void fastcall_free_kernels(FastCall *self) {
     for (Py_ssize_t k = 0; k < self->kernels && self->kernel; k++) {
@@ -221,9 +223,6 @@ static void fastcall_dealloc(FastCall *self) {
     Py_XDECREF(self->results);
     Py_XDECREF(self->hook);
     fastcall_free_kernels(self);
-    PyMem_Free(self->scalars);
-    PyMem_Free(self->outputs);
-    PyMem_Free(self->spare_pointer);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -338,6 +337,10 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
         || check_tuple(signatures, "signatures", arrays) < 0 || check_tuple(scalar_names, "scalar_names", -1) < 0
         || check_tuple(output_shapes, "output_shapes", -1) < 0 || check_tuple(results, "results", -1) < 0)
         return -1;
+    if (PyTuple_GET_SIZE(scalar_names) > MAX_VALUES || PyTuple_GET_SIZE(output_shapes) > MAX_VALUES) {
+        PyErr_Format(PyExc_ValueError, "at most %d scalars and %d outputs", MAX_VALUES, MAX_VALUES);
+        return -1;
+    }
     if (PyTuple_GET_SIZE(results) == 0) {
         PyErr_SetString(PyExc_ValueError, "a program returns at least one value");
         return -1;
@@ -391,10 +394,6 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
             PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
     }
     if (read_allocation(self, make, make_args, make_kwargs, pointer) < 0) return -1;
-    self->scalars = PyMem_Calloc(PyTuple_GET_SIZE(scalar_names) + 1, sizeof(double));
-    self->outputs = PyMem_Calloc(PyTuple_GET_SIZE(output_shapes) + 1, sizeof(uintptr_t));
-    self->spare_pointer = PyMem_Calloc(PyTuple_GET_SIZE(output_shapes) + 1, sizeof(uintptr_t));
-    if (!self->scalars || !self->outputs || !self->spare_pointer) return PyErr_NoMemory(), -1;
     if (hook == Py_None && open_driver() < 0) return -1;
     return read_kernels(self, kernels);
 }
@@ -434,18 +433,18 @@ static int same_arrays(FastCall *self, PyObject *arguments) {
 }
 
 /* 1: scalars read; 0: one is missing; -1: an error (scalar_value's ArgumentError) */
-static int read_scalars(FastCall *self, PyObject *arguments) {
+static int read_scalars(FastCall *self, PyObject *arguments, double *scalars) {
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(self->scalar_names); s++) {
         PyObject *name = PyTuple_GET_ITEM(self->scalar_names, s);
         PyObject *obj = PyDict_GetItemWithError(arguments, name);
         if (!obj) return PyErr_Occurred() ? -1 : 0;
         if (PyFloat_CheckExact(obj)) {
-            self->scalars[s] = PyFloat_AS_DOUBLE(obj);
+            scalars[s] = PyFloat_AS_DOUBLE(obj);
             continue;
         }
         PyObject *value = PyObject_CallFunctionObjArgs(self->scalar_value, name, obj, NULL);
         if (!value) return -1;
-        self->scalars[s] = PyFloat_AsDouble(value);
+        scalars[s] = PyFloat_AsDouble(value);
         Py_DECREF(value);
         if (PyErr_Occurred()) return -1;
     }
@@ -470,19 +469,20 @@ static PyObject *make_output(FastCall *self, Py_ssize_t o, unsigned long long *p
     return array;
 }
 
-/* The outputs as a new tuple, their pointers in self->outputs: the spares
- * where there are, new arrays otherwise. Py_None (a new reference) when a new
- * one is not 16-byte aligned; NULL on an error. */
-static PyObject *allocate_outputs(FastCall *self) {
+/* The outputs as a new tuple, their addresses in outputs: the spares where
+ * there are, new arrays otherwise. Py_None (a new reference) when a new one is
+ * not 16-byte aligned; NULL on an error. */
+static PyObject *allocate_outputs(FastCall *self, uintptr_t *outputs) {
     Py_ssize_t count = PyTuple_GET_SIZE(self->output_shapes);
     PyObject *arrays = PyTuple_New(count);
     if (!arrays) return NULL;
     for (Py_ssize_t o = 0; o < count; o++) {
-        PyObject *spare = self->spares ? PyList_GET_ITEM(self->spares, o) : NULL;
-        if (spare && spare != Py_None) {
-            PyTuple_SET_ITEM(arrays, o, spare);  /* the list's reference moves to the tuple */
+        PyObject *spare = self->spares ? PyList_GET_ITEM(self->spares, o) : Py_None;
+        if (spare != Py_None) {  /* taken with no Python code run between: no other call can take it */
+            PyTuple_SET_ITEM(arrays, o, Py_NewRef(PyTuple_GET_ITEM(spare, 0)));
+            outputs[o] = (uintptr_t)PyLong_AsVoidPtr(PyTuple_GET_ITEM(spare, 1));
             PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
-            self->outputs[o] = self->spare_pointer[o];
+            Py_DECREF(spare);
             continue;
         }
         unsigned long long pointer = 0;
@@ -496,7 +496,7 @@ static PyObject *allocate_outputs(FastCall *self) {
             Py_DECREF(arrays);
             Py_RETURN_NONE;
         }
-        self->outputs[o] = (uintptr_t)pointer;
+        outputs[o] = (uintptr_t)pointer;
     }
     return arrays;
 }
@@ -506,18 +506,22 @@ static PyObject *allocate_outputs(FastCall *self) {
 static void make_spares(FastCall *self) {
     if (!self->spares) return;
     for (Py_ssize_t o = 0; o < PyList_GET_SIZE(self->spares); o++) {
-        PyObject *held = PyList_GET_ITEM(self->spares, o);
-        if (held && held != Py_None) continue;
+        if (PyList_GET_ITEM(self->spares, o) != Py_None) continue;
         unsigned long long pointer = 0;
         PyObject *array = make_output(self, o, &pointer);
-        if (!array || pointer % 16) {
+        PyObject *spare = array && pointer % 16 == 0 ? Py_BuildValue("(NK)", array, pointer) : NULL;
+        if (!spare) {
             PyErr_Clear();
-            Py_XDECREF(array);
-            array = Py_NewRef(Py_None);
+            if (array && pointer % 16) Py_DECREF(array);
+            continue;
         }
-        self->spare_pointer[o] = (uintptr_t)pointer;
-        PyList_SET_ITEM(self->spares, o, array);
-        Py_XDECREF(held);
+        PyObject *held = PyList_GET_ITEM(self->spares, o);
+        if (held != Py_None) {  /* another thread's call made one meanwhile */
+            Py_DECREF(spare);
+            continue;
+        }
+        PyList_SET_ITEM(self->spares, o, spare);
+        Py_DECREF(held);
     }
 }
 
@@ -535,41 +539,49 @@ static PyObject *drop_spares(FastCall *self, PyObject *unused) {
 static PyObject *held_spares(FastCall *self, PyObject *unused) {
     Py_ssize_t held = 0;
     for (Py_ssize_t o = 0; self->spares && o < PyList_GET_SIZE(self->spares); o++) {
-        PyObject *spare = PyList_GET_ITEM(self->spares, o);
-        held += spare && spare != Py_None;
+        held += PyList_GET_ITEM(self->spares, o) != Py_None;
     }
     return PyLong_FromSsize_t(held);
 }
 
-static int launch(FastCall *self, Py_ssize_t k) {
+#define STACK_PARAMETERS 1024  /* bytes of parameters a launch packs on the stack; more go to the heap */
+
+static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uintptr_t *outputs) {
     Kernel *kernel = &self->kernel[k];
+    char stack[STACK_PARAMETERS];
+    char *parameters = kernel->size <= STACK_PARAMETERS ? stack : PyMem_Malloc(kernel->size);
+    if (!parameters) return PyErr_NoMemory(), -1;
+    memcpy(parameters, kernel->parameters, kernel->size);
     for (Py_ssize_t c = 0; c < kernel->changes; c++) {
         Change *change = &kernel->change[c];
-        char *field = kernel->parameters + change->offset;
+        char *field = parameters + change->offset;
         if (change->kind == 'P') {
-            uint64_t pointer = (uint64_t)self->outputs[change->source];
+            uint64_t pointer = (uint64_t)outputs[change->source];
             memcpy(field, &pointer, 8);
         } else if (change->kind == 'f') {
-            float value = (float)self->scalars[change->source];
+            float value = (float)scalars[change->source];
             memcpy(field, &value, 4);
         } else {
-            memcpy(field, &self->scalars[change->source], 8);
+            memcpy(field, &scalars[change->source], 8);
         }
     }
+    int status = 0;
     if (self->hook != Py_None) {
-        PyObject *result = PyObject_CallFunction(self->hook, "ny#", k, kernel->parameters, (Py_ssize_t)kernel->size);
+        PyObject *result = PyObject_CallFunction(self->hook, "ny#", k, parameters, (Py_ssize_t)kernel->size);
         Py_XDECREF(result);
-        return result ? 0 : -1;
+        status = result ? 0 : -1;
+    } else {
+        size_t size = kernel->size;
+        void *extra[] = {(void *)1, parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
+        CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1, 0, NULL,
+                                          NULL, extra);
+        if (result) {
+            raise_driver(result, "cuLaunchKernel");
+            status = -1;
+        }
     }
-    size_t size = kernel->size;
-    void *extra[] = {(void *)1, kernel->parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
-    CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1, 0, NULL, NULL,
-                                      extra);
-    if (result) {
-        raise_driver(result, "cuLaunchKernel");
-        return -1;
-    }
-    return 0;
+    if (parameters != stack) PyMem_Free(parameters);
+    return status;
 }
 
 static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
@@ -579,14 +591,17 @@ static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
         return NULL;
     }
     if (!PyArg_ParseTuple(args, "O", &arguments)) return NULL;
+    /* this call's values, on the stack: another thread may call while this one waits for Python code */
+    double scalars[MAX_VALUES];
+    uintptr_t addresses[MAX_VALUES];
     int ready = same_arrays(self, arguments);
-    if (ready == 1) ready = read_scalars(self, arguments);
+    if (ready == 1) ready = read_scalars(self, arguments, scalars);
     if (ready < 0) return NULL;
     if (ready == 0) Py_RETURN_NONE;
-    PyObject *outputs = allocate_outputs(self);
+    PyObject *outputs = allocate_outputs(self, addresses);
     if (!outputs || outputs == Py_None) return outputs;
     for (Py_ssize_t k = 0; k < self->kernels; k++) {
-        if (launch(self, k) < 0) {
+        if (launch(self, k, scalars, addresses) < 0) {
             Py_DECREF(outputs);
             return NULL;
         }
