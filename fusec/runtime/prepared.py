@@ -159,7 +159,7 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
     outputs once this call's kernels are launched (spares), so that a warm
     call's kernels wait for no allocation."""
     kinds, allocate = key[1::2], prepared.allocate  # a cuda.Allocator, spelled out
-    signers = tuple(SIGNATURE_STEPS.get(_signer(k), _signer(k)) for k in kinds)
+    signers = tuple(SIGNATURE_STEPS.get(signer, signer) for signer in map(_signer, kinds))
     return module.FastCall(
         array_names=tuple(array_names), array_types=tuple(kinds), signers=signers,
         signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=scalar_value,
