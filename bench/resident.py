@@ -86,7 +86,7 @@ def main() -> None:
 def measure(dtype: str, repeat: int, rows: list) -> float:
     import cupy as cp
     n, np_dtype = SIZES[dtype], np.dtype(dtype)
-    ctype, vec, size = ("float", 4, 4) if dtype == "float32" else ("double", 2, 8)
+    ctype, size = ("float", 4) if dtype == "float32" else ("double", 8)
     names = {instantiation(k, ctype, shape, g): (k, shape, g) for k, *shape in SHAPES[dtype] for g in (True, False)}
     module = cp.RawModule(code=SOURCE.read_text(), options=("-std=c++17",), name_expressions=list(names) + ["spin"])
     module.compile()
@@ -131,7 +131,7 @@ def measure(dtype: str, repeat: int, rows: list) -> float:
 
     for name, (kernel, shape, gemver) in names.items():
         script = "gemver" if gemver else "sgemvt"
-        block, lanes, iters, lag, pref = shape
+        block, _, _, lag, pref = shape
         fits = layout(dtype, shape, n)
         if isinstance(fits, str):
             print(f"  {name}: {fits}, left out")
