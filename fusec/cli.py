@@ -172,13 +172,14 @@ def _tune(args) -> int:
     from .tune import report, tune
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes)
-    result = tune(dag, library, args.dtype, sizes, top=args.top, repeat=args.repeat, warmup=args.warmup,
-                  seed=args.seed, progress=not args.quiet)
+    result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,
+                  warmup=args.warmup, seed=args.seed, progress=not args.quiet)
     print(report(result))
     return 0 if result.winner is not None else 1
 
 
 def parser() -> argparse.ArgumentParser:
+    from .space.combinations import LAYOUTS
     top = argparse.ArgumentParser(prog="fusec", description=DESCRIPTION, epilog=EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"fusec {__version__}")
@@ -252,8 +253,10 @@ def parser() -> argparse.ArgumentParser:
 
     tune = commands.add_parser(
         "tune", help="measure the best-predicted combinations on the GPU and remember the fastest",
-        description="Compile the K combinations the predictor ranks first for --size (nvcc in"
-                    " parallel), run each on random inputs and check it against the float64 oracle"
+        description="Compile the K combinations the predictor ranks first for --size, and the"
+                    " best-predicted one of each of the next L layouts of the heaviest kernel (its"
+                    " calls, implementations, shape, serial axis and lag; see --layouts), with nvcc in"
+                    " parallel; run each on random inputs and check it against the float64 oracle"
                     " before timing it with CUDA events (warm-up, then the median of --repeat runs;"
                     " the GPU's time, without the host's launch overhead, which is the same for"
                     " every candidate)."
@@ -271,6 +274,11 @@ def parser() -> argparse.ArgumentParser:
     sizes(tune, "a size to tune for (repeatable); n=VALUE sets every size not given", required=True)
     tune.add_argument("--top", type=int, default=10, metavar="K",
                       help="how many best-predicted combinations to measure (default: 10)")
+    tune.add_argument("--layouts", type=int, default=LAYOUTS, metavar="L",
+                      help="also measure the best-predicted combination of each of the L best-predicted"
+                           " layouts (calls, implementations, block shape, serial axis, lag) of the"
+                           " heaviest kernel, not among the top K: the predictor's errors of 10 %% or so"
+                           f" between shapes push a fast one far down the ranking (default: {LAYOUTS}; 0: none)")
     tune.add_argument("--repeat", type=int, default=20,
                       help="timed runs of each candidate (default: 20; the median counts)")
     tune.add_argument("--warmup", type=int, default=3, help="untimed runs of each candidate first (default: 3)")

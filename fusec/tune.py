@@ -34,7 +34,7 @@ from .errors import CompileError, FusecError, FusecWarning
 from .gpu import slug
 from .progress import Progress
 from .runtime.program import Program
-from .space.combinations import Combination, build_space
+from .space.combinations import LAYOUTS, Combination, build_space
 from .space.points import ProgramPlan
 
 OK = "ok"
@@ -61,7 +61,7 @@ class Measurement:
 class Row:
     """One candidate: where the predictor put it and what it measured."""
 
-    rank: int  # predicted rank, 1 = the predictor's first choice
+    rank: int  # the candidate's place: predicted order within the top K, then within the layouts
     plan: ProgramPlan
     predicted: float  # seconds
     measurement: Measurement
@@ -93,19 +93,43 @@ class TuneResult:
     cache_path: Path | None  # where, or None when it was not written
     cache_error: str  # why it was not written ("" when it was, or when there was no winner)
     seconds: float  # the whole tune
+    ranked: int = 0  # rows 1..ranked: the top K (and twins); then the best of each further layout
+    by_layout: int = 0  # how many rows those are (the cached plan, if measured again, comes last)
 
 
 # ---------------------------------------------------------------------------- GPU-free parts
 
 
-def candidates(dag, library, dtype: str, sizes: Mapping[str, int], top: int, predictor) -> list[Combination]:
+def candidates(dag, library, dtype: str, sizes: Mapping[str, int], top: int, predictor,
+               layouts: int = LAYOUTS) -> list[Combination]:
+    """The candidates of a tune, in the order they are measured: see :func:`candidate_groups`."""
+    ranked, by_layout = candidate_groups(dag, library, dtype, sizes, top, predictor, layouts)
+    return ranked + by_layout
+
+
+def candidate_groups(dag, library, dtype: str, sizes: Mapping[str, int], top: int, predictor,
+                     layouts: int = 0) -> tuple[list[Combination], list[Combination]]:
     """The ``top`` best-predicted combinations, best first; each one with a
     horizontal fusion followed by its twin (the same kernels launched one
     after another), so a horizontal fusion wins only where it measured faster
-    than its parts apart."""
+    than its parts apart. Then, not among those, the best-predicted
+    combination of each of the ``layouts`` best-predicted layouts of the
+    heaviest kernel (:meth:`~fusec.space.combinations.Space.layouts`): the top
+    K differ mostly in routine order, and a shape the predictor misprices by
+    10 % can sit thousands of ranks down."""
     if top < 1:
         raise FusecError(f"--top must be at least 1, not {top}")
-    return build_space(dag, library, dtype, sizes, predictor).top(top, twins=True)
+    if layouts < 0:
+        raise FusecError(f"--layouts must be at least 0, not {layouts}")
+    space = build_space(dag, library, dtype, sizes, predictor)
+    ranked = space.top(top, twins=True)
+    seen = {c.plan for c in ranked}
+    by_layout = []
+    for combination in space.layouts(layouts, twins=True):
+        if combination.plan not in seen:
+            seen.add(combination.plan)
+            by_layout.append(combination)
+    return ranked, by_layout
 
 
 def _incumbent(dag, library, dtype: str, sizes, gpu_slug: str, predictor, chosen) -> Combination | None:
@@ -130,7 +154,7 @@ def choose(rows: list[Row] | tuple[Row, ...]) -> Row | None:
 
 
 def table(dag, rows, winner: Row | None) -> str:
-    """The candidates in predicted order; the winner marked with ``*``."""
+    """The candidates in the order measured (predicted order within each group); the winner marked with ``*``."""
     lines = [f"  {'rank':>4}  {'predicted':>10}  {'measured':>10}  {'GB/s':>6}  {'verdict':<14}  kernels"]
     for row in rows:
         mark = "*" if row is winner else " "
@@ -146,8 +170,13 @@ def report(result: TuneResult) -> str:
     dag = result.dag
     sizes = " ".join(f"{k}={v}" for k, v in result.sizes.items())
     lines = [f"{dag.name} ({dag.file}) {result.dtype}, {sizes}, on {result.gpu_name};"
-             f" {len(result.rows)} candidate(s) ranked by predictor {result.predictor}", "",
-             table(dag, result.rows, result.winner)]
+             f" {len(result.rows)} candidate(s) ranked by predictor {result.predictor}"]
+    if result.by_layout:
+        last = result.ranked + result.by_layout
+        lines.append(f"(ranks 1-{result.ranked}: the top K; {result.ranked + 1}-{last}: the best-ranked"
+                     f" combination of each further layout of the heaviest kernel"
+                     + (f"; {last + 1}: the cached plan, measured again)" if len(result.rows) > last else ")"))
+    lines += ["", table(dag, result.rows, result.winner)]
     failed = [r for r in result.rows if not r.passed]
     if failed:
         lines.append("")
@@ -311,11 +340,12 @@ class GpuMeasurer(Measurer):
 # ---------------------------------------------------------------------------- the tune
 
 
-def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, predictor=None,
-         repeat: int = 20, warmup: int = 3, seed: int = 0, progress: bool = True,
+def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layouts: int = LAYOUTS,
+         predictor=None, repeat: int = 20, warmup: int = 3, seed: int = 0, progress: bool = True,
          measurer: Measurer | None = None, store: bool = True) -> TuneResult:
-    """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``
-    on the GPU present and cache the fastest correct one (unless ``store`` is
+    """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``,
+    and the best of each of the ``layouts`` best-predicted layouts of the
+    heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the fastest correct one (unless ``store`` is
     false). ``predictor`` defaults to :func:`fusec.perfdb.predictor_for` of
     this GPU. Progress goes to stderr when ``progress``."""
     from .api import default_sizes
@@ -329,7 +359,8 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, predic
     measurer = measurer or GpuMeasurer(dag, library, dtype, sizes, repeat=repeat, warmup=warmup, seed=seed)
     with measurer:
         predictor = predictor or predictor_for(library, measurer.gpu_slug)
-        chosen = candidates(dag, library, dtype, sizes, top, predictor)
+        ranked, by_layout = candidate_groups(dag, library, dtype, sizes, top, predictor, layouts)
+        chosen = ranked + by_layout
         incumbent = _incumbent(dag, library, dtype, sizes, measurer.gpu_slug, predictor, chosen)
         if incumbent is not None:
             chosen.append(incumbent)
@@ -379,4 +410,5 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, predic
         else:
             error = "not asked to"
     return TuneResult(dag, dtype, sizes, gpu_name, getattr(predictor, "name", type(predictor).__name__),
-                      tuple(rows), winner, entry, path, error, time.perf_counter() - start)
+                      tuple(rows), winner, entry, path, error, time.perf_counter() - start,
+                      len(ranked), len(by_layout))

@@ -150,3 +150,50 @@ def test_barriers_only_where_mappings_differ_or_memory_is_reused():
     second_load = [i for i in loads if i > computes[0]][0]
     # B's tile reuses A's words while A is still read: a barrier before it is written
     assert any(kernel.ops[i].barrier for i in range(computes[0] + 1, second_load + 1))
+
+
+def test_layouts_are_each_layout_of_the_heaviest_kernel_once_at_its_best():
+    """Space.layouts against the whole ranking: in each cover the kernel predicted slowest varies
+    its layout (routine order left out), the others are at their best, and each layout comes
+    once, as its best-predicted combination, best first."""
+    dag = dag_of("bicgk")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    best = {slot: options[0][0] for slot, options in space.options.items()}
+
+    def key(combination):
+        cover = tuple(k.calls for k in combination.plan.kernels)
+        slots = [next(s for s in space.options if s.calls == k.calls and any(
+            o[0] == k for o in space.options[s])) for k in combination.plan.kernels]
+        heaviest = max(range(len(slots)), key=lambda i: space.options[slots[i]][0][2])
+        if any(k != best[s] for i, (k, s) in enumerate(zip(combination.plan.kernels, slots)) if i != heaviest):
+            return None  # a light kernel not at its best: not a layout's best combination
+        return cover, combination.plan.kernels[heaviest].layout()
+
+    expected = {}
+    for combination in space.ranked():  # best first: the first of each key is its best
+        k = key(combination)
+        if k is not None and k not in expected:
+            expected[k] = combination.predicted
+    found = space.layouts(10**6)
+    assert len(found) == len(expected) < space.combination_count
+    assert {key(c) for c in found} == set(expected)
+    assert all(abs(c.predicted - expected[key(c)]) < 1e-15 for c in found)
+    times = [c.predicted for c in found]
+    assert times == sorted(times)
+    assert found[0].plan == space.best().plan
+    assert [c.plan for c in space.layouts(7)] == [c.plan for c in found[:7]]
+    # twins follow a horizontal fusion, as in Space.top
+    with_twins = space.layouts(len(found), twins=True)
+    assert len(with_twins) > len(found) and {c.plan for c in found} <= {c.plan for c in with_twins}
+
+
+def test_a_layout_is_the_plan_without_its_routine_order():
+    dag = dag_of("gesummv")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    fused = next(s for s in space.options if len(s.calls) == 2 and type(s) is Fusion)
+    plans = [p for p, _, _ in space.options[fused]]
+    a = plans[0]
+    other_order = next(p for p in plans if p.steps != a.steps and p.shape == a.shape
+                       and p.implementations == a.implementations and p.serial == a.serial)
+    assert a.layout() == other_order.layout() and a.layout().steps == ()
+    assert next(p for p in plans if p.shape != a.shape).layout() != a.layout()

@@ -30,8 +30,8 @@ from fusec.predict import DEFAULT
 from fusec.script import load_script
 from fusec.space.combinations import build_space
 from fusec.space.points import HorizontalPlan
-from fusec.tune import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidates, choose, report,
-                        tune)
+from fusec.tune import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidate_groups, candidates,
+                        choose, report, tune)
 from helpers import LIBRARY, ROOT, library
 
 BICGK = ROOT / "scripts" / "bicgk.script"
@@ -368,6 +368,9 @@ def test_tune_chooses_the_fastest_correct_candidate_and_caches_it(capsys):
     assert re.search(r"^\s+2\s+[\d.]+ us\s+inf\s+-\s+wrong\s", text, re.M)
     assert "rank 3 compile failed: nvcc failed on the generated code (sm_90): error: rank 3" in text
     assert "rank 4 launch failed: RuntimeError: cuLaunchKernel failed" in text
+    assert result.by_layout > 0 and result.ranked + result.by_layout == k
+    assert (f"(ranks 1-{result.ranked}: the top K; {result.ranked + 1}-{k}: the best-ranked combination of each"
+            " further layout of the heaviest kernel)") in text
     assert "winner: rank 6, 20.0 us" in text and "the predictor's first choice measured 50.0 us (2.50x" in text
     assert f"tuning cache: wrote {result.cache_path}" in text
 
@@ -420,6 +423,37 @@ def test_top_k_takes_the_best_predicted_in_order():
         candidates(dag, library(), "float32", SIZES, 0, DEFAULT)
 
 
+def test_past_the_top_k_the_best_of_each_layout_of_the_heaviest_kernel():
+    dag = bicgk()
+    ranked, by_layout = candidate_groups(dag, library(), "float32", SIZES, 4, DEFAULT, 30)
+    assert [c.plan for c in ranked] == [c.plan for c in candidates(dag, library(), "float32", SIZES, 4,
+                                                                   DEFAULT, layouts=0)]
+    space = build_space(dag, library(), "float32", SIZES, DEFAULT)
+    layouts = dict.fromkeys(c.plan for c in space.layouts(30, twins=True))  # a twin may be a layout too
+    # the layouts' best combinations not measured already, in predicted order, twins included
+    assert [c.plan for c in by_layout] == [p for p in layouts if p not in {c.plan for c in ranked}]
+    assert len(by_layout) > 20 and len({c.plan for c in ranked + by_layout}) == len(ranked) + len(by_layout)
+    assert candidates(dag, library(), "float32", SIZES, 4, DEFAULT, layouts=30) == ranked + by_layout
+    with pytest.raises(fusec.FusecError, match="--layouts must be at least 0"):
+        candidate_groups(dag, library(), "float32", SIZES, 4, DEFAULT, -1)
+
+
+@pytest.mark.parametrize("dtype, n", [("float32", 16384), ("float64", 8192)])
+def test_the_default_layouts_reach_gesummvs_fastest_plan_on_the_h100(dtype, n):
+    """Measured on the H100 (README, Tuning): the fused [256t,2it,32r] gemv pair, which the H100's
+    predictor ranks past 1,500th, beat every plan of the top 150; the default --layouts reaches it."""
+    from fusec.perfdb import predictor_for
+    from fusec.space.combinations import LAYOUTS
+    dag = load_script(ROOT / "scripts" / "gesummv.script", library())
+    sizes = {"n": n}
+    predictor = predictor_for(library(), SLUG)
+    ranked, by_layout = candidate_groups(dag, library(), dtype, sizes, 10, predictor, LAYOUTS)
+    summaries = [c.plan.summary(dag) for c in ranked + by_layout]
+    fastest = "t1=sgemv(registers)+t2=sgemv(registers) [256t,2it,32r,cols; t1>t2, 1 load phase]"
+    assert not any(s.startswith(fastest) for s in summaries[:len(ranked)])
+    assert any(s.startswith(fastest) for s in summaries[len(ranked):])
+
+
 def test_choose_breaks_ties_by_predicted_rank():
     from fusec.tune import Measurement, Row
     plan = candidates(bicgk(), library(), "float32", SIZES, 1, DEFAULT)[0].plan
@@ -470,7 +504,8 @@ def test_fusec_tune_help_mentions_its_options(capsys):
         cli.main(["tune", "--help"])
     assert info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for option in ("--size", "--dtype", "--library", "--top K", "--repeat", "--warmup", "--seed", "--quiet"):
+    for option in ("--size", "--dtype", "--library", "--top K", "--layouts L", "--repeat", "--warmup", "--seed",
+                   "--quiet"):
         assert option in out, option
     assert "oracle" in out and "tuning cache" in out and "~/.cache/fusec/tuning" in out
 

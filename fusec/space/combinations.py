@@ -36,6 +36,7 @@ from .points import HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
 from .striped import StripedFusion, striped_covers, striped_options
 
 Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover
+LAYOUTS = 60  # fusec tune --layouts: GESUMMV's fastest plans on the H100 are its 49th (fp32) and 44th (fp64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +171,45 @@ class Space:
                 if c.plan not in seen:
                     seen.add(c.plan)
                     out.append(c)
+        return out
+
+    def layouts(self, count: int, twins: bool = False) -> list[Combination]:
+        """The best-predicted combination of each of the ``count`` best-predicted
+        *layouts*, best first; with ``twins``, each one with a horizontal or
+        striped fusion followed by its :meth:`twin`.
+
+        A layout is what sets how a kernel moves its bytes: its calls,
+        implementations, shape, serial axis and lag, the routine order left out.
+        The first combinations of :meth:`ranked` differ mostly in routine orders
+        and in the shapes of their light kernels, which the predictor prices
+        alike and the GPU barely tells apart, so a layout of the heavy kernel
+        the predictor misprices can sit thousands of ranks down. Here, in each
+        cover, the slot predicted slowest varies its layout, each at its best
+        option (the first of its sorted list); the others keep their best."""
+        ranked = []
+        for cover in self.covers:
+            if not all(self.options[f] for f in cover):
+                continue
+            heaviest = max(cover, key=lambda f: self.options[f][0][2])
+            options = {}
+            for slot in cover:
+                if slot != heaviest:
+                    options[slot] = self.options[slot][:1]
+                    continue
+                seen, kept = set(), []
+                for option in self.options[slot]:
+                    if option[0].layout() not in seen:
+                        seen.add(option[0].layout())
+                        kept.append(option)
+                options[slot] = kept
+            ranked.append(dataclasses.replace(self, options=options, covers=[cover]).ranked())
+        out: list[Combination] = []
+        for combination in itertools.islice(heapq.merge(*ranked, key=lambda c: c.predicted), count):
+            out.append(combination)
+            if twins:
+                twin = self.twin(combination)
+                if twin.plan != combination.plan:
+                    out.append(twin)
         return out
 
     def sample(self, count: int, rng, exclude: set[ProgramPlan] = frozenset()) -> list[Combination]:

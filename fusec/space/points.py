@@ -49,6 +49,11 @@ class KernelPlan:
     def implementation_of(self, call: int) -> str:
         return self.implementations[self.calls.index(call)]
 
+    def layout(self) -> "KernelPlan":
+        """This plan without its routine order: the calls, implementations,
+        shape and serial axis, which set how the kernel moves its bytes."""
+        return dataclasses.replace(self, steps=())
+
     def to_json(self) -> dict:
         return {
             "calls": list(self.calls), "implementations": list(self.implementations),
@@ -97,6 +102,9 @@ class HorizontalPlan:
 
     def implementation_of(self, call: int) -> str:
         return self.part_of(call).implementation_of(call)
+
+    def layout(self) -> "HorizontalPlan":
+        return dataclasses.replace(self, parts=tuple(p.layout() for p in self.parts))
 
     def offsets(self) -> tuple[int, ...]:
         """The first thread of each part."""
@@ -153,6 +161,9 @@ class StripedPlan:
 
     def implementation_of(self, call: int) -> str:
         return self.part_of(call).implementation_of(call)
+
+    def layout(self) -> "StripedPlan":
+        return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
 
     def to_json(self) -> dict:
         return {"striped": [p.to_json() for p in self.parts], "lag": self.lag}
