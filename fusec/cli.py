@@ -1,9 +1,9 @@
 """The ``fusec`` command line.
 
     fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
-    fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all] [--gpu NAME]
+    fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
-    fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10]
+    fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60]
     fusec perfdb build [--library DIR] [--dtype float32|float64|both] [-o DIR]
     fusec perfdb show [--gpu NAME] [--routine NAME]
 """
@@ -147,11 +147,16 @@ def _space(args) -> int:
     start = time.perf_counter()
     space = build_space(dag, library, dtype_name(args.dtype), sizes, predictor)
     shown = []
-    limit = None if args.all else args.top
-    for combination in space.ranked():
-        if limit is not None and len(shown) >= limit:
-            break
-        shown.append(combination)
+    if args.layouts is not None:
+        if args.layouts < 1:
+            raise FusecError(f"--layouts must be at least 1, not {args.layouts}")
+        shown = space.layouts(args.layouts)
+    else:
+        limit = None if args.all else args.top
+        for combination in space.ranked():
+            if limit is not None and len(shown) >= limit:
+                break
+            shown.append(combination)
     elapsed = time.perf_counter() - start
     print(f"{dag.name} ({dag.file}) {args.dtype}, sizes "
           + " ".join(f"{k}={v}" for k, v in sizes.items()) + f", predictor {predictor.name}")
@@ -159,7 +164,8 @@ def _space(args) -> int:
           f"  ({sum(len(f) > 1 for f in space.fusions)} of more than one call)")
     print(f"implementations  {space.implementation_count}")
     print(f"combinations     {space.combination_count}  (in {len(space.covers)} covers of the calls)")
-    print(f"enumerated       {len(shown)} in {elapsed:.2f} s")
+    print(f"enumerated       {len(shown)} in {elapsed:.2f} s"
+          + (", the best of each layout of the heaviest kernel" if args.layouts is not None else ""))
     print()
     print(f"{'rank':>4}  {'predicted':>12}  kernels  calls fused in each kernel")
     for rank, combination in enumerate(shown, 1):
@@ -230,6 +236,10 @@ def parser() -> argparse.ArgumentParser:
     which = space.add_mutually_exclusive_group()
     which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
     which.add_argument("--all", action="store_true", help="enumerate and show every combination")
+    which.add_argument("--layouts", type=int, metavar="L",
+                       help="show the best-predicted combination of each of the L best-predicted layouts"
+                            " of the heaviest kernel (calls, implementations, shape, serial axis, lag),"
+                            " best first: what 'fusec tune --layouts' measures past its top K")
     gpu(space)
     space.set_defaults(handler=_space)
 

@@ -35,6 +35,7 @@ from fusec.tune import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, cand
 from helpers import LIBRARY, ROOT, library
 
 BICGK = ROOT / "scripts" / "bicgk.script"
+GESUMMV = ROOT / "scripts" / "gesummv.script"
 H100 = "NVIDIA H100 80GB HBM3"
 SLUG = "h100-80gb-hbm3"
 SIZES = {"m": 300, "n": 200}
@@ -281,6 +282,21 @@ def test_fusec_space_takes_a_gpu(capsys):
     assert "predictor" in out.splitlines()[0]
 
 
+def test_fusec_space_lists_the_layouts_tune_measures(capsys):
+    code, out, err = run_cli(capsys, "space", GESUMMV, "--library", LIBRARY, "--gpu", "h100", "--size", "n=16384",
+                             "--layouts", "60")
+    assert code == 0, err
+    assert "the best of each layout of the heaviest kernel" in out
+    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+\s+[\d.]+ us", line)]
+    assert len(rows) == 60
+    # GESUMMV's fastest plan on the H100 (README, Tuning) is the 49th
+    assert "t1=sgemv(registers)+t2=sgemv(registers) [256t,2it,32r,cols; t1>t2, 1 load phase]" in rows[48]
+    code, out, err = run_cli(capsys, "space", GESUMMV, "--library", LIBRARY, "--layouts", "0")
+    assert code == 1 and "--layouts must be at least 1" in err
+    with pytest.raises(SystemExit):  # one of --top, --all, --layouts
+        cli.main(["space", str(GESUMMV), "--all", "--layouts", "3"])
+
+
 # -- the tune flow, with a fake measurer ----------------------------------------------------
 
 
@@ -444,7 +460,7 @@ def test_the_default_layouts_reach_gesummvs_fastest_plan_on_the_h100(dtype, n):
     predictor ranks past 1,500th, beat every plan of the top 150; the default --layouts reaches it."""
     from fusec.perfdb import predictor_for
     from fusec.space.combinations import LAYOUTS
-    dag = load_script(ROOT / "scripts" / "gesummv.script", library())
+    dag = load_script(GESUMMV, library())
     sizes = {"n": n}
     predictor = predictor_for(library(), SLUG)
     ranked, by_layout = candidate_groups(dag, library(), dtype, sizes, 10, predictor, LAYOUTS)
