@@ -68,7 +68,7 @@ class TuningEntry:
     plan: ProgramPlan
     measured_us: float  # median of the winner
     predicted_us: float
-    predicted_rank: int  # 1 = the predictor's first choice
+    predicted_rank: int  # the winner's place among the candidates (1 = the predictor's first choice; see tune.Row)
     top: int  # how many candidates were measured
     gpu_name: str  # as the driver says it
     date: str  # ISO 8601, UTC
