@@ -108,7 +108,7 @@ def candidates(dag, library, dtype: str, sizes: Mapping[str, int], top: int, pre
 
 
 def candidate_groups(dag, library, dtype: str, sizes: Mapping[str, int], top: int, predictor,
-                     layouts: int = 0) -> tuple[list[Combination], list[Combination]]:
+                     layouts: int = LAYOUTS) -> tuple[list[Combination], list[Combination]]:
     """The ``top`` best-predicted combinations, best first; each one with a
     horizontal fusion followed by its twin (the same kernels launched one
     after another), so a horizontal fusion wins only where it measured faster

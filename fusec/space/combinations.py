@@ -198,8 +198,9 @@ class Space:
                     continue
                 seen, kept = set(), []
                 for option in self.options[slot]:
-                    if option[0].layout() not in seen:
-                        seen.add(option[0].layout())
+                    layout = option[0].layout()
+                    if layout not in seen:
+                        seen.add(layout)
                         kept.append(option)
                 options[slot] = kept
             ranked.append(dataclasses.replace(self, options=options, covers=[cover]).ranked())
