@@ -85,3 +85,10 @@ def test_nvcc_compiles_the_hand_kernels_for_sm_90():
     keep = ",\n  ".join(f"(const void*)&{name}" for name in names)
     source = wide_tiles.SOURCE.read_text() + f"\nconst void* bench_wide_tiles_kernels[] = {{\n  {keep}}};\n"
     assert all(nvcc.compile_many([source], "sm_90"))
+
+
+def test_a_size_the_rewrites_cannot_cover_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["bench.wide_tiles", "--n", "5000"])
+    with pytest.raises(SystemExit) as exit_:
+        wide_tiles.main()
+    assert exit_.value.code == 2 and "--n must be a multiple of 4096" in capsys.readouterr().err
