@@ -378,3 +378,36 @@ def test_a_spare_that_cannot_be_made_is_no_error(extension):
     assert call(sgemv_device()) is made[1] and call.held_spares() == 0
     with pytest.raises(MemoryError):
         call(sgemv_device())
+
+
+def test_spares_can_be_picked_per_output(extension):
+    """spares=(True, False): the first output is made one call ahead, the second
+    by each call on its way; a tuple of the wrong length names the rule."""
+    outputs = Outputs()
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    kinds = key[1::2]
+    fields = dict(
+        array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+        signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
+        **make_fields(outputs), output_shapes=((3,), (5,)), results=(0, 1), kernels=(), context=7,
+        hook=lambda *a: None)
+    call = extension.FastCall(**fields, spares=(True, False))
+    first = call(sgemv_device())
+    assert [o.shape for o in outputs.made] == [(3,), (5,), (3,)] and call.held_spares() == 1
+    second = call(sgemv_device())
+    assert second[0] is outputs.made[2] and second[1] is outputs.made[3]
+    assert [o.shape for o in outputs.made[3:]] == [(5,), (3,)] and first[0] is not second[0]
+    with pytest.raises(ValueError, match="one truth value per output"):
+        extension.FastCall(**fields, spares=(True,))
+
+
+@pytest.mark.parametrize("sizes, ahead", [
+    ((1 << 20, 64 << 20, 1 << 20), (True, True, True)),       # GEMVER at fp32 n = 4096: x, B, w
+    ((1 << 20, 1 << 30, 1 << 20), (True, False, True)),       # at n = 16384: B is allocated per call
+    ((100 << 20, 100 << 20), (True, False)),                  # the first of two that do not fit together
+    ((), ()),
+])
+def test_the_smallest_outputs_are_made_ahead_within_spare_bytes(sizes, ahead):
+    from fusec.runtime.prepared import SPARE_BYTES, made_ahead
+    assert SPARE_BYTES == 128 << 20
+    assert made_ahead(sizes) == ahead

@@ -13,7 +13,8 @@
  * context, a missing or extra argument, an output that is not 16-byte
  * aligned. Errors in a scalar are the Python path's own (its scalar_value
  * raises them). Outputs may be made one call ahead (spares, made after the
- * launches), so that the kernels wait for no allocation.
+ * launches; all, none, or those the caller picks), so that the kernels wait
+ * for no allocation.
  *
  * The driver is opened with dlopen when the first module loads, so this builds
  * and imports where there is no GPU; a FastCall made with a hook calls
@@ -190,6 +191,7 @@ typedef struct {
     PyObject *scalar_names, *scalar_value, *output_shapes, *results, *hook;
     PyObject *make, *make_kwnames, *pointer_steps;  /* allocating: make(shape, *args, **kwargs) */
     PyObject *spares;   /* NULL, or a list: per output, None or (array, address) made after a call's launches */
+    char *ahead;        /* per output: 1 where it is made ahead (spares), 0 where each call makes its own */
     PyObject **make_stack;  /* [shape, *args, *kwargs' values] for the vectorcall; [0] set per call */
     Py_ssize_t make_positional, make_count;
     void *context;
@@ -217,6 +219,7 @@ static void fastcall_dealloc(FastCall *self) {
     Py_XDECREF(self->make_kwnames);
     Py_XDECREF(self->pointer_steps);
     Py_XDECREF(self->spares);
+    PyMem_Free(self->ahead);
     for (Py_ssize_t i = 1; i < self->make_count && self->make_stack; i++) Py_XDECREF(self->make_stack[i]);
     PyMem_Free(self->make_stack);
     Py_XDECREF(self->output_shapes);
@@ -314,15 +317,38 @@ static int read_allocation(FastCall *self, PyObject *make, PyObject *args, PyObj
     return 0;
 }
 
+/* spares: True (every output made ahead), False, or a tuple of one truth value per output. */
+static int read_spares(FastCall *self, PyObject *spares) {
+    Py_ssize_t outputs = PyTuple_GET_SIZE(self->output_shapes), wanted = 0;
+    if (PyTuple_Check(spares) && PyTuple_GET_SIZE(spares) != outputs) {
+        PyErr_SetString(PyExc_ValueError, "spares: one truth value per output");
+        return -1;
+    }
+    self->ahead = PyMem_Calloc(outputs ? outputs : 1, 1);
+    if (!self->ahead) return PyErr_NoMemory(), -1;
+    int all = PyTuple_Check(spares) ? 0 : PyObject_IsTrue(spares);
+    if (all < 0) return -1;
+    for (Py_ssize_t o = 0; o < outputs; o++) {
+        int ahead = PyTuple_Check(spares) ? PyObject_IsTrue(PyTuple_GET_ITEM(spares, o)) : all;
+        if (ahead < 0) return -1;
+        self->ahead[o] = (char)ahead;
+        wanted += ahead;
+    }
+    if (!wanted) return 0;
+    self->spares = PyList_New(outputs);
+    if (!self->spares) return -1;
+    for (Py_ssize_t o = 0; o < outputs; o++) PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
+    return 0;
+}
+
 static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
                                "scalar_value", "make", "make_args", "make_kwargs", "pointer",
                                "output_shapes", "results", "kernels", "context", "spares", "hook", NULL};
     PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
     PyObject *make, *make_args, *make_kwargs, *pointer;
-    PyObject *output_shapes, *results, *kernels, *context, *hook = Py_None;
-    int spares = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|pO", keywords, &array_names, &array_types,
+    PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OO", keywords, &array_names, &array_types,
                                      &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
                                      &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
                                      &spares, &hook))
@@ -387,12 +413,7 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     KEEP(array_names) KEEP(array_types) KEEP(signatures) KEEP(scalar_names) KEEP(scalar_value)
     KEEP(output_shapes) KEEP(results) KEEP(hook)
 #undef KEEP
-    if (spares) {
-        self->spares = PyList_New(PyTuple_GET_SIZE(output_shapes));
-        if (!self->spares) return -1;
-        for (Py_ssize_t o = 0; o < PyTuple_GET_SIZE(output_shapes); o++)
-            PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
-    }
+    if (read_spares(self, spares) < 0) return -1;
     if (read_allocation(self, make, make_args, make_kwargs, pointer) < 0) return -1;
     if (hook == Py_None && open_driver() < 0) return -1;
     return read_kernels(self, kernels);
@@ -506,7 +527,7 @@ static PyObject *allocate_outputs(FastCall *self, uintptr_t *outputs) {
 static void make_spares(FastCall *self) {
     if (!self->spares) return;
     for (Py_ssize_t o = 0; o < PyList_GET_SIZE(self->spares); o++) {
-        if (PyList_GET_ITEM(self->spares, o) != Py_None) continue;
+        if (!self->ahead[o] || PyList_GET_ITEM(self->spares, o) != Py_None) continue;
         unsigned long long pointer = 0;
         PyObject *array = make_output(self, o, &pointer);
         PyObject *spare = array && pointer % 16 == 0 ? Py_BuildValue("(NK)", array, pointer) : NULL;

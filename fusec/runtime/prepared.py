@@ -29,9 +29,24 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .arrays import scalar_value
 
-# Outputs up to this size are made one call ahead by the C extension (it holds
-# them between calls); above it an allocation is short beside the kernels.
-SPARE_BYTES = 32 << 20
+# Outputs up to this many bytes in all are made one call ahead by the C extension
+# (it holds them between calls, so this is memory kept aside per warm program).
+# Allocating on the call's way costs the host 5-15 us before the first launch
+# (GEMVER at fp32 n = 4096, whose B takes 64 MB); past this an allocation is
+# short beside the kernels (over 300 us of GPU time there).
+SPARE_BYTES = 128 << 20
+
+
+def made_ahead(output_bytes: Sequence[int]) -> tuple[bool, ...]:
+    """Which outputs a warm call makes one call ahead: the smallest first, while
+    their total stays within SPARE_BYTES (small ones cost the host the same
+    allocation time as big ones, and hold little)."""
+    ahead, total = [False] * len(output_bytes), 0
+    for o in sorted(range(len(output_bytes)), key=lambda o: output_bytes[o]):
+        if total + output_bytes[o] > SPARE_BYTES:
+            break
+        ahead[o], total = True, total + output_bytes[o]
+    return tuple(ahead)
 
 
 def _torch_signature(tensor) -> tuple | None:
@@ -152,12 +167,12 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
 
 
 def native_call(module, context: int, key: tuple, array_names: Sequence[str], kernels: Sequence[tuple],
-                prepared: "PreparedCall", output_bytes: int):
+                prepared: "PreparedCall", output_bytes: Sequence[int]):
     """``prepared`` as a C ``FastCall`` of the extension ``module``, for calls
     whose signature is ``key`` (as :func:`signature` made it) in ``context``.
-    Where the outputs take at most SPARE_BYTES, it makes the next call's
-    outputs once this call's kernels are launched (spares), so that a warm
-    call's kernels wait for no allocation."""
+    It makes the next call's outputs (those :func:`made_ahead` picks from each
+    output's bytes) once this call's kernels are launched (spares), so that a
+    warm call's kernels wait for no allocation of theirs."""
     kinds, allocate = key[1::2], prepared.allocate  # a cuda.Allocator, spelled out
     signers = tuple(SIGNATURE_STEPS.get(signer, signer) for signer in map(_signer, kinds))
     return module.FastCall(
@@ -165,7 +180,7 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
         signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=scalar_value,
         make=allocate.make, make_args=tuple(allocate.args), make_kwargs=dict(allocate.kwargs) or None,
         pointer=tuple(allocate.pointer), output_shapes=prepared.output_shapes, results=prepared.results,
-        kernels=tuple(kernels), context=context, spares=output_bytes <= SPARE_BYTES)
+        kernels=tuple(kernels), context=context, spares=made_ahead(output_bytes))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -223,7 +223,7 @@ class Program:
                             scalar_names, keep_alive=(loaded, buffers))
         if extension is None:
             return call
-        output_bytes = sum(self.value_nbytes(v, binding.sizes) for v in outputs)
+        output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
         return dataclasses.replace(call, native=native_call(extension, key[0], key, self._array_names,
                                                             natives, call, output_bytes))
 
