@@ -1,19 +1,21 @@
 """What a reduction's finish across blocks costs: fusec's kernels with it taken out (timing only).
 
 A reduction across blocks ends every block the same way (fusec/codegen/kernel.py,
-support.cuh): the block stores its partials, every thread fences
-(``__threadfence``), thread 0 takes a ticket on the output tile's counter, and
-the last block to arrive sums the tile's partials in a fixed order. This takes
+support.cuh): the block stores its partials, meets at a barrier, thread 0 fences
+(``__threadfence``) and takes a ticket on the output tile's counter, and the
+last block to arrive sums the tile's partials in a fixed order. This takes
 fusec's program for each sequence with a reduction (the tuned plan where the
 tuning cache has one), rewrites its generated source, and times the variants
 interleaved in one process (bench.l2_policies.measure_variants):
 
 - fusec: as generated;
+- fence per warp: fusec's earlier order, every thread fencing before the
+  barrier (a valid kernel: its results are compared);
 - no fence: the ``__threadfence`` dropped, ticket and finish kept;
 - no finish: everything after the partials' stores dropped (fence, tickets,
   sums): what no protocol can beat, the bytes and the partials' stores staying.
 
-Neither variant is a valid kernel (without the fence the last block may sum
+The last two are not valid kernels (without the fence the last block may sum
 stale partials; without the finish the reductions' outputs are never written),
 so their results are not compared; they bound what a cheaper finish (flags
 carried with the partials, say) could win. Striped plans are left out: their
@@ -35,19 +37,21 @@ from pathlib import Path
 from bench.l2_policies import measure_variants, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("fusec", "no fence", "no finish")
+VARIANTS = ("fusec", "fence per warp", "no fence", "no finish")
 SEQUENCES = ("sgemv", "bicgk", "gesummv", "atax", "sgemvt", "gemver", "axpydot")
 CASES = (("float32", 4096), ("float32", 16384), ("float64", 8192))
-FINISH = "  // every partial of this block must be visible to the block that finishes it\n"
-FENCE = FINISH + "  __threadfence();\n"
+FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
+FENCE = re.compile(r"  BARRIER\(\);\n  if \((threadIdx\.x|tid) == 0\) __threadfence\(\);\n")
 END = "#undef ITERS"  # the first line after a kernel's (or a horizontal part's) closing brace
 
 
 def variant(source: str, name: str) -> str:
     """The generated source, rewritten as the variant ``name``."""
-    assert source.count(FINISH) == source.count(FENCE), "support code changed: update bench.finish_cost"
+    assert source.count(FINISH) == len(FENCE.findall(source)), "support code changed: update bench.finish_cost"
+    if name == "fence per warp":
+        return FENCE.sub("  __threadfence();\n  BARRIER();\n", source)
     if name == "no fence":
-        return source.replace(FENCE, FINISH)
+        return FENCE.sub("  BARRIER();\n", source)
     if name == "no finish":
         pieces, position = [], 0
         while (start := source.find(FINISH, position)) >= 0:
@@ -119,9 +123,10 @@ def main() -> None:
                + "".join(f" --case {d}:{n}" for d, n in args.case or ()) + f" --name {args.name}")
     write_table(args, rows, device, command, "What a reduction's finish across blocks costs",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
-                " µs over fusec's (below 1: the part taken out cost that much). 'no fence' and 'no finish' are"
-                " not valid kernels: their results are not compared (timing only). Plans: the tuned ones where"
-                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[1:])
+                " µs over fusec's (below 1: the part taken out cost that much). 'fence per warp' (fusec's earlier"
+                " order) is checked bit for bit against fusec; 'no fence' and 'no finish' are not valid kernels:"
+                " their results are not compared (timing only). Plans: the tuned ones where the tuning cache had"
+                " them; striped plans left out.", VARIANTS, unchecked=VARIANTS[2:])
 
 
 if __name__ == "__main__":

@@ -29,6 +29,22 @@ def test_no_fence_drops_only_the_fence(bicgk):
     assert len(source.splitlines()) == len(bicgk.source.splitlines()) - 1
 
 
+def test_fence_per_warp_is_the_earlier_order(bicgk):
+    """Every thread fences, then the barrier: one fence line, moved before the barrier."""
+    source = finish_cost.variant(bicgk.source, "fence per warp")
+    kernel = source.split('extern "C" __global__')[1]
+    assert "  __threadfence();\n  BARRIER();\n" in kernel and "if (threadIdx.x == 0) __threadfence();" not in kernel
+    assert len(source.splitlines()) == len(bicgk.source.splitlines())
+
+
+def test_horizontal_parts_fence_by_their_own_first_thread():
+    program = compiled("gesummv", 4096)
+    if "tid == 0) __threadfence();" not in program.source:
+        pytest.skip("gesummv's ranked plan here is not a horizontal fusion")
+    source = finish_cost.variant(program.source, "fence per warp")
+    assert "__threadfence();" in source and "tid == 0) __threadfence();" not in source
+
+
 def test_no_finish_keeps_the_partials_and_drops_the_rest(bicgk):
     source = finish_cost.variant(bicgk.source, "no finish")
     kernel = source.split('extern "C" __global__')[1]

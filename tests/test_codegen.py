@@ -361,8 +361,9 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
     assert roles["counters"].decl == f"unsigned* __restrict__ cnt_{var}"
     text = body(kernel.source, kernel)
     finish = text[text.index("// finish "):]
-    # one fence and barrier after the block's last store, before every finish
-    fence = text.index("__threadfence();\n  BARRIER();")
+    # after the block's last store, before every finish: the barrier, then thread 0's fence
+    fence = text.index("BARRIER();\n  if (threadIdx.x == 0) __threadfence();")
+    assert text.count("__threadfence();") == 1
     assert text.rindex("_store(", 0, text.index("// finish ")) < fence < text.index("// finish ")
     assert f"fusec_arrive(cnt_{var}" in finish
     # the summed partials leave L2 without being written back, after the sum's last barrier

@@ -667,9 +667,11 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         _emit_probe_sink(w, kernel)
     if kernel.reductions:
         w()
-        w("// every partial of this block must be visible to the block that finishes it")
-        w("__threadfence();")
+        w("// every partial of this block must be visible to the block that finishes it: the")
+        w("// block's barrier, then one fence by the thread that takes the tickets (as cooperative")
+        w("// groups' grid sync does), not one per warp")
         w("BARRIER();")
+        w(f"if ({threads.tid} == 0) __threadfence();")
     for reduction in kernel.reductions:
         _emit_finish(w, reduction, kernel, dag, library, threads)
 

@@ -54,9 +54,10 @@ __device__ __forceinline__ void fusec_barrier() {
 }
 
 // Reductions finish across blocks by the "last block" method (paper 3.2.2, way ii):
-// every block stores its partial result, fences, and counts itself in; the block
-// that arrives last sums all partials in a fixed order, so the result does not
-// depend on which block was last, and needs no second launch and no atomics on data.
+// every block stores its partial result, meets at a barrier, and one thread fences
+// (kernel.py emits both) and counts the block in; the block that arrives last sums
+// all partials in a fixed order, so the result does not depend on which block was
+// last, and needs no second launch and no atomics on data.
 // BAR, THREADS: the barrier of the threads finishing (see fusec_barrier).
 template <int BAR = 0, int THREADS = 0>
 __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrivals, int* flag, int tid) {
