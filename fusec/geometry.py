@@ -10,6 +10,8 @@ Library routines are written once against prescribed macro names (paper
 vector geometry         (unnested functions)
 ``ELEMENT``             reals per instance: one warp, ``32*VEC``
 ``INSTANCES``           instances per block, ``BLOCK/32``
+``STREAM_LOADS``        1 when full chunks' loads are evict-first, and
+``STREAM_STORES``       1 when their stores are: the kernel plan's L2 policy
 tile geometry           (nested functions: one instance per block)
 ``TILE_ROWS``           rows of a matrix tile
 ``TILE_COLS``           columns of a tile: one warp of 16-byte accesses, ``32*VEC``

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import subprocess
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -184,6 +185,30 @@ def test_nvcc_compiles_without_spills(cubins, plan, script, dtype):
     for name, r in result.resources.items():
         assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (name, r)
         assert 0 < r.registers <= 255
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_each_l2_policy_of_a_vector_kernel_compiles_to_its_cache_hints(dtype, tmp_path):
+    """A vector kernel's L2 policy reaches its full chunks' 16-byte accesses: evict-first
+    loads are ld.global.cs, streaming stores st.global.cs, plain neither; nvcc compiles
+    each without spills."""
+    from fusec.space.points import L2_NAMES, ProgramPlan
+    base = program("waxpby", dtype)
+    for l2, name in L2_NAMES.items():
+        plan = ProgramPlan(tuple(dataclasses.replace(k, l2=l2) for k in base.generated.plan.kernels))
+        prog = fusec.compile(path_of("waxpby"), library(), dtype, plan=plan)
+        assert f"#define STREAM_LOADS {int(name == 'ld.cs')}" in prog.source
+        assert f"#define STREAM_STORES {int(name == 'st.cs')}" in prog.source
+        source = tmp_path / f"{name}.cu"
+        source.write_text(prog.source)
+        subprocess.run([nvcc.nvcc_path(), "-ptx", "-arch=sm_90", "-O3", "-std=c++17", str(source),
+                        "-o", str(tmp_path / f"{name}.ptx")], check=True, capture_output=True)
+        ptx = (tmp_path / f"{name}.ptx").read_text()
+        assert ("ld.global.cs.v" in ptx) == (name == "ld.cs")
+        assert ("st.global.cs.v" in ptx) == (name == "st.cs")
+        for r in nvcc.compile_cubin(prog.source, arch="sm_90", use_cache=False).resources.values():
+            assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0)
 
 
 # -- Algorithm 1 on known cases ---------------------------------------------------------

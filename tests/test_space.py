@@ -7,6 +7,7 @@ call in a launch order that respects the DAG and come out best-first.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -197,3 +198,37 @@ def test_a_layout_is_the_plan_without_its_routine_order():
                        and p.implementations == a.implementations and p.serial == a.serial)
     assert a.layout() == other_order.layout() and a.layout().steps == ()
     assert next(p for p in plans if p.shape != a.shape).layout() != a.layout()
+
+
+def test_vector_kernels_offer_each_l2_policy_and_tile_kernels_only_the_rule():
+    """A vector kernel's plans come in the three L2 policies, the same shapes and orders
+    in each, plain ranked first where the prediction ties; tile kernels keep L2_PLAIN
+    (their STREAM_MATRIX is set by rule). The policy reaches the kernel as its macros."""
+    from fusec.space.points import L2_EVICT_LOADS, L2_NAMES, L2_PLAIN, L2_STREAM_STORES
+    dag = dag_of("waxpby")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    plans = [p for p, _, _ in space.options[Fusion((0, 1))]]
+    by_policy = {l2: {dataclasses.replace(p, l2=L2_PLAIN) for p in plans if p.l2 == l2} for l2 in L2_NAMES}
+    assert by_policy[L2_PLAIN] and by_policy[L2_PLAIN] == by_policy[L2_EVICT_LOADS] == by_policy[L2_STREAM_STORES]
+    assert plans[0].l2 == L2_PLAIN
+    for plan, kernel, _ in space.options[Fusion((0, 1))][:3]:
+        expected = {"STREAM_LOADS": int(plan.l2 == L2_EVICT_LOADS), "STREAM_STORES": int(plan.l2 == L2_STREAM_STORES)}
+        assert {k: kernel.macros()[k] for k in expected} == expected
+    gemv = dag_of("sgemv")
+    tile_space = build_space(gemv, library(), "float32", sizes_of(gemv), DEFAULT)
+    assert {p.l2 for options in tile_space.options.values() for p, _, _ in options} == {L2_PLAIN}
+
+
+def test_a_plan_keeps_its_l2_policy_through_json():
+    from fusec.space.points import L2_STREAM_STORES, KernelPlan, ProgramPlan
+    dag = dag_of("vadd")
+    space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
+    plan = next(p for options in space.options.values() for p, _, _ in options if p.l2 == L2_STREAM_STORES)
+    data = plan.to_json()
+    assert data["l2"] == "st.cs" and KernelPlan.from_json(data) == plan
+    plain = dict(data)
+    del plain["l2"]  # plans written before the policy existed read as plain
+    assert KernelPlan.from_json(plain).l2 == 0
+    with pytest.raises(ValueError, match="unknown L2 policy 'ld.nc'"):
+        KernelPlan.from_json(dict(data, l2="ld.nc"))
+    assert ",st.cs" in ProgramPlan((plan,)).summary(dag)

@@ -27,7 +27,8 @@ from ..errors import PlanError
 from .. import geometry as geo
 from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
                              Storage)
-from ..space.points import COLS, ROWS, HorizontalPlan, KernelPlan, Step, StripedPlan
+from ..space.points import (COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, HorizontalPlan, KernelPlan, Step,
+                            StripedPlan)
 from ..space.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
@@ -149,6 +150,9 @@ class Kernel:
         macros = self.plan.shape.macros(self.dtype)
         if self.plan.geometry is Geometry.TILE:
             macros["STREAM_MATRIX"] = int(self.stream_matrices)
+        else:
+            macros["STREAM_LOADS"] = int(self.plan.l2 == L2_EVICT_LOADS)
+            macros["STREAM_STORES"] = int(self.plan.l2 == L2_STREAM_STORES)
         return macros
 
     # Host-side arithmetic: the same formulas the kernel uses for its indices.

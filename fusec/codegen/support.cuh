@@ -21,6 +21,21 @@ __device__ __forceinline__ fusec_vec fusec_load16(const real* p) {
   }
 }
 
+// One 16-byte store; STREAMING marks it evict-first (st.global.cs), so that L2 keeps
+// the kernel's inputs rather than its output (vector routines pass STREAM_STORES).
+template <bool STREAMING>
+__device__ __forceinline__ void fusec_store16(real* p, const fusec_vec& v) {
+  if constexpr (STREAMING) {
+    if constexpr (sizeof(real) == 4) {
+      __stcs(reinterpret_cast<float4*>(p), *reinterpret_cast<const float4*>(&v));
+    } else {
+      __stcs(reinterpret_cast<double2*>(p), *reinterpret_cast<const double2*>(&v));
+    }
+  } else {
+    *reinterpret_cast<fusec_vec*>(p) = v;
+  }
+}
+
 // Where an instance of an unnested function is, as seen by one thread.
 struct fusec_chunk {
   int t;          // thread index in the instance group (the block)

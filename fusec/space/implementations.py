@@ -2,7 +2,8 @@
 
 An implementation fixes (i) the calling order of the routines, (ii) which
 library implementation of each function, (iii) the block shape and (iv) the
-serial iterations, and, for tiles, the axis the serial loop walks. Orders are
+serial iterations, and, for tiles, the axis the serial loop walks (for vectors,
+the L2 policy of their 16-byte accesses). Orders are
 the topological orders of the fusion's calls, each call's loads placed right
 before its compute (an element several calls read is loaded by the first).
 Implementations that need more on-chip memory per block than another one
@@ -19,7 +20,7 @@ from ..errors import PlanError
 from ..geometry import Shape
 from ..library.model import Geometry, Library, RoutineKind
 from .fusions import Fusion
-from .points import COLS, ROWS, KernelPlan, Step
+from .points import COLS, L2_NAMES, L2_PLAIN, ROWS, KernelPlan, Step
 from .steps import array_args, function_of, leaves_kernel
 
 # The block shapes searched: threads per block, and for tiles the rows of a tile
@@ -91,21 +92,21 @@ def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
     shapes = tuple(s for s in shapes if s.geometry is geometry) if shapes else (
         TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES)
     axes = (ROWS, COLS) if geometry is Geometry.TILE else (None,)
+    policies = (L2_PLAIN,) if geometry is Geometry.TILE else tuple(L2_NAMES)  # plain first: ties rank it first
     choices = [tuple(i.name for i in function_of(dag, library, c).implementations) for c in fusion.calls]
     orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
                                 for o in call_orders(dag, fusion) for first in (False, True)))
     best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
     for impls in itertools.product(*choices):
-        for shape in shapes:
-            for serial in axes:
-                group = best.setdefault((impls, shape, serial), [])
-                for steps in orders:
-                    plan = KernelPlan(fusion.calls, impls, steps, shape, serial)
-                    try:
-                        kernel = build_kernel(dag, library, plan, dtype, 0, emit=False)
-                    except PlanError:
-                        continue
-                    group.append((plan, kernel))
+        for shape, serial, l2 in itertools.product(shapes, axes, policies):
+            group = best.setdefault((impls, shape, serial, l2), [])
+            for steps in orders:
+                plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2)
+                try:
+                    kernel = build_kernel(dag, library, plan, dtype, 0, emit=False)
+                except PlanError:
+                    continue
+                group.append((plan, kernel))
     out = []
     for group in best.values():
         if group:

@@ -21,6 +21,15 @@ from ..library.model import Geometry, RoutineKind
 
 ROWS, COLS = "rows", "cols"  # the axes serial iterations can walk in the tile geometry
 
+# What a vector kernel's full 16-byte accesses tell L2 (its ``l2`` field): nothing,
+# evict-first loads, or evict-first (streaming) stores. Where a call's vectors fit in
+# L2 beside each other, keeping its inputs there and streaming the rest out pays:
+# fp32 n = 2^22 on the H100, VADD 0.93x with evict-first loads, WAXPBY 0.75x with
+# streaming stores; past L2 the hints cost 3-5 % (bench/results/h100-cache-hints.md).
+# The space offers all three; `fusec tune` measures which one a size wants.
+L2_PLAIN, L2_EVICT_LOADS, L2_STREAM_STORES = 0, 1, 2
+L2_NAMES = {L2_PLAIN: "plain", L2_EVICT_LOADS: "ld.cs", L2_STREAM_STORES: "st.cs"}
+
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Step:
@@ -41,6 +50,7 @@ class KernelPlan:
     steps: tuple[Step, ...]  # routine calling order
     shape: Shape
     serial: str | None = None  # tile geometry: ROWS or COLS
+    l2: int = L2_PLAIN  # vector geometry: one of L2_NAMES (tile kernels set STREAM_MATRIX by rule)
 
     @property
     def geometry(self) -> Geometry:
@@ -61,6 +71,7 @@ class KernelPlan:
             "shape": {"geometry": self.shape.geometry.value, "block": self.shape.block,
                       "iters": self.shape.iters, "tile_rows": self.shape.tile_rows},
             "serial": self.serial,
+            **({"l2": L2_NAMES[self.l2]} if self.l2 != L2_PLAIN else {}),
         }
 
     @classmethod
@@ -69,7 +80,7 @@ class KernelPlan:
         return cls(tuple(data["calls"]), tuple(data["implementations"]),
                    tuple(Step(c, RoutineKind(k), p) for c, k, p in data["steps"]),
                    Shape(Geometry(shape["geometry"]), shape["block"], shape["iters"], shape["tile_rows"]),
-                   data["serial"])
+                   data["serial"], _l2_code(data.get("l2", "plain")))
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -201,6 +212,13 @@ class ProgramPlan:
         return " | ".join(_kernel_summary(dag, k) for k in self.kernels)
 
 
+def _l2_code(name: str) -> int:
+    codes = {v: k for k, v in L2_NAMES.items()}
+    if name not in codes:
+        raise ValueError(f"unknown L2 policy {name!r} (expected one of {', '.join(codes)})")
+    return codes[name]
+
+
 def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan) -> str:
     if isinstance(kernel, StripedPlan):
         return ("S{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
@@ -216,6 +234,8 @@ def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan) -> s
     shape = f"{kernel.shape.block}t,{kernel.shape.iters}it"
     if kernel.serial:
         shape += f",{kernel.shape.tile_rows}r,{kernel.serial}"
+    if kernel.l2 != L2_PLAIN:
+        shape += f",{L2_NAMES[kernel.l2]}"
     if len(kernel.calls) > 1:
         computes = [s.call for s in kernel.steps if s.kind is RoutineKind.COMPUTE]
         phases = sum(1 for s, before in zip(kernel.steps, (None,) + kernel.steps)

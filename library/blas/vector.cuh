@@ -1,9 +1,12 @@
 // Routines of the vector geometry: thread t of a block holds the VEC values
 // c.i .. c.i+VEC-1 of a vector (mapping `vec`).
 
+// Full chunks go through the kernel's L2 policy (STREAM_LOADS, STREAM_STORES: evict-first
+// loads or stores, chosen per kernel by the space); the guarded edges use plain accesses.
+
 __device__ __forceinline__ void vec_load(const real* __restrict__ x, real* e, const fusec_chunk& c) {
   if (c.full) {  // the whole chunk is inside and aligned: one 16-byte load, no guard
-    const fusec_vec v = *reinterpret_cast<const fusec_vec*>(x + c.i);
+    const fusec_vec v = fusec_load16<STREAM_LOADS>(x + c.i);
     #pragma unroll
     for (int k = 0; k < VEC; ++k) e[k] = v.v[k];
   } else {
@@ -16,7 +19,7 @@ __device__ __forceinline__ void vec_store(const real* e, real* __restrict__ x, c
     fusec_vec v;
     #pragma unroll
     for (int k = 0; k < VEC; ++k) v.v[k] = e[k];
-    *reinterpret_cast<fusec_vec*>(x + c.i) = v;
+    fusec_store16<STREAM_STORES>(x + c.i, v);
   } else {
     store_values(x, c.i, c.n, c.vec_ok, e);
   }
