@@ -25,7 +25,7 @@ def test_no_fence_drops_only_the_fence(bicgk):
     source = finish_cost.variant(bicgk.source, "no fence")
     kernel = 'extern "C" __global__'
     assert "__threadfence();" in bicgk.source.split(kernel)[1] and "__threadfence();" not in source.split(kernel)[1]
-    assert source.split(kernel)[1].count("fusec_arrive(") == bicgk.source.split(kernel)[1].count("fusec_arrive(") == 2
+    assert source.split(kernel)[1].count("atomicAdd(") == bicgk.source.split(kernel)[1].count("atomicAdd(") == 2
     assert len(source.splitlines()) == len(bicgk.source.splitlines()) - 1
 
 
@@ -49,7 +49,7 @@ def test_no_finish_keeps_the_partials_and_drops_the_rest(bicgk):
     source = finish_cost.variant(bicgk.source, "no finish")
     kernel = source.split('extern "C" __global__')[1]
     assert "rows_partial_store(" in kernel and "cols_partial_store(" in kernel
-    for text in ("__threadfence();", "fusec_arrive(", "fusec_sum_partials<BLOCK>("):
+    for text in ("__threadfence();", "atomicAdd(", "fusec_sum_partials<BLOCK>("):
         assert text not in kernel
     assert source.count("{") == source.count("}") and source.count("#undef ITERS") == 1
 

@@ -48,7 +48,7 @@ def test_direct_drops_the_fence_ticket_and_finish_and_nothing_else():
     program = generated("float32", 4096)
     kept = wide_tiles.rewrite(program.source, wide_tiles.Wide(256, 8, 4, False), 4096, 4)
     direct = wide_tiles.rewrite(program.source, wide_tiles.Wide(256, 8, 4, True), 4096, 4)
-    for text in ("__threadfence();", "fusec_arrive(", "fusec_sum_partials<BLOCK>(", "axpby_finish(acc"):
+    for text in ("__threadfence();", "atomicAdd(", "fusec_sum_partials<BLOCK>(", "axpby_finish(acc"):
         assert text in kept and text not in direct.split("extern \"C\" __global__")[1]
     assert "wide_rows_store<false>(r_v5_z, ws_v5_z" in kept
     assert "wide_rows_store<true>(r_v5_z, g_v5_z, g_v2_y, v3_alpha, v4_beta, c);" in direct

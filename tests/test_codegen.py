@@ -390,7 +390,10 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
     fence = text.index("BARRIER();\n  if (threadIdx.x == 0) __threadfence();")
     assert text.count("__threadfence();") == 1
     assert text.rindex("_store(", 0, text.index("// finish ")) < fence < text.index("// finish ")
-    assert f"fusec_arrive(cnt_{var}" in finish
+    # thread 0 takes the ticket after its fence; the tile's sum waits for its answer
+    tickets = text[fence:text.index("// finish ")]
+    assert f"atomicAdd(cnt_{var}" in tickets and f"fusec_came_last(cnt_{var}" in tickets
+    assert "if (!fusec_last[" in finish or "if (fusec_last[0]) {" in finish
     # the summed partials leave L2 without being written back, after the sum's last barrier
     if kernel.plan.geometry is Geometry.TILE:
         assert f"real* const tile_partials = ws_{var} + tile * region;" in finish
@@ -401,8 +404,35 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
         discard = f"fusec_discard<BLOCK>(ws_{var}, fusec_region(gridDim.x), threadIdx.x);"
     assert finish.index("fusec_sum_partials") < finish.index(discard)
     assert f"g_{var}[i] = " in finish
-    assert "__shared__ int fusec_flag;" in text
+    assert "__shared__ bool fusec_last[1];" in text
     assert kernel.shared_reals >= kernel.macros()["BLOCK"]  # the finish sums in shared memory
+
+
+def test_a_block_takes_all_its_tickets_before_it_waits_for_any():
+    """BiCGK fused, walking the rows: the block accumulates s (one tile) and stores q in
+    every iteration (ITERS tiles); thread 0 issues every atomicAdd before the first answer
+    is used, and each tile is summed where its ticket came last."""
+    (fused,) = program("bicgk", "float32").generated.plan.kernels
+    assert fused.calls == (0, 1)
+    fused = dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=2))
+    prog = fusec.compile(path_of("bicgk"), library(), "float32", plan=ProgramPlan((fused,)))
+    (kernel,) = prog.kernels
+    assert kernel.plan.serial == ROWS and {r.axis for r in kernel.reductions} == {ROWS, COLS}
+    text = body(kernel.source, kernel)
+    assert "__shared__ bool fusec_last[1 + ITERS];" in text
+    tickets = text[text.index("__threadfence();"):text.index("// finish ")]
+    atomics = [m.start() for m in re.finditer(r"atomicAdd\(", tickets)]
+    answers = [m.start() for m in re.finditer(r"fusec_came_last\(", tickets)]
+    assert len(atomics) == len(answers) == 2 and max(atomics) < min(answers)
+    # slots in the order of the kernel's reductions: q's ITERS tiles, s's one tile, or the reverse
+    q_first = [prog.dag.value(r.value).c_name for r in kernel.reductions] == ["v3_q", "v4_s"]
+    q_at, s_at = ("", "ITERS") if q_first else ("1", "")
+    assert f"got[{s_at or 0}] = atomicAdd(cnt_v4_s + first_v4_s, 1u);" in tickets
+    assert (f"got[{q_at + ' + ' if q_at else ''}it] = first_v3_q + it < end_v3_q"
+            " ? atomicAdd(cnt_v3_q + first_v3_q + it, 1u) : 0u;" in tickets)
+    assert f"if (!fusec_last[{s_at + ' + ' if s_at else ''}tile - first_v4_s]) continue;" in text
+    assert f"if (!fusec_last[{q_at + ' + ' if q_at else ''}tile - first_v3_q]) continue;" in text
+    assert text.count("BARRIER();") == text[:text.index("__threadfence();")].count("BARRIER();") + 1
 
 
 def test_vector_reduction_finish_counts_every_block():
@@ -411,7 +441,9 @@ def test_vector_reduction_finish_counts_every_block():
     assert [r.axis for r in kernel.reductions] == [None]
     assert describe_ops(kernel, PRE) == [("clear", None)]
     assert describe_ops(kernel, POST) == [("store", "r")]
-    assert "fusec_arrive(cnt_v5_r, gridDim.x, &fusec_flag, threadIdx.x)" in kernel.source
+    assert "got[0] = atomicAdd(cnt_v5_r, 1u);" in kernel.source
+    assert "fusec_last[0] = fusec_came_last(cnt_v5_r, got[0], gridDim.x);" in kernel.source
+    assert "if (fusec_last[0]) {" in kernel.source
     assert "partial_store(r_v5_r, ws_v5_r + blockIdx.x, smem + 0, c);" in kernel.source
 
 
@@ -420,7 +452,7 @@ def test_maps_have_no_finish_and_no_workspace():
         for kernel in unfused(script, "float32").kernels:
             assert kernel.reductions == ()
             assert not {"workspace", "counters"} & {a.role for a in kernel.args}
-            assert "fusec_arrive" not in kernel.source and kernel.shared_reals == 0
+            assert "atomicAdd" not in kernel.source and kernel.shared_reals == 0
 
 
 def test_kernel_arguments_in_order():

@@ -166,6 +166,13 @@ def test_generated_kernel(script):
     assert kernel.schedule_counters(sizes) == 2 + stripes
     text = program.describe(sizes)
     assert "striped fusion across a global barrier" in text and "producer:" in text and "consumer:" in text
+    # each tile's ticket is taken just before its sum, in both parts (Threads.tickets_at_once)
+    assert "unsigned got[" not in kernel.source and "fusec_came_last(" not in kernel.source.split("__global__")[-1]
+    for part in kernel.parts:
+        for reduction in part.reductions:
+            c = dag.value(reduction.value).c_name
+            assert re.search(rf"if \(fusec_arrive\(cnt_{c}( \+ tile)?, \w+, &fusec_flag, threadIdx\.x\)\)",
+                             kernel.source), c
     if script == "atax":  # t passes through memory inside the one launch
         assert program.intermediates == tuple(v.id for v in dag.values if v.name == "t")
 

@@ -5,7 +5,8 @@
 # horizontal-bench, horizontal-sanitize, striped-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
-# (the device tool brings back at most 8 files).
+# (the device tool brings back at most 8 files). SANITIZE_K: the tests sanitize runs (pytest -k;
+# default numpy_against_oracle), SANITIZE_SIZES their sizes.
 set -uo pipefail
 FINAL_OUT=${OUT:-$PWD/out}
 OUT=${LOG:-/tmp/fusec-logs}
@@ -29,7 +30,7 @@ for stage in "$@"; do
     sanitize)
       for tool in memcheck racecheck synccheck; do
         FUSEC_LINEINFO=1 FUSEC_TEST_SIZES=${SANITIZE_SIZES:-1,33,1000} compute-sanitizer --tool $tool --error-exitcode 1 \
-          python3 -m pytest -q -x -p no:cacheprovider tests/gpu -k "numpy_against_oracle" 2>&1 \
+          python3 -m pytest -q -x -p no:cacheprovider tests/gpu -k "${SANITIZE_K:-numpy_against_oracle}" 2>&1 \
           | tee "$OUT/sanitize-$tool.log" | tail -4 || status=1
       done ;;
     run)

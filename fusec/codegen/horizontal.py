@@ -15,9 +15,9 @@ kernel runs them side by side in every block (the paper's Fig. 5):
 - in that namespace ``BARRIER()`` is ``bar.sync p+1, BLOCK_p``: a named
   barrier of the part's own warps (0 stays the block-wide barrier, which no
   part uses), so a part that left early, or runs a different number of
-  barriers, never holds another up; the reductions' finish (``fusec_arrive``,
+  barriers, never holds another up; the reductions' finish (its tickets' barrier,
   ``fusec_sum_partials``) syncs on the same barrier;
-- shared memory and the reductions' flag are declared in each part's body:
+- shared memory and the reductions' flags are declared in each part's body:
   separate for every part;
 - the kernel's parameters are the union of the parts', an array or scalar
   that feeds several parts passed once; sizes and ``vec_ok`` are per part.

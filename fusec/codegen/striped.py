@@ -239,7 +239,7 @@ def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
                f"__device__ __forceinline__ int across({sizes}) {{ return {across}; }}")
     for p, part in enumerate(kernel.parts):
         role = "producer" if p == 0 else "consumer"
-        emit_part(w, part, dag, library, Threads(grid="part_grid", item="item"),
+        emit_part(w, part, dag, library, Threads(grid="part_grid", item="item", tickets_at_once=False),
                   f"// the {role}, as it runs alone, on the block of its grid that `item` names",
                   helpers)
     params = ",\n    ".join(a.decl for a in kernel.args)

@@ -70,9 +70,20 @@ __device__ __forceinline__ void fusec_barrier() {
 
 // Reductions finish across blocks by the "last block" method (paper 3.2.2, way ii):
 // every block stores its partial result, meets at a barrier, and one thread fences
-// (kernel.py emits both) and counts the block in; the block that arrives last sums
-// all partials in a fixed order, so the result does not depend on which block was
-// last, and needs no second launch and no atomics on data.
+// and counts the block in on each output tile it touched (kernel.py emits these: the
+// thread issues every atomicAdd before it looks at any answer, so a block that
+// touched several tiles waits for one round trip to L2, not one per tile); the block
+// that arrives last at a tile sums its partials in a fixed order, so the result does
+// not depend on which block was last, and needs no second launch and no atomics on data.
+// `got` is what the block's atomicAdd on `counter` returned.
+__device__ __forceinline__ bool fusec_came_last(unsigned* counter, unsigned got, unsigned arrivals) {
+  const bool last = got == arrivals - 1;
+  if (last) *counter = 0;  // ready for the next launch
+  return last;
+}
+
+// One ticket at a time, as striped parts take them (kernel.py, Threads.tickets_at_once):
+// thread `tid` 0 counts the block in, and the barrier shows every thread the answer.
 // BAR, THREADS: the barrier of the threads finishing (see fusec_barrier).
 template <int BAR = 0, int THREADS = 0>
 __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrivals, int* flag, int tid) {

@@ -104,6 +104,31 @@ def test_each_l2_policy_against_oracle(script, dtype):
             prog.release()
 
 
+@pytest.mark.parametrize("iters", [2, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_block_with_several_tickets(dtype, iters):
+    """BiCGK fused, walking the rows: every block counts itself in on ITERS tiles of q
+    and one of s, all tickets taken at once; at sizes with one tile, ragged tiles and
+    a last block with fewer than ITERS tiles, twice (the counters reset themselves),
+    against the oracle and bit for bit between the two runs."""
+    import dataclasses
+    from fusec import compile as compile_script
+    from fusec.space import ROWS
+    from fusec.space.points import ProgramPlan
+    from tests.helpers import ROOT
+    (fused,) = program("bicgk", dtype).generated.plan.kernels
+    plan = ProgramPlan((dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=iters)),))
+    prog = compile_script(ROOT / "scripts" / "bicgk.script", library(), dtype, plan=plan)
+    assert "unsigned got[" in prog.source
+    for sizes in [{"m": m, "n": n} for m, n in ((1, 1), (33, 33), (1000, 777), (777, 1000))]:
+        inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed("tickets", sizes, iters)))
+        first = prog.run(inputs, poison=True)
+        _check(prog, inputs, first)
+        for a, b in zip(first, prog.run(inputs, poison=True)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    prog.release()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("script", script_names())
 def test_integer_values_and_reproducible(script, dtype):
