@@ -401,6 +401,78 @@ def test_spares_can_be_picked_per_output(extension):
         extension.FastCall(**fields, spares=(True,))
 
 
+class Forgetful(Outputs):
+    """Outputs that keeps only where it put each array (what a memory pool knows), so
+    that the caller and the FastCall are the arrays' only holders."""
+
+    def __call__(self, shape, dtype, **kwargs):
+        array = super().__call__(shape, dtype, **kwargs)
+        self.made[-1] = array.data.ptr
+        return array
+
+
+def test_a_result_the_caller_let_go_is_written_again(extension):
+    """With sole paths, the call keeps the result it returned; the next call writes
+    it again when nothing else refers to it or to what holds its memory (the same
+    address, no spare taken, nothing made), and takes the spare otherwise: the
+    caller still holds the result, or its memory object (as a CuPy view does), or
+    passes it in again."""
+    outputs, launched = Forgetful(), []
+    made = outputs.made  # addresses, in the order made
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    kinds = key[1::2]
+    call = extension.FastCall(
+        array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+        signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
+        **make_fields(outputs), output_shapes=((3,),), results=(0,),
+        kernels=(native_kernel(1, 1, 32, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta")),),
+        context=7, spares=True, sole=(("data",),), hook=lambda index, parameters: launched.append(
+            struct.unpack_from("@P", parameters, parameter_offsets(FORMAT)[3])[0]))
+    first = call(sgemv_device())
+    assert first.data.ptr == made[0] and len(made) == 2  # made on the way, and the spare after
+    assert call.held_results() == call.held_spares() == 1
+    del first
+    again = call(sgemv_device())
+    assert again.data.ptr == made[0] and launched == [made[0]] * 2 and len(made) == 2
+    held = call(sgemv_device())  # `again` is still the caller's: the spare
+    assert held.data.ptr == made[1] and launched[2] == made[1] and len(made) == 3
+    del again
+    memory = held.data  # what a view of a CuPy array holds
+    del held
+    assert call(sgemv_device()).data.ptr == made[2] and len(made) == 4
+    del memory
+    last = call(sgemv_device())  # the one before was let go, with nothing holding its memory
+    assert last.data.ptr == made[2] and len(made) == 4
+    arguments = sgemv_device()
+    arguments["z"] = last  # passed in again (by a script that names it): an argument holds it
+    del last
+    extra = extension.FastCall(
+        array_names=ARRAYS + ("z",), array_types=tuple(kinds) + (Out,), signers=tuple(_signer(k) for k in kinds)
+        + (lambda obj: None,), signatures=tuple(key[2::2]) + (None,), scalar_names=("alpha", "beta"),
+        scalar_value=scalar_value, **make_fields(outputs), output_shapes=((3,),), results=(0,), kernels=(),
+        context=7, spares=True, sole=(("data",),), hook=lambda *a: None)
+    before = extra(arguments)
+    arguments["z"] = before
+    del before
+    assert extra(arguments).data.ptr != arguments["z"].data.ptr
+    call.drop_spares()
+    assert call.held_results() == call.held_spares() == 0
+
+
+def test_without_sole_paths_no_result_is_kept(extension):
+    outputs = Outputs()
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    kinds = key[1::2]
+    call = extension.FastCall(
+        array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+        signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
+        **make_fields(outputs), output_shapes=((3,),), results=(0,), kernels=(), context=7, spares=True,
+        hook=lambda *a: None)
+    first_pointer = call(sgemv_device()).data.ptr
+    assert call.held_results() == 0
+    assert call(sgemv_device()).data.ptr != first_pointer  # the spare, though the first was let go
+
+
 @pytest.mark.parametrize("sizes, ahead", [
     ((1 << 20, 64 << 20, 1 << 20), (True, True, True)),       # GEMVER at fp32 n = 4096: x, B, w
     ((1 << 20, 1 << 30, 1 << 20), (True, False, True)),       # at n = 16384: B is allocated per call

@@ -155,12 +155,21 @@ def allocate_like(family: str, shape: tuple[int, ...], dtype: np.dtype, referenc
 class Allocator:
     """New device arrays of one framework: ``make(shape, *args, **kwargs)``, and
     the steps from an array to its address (attributes; ``"name()"`` calls a
-    method). Spelled out, not a closure, so the C extension can make them too."""
+    method). Spelled out, not a closure, so the C extension can make them too.
+
+    ``sole``: the steps from an array to each object that holds its memory,
+    where the framework has them (CuPy: its MemoryPointer and that one's
+    Memory; a view or an array made on the same memory holds one of them).
+    When nothing refers to an array and each of these is held by its parent
+    alone, nothing else can reach the memory, and a warm call may write that
+    result again (fastcall.c). PyTorch's views hold the storage, not the
+    tensor, out of Python's sight: no steps, no writing again."""
 
     make: Callable
     args: tuple = ()
     kwargs: dict = dataclasses.field(default_factory=dict)
     pointer: tuple[str, ...] = ()
+    sole: tuple[tuple[str, ...], ...] = ()
 
     def __call__(self, shape: tuple[int, ...]) -> tuple[Any, int]:
         array = self.make(shape, *self.args, **self.kwargs)
@@ -172,6 +181,9 @@ def pointer_of(array, steps: tuple[str, ...]) -> int:
     for step in steps:
         value = getattr(value, step[:-2])() if step.endswith("()") else getattr(value, step)
     return int(value)
+
+
+CUPY_HOLDERS = (("data",), ("data", "mem"))  # a cupy.ndarray's MemoryPointer, and its Memory
 
 
 def allocator(family: str, dtype: np.dtype, reference) -> Allocator:
@@ -186,12 +198,12 @@ def allocator(family: str, dtype: np.dtype, reference) -> Allocator:
         device_id = reference.device.id
         if cupy.cuda.runtime.getDevice() == device_id:
             # calls are prepared per context, and the context decides the current device
-            return Allocator(cupy.ndarray, (dtype,), pointer=("data", "ptr"))
+            return Allocator(cupy.ndarray, (dtype,), pointer=("data", "ptr"), sole=CUPY_HOLDERS)
 
         def on_device(shape):
             with cupy.cuda.Device(device_id):
                 return cupy.ndarray(shape, dtype)
-        return Allocator(on_device, pointer=("data", "ptr"))
+        return Allocator(on_device, pointer=("data", "ptr"), sole=CUPY_HOLDERS)
     import pycuda.gpuarray as gpuarray
     return Allocator(gpuarray.empty, (dtype,), pointer=("gpudata", "__int__()"))
 

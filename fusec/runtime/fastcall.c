@@ -14,7 +14,12 @@
  * aligned. Errors in a scalar are the Python path's own (its scalar_value
  * raises them). Outputs may be made one call ahead (spares, made after the
  * launches; all, none, or those the caller picks), so that the kernels wait
- * for no allocation.
+ * for no allocation. Where the allocator's arrays say who holds their memory
+ * (sole: paths to those objects), a result made ahead is kept after it is
+ * returned, and written again by the next call when the caller has let it go
+ * (nothing but the FastCall refers to it or to them): the same address, whose
+ * lines L2 may still hold, instead of the spare's (CuPy's pool would have kept
+ * that memory cached anyway).
  *
  * The driver is opened with dlopen when the first module loads, so this builds
  * and imports where there is no GPU; a FastCall made with a hook calls
@@ -191,13 +196,15 @@ typedef struct {
     PyObject *scalar_names, *scalar_value, *output_shapes, *results, *hook;
     PyObject *make, *make_kwnames, *pointer_steps;  /* allocating: make(shape, *args, **kwargs) */
     PyObject *spares;   /* NULL, or a list: per output, None or (array, address) made after a call's launches */
+    PyObject *last;     /* NULL, or a list: per output, None or the (array, address) the last call returned */
+    PyObject *sole;     /* NULL, or a tuple of paths of steps to the objects that hold an array's memory */
     char *ahead;        /* per output: 1 where it is made ahead (spares), 0 where each call makes its own */
     PyObject **make_stack;  /* [shape, *args, *kwargs' values] for the vectorcall; [0] set per call */
     Py_ssize_t make_positional, make_count;
     void *context;
     Py_ssize_t kernels;
     Kernel *kernel;
-} FastCall;  /* immutable once made but for the spares: calls keep their own values on the stack */
+} FastCall;  /* immutable once made but for spares and last: calls keep their own values on the stack */
 
 static void fastcall_free_kernels(FastCall *self) {
     for (Py_ssize_t k = 0; k < self->kernels && self->kernel; k++) {
@@ -219,6 +226,8 @@ static void fastcall_dealloc(FastCall *self) {
     Py_XDECREF(self->make_kwnames);
     Py_XDECREF(self->pointer_steps);
     Py_XDECREF(self->spares);
+    Py_XDECREF(self->last);
+    Py_XDECREF(self->sole);
     PyMem_Free(self->ahead);
     for (Py_ssize_t i = 1; i < self->make_count && self->make_stack; i++) Py_XDECREF(self->make_stack[i]);
     PyMem_Free(self->make_stack);
@@ -341,17 +350,37 @@ static int read_spares(FastCall *self, PyObject *spares) {
     return 0;
 }
 
+/* sole: None, or a tuple of paths of steps from an array to the objects that hold its
+ * memory (CuPy: its MemoryPointer, and that one's Memory). With them, results made ahead
+ * are kept and written again once the caller lets them go. */
+static int read_sole(FastCall *self, PyObject *sole) {
+    if (sole == Py_None || !self->spares) return 0;
+    if (check_tuple(sole, "sole", -1) < 0) return -1;
+    self->sole = PyTuple_New(PyTuple_GET_SIZE(sole));
+    if (!self->sole) return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sole); i++) {
+        PyObject *steps = read_steps(PyTuple_GET_ITEM(sole, i));
+        if (!steps) return -1;
+        PyTuple_SET_ITEM(self->sole, i, steps);
+    }
+    Py_ssize_t outputs = PyTuple_GET_SIZE(self->output_shapes);
+    self->last = PyList_New(outputs);
+    if (!self->last) return -1;
+    for (Py_ssize_t o = 0; o < outputs; o++) PyList_SET_ITEM(self->last, o, Py_NewRef(Py_None));
+    return 0;
+}
+
 static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
                                "scalar_value", "make", "make_args", "make_kwargs", "pointer",
-                               "output_shapes", "results", "kernels", "context", "spares", "hook", NULL};
+                               "output_shapes", "results", "kernels", "context", "spares", "hook", "sole", NULL};
     PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
     PyObject *make, *make_args, *make_kwargs, *pointer;
-    PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OO", keywords, &array_names, &array_types,
+    PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None, *sole = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOO", keywords, &array_names, &array_types,
                                      &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
                                      &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
-                                     &spares, &hook))
+                                     &spares, &hook, &sole))
         return -1;
     if (self->array_names) {
         PyErr_SetString(PyExc_TypeError, "a FastCall is initialised once");
@@ -413,7 +442,7 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     KEEP(array_names) KEEP(array_types) KEEP(signatures) KEEP(scalar_names) KEEP(scalar_value)
     KEEP(output_shapes) KEEP(results) KEEP(hook)
 #undef KEEP
-    if (read_spares(self, spares) < 0) return -1;
+    if (read_spares(self, spares) < 0 || read_sole(self, sole) < 0) return -1;
     if (read_allocation(self, make, make_args, make_kwargs, pointer) < 0) return -1;
     if (hook == Py_None && open_driver() < 0) return -1;
     return read_kernels(self, kernels);
@@ -490,18 +519,53 @@ static PyObject *make_output(FastCall *self, Py_ssize_t o, unsigned long long *p
     return array;
 }
 
-/* The outputs as a new tuple, their addresses in outputs: the spares where
- * there are, new arrays otherwise. Py_None (a new reference) when a new one is
- * not 16-byte aligned; NULL on an error. */
+/* 1 where the caller has let an array the FastCall keeps go: nothing but the FastCall
+ * refers to it, and each object its sole paths lead to is held by its parent alone (a
+ * view, or anything made on the same memory, holds one of them). */
+static int only_ours(FastCall *self, PyObject *array) {
+    if (Py_REFCNT(array) != 1) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->sole); i++) {
+        PyObject *holder = walk(array, PyTuple_GET_ITEM(self->sole, i));
+        if (!holder) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_ssize_t references = Py_REFCNT(holder);
+        Py_DECREF(holder);
+        if (references != 2) return 0;  /* its parent's, and walk's */
+    }
+    return 1;
+}
+
+/* Output o's array made for this call, kept as the last one returned where results are kept. */
+static void keep_last(FastCall *self, Py_ssize_t o, PyObject *made) {
+    if (!self->last || !self->ahead[o]) return;
+    PyObject *held = PyList_GET_ITEM(self->last, o);
+    PyList_SET_ITEM(self->last, o, Py_NewRef(made));
+    Py_DECREF(held);
+}
+
+/* The outputs as a new tuple, their addresses in outputs: the last results where the
+ * caller let them go, else the spares where there are, new arrays otherwise. Py_None
+ * (a new reference) when a new one is not 16-byte aligned; NULL on an error. Whatever is
+ * taken is taken with no Python code run between (CuPy's attributes are C): no other
+ * call can take it too. */
 static PyObject *allocate_outputs(FastCall *self, uintptr_t *outputs) {
     Py_ssize_t count = PyTuple_GET_SIZE(self->output_shapes);
     PyObject *arrays = PyTuple_New(count);
     if (!arrays) return NULL;
     for (Py_ssize_t o = 0; o < count; o++) {
+        PyObject *last = self->last ? PyList_GET_ITEM(self->last, o) : Py_None;
+        if (last != Py_None && only_ours(self, PyTuple_GET_ITEM(last, 0))) {
+            PyTuple_SET_ITEM(arrays, o, Py_NewRef(PyTuple_GET_ITEM(last, 0)));
+            outputs[o] = (uintptr_t)PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 1));
+            continue;
+        }
         PyObject *spare = self->spares ? PyList_GET_ITEM(self->spares, o) : Py_None;
-        if (spare != Py_None) {  /* taken with no Python code run between: no other call can take it */
+        if (spare != Py_None) {
             PyTuple_SET_ITEM(arrays, o, Py_NewRef(PyTuple_GET_ITEM(spare, 0)));
             outputs[o] = (uintptr_t)PyLong_AsVoidPtr(PyTuple_GET_ITEM(spare, 1));
+            keep_last(self, o, spare);
             PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
             Py_DECREF(spare);
             continue;
@@ -518,6 +582,15 @@ static PyObject *allocate_outputs(FastCall *self, uintptr_t *outputs) {
             Py_RETURN_NONE;
         }
         outputs[o] = (uintptr_t)pointer;
+        if (self->last && self->ahead[o]) {  /* no spare this time (its making failed) */
+            PyObject *made = Py_BuildValue("(OK)", array, pointer);
+            if (!made) {
+                Py_DECREF(arrays);
+                return NULL;
+            }
+            keep_last(self, o, made);
+            Py_DECREF(made);
+        }
     }
     return arrays;
 }
@@ -546,23 +619,32 @@ static void make_spares(FastCall *self) {
     }
 }
 
-static PyObject *drop_spares(FastCall *self, PyObject *unused) {
-    if (self->spares) {
-        for (Py_ssize_t o = 0; o < PyList_GET_SIZE(self->spares); o++) {
-            PyObject *held = PyList_GET_ITEM(self->spares, o);
-            PyList_SET_ITEM(self->spares, o, Py_NewRef(Py_None));
-            Py_XDECREF(held);
-        }
+static void clear_list(PyObject *list) {
+    for (Py_ssize_t o = 0; list && o < PyList_GET_SIZE(list); o++) {
+        PyObject *held = PyList_GET_ITEM(list, o);
+        PyList_SET_ITEM(list, o, Py_NewRef(Py_None));
+        Py_XDECREF(held);
     }
+}
+
+static PyObject *drop_spares(FastCall *self, PyObject *unused) {
+    clear_list(self->spares);
+    clear_list(self->last);
     Py_RETURN_NONE;
 }
 
-static PyObject *held_spares(FastCall *self, PyObject *unused) {
+static Py_ssize_t count_held(PyObject *list) {
     Py_ssize_t held = 0;
-    for (Py_ssize_t o = 0; self->spares && o < PyList_GET_SIZE(self->spares); o++) {
-        held += PyList_GET_ITEM(self->spares, o) != Py_None;
-    }
-    return PyLong_FromSsize_t(held);
+    for (Py_ssize_t o = 0; list && o < PyList_GET_SIZE(list); o++) held += PyList_GET_ITEM(list, o) != Py_None;
+    return held;
+}
+
+static PyObject *held_spares(FastCall *self, PyObject *unused) {
+    return PyLong_FromSsize_t(count_held(self->spares));
+}
+
+static PyObject *held_results(FastCall *self, PyObject *unused) {
+    return PyLong_FromSsize_t(count_held(self->last));
 }
 
 #define STACK_PARAMETERS 1024  /* bytes of parameters a launch packs on the stack; more go to the heap */
@@ -648,8 +730,11 @@ static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
 }
 
 static PyMethodDef fastcall_methods[] = {
-    {"drop_spares", (PyCFunction)drop_spares, METH_NOARGS, "Let go of the outputs made ahead for the next call."},
+    {"drop_spares", (PyCFunction)drop_spares, METH_NOARGS,
+     "Let go of the outputs made ahead for the next call, and of the results kept."},
     {"held_spares", (PyCFunction)held_spares, METH_NOARGS, "How many outputs are made ahead now."},
+    {"held_results", (PyCFunction)held_results, METH_NOARGS,
+     "How many of the last call's results are kept, to be written again once let go."},
     {NULL, NULL, 0, NULL},
 };
 

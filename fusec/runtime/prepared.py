@@ -30,7 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 from .arrays import scalar_value
 
 # Outputs up to this many bytes in all are made one call ahead by the C extension
-# (it holds them between calls, so this is memory kept aside per warm program).
+# (it holds them between calls, and with CuPy the last results too once the caller
+# lets them go, so this is memory kept aside per warm program, twice over at most).
 # Allocating on the call's way costs the host 5-15 us before the first launch
 # (GEMVER at fp32 n = 4096, whose B takes 64 MB); past this an allocation is
 # short beside the kernels (over 300 us of GPU time there).
@@ -172,7 +173,12 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
     whose signature is ``key`` (as :func:`signature` made it) in ``context``.
     It makes the next call's outputs (those :func:`made_ahead` picks from each
     output's bytes) once this call's kernels are launched (spares), so that a
-    warm call's kernels wait for no allocation of theirs."""
+    warm call's kernels wait for no allocation of theirs; where the allocator
+    says who holds an array's memory (``sole``), it keeps those results and
+    writes one again once the caller has let it go: the same address as the
+    call before, as a framework's memory pool would give, whose lines L2 may
+    still hold (at fp32 n = 4096, VADD's, WAXPBY's and AXPYDOT's results
+    are 16 MB)."""
     kinds, allocate = key[1::2], prepared.allocate  # a cuda.Allocator, spelled out
     signers = tuple(SIGNATURE_STEPS.get(signer, signer) for signer in map(_signer, kinds))
     return module.FastCall(
@@ -180,7 +186,8 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
         signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=scalar_value,
         make=allocate.make, make_args=tuple(allocate.args), make_kwargs=dict(allocate.kwargs) or None,
         pointer=tuple(allocate.pointer), output_shapes=prepared.output_shapes, results=prepared.results,
-        kernels=tuple(kernels), context=context, spares=made_ahead(output_bytes))
+        kernels=tuple(kernels), context=context, spares=made_ahead(output_bytes),
+        sole=tuple(allocate.sole) or None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,7 +126,8 @@ class Program:
 
     def release(self) -> None:
         """Free the device memory fusec holds for this program (workspaces,
-        intermediates, staging, results made ahead for the next warm call)
+        intermediates, staging, results made ahead for the next warm call or
+        kept to be written again)
         and drop its loaded kernels; a later call allocates and loads again.
         Call it in the context the program ran in."""
         self._make_hot(None)

@@ -271,6 +271,42 @@ def test_repeated_calls_take_the_prepared_path(script, dtype, kind, path, monkey
         prog.release()
 
 
+def test_a_cupy_result_let_go_is_written_again():
+    """A warm call on CuPy arrays writes its last result again once the caller let
+    it go (the same address), and never while the caller holds it or a view of it;
+    each call's results are right for its own scalars."""
+    cupy = pytest.importorskip("cupy")
+    from fusec.runtime import cuda, native
+    if native.fastcall() is None:
+        pytest.skip(f"no C extension: {native.unavailable()}")
+    prog = program("waxpby", "float32")
+    prog.release()
+    sizes = {s: 4099 for s in prog.dag.sizes}
+    inputs = oracle.random_inputs(prog.dag, sizes, "float32", np.random.default_rng(11))
+    scaled = [dict(inputs, alpha=float(a), beta=float(b)) for a, b in ((1.5, -2.0), (0.25, 3.0), (-1.0, 0.5))]
+    with cuda.context():
+        device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+        prog(**device)  # the whole way, preparing the call
+        first = prog(**device)  # warm: made on its way
+        address = first.data.ptr
+        del first
+        again = prog(**dict(device, alpha=scaled[0]["alpha"], beta=scaled[0]["beta"]))
+        assert again.data.ptr == address and prog._hot.held_results() == 1
+        _check(prog, scaled[0], again)
+        view = again[::2]
+        kept = cupy.asnumpy(view)
+        del again
+        other = prog(**dict(device, alpha=scaled[1]["alpha"], beta=scaled[1]["beta"]))
+        assert other.data.ptr != address  # a view holds the memory
+        np.testing.assert_array_equal(cupy.asnumpy(view), kept)
+        _check(prog, scaled[1], other)
+        held = prog(**dict(device, alpha=scaled[2]["alpha"], beta=scaled[2]["beta"]))
+        assert held.data.ptr != other.data.ptr  # the caller holds `other`
+        _check(prog, scaled[2], held)
+        _check(prog, scaled[1], other)
+        prog.release()
+
+
 @pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
 def test_prepared_calls_follow_the_arrays(kind):
     """New arrays or new sizes go the whole way once and are prepared in turn;
