@@ -4,7 +4,9 @@ Predict, then measure a few (Triton's autotuner): the K combinations the
 predictor ranks first are generated and compiled together (nvcc in parallel);
 each is run once on random inputs with its outputs poisoned and judged by the
 float64 oracle *before* it is timed, so a wrong candidate is reported and
-never chosen; then it is timed with CUDA events (warm-up, median). A candidate
+never chosen; then it is timed with CUDA events (warm-up, median), starting
+from an empty L2, so that no candidate inherits what the one before left
+there (:meth:`fusec.runtime.cuda.GpuClock.empty_l2`). A candidate
 that fails to compile, to launch or to check scores infinitely slow, with the
 reason kept; it never stops the tune. The plan the tuning cache already holds
 for the same key is measured again beside them (the incumbent), so tuning anew
@@ -331,6 +333,10 @@ class GpuMeasurer(Measurer):
         return {name: (r.get() if hasattr(r, "get") else r) for name, r in zip(program.outputs, results)}
 
     def time(self, program):
+        # from an empty L2: no candidate inherits the lines the one before left (GpuClock.empty_l2)
+        from .runtime import cuda
+        with cuda.context() as ctx:
+            cuda.gpu_clock(ctx).empty_l2()
         return program.time(self.device, warmup=self.warmup, repeat=self.repeat, host=False)
 
     def release(self, program):

@@ -560,3 +560,45 @@ def test_the_cached_plan_is_measured_again_beside_the_candidates():
     assert tuning.lookup(dag, library(), "float32", SIZES, SLUG).plan == incumbent
     assert tune_with(0.5) == plans[0]  # slower: replaced
     assert tuning.lookup(dag, library(), "float32", SIZES, SLUG).plan == plans[0]
+
+
+def test_each_candidate_is_timed_from_an_empty_l2(monkeypatch):
+    """GpuMeasurer empties L2 before it times a candidate, so none inherits the lines the
+    one before left (evict-first loads never displace them)."""
+    import contextlib
+    from fusec.runtime import cuda
+    from fusec.tune import GpuMeasurer
+    events = []
+
+    class Clock:
+        def empty_l2(self):
+            events.append("empty L2")
+
+    class Program:
+        def time(self, arrays, *, warmup, repeat, host):
+            events.append(("time", warmup, repeat, host))
+            return [1.0] * repeat
+
+    monkeypatch.setattr(cuda, "context", contextlib.nullcontext)
+    monkeypatch.setattr(cuda, "gpu_clock", lambda ctx: Clock())
+    dag = load_script(ROOT / "scripts" / "sscal.script", library())
+    measurer = GpuMeasurer(dag, library(), "float32", {"n": 8}, repeat=5, warmup=2)
+    measurer.device = {}
+    assert measurer.time(Program()) == [1.0] * 5
+    assert events == ["empty L2", ("time", 2, 5, False)]
+
+
+@pytest.mark.nvcc
+def test_the_kernel_that_empties_l2_writes_and_discards_whole_lines(tmp_path):
+    import subprocess
+    from fusec import nvcc
+    from fusec.runtime.cuda import TIMING_KERNELS
+    compiled = nvcc.compile_cubin(TIMING_KERNELS, arch="sm_90", use_cache=False)
+    assert {"fusec_spin", "fusec_empty", "fusec_empty_l2"} <= set(compiled.resources)
+    source = tmp_path / "timing.cu"
+    source.write_text(TIMING_KERNELS)
+    subprocess.run([nvcc.nvcc_path(), "-ptx", "-arch=sm_90", "-O3", str(source), "-o", str(tmp_path / "t.ptx")],
+                   check=True, capture_output=True)
+    ptx = (tmp_path / "t.ptx").read_text()
+    body = ptx[ptx.index("fusec_empty_l2("):]
+    assert "discard.global.L2" in body and body.count("st.global.v4") >= 1  # 16-byte stores, then the discard

@@ -64,3 +64,23 @@ def test_the_command_line_tunes_then_compile_says_where_the_plan_came_from(capsy
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "plan: from the tuning cache (tuned on " in out
+
+
+def test_emptying_l2_leaves_every_array_as_it_was():
+    """The sweep writes only fusec's own buffer and drops those lines without writing them
+    back: a program's inputs and results after it are what they were before it."""
+    from fusec.runtime import cuda
+    prog = fusec.compile(ROOT / "scripts" / "bicgk.script", library(), "float32", tuned=False)
+    sizes = {"m": 1000, "n": 777}
+    inputs = oracle.random_inputs(prog.dag, sizes, "float32", np.random.default_rng(3))
+    before = prog(**inputs)
+    with cuda.context() as ctx:
+        clock = cuda.gpu_clock(ctx)
+        assert clock.l2_bytes > 0
+        for _ in range(2):
+            clock.empty_l2()
+        cuda.synchronize()
+    after = prog(**inputs)
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+    prog.release()
