@@ -483,3 +483,19 @@ def test_the_smallest_outputs_are_made_ahead_within_spare_bytes(sizes, ahead):
     from fusec.runtime.prepared import SPARE_BYTES, made_ahead
     assert SPARE_BYTES == 128 << 20
     assert made_ahead(sizes) == ahead
+
+
+@pytest.mark.parametrize("sole, error, message", [
+    (["data"], TypeError, "sole"),                 # not a tuple of paths
+    ((("data", 3),), TypeError, "a step must be a str"),
+    (("data",), TypeError, "a path of steps must be a tuple of str"),
+])
+def test_sole_paths_that_are_not_paths_name_the_rule(extension, sole, error, message):
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    kinds = key[1::2]
+    with pytest.raises(error, match=message):
+        extension.FastCall(
+            array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+            signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
+            **make_fields(Outputs()), output_shapes=((3,),), results=(0,), kernels=(), context=7, spares=True,
+            sole=sole, hook=lambda *a: None)
