@@ -444,7 +444,8 @@ def test_vector_reduction_finish_counts_every_block():
     assert "got[0] = atomicAdd(cnt_v5_r, 1u);" in kernel.source
     assert "fusec_last[0] = fusec_came_last(cnt_v5_r, got[0], gridDim.x);" in kernel.source
     assert "if (fusec_last[0]) {" in kernel.source
-    assert "partial_store(r_v5_r, ws_v5_r + blockIdx.x, smem + 0, c);" in kernel.source
+    # a block's partial goes to its work item's slot, whichever way the launch walks
+    assert "partial_store(r_v5_r, ws_v5_r + fusec_item, smem + 0, c);" in kernel.source
 
 
 def test_maps_have_no_finish_and_no_workspace():
@@ -469,7 +470,27 @@ def test_kernel_arguments_in_order():
         ("size", "const int rows"),
         ("size", "const int cols"),
         ("vec_ok", "const int vec_ok"),
+        ("direction", "const int backwards"),
     ]
+
+
+def test_kernels_alone_take_their_items_in_the_direction_the_launch_says():
+    from fusec.runtime.program import Program
+    for script, dtype in (("bicgk", "float32"), ("axpydot", "float64"), ("vadd", "float32")):
+        prog = unfused(script, dtype)
+        turning = "order    blocks walk the grid forwards and backwards on alternate launches"
+        assert prog.describe().count(turning) == len(prog.kernels)
+        assert Program(prog.generated, turning=False).describe().count("order    blocks walk the grid forwards\n")\
+            == len(prog.kernels)
+        for kernel in prog.kernels:
+            assert kernel.turns and kernel.args[-1].role == "direction"
+            body = kernel.source.split("using namespace", 1)[1]
+            assert ("const int fusec_item = backwards ? (int)(gridDim.x - 1 - blockIdx.x)"
+                    " : (int)blockIdx.x;") in body
+            # every use of the block's index goes through the item but the item's own line
+            assert body.count("blockIdx.x") == 2
+            assert ("const int block_row = fusec_item / grid_cols;" in body if kernel.dims[1:]
+                    else "long long base = (long long)fusec_item * ITERS * chunk;" in body)
 
 
 # -- launch arithmetic ------------------------------------------------------------------

@@ -326,6 +326,8 @@ def test_generated_parts_see_their_own_threads_grid_and_barrier(script, dtype):
         (kernel,) = prog.kernels
         source = kernel.source
         pieces = source.split("__device__ __forceinline__ void run(")[1:]
+        # the parts split blockIdx.x among themselves: none turns (Kernel.turns)
+        assert not any(part.turns for part in kernel.parts) and "fusec_item" not in source
         assert len(pieces) == len(plan.parts)
         for p, (part, offset) in enumerate(zip(kernel.parts, kernel.offsets)):
             namespace = source[source.index(f"namespace {part.name} {{"):

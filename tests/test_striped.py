@@ -140,6 +140,8 @@ def test_generated_kernel(script):
     assert len(re.findall(r"__global__", source)) == len(program.kernels)
     assert f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(' in source
     assert kernel.args[-1].role == "schedule" and "unsigned* __restrict__ fusec_schedule)" in source
+    # its blocks take items by ticket, so neither it nor its parts turn (Kernel.turns)
+    assert not any(k.turns for k in (kernel, *kernel.parts)) and "fusec_item" not in kernel.source
     for role in ("fusec_stripe_ticket", "fusec_stripe_done", "fusec_stripe_wait", "fusec_stripe_leave"):
         assert f"{role}(" in kernel.source
     # values one launch writes and reads are not restrict-qualified in either part

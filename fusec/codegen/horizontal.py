@@ -66,6 +66,11 @@ class PartsKernel:
     def shared_reals(self) -> int:
         return sum(p.shared_reals for p in self.parts)
 
+    @property
+    def turns(self) -> bool:
+        """Never (Kernel.turns): the parts split the blocks, or take them by ticket."""
+        return False
+
     def owner(self, arg: Arg):
         """The part a size or vec_ok argument is for; the kernel for shared ones."""
         return self.parts[arg.part] if arg.part is not None else self

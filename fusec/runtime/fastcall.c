@@ -21,6 +21,11 @@
  * lines L2 may still hold, instead of the spare's (CuPy's pool would have kept
  * that memory cached anyway).
  *
+ * A kernel that turns (fusec/codegen/kernel.py, Kernel.turns) takes the
+ * direction of its walk as an int field (change kind 'D'): each such launch
+ * gets the other direction from the FastCall's launch before, so that it
+ * starts on the tiles that launch ended on, while L2 holds them.
+ *
  * The driver is opened with dlopen when the first module loads, so this builds
  * and imports where there is no GPU; a FastCall made with a hook calls
  * hook(kernel_index, parameter_bytes) instead of launching (the tests' seam).
@@ -177,8 +182,8 @@ static PyObject *walk(PyObject *obj, PyObject *steps) {
 
 typedef struct {
     Py_ssize_t offset;
-    char kind;          /* 'P': an output's pointer; 'f', 'd': a scalar as float or double */
-    Py_ssize_t source;  /* the output's position, or the scalar's */
+    char kind;          /* 'P': an output's pointer; 'f', 'd': a scalar as float or double; 'D' the direction */
+    Py_ssize_t source;  /* the output's position, or the scalar's (0 for 'D') */
 } Change;
 
 typedef struct {
@@ -204,7 +209,8 @@ typedef struct {
     void *context;
     Py_ssize_t kernels;
     Kernel *kernel;
-} FastCall;  /* immutable once made but for spares and last: calls keep their own values on the stack */
+    int turn;           /* the direction the last turning launch took (0 forwards, 1 backwards) */
+} FastCall;  /* immutable once made but for spares, last and turn: calls keep their own values on the stack */
 
 static void fastcall_free_kernels(FastCall *self) {
     for (Py_ssize_t k = 0; k < self->kernels && self->kernel; k++) {
@@ -272,8 +278,10 @@ static int read_kernels(FastCall *self, PyObject *kernels) {
             if (!PyArg_ParseTuple(PyTuple_GET_ITEM(changes, c), "nCn", &change->offset, &kind, &change->source))
                 return -1;
             change->kind = (char)kind;
-            Py_ssize_t width = kind == 'f' ? 4 : 8, limit = kind == 'P' ? outputs : scalars;
-            if ((kind != 'P' && kind != 'f' && kind != 'd') || change->offset < 0 || change->offset + width > size
+            Py_ssize_t width = kind == 'f' || kind == 'D' ? 4 : 8;
+            Py_ssize_t limit = kind == 'P' ? outputs : kind == 'D' ? 1 : scalars;
+            if ((kind != 'P' && kind != 'f' && kind != 'd' && kind != 'D') || change->offset < 0
+                || change->offset + width > size
                 || change->source < 0 || change->source >= limit) {
                 PyErr_Format(PyExc_ValueError, "kernel %zd: bad change (%zd, %c, %zd)", k, change->offset,
                              kind, change->source);
@@ -664,6 +672,9 @@ static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uin
         } else if (change->kind == 'f') {
             float value = (float)scalars[change->source];
             memcpy(field, &value, 4);
+        } else if (change->kind == 'D') {
+            int direction = self->turn ^= 1;  /* the GIL is held: launches take turns in order */
+            memcpy(field, &direction, 4);
         } else {
             memcpy(field, &scalars[change->source], 8);
         }

@@ -28,7 +28,8 @@ def _call(dag: Dag, call: int) -> str:
             f"{dag.value(record.result).label} = {record.function}({args})")
 
 
-def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, tuned: str | None = None) -> str:
+def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, tuned: str | None = None,
+             turning: bool = True) -> str:
     dag = generated.dag
     lines = [f"program {dag.name} ({dag.file}), {generated.dtype}, library {generated.library.name}"
              f" (hash {generated.library.content_hash})"]
@@ -46,7 +47,7 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
         lines.append(f"kernel {kernel.index}: {kernel.name}")
         parts = getattr(kernel, "parts", None)
         if not parts:
-            lines += _kernel_lines(generated, kernel, sizes, resources, "  ")
+            lines += _kernel_lines(generated, kernel, sizes, resources, "  ", turning)
             continue
         if isinstance(kernel.plan, StripedPlan):
             lines += _striped_lines(generated, kernel, sizes, resources)
@@ -83,7 +84,7 @@ def _nvcc_line(r) -> str:
             f" {r.spill_stores + r.spill_loads} bytes spilled")
 
 
-def _kernel_lines(generated, kernel, sizes, resources, indent: str) -> list[str]:
+def _kernel_lines(generated, kernel, sizes, resources, indent: str, turning: bool = False) -> list[str]:
     dag, plan, lines = generated.dag, kernel.plan, []
     for call in plan.calls:
         lines.append(f"call     {_call(dag, call)}")
@@ -99,6 +100,9 @@ def _kernel_lines(generated, kernel, sizes, resources, indent: str) -> list[str]
     lines.append(f"shape    {shape}")
     lines.append(f"launch   {plan.shape.block} threads per block; grid: {grid}"
                  + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
+    if kernel.turns:
+        lines.append("order    blocks walk the grid " + ("forwards and backwards on alternate launches"
+                     " (each starts where L2 holds the last one's tiles)" if turning else "forwards"))
     on_chip = ", ".join(f"{dag.value(e.value).label} ({e.storage}, {e.mapping})" for e in kernel.elements)
     lines.append(f"on chip  {on_chip}")
     lines.append(f"shared   {kernel.shared_reals} reals, {sum(op.barrier for op in kernel.ops)} barrier(s)"

@@ -50,6 +50,25 @@ def made_ahead(output_bytes: Sequence[int]) -> tuple[bool, ...]:
     return tuple(ahead)
 
 
+class Turns:
+    """The direction each launch of a turning kernel (``Kernel.turns``) walks its
+    grid: the other one from the launch before, of whichever turning kernel, so
+    that a launch starts on the tiles the one before ended on, whose lines L2
+    still holds. One per program; the C FastCall keeps its own."""
+
+    def __init__(self):
+        self.last = 1
+
+    def __call__(self) -> int:
+        """1 (backwards) or 0 for the next launch."""
+        self.last ^= 1
+        return self.last
+
+
+# A changing field's source: the launch's direction, from the program's Turns.
+TURN = "<direction>"  # no scalar is so named (names are C identifiers)
+
+
 def _torch_signature(tensor) -> tuple | None:
     if not tensor.is_cuda:
         return None
@@ -155,12 +174,15 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
     """One kernel as :mod:`fastcall.c` takes it: (CUfunction, grid, block, the
     parameters packed once, and (offset, kind, source) of each changing field:
     kind 'P' an output's pointer (source: its position), 'f' or 'd' a scalar
-    (source: its position in ``scalar_names``))."""
+    (source: its position in ``scalar_names``), 'D' the launch's direction, an
+    int the FastCall alternates between its turning launches (source 0))."""
     offsets = parameter_offsets(parameter_format)
     changes = []
     for index, source in zip(changing, sources):
         code = parameter_format[index]
-        if isinstance(source, str):
+        if source == TURN:
+            changes.append((offsets[index], "D", 0))
+        elif isinstance(source, str):
             changes.append((offsets[index], code, list(scalar_names).index(source)))
         else:
             changes.append((offsets[index], "P", source))
@@ -196,7 +218,8 @@ class PreparedCall:
 
     # each kernel's Launch (or anything called with the values of its
     # changing parameters) with where those values come from: an
-    # output's position in output_shapes (its pointer), or a scalar's name
+    # output's position in output_shapes (its pointer), a scalar's name, or
+    # TURN (the launch's direction, from ``turns``)
     launches: tuple[tuple[Callable, tuple[int | str, ...]], ...]
     output_shapes: tuple[tuple[int, ...], ...]  # of every distinct output value, in order
     results: tuple[int, ...]  # the script's returns, as positions in output_shapes
@@ -204,6 +227,7 @@ class PreparedCall:
     scalar_names: tuple[str, ...]
     keep_alive: Any  # the buffers and loaded module the arguments point into
     native: Any = None  # the same call as the C extension's FastCall, where it is built
+    turns: Callable[[], int] = dataclasses.field(default_factory=Turns)  # the program's
 
     def __call__(self, arguments: Mapping[str, Any]):
         """Outputs of the program on ``arguments``; None when a new output is
@@ -219,6 +243,8 @@ class PreparedCall:
                 return None
             values[position] = pointer
         for launch, sources in self.launches:
+            if TURN in sources:
+                values[TURN] = self.turns()
             launch([values[source] for source in sources])
         if len(self.results) == 1:
             return outputs[self.results[0]][0]

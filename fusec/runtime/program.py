@@ -10,6 +10,11 @@ device arrays also skips the checks and argument building
 (:mod:`fusec.runtime.prepared`), in C where the extension builds
 (:mod:`fusec.runtime.native`): the prepared call used last is tried first.
 
+Kernels that run alone alternate the direction their blocks walk the grid from
+one launch to the next (``Kernel.turns``; ``Program(turning=False)`` keeps
+them forwards): a launch starts on the tiles the launch before ended on, while
+L2 still holds them. Results are the same bit for bit either way.
+
 Calls of one program object must not overlap on different streams: they share
 the reduction counters.
 """
@@ -29,7 +34,7 @@ from . import cuda  # PyCUDA itself is imported on the first call
 from . import driver_api, native
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
-from .prepared import Launch, PreparedCall, native_call, native_kernel, signature
+from .prepared import TURN, Launch, PreparedCall, Turns, native_call, native_kernel, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
 
@@ -70,8 +75,10 @@ class _Buffers:
 class Program:
     """The result of :func:`fusec.compile`."""
 
-    def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None):
+    def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True):
         self.generated = generated
+        self.turning = turning  # alternate the turning kernels' directions (else always forwards)
+        self._turns = Turns()
         self.dtype = geo.DTYPES[generated.dtype]
         self.tuned = tuned  # where the plan came from, when a tuning cache supplied it
         dag = generated.dag
@@ -110,7 +117,7 @@ class Program:
         return tuple(self.dag.value(v).name for v in self.dag.outputs)
 
     def describe(self, sizes: Mapping[str, int] | None = None, resources=None) -> str:
-        return describe(self.generated, sizes, resources, tuned=self.tuned)
+        return describe(self.generated, sizes, resources, tuned=self.tuned, turning=self.turning)
 
     def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
         """Bytes any implementation must move: each input read once, each output written once."""
@@ -210,6 +217,9 @@ class Program:
                 elif arg.role == "scalar":
                     changing.append(index)
                     sources.append(scalar_name[arg.value])
+                elif arg.role == "direction" and self.turning:
+                    changing.append(index)
+                    sources.append(TURN)
             parameter_format = cuda.parameter_format(kernel)
             launch = Launch(loaded.function(kernel)._launch_kernel, grid, kernel.block,
                             parameter_format, args, changing)
@@ -221,7 +231,7 @@ class Program:
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
                             cuda.allocator(binding.family, self.dtype, reference),
-                            scalar_names, keep_alive=(loaded, buffers))
+                            scalar_names, keep_alive=(loaded, buffers), turns=self._turns)
         if extension is None:
             return call
         output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
@@ -305,6 +315,8 @@ class Program:
                 args.append(self.dtype.type(binding.scalars[arg.value]))
             elif arg.role == "size":
                 args.append(binding.sizes[arg.size])
+            elif arg.role == "direction":
+                args.append(self._turns() if self.turning else 0)
             else:  # vec_ok, of the kernel or of the part of a horizontal fusion it is for
                 args.append(int(self._aligned(kernel.owner(arg), pointers, binding)))
         return args
@@ -366,8 +378,12 @@ class Program:
             # of a device framework is unmapped memory the kernels would write to
             pointers, outputs = self._place(binding, buffers)
             launches = self._launches(buffers, pointers, binding)
+            turning = [(args, i) for kernel, _, args in launches if self.turning
+                       for i, arg in enumerate(kernel.args) if arg.role == "direction"]
 
             def launch():
+                for args, i in turning:  # as calls alternate them
+                    args[i] = self._turns()
                 for kernel, grid, args in launches:
                     loaded.launch(kernel, grid, args)
 

@@ -307,6 +307,46 @@ def test_a_cupy_result_let_go_is_written_again():
         prog.release()
 
 
+@pytest.mark.parametrize("path", ["C", "Python"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", script_names())
+def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkeypatch):
+    """Kernels alone alternate the direction their blocks walk the grid from one
+    launch to the next (Kernel.turns): four calls (the whole way, then prepared,
+    in C or in Python) walk both ways, and each gives the bits of a program that
+    always walks forwards, right against the oracle. Ragged sizes, many blocks."""
+    cupy = pytest.importorskip("cupy")
+    from fusec.runtime import cuda, native
+    from fusec.runtime.program import Program
+    if path == "Python":
+        monkeypatch.setattr(native, "fastcall", lambda: None)
+    elif native.fastcall() is None:
+        pytest.skip(f"no C extension: {native.unavailable()}")
+    prog = program(script, dtype)
+    prog.release()
+    matrix = any(v.kind.value == "matrix" for v in prog.dag.values)
+    sizes = {s: 2049 if matrix else 1_000_003 for s in prog.dag.sizes}
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, dtype, "turns")))
+    forwards = Program(prog.generated, turning=False)
+    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)
+    with cuda.context():
+        device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+        expected = [cupy.asnumpy(r) for r in as_tuple(forwards(**device))]
+        start = prog._turns.last  # the program is shared with other tests
+        for call in range(4):
+            results = prog(**device)
+            assert (prog._hot is not None) == (path == "C")  # prepared by the first call
+            if path == "Python" and any(k.turns for k in prog.kernels):
+                turning = sum(k.turns for k in prog.kernels)  # each launch of one flips it
+                assert prog._turns.last == start ^ ((call + 1) * turning) % 2
+            for name, got, want in zip(prog.outputs, as_tuple(results), expected):
+                np.testing.assert_array_equal(cupy.asnumpy(got), want, err_msg=f"{name}, call {call}")
+        _check(prog, inputs, tuple(cupy.asarray(e) for e in expected) if len(expected) > 1
+               else cupy.asarray(expected[0]))
+        forwards.release()
+        prog.release()
+
+
 @pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
 def test_prepared_calls_follow_the_arrays(kind):
     """New arrays or new sizes go the whole way once and are prepared in turn;
