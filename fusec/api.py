@@ -91,7 +91,8 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         entry = tuning.lookup(dag, library, dtype, sizes, target(gpu))
         if entry is not None:
             try:
-                return Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe()), entry
+                return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
+                                turning=entry.turning), entry)
             except Exception as exc:  # never trust a cache file: whatever a bad plan breaks, predict
                 warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))

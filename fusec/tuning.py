@@ -73,19 +73,23 @@ class TuningEntry:
     gpu_name: str  # as the driver says it
     date: str  # ISO 8601, UTC
     script: str = ""  # the script's name and file, for a reader
+    # whether the winner's kernels alone alternate their direction (Program.turning);
+    # entries from before it was measured say nothing, and turn
+    turning: bool = True
     path: Path | None = dataclasses.field(default=None, compare=False)  # where it was read
 
     def describe(self) -> str:
         """One line for plans and messages."""
         return (f"tuned on {self.gpu_name} {self.date[:10]}, K={self.top},"
-                f" measured {self.measured_us:.1f} us (predicted rank {self.predicted_rank})")
+                f" measured {self.measured_us:.1f} us (predicted rank {self.predicted_rank})"
+                + ("" if self.turning else ", blocks always walk forwards"))
 
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT, "key": self.key.fields(), "plan": json.loads(self.plan.to_json()),
             "measured_us": self.measured_us, "predicted_us": self.predicted_us,
             "predicted_rank": self.predicted_rank, "top": self.top, "gpu_name": self.gpu_name,
-            "date": self.date, "script": self.script,
+            "date": self.date, "script": self.script, "turning": self.turning,
         }, indent=1, sort_keys=True) + "\n"
 
 
@@ -147,13 +151,21 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
         plan = ProgramPlan.from_json(json.dumps(data["plan"]))
         entry = TuningEntry(wanted, plan, float(data["measured_us"]), float(data["predicted_us"]),
                             int(data["predicted_rank"]), int(data["top"]), str(data["gpu_name"]),
-                            str(data["date"]), str(data.get("script", "")), path)
+                            str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
         return _bad(path, f"does not parse ({type(exc).__name__}: {exc})")
     covered = sorted(c for k in plan.kernels for c in k.calls)
     if calls is not None and covered != list(range(calls)):
         return _bad(path, "holds a plan that does not cover the script's calls")
     return entry
+
+
+def _flag(data: dict, name: str) -> bool:
+    """A true/false field, true when missing; anything else does not parse."""
+    value = data.get(name, True)
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} is {value!r}, not true or false")
+    return value
 
 
 def _bad(path: Path, why: str) -> None:

@@ -113,6 +113,21 @@ def test_an_entry_round_trips(cache):
     assert found.describe() == f"tuned on {H100} 2026-11-22, K=10, measured 12.5 us (predicted rank 3)"
 
 
+def test_an_entry_says_whether_its_kernels_turn_and_an_older_one_turns(cache):
+    entry = planted(store=False)
+    forwards = dataclasses.replace(entry, turning=False)
+    tuning.store(forwards)
+    found = tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG)
+    assert found.turning is False and found.describe().endswith(", blocks always walk forwards")
+    program = fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100")
+    assert program.turning is False and program.tuned == found.describe()
+    data = json.loads(entry.key.path.read_text())
+    del data["turning"]  # an entry from before directions were measured
+    entry.key.path.write_text(json.dumps(data))
+    assert tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG).turning is True
+    assert fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100").turning is True
+
+
 def test_lookup_misses_quietly_without_an_entry_or_a_gpu(cache):
     planted()
     with warnings.catch_warnings():
@@ -162,12 +177,14 @@ def _damage(kind: str, text: str) -> str:
             data["plan"] = [dict(data["plan"][0], calls=[0])]
     elif kind == "time is text":
         data["measured_us"] = "fast"
+    elif kind == "turning is text":
+        data["turning"] = "yes"
     return json.dumps(data)
 
 
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "not an object", "wrong dtype in the key",
                                   "wrong version in the key", "other format", "no plan", "bad plan",
-                                  "plan misses a call", "time is text"])
+                                  "plan misses a call", "time is text", "turning is text"])
 def test_a_damaged_entry_is_a_miss_with_a_warning_naming_the_file(cache, kind):
     entry = planted()
     path = entry.key.path
@@ -389,6 +406,38 @@ def test_tune_chooses_the_fastest_correct_candidate_and_caches_it(capsys):
             " further layout of the heaviest kernel)") in text
     assert "winner: rank 6, 20.0 us" in text and "the predictor's first choice measured 50.0 us (2.50x" in text
     assert f"tuning cache: wrote {result.cache_path}" in text
+
+
+class DirectedMeasurer(FakeMeasurer):
+    """Times that depend on the direction too: forwards at ``forwards`` ms."""
+
+    def __init__(self, *args, forwards, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.forwards, self.ways = forwards, []
+
+    def time(self, program):
+        self.ways.append(program.turning)
+        return [self.forwards] * 3 if not program.turning else super().time(program)
+
+
+@pytest.mark.parametrize("forwards", [0.015, 0.025])
+def test_tune_measures_the_winner_both_ways_and_keeps_the_faster(cache, forwards):
+    dag = bicgk()
+    plans = [c.plan for c in candidates(dag, library(), "float32", SIZES, 2, DEFAULT)]
+    measurer = DirectedMeasurer(dag, "float32", SIZES, plans, times={1: 0.03, 2: 0.02}, forwards=forwards)
+    result = tune(dag, library(), "float32", SIZES, top=2, predictor=DEFAULT, measurer=measurer, progress=False)
+    assert result.winner.rank == 2
+    # every candidate alternating, then the winner again both ways
+    assert measurer.ways == [True] * len(result.rows) + [True, False]
+    assert measurer.measured[-2:] == [2, 2]
+    assert result.directions[True].seconds == pytest.approx(20e-6)
+    assert result.directions[False].seconds == pytest.approx(forwards * 1e-3)
+    turning = forwards > 0.02
+    assert result.entry.turning is turning
+    assert tuning.lookup(dag, library(), "float32", SIZES, SLUG).turning is turning
+    kept = "alternating" if turning else "forwards"
+    assert (f"directions (the winner again): alternating 20.0 us, always forwards {forwards * 1e3:.1f} us:"
+            f" {kept} kept") in report(result)
 
 
 def test_tune_where_nothing_passes_chooses_and_caches_nothing(cache):
