@@ -474,13 +474,24 @@ def test_kernel_arguments_in_order():
     ]
 
 
+def test_kernels_that_touch_a_matrix_in_common_take_turns_together():
+    from fusec.runtime.program import turn_groups
+    assert turn_groups(unfused("atax", "float32").generated) == (0, 0)  # both walk A
+    assert turn_groups(unfused("bicgk", "float32").generated) == (0, 0)
+    # t1 = A x, t2 = B x, y = alpha t1 + beta t2: no matrix in common
+    assert turn_groups(unfused("gesummv", "float32").generated) == (0, 1, 2)
+    assert turn_groups(unfused("vadd", "float32").generated) == (0, 0)  # t is shared, no matrix
+    gemver = unfused("gemver", "float64").generated
+    assert turn_groups(gemver) == (0,) * len(gemver.kernels)  # B1, then B, passes through all
+
+
 def test_kernels_alone_take_their_items_in_the_direction_the_launch_says():
     from fusec.runtime.program import Program
     for script, dtype in (("bicgk", "float32"), ("axpydot", "float64"), ("vadd", "float32")):
         prog = unfused(script, dtype)
-        turning = "order    blocks walk the grid forwards and backwards on alternate launches"
+        turning = "order    forwards and backwards through the grid on alternate launches"
         assert prog.describe().count(turning) == len(prog.kernels)
-        assert Program(prog.generated, turning=False).describe().count("order    blocks walk the grid forwards\n")\
+        assert Program(prog.generated, turning=False).describe().count("order    forwards through the grid\n")\
             == len(prog.kernels)
         for kernel in prog.kernels:
             assert kernel.turns and kernel.args[-1].role == "direction"

@@ -15,7 +15,7 @@ import pytest
 from fusec.errors import ArgumentError
 from fusec.runtime import native
 from fusec.runtime.arrays import scalar_value
-from fusec.runtime.prepared import TURN, _signer, native_kernel, parameter_offsets, signature
+from fusec.runtime.prepared import Turn, _signer, native_kernel, parameter_offsets, signature
 from test_runtime_binding import POINTER
 from test_runtime_prepared import ARRAYS, SCALARS, device, sgemv_device
 
@@ -117,29 +117,32 @@ def test_a_warm_call_packs_what_the_python_path_packs(extension):
                                           pointer + 1024, 3.0, 1.0, 5, 3))
 
 
-def test_turning_launches_alternate_their_direction(extension):
-    """A 'D' field gets the other direction from the FastCall's turning launch
-    before: with one turning kernel each call walks the other way, with two
-    each call's second kernel walks back the way its first came."""
+def test_turning_launches_alternate_their_direction_within_their_group(extension):
+    """A 'D' field gets the other direction from the launch of its turn group
+    before: with one turning kernel each call walks the other way; two of one
+    group walk opposite ways in a call; another group turns on its own."""
     outputs, launched = Outputs(), []
-    turning = native_kernel(1, 1, 32, "Pi", (0, 0), (0, 1), (0, TURN), ("alpha", "beta"))
+    turning = native_kernel(1, 1, 32, "Pi", (0, 0), (0, 1), (0, Turn(0)), ("alpha", "beta"))
     assert turning[4][1] == (8, "D", 0)
     call = fast_sgemv(extension, outputs, launched, kernels=(turning,))
     for _ in range(3):
         call(sgemv_device())
     assert [struct.unpack("@Pi", p)[1] for _, p in launched] == [1, 0, 1]
     launched.clear()
-    plain = native_kernel(2, 1, 32, "P", (0,), (0,), (0,), ("alpha", "beta"))
-    call = fast_sgemv(extension, Outputs(), launched, kernels=(turning, plain, turning))
+    other = native_kernel(2, 1, 32, "Pi", (0, 0), (0, 1), (0, Turn(5)), ("alpha", "beta"))
+    assert other[4][1] == (8, "D", 5)
+    call = fast_sgemv(extension, Outputs(), launched, kernels=(turning, other, turning))
     call(sgemv_device())
     call(sgemv_device())
-    assert [struct.unpack("@Pi", p)[1] for k, p in launched if k != 1] == [1, 0, 1, 0]
+    directions = [(k, struct.unpack("@Pi", p)[1]) for k, p in launched]
+    assert directions == [(0, 1), (1, 1), (2, 0), (0, 1), (1, 0), (2, 0)]
 
 
 def test_a_direction_field_out_of_its_buffer_is_refused(extension):
-    bad = (1, 1, 32, struct.pack("@Pi", 0, 0), ((12, "D", 0),))
-    with pytest.raises(ValueError, match="bad change"):
-        fast_sgemv(extension, Outputs(), [], kernels=(bad,))
+    for change in ((12, "D", 0), (8, "D", 64), (8, "D", -1)):  # past the buffer, past the groups
+        bad = (1, 1, 32, struct.pack("@Pi", 0, 0), (change,))
+        with pytest.raises(ValueError, match="bad change"):
+            fast_sgemv(extension, Outputs(), [], kernels=(bad,))
 
 
 def test_several_kernels_and_results_in_the_scripts_order(extension):

@@ -109,27 +109,22 @@ def test_a_prepared_call_hands_each_launch_its_outputs_and_scalars():
     assert results == (("array", (), POINTER + 2048), ("array", (3,), POINTER + 1024))
 
 
-def test_turning_launches_alternate_their_direction_across_launches_and_calls():
-    """TURN takes the program's next direction at each launch that has it,
-    so consecutive turning launches walk opposite ways, call after call."""
-    from fusec.runtime.prepared import TURN, Turns
+def test_turning_launches_alternate_their_direction_within_their_group():
+    """A Turn takes its group's next direction at each launch that has it: the
+    launches of a group walk opposite ways one after another, call after call;
+    another group's launches do not count."""
+    from fusec.runtime.prepared import Turn, Turns
     seen = []
-    launches = ((lambda values: seen.append(("k0", values)), (0, TURN)),
-                (lambda values: seen.append(("k1", values)), (0,)),
-                (lambda values: seen.append(("k2", values)), (TURN, "alpha")))
+    launches = ((lambda values: seen.append(("k0", values)), (0, Turn(0))),
+                (lambda values: seen.append(("k1", values)), (0, Turn(1))),
+                (lambda values: seen.append(("k2", values)), (Turn(0), "alpha")))
     call = PreparedCall(launches=launches, output_shapes=((3,),), results=(0,),
                         allocate=lambda shape: ("array", POINTER), scalar_names=("alpha",),
-                        keep_alive=None, turns=Turns())
+                        keep_alive=None, turns=(Turns(), Turns()))
     call({"alpha": 1.0})
     call({"alpha": 1.0})
-    assert seen == [("k0", [POINTER, 0]), ("k1", [POINTER]), ("k2", [1, 1.0]),
-                    ("k0", [POINTER, 0]), ("k1", [POINTER]), ("k2", [1, 1.0])]
-    one = PreparedCall(launches=launches[:1], output_shapes=((3,),), results=(0,),
-                       allocate=lambda shape: ("array", POINTER), scalar_names=(), keep_alive=None)
-    seen.clear()
-    for _ in range(3):
-        one({})
-    assert [values[1] for _, values in seen] == [0, 1, 0]
+    assert seen == [("k0", [POINTER, 0]), ("k1", [POINTER, 0]), ("k2", [1, 1.0]),
+                    ("k0", [POINTER, 0]), ("k1", [POINTER, 1]), ("k2", [1, 1.0])]
 
 
 class _FakeLaunchKernel:

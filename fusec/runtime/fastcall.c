@@ -22,9 +22,10 @@
  * that memory cached anyway).
  *
  * A kernel that turns (fusec/codegen/kernel.py, Kernel.turns) takes the
- * direction of its walk as an int field (change kind 'D'): each such launch
- * gets the other direction from the FastCall's launch before, so that it
- * starts on the tiles that launch ended on, while L2 holds them.
+ * direction of its walk as an int field (change kind 'D', source: its turn
+ * group): each such launch gets the other direction from the launch of its
+ * group before, so that it starts on the tiles that launch ended on, while L2
+ * holds them.
  *
  * The driver is opened with dlopen when the first module loads, so this builds
  * and imports where there is no GPU; a FastCall made with a hook calls
@@ -37,6 +38,7 @@
 #include <string.h>
 
 #define MAX_VALUES 64  /* scalars, and outputs, of one program (a call keeps them on the stack) */
+#define MAX_GROUPS 64  /* turn groups of one program */
 
 typedef int CUresult;
 typedef void *CUcontext;
@@ -183,7 +185,7 @@ static PyObject *walk(PyObject *obj, PyObject *steps) {
 typedef struct {
     Py_ssize_t offset;
     char kind;          /* 'P': an output's pointer; 'f', 'd': a scalar as float or double; 'D' the direction */
-    Py_ssize_t source;  /* the output's position, or the scalar's (0 for 'D') */
+    Py_ssize_t source;  /* the output's position, the scalar's, or the turn group's */
 } Change;
 
 typedef struct {
@@ -209,7 +211,7 @@ typedef struct {
     void *context;
     Py_ssize_t kernels;
     Kernel *kernel;
-    int turn;           /* the direction the last turning launch took (0 forwards, 1 backwards) */
+    int turn[MAX_GROUPS];  /* per turn group, the direction its last launch took (0 forwards, 1 backwards) */
 } FastCall;  /* immutable once made but for spares, last and turn: calls keep their own values on the stack */
 
 static void fastcall_free_kernels(FastCall *self) {
@@ -279,7 +281,7 @@ static int read_kernels(FastCall *self, PyObject *kernels) {
                 return -1;
             change->kind = (char)kind;
             Py_ssize_t width = kind == 'f' || kind == 'D' ? 4 : 8;
-            Py_ssize_t limit = kind == 'P' ? outputs : kind == 'D' ? 1 : scalars;
+            Py_ssize_t limit = kind == 'P' ? outputs : kind == 'D' ? MAX_GROUPS : scalars;
             if ((kind != 'P' && kind != 'f' && kind != 'd' && kind != 'D') || change->offset < 0
                 || change->offset + width > size
                 || change->source < 0 || change->source >= limit) {
@@ -673,7 +675,7 @@ static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uin
             float value = (float)scalars[change->source];
             memcpy(field, &value, 4);
         } else if (change->kind == 'D') {
-            int direction = self->turn ^= 1;  /* the GIL is held: launches take turns in order */
+            int direction = self->turn[change->source] ^= 1;  /* the GIL is held: launches take turns in order */
             memcpy(field, &direction, 4);
         } else {
             memcpy(field, &scalars[change->source], 8);

@@ -101,8 +101,8 @@ def _kernel_lines(generated, kernel, sizes, resources, indent: str, turning: boo
     lines.append(f"launch   {plan.shape.block} threads per block; grid: {grid}"
                  + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
     if kernel.turns:
-        lines.append("order    blocks walk the grid " + ("forwards and backwards on alternate launches"
-                     " (each starts where L2 holds the last one's tiles)" if turning else "forwards"))
+        lines.append("order    " + ("forwards and backwards through the grid on alternate launches"
+                     " (each starts where L2 holds the last one's tiles)" if turning else "forwards through the grid"))
     on_chip = ", ".join(f"{dag.value(e.value).label} ({e.storage}, {e.mapping})" for e in kernel.elements)
     lines.append(f"on chip  {on_chip}")
     lines.append(f"shared   {kernel.shared_reals} reals, {sum(op.barrier for op in kernel.ops)} barrier(s)"

@@ -51,10 +51,10 @@ def made_ahead(output_bytes: Sequence[int]) -> tuple[bool, ...]:
 
 
 class Turns:
-    """The direction each launch of a turning kernel (``Kernel.turns``) walks its
-    grid: the other one from the launch before, of whichever turning kernel, so
-    that a launch starts on the tiles the one before ended on, whose lines L2
-    still holds. One per program; the C FastCall keeps its own."""
+    """The direction each launch of a turning kernel (``Kernel.turns``) of one
+    turn group walks its grid: the other one from the group's launch before,
+    so that a launch starts on the tiles that launch ended on, whose lines L2
+    still holds. One per group of a program; the C FastCall keeps its own."""
 
     def __init__(self):
         self.last = 1
@@ -65,8 +65,11 @@ class Turns:
         return self.last
 
 
-# A changing field's source: the launch's direction, from the program's Turns.
-TURN = "<direction>"  # no scalar is so named (names are C identifiers)
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """A changing field's source: the launch's direction, from its turn group's Turns."""
+
+    group: int
 
 
 def _torch_signature(tensor) -> tuple | None:
@@ -175,13 +178,14 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
     parameters packed once, and (offset, kind, source) of each changing field:
     kind 'P' an output's pointer (source: its position), 'f' or 'd' a scalar
     (source: its position in ``scalar_names``), 'D' the launch's direction, an
-    int the FastCall alternates between its turning launches (source 0))."""
+    int the FastCall alternates between the launches of a turn group (source:
+    the group, a :class:`Turn`'s))."""
     offsets = parameter_offsets(parameter_format)
     changes = []
     for index, source in zip(changing, sources):
         code = parameter_format[index]
-        if source == TURN:
-            changes.append((offsets[index], "D", 0))
+        if isinstance(source, Turn):
+            changes.append((offsets[index], "D", source.group))
         elif isinstance(source, str):
             changes.append((offsets[index], code, list(scalar_names).index(source)))
         else:
@@ -219,15 +223,15 @@ class PreparedCall:
     # each kernel's Launch (or anything called with the values of its
     # changing parameters) with where those values come from: an
     # output's position in output_shapes (its pointer), a scalar's name, or
-    # TURN (the launch's direction, from ``turns``)
-    launches: tuple[tuple[Callable, tuple[int | str, ...]], ...]
+    # a Turn (the launch's direction, from its group's ``turns``)
+    launches: tuple[tuple[Callable, tuple[int | str | Turn, ...]], ...]
     output_shapes: tuple[tuple[int, ...], ...]  # of every distinct output value, in order
     results: tuple[int, ...]  # the script's returns, as positions in output_shapes
     allocate: Callable[[tuple[int, ...]], tuple[Any, int]]  # shape -> (array, pointer); a cuda.Allocator
     scalar_names: tuple[str, ...]
     keep_alive: Any  # the buffers and loaded module the arguments point into
     native: Any = None  # the same call as the C extension's FastCall, where it is built
-    turns: Callable[[], int] = dataclasses.field(default_factory=Turns)  # the program's
+    turns: tuple[Callable[[], int], ...] = ()  # the program's, one per turn group
 
     def __call__(self, arguments: Mapping[str, Any]):
         """Outputs of the program on ``arguments``; None when a new output is
@@ -243,9 +247,7 @@ class PreparedCall:
                 return None
             values[position] = pointer
         for launch, sources in self.launches:
-            if TURN in sources:
-                values[TURN] = self.turns()
-            launch([values[source] for source in sources])
+            launch([self.turns[source.group]() if type(source) is Turn else values[source] for source in sources])
         if len(self.results) == 1:
             return outputs[self.results[0]][0]
         return tuple(outputs[position][0] for position in self.results)

@@ -11,9 +11,10 @@ device arrays also skips the checks and argument building
 (:mod:`fusec.runtime.native`): the prepared call used last is tried first.
 
 Kernels that run alone alternate the direction their blocks walk the grid from
-one launch to the next (``Kernel.turns``; ``Program(turning=False)`` keeps
-them forwards): a launch starts on the tiles the launch before ended on, while
-L2 still holds them. Results are the same bit for bit either way.
+one launch to the next of their turn group (``Kernel.turns``, :func:`turn_groups`;
+``Program(turning=False)`` keeps them forwards): a launch starts on the tiles
+the launch before ended on, while L2 still holds them. Results are the same
+bit for bit either way.
 
 Calls of one program object must not overlap on different streams: they share
 the reduction counters.
@@ -34,7 +35,7 @@ from . import cuda  # PyCUDA itself is imported on the first call
 from . import driver_api, native
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
-from .prepared import TURN, Launch, PreparedCall, Turns, native_call, native_kernel, signature
+from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
 
@@ -72,13 +73,42 @@ class _Buffers:
         return self.items[key].pointer
 
 
+def turn_groups(generated: GeneratedProgram) -> tuple[int | None, ...]:
+    """Each kernel's turn group, None where it does not turn. Turning kernels
+    that touch an array of the program's largest kind in common (its matrices,
+    or its vectors where it has none) take turns together: one starts where L2
+    holds what the other left (ATAX's two kernels, apart, walk A both ways in a
+    call). Any other alternates on its own: GESUMMV's small kernel after its
+    matrices' one must not hold that one to a single direction."""
+    dag = generated.dag
+    largest = Kind.MATRIX if any(v.kind is Kind.MATRIX for v in dag.values) else Kind.VECTOR
+    root = list(range(len(generated.kernels)))
+
+    def find(k: int) -> int:
+        while root[k] != k:
+            k = root[k]
+        return k
+
+    first: dict[int, int] = {}  # array -> the first turning kernel touching it
+    for kernel in generated.kernels:
+        if not kernel.turns:
+            continue
+        for arg in kernel.args:
+            if arg.role in ("in", "out") and dag.value(arg.value).kind is largest:
+                other = first.setdefault(arg.value, kernel.index)
+                root[find(kernel.index)] = find(other)
+    numbers: dict[int, int] = {}
+    return tuple(numbers.setdefault(find(k.index), len(numbers)) if k.turns else None for k in generated.kernels)
+
+
 class Program:
     """The result of :func:`fusec.compile`."""
 
     def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True):
         self.generated = generated
         self.turning = turning  # alternate the turning kernels' directions (else always forwards)
-        self._turns = Turns()
+        self.turn_groups = turn_groups(generated)
+        self._turns = tuple(Turns() for _ in set(self.turn_groups) - {None})
         self.dtype = geo.DTYPES[generated.dtype]
         self.tuned = tuned  # where the plan came from, when a tuning cache supplied it
         dag = generated.dag
@@ -219,7 +249,7 @@ class Program:
                     sources.append(scalar_name[arg.value])
                 elif arg.role == "direction" and self.turning:
                     changing.append(index)
-                    sources.append(TURN)
+                    sources.append(Turn(self.turn_groups[kernel.index]))
             parameter_format = cuda.parameter_format(kernel)
             launch = Launch(loaded.function(kernel)._launch_kernel, grid, kernel.block,
                             parameter_format, args, changing)
@@ -316,7 +346,7 @@ class Program:
             elif arg.role == "size":
                 args.append(binding.sizes[arg.size])
             elif arg.role == "direction":
-                args.append(self._turns() if self.turning else 0)
+                args.append(self._turns[self.turn_groups[kernel.index]]() if self.turning else 0)
             else:  # vec_ok, of the kernel or of the part of a horizontal fusion it is for
                 args.append(int(self._aligned(kernel.owner(arg), pointers, binding)))
         return args
@@ -378,12 +408,12 @@ class Program:
             # of a device framework is unmapped memory the kernels would write to
             pointers, outputs = self._place(binding, buffers)
             launches = self._launches(buffers, pointers, binding)
-            turning = [(args, i) for kernel, _, args in launches if self.turning
-                       for i, arg in enumerate(kernel.args) if arg.role == "direction"]
+            turning = [(args, i, self._turns[self.turn_groups[kernel.index]]) for kernel, _, args in launches
+                       if self.turning for i, arg in enumerate(kernel.args) if arg.role == "direction"]
 
             def launch():
-                for args, i in turning:  # as calls alternate them
-                    args[i] = self._turns()
+                for args, i, turns in turning:  # as calls alternate them
+                    args[i] = turns()
                 for kernel, grid, args in launches:
                     loaded.launch(kernel, grid, args)
 

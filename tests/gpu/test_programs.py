@@ -332,13 +332,14 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
     with cuda.context():
         device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
         expected = [cupy.asnumpy(r) for r in as_tuple(forwards(**device))]
-        start = prog._turns.last  # the program is shared with other tests
+        start = [turns.last for turns in prog._turns]  # the program is shared with other tests
         for call in range(4):
             results = prog(**device)
             assert (prog._hot is not None) == (path == "C")  # prepared by the first call
-            if path == "Python" and any(k.turns for k in prog.kernels):
-                turning = sum(k.turns for k in prog.kernels)  # each launch of one flips it
-                assert prog._turns.last == start ^ ((call + 1) * turning) % 2
+            if path == "Python":  # each launch of a group flips the group's direction
+                for group, turns in enumerate(prog._turns):
+                    launches = prog.turn_groups.count(group) * (call + 1)
+                    assert turns.last == start[group] ^ launches % 2
             for name, got, want in zip(prog.outputs, as_tuple(results), expected):
                 np.testing.assert_array_equal(cupy.asnumpy(got), want, err_msg=f"{name}, call {call}")
         _check(prog, inputs, tuple(cupy.asarray(e) for e in expected) if len(expected) > 1
