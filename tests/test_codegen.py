@@ -493,6 +493,10 @@ def test_kernels_alone_take_their_items_in_the_direction_the_launch_says():
         assert prog.describe().count(turning) == len(prog.kernels)
         assert Program(prog.generated, turning=False).describe().count("order    forwards through the grid\n")\
             == len(prog.kernels)
+        with pytest.raises(TypeError, match="turning must be True or False, not 'no'"):
+            Program(prog.generated, turning="no")
+        with pytest.raises(AttributeError):  # prepared calls take it in: fixed once made
+            prog.turning = False
         for kernel in prog.kernels:
             assert kernel.turns and kernel.args[-1].role == "direction"
             body = kernel.source.split("using namespace", 1)[1]

@@ -106,7 +106,9 @@ class Program:
 
     def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True):
         self.generated = generated
-        self.turning = turning  # alternate the turning kernels' directions (else always forwards)
+        if not isinstance(turning, bool):
+            raise TypeError(f"turning must be True or False, not {turning!r}")
+        self._turning = turning  # fixed: prepared calls take it in
         self.turn_groups = turn_groups(generated)
         self._turns = tuple(Turns() for _ in set(self.turn_groups) - {None})
         self.dtype = geo.DTYPES[generated.dtype]
@@ -126,6 +128,11 @@ class Program:
         self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR)
 
     # ------------------------------------------------------------------ description
+    @property
+    def turning(self) -> bool:
+        """Whether the turning kernels alternate their direction (else always forwards)."""
+        return self._turning
+
     @property
     def dag(self):
         return self.generated.dag
