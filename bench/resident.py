@@ -83,52 +83,98 @@ def main() -> None:
     write(args, rows, copies)
 
 
+class Case:
+    """GEMVER's and SGEMVT's inputs at one size, their float64 answers, the copy
+    bandwidth and a timer: what every contender is measured against (also used
+    by bench.cluster_resident)."""
+
+    def __init__(self, dtype: str, n: int, repeat: int, spin, rows: list):
+        import cupy as cp
+        self.cp, self.dtype, self.n, self.rows = cp, dtype, n, rows
+        self.np_dtype = np.dtype(dtype)
+        self.size = self.np_dtype.itemsize
+        self.timer = Timer(cp, spin, repeat)
+        rng = cp.random.default_rng(11)
+        self.A = rng.standard_normal((n, n), dtype=np.float32).astype(self.np_dtype)
+        self.vectors = tuple(rng.standard_normal(n, dtype=np.float32).astype(self.np_dtype) for _ in range(6))
+        self.alpha, self.beta = 1.5, 0.75
+        self.B = cp.empty_like(self.A)
+        copy_us = self.timer.gpu(lambda: cp.copyto(self.B, self.A))
+        self.bandwidth = 2 * self.A.nbytes / copy_us / 1e3  # GB/s
+        print(f"{dtype} n = {n}: copy {copy_us:.1f} us, {self.bandwidth:.0f} GB/s", flush=True)
+        u1, v1, u2, v2, y, z = (v.astype(cp.float64) for v in self.vectors)
+        A64 = self.A.astype(cp.float64)
+        self.expected = {}
+        for gemver in (True, False):
+            M = A64 + cp.outer(u1, v1) + cp.outer(u2, v2) if gemver else A64
+            x = self.beta * (M.T @ y) + z
+            self.expected[gemver] = (x, self.alpha * (M @ x))
+            del M
+        del A64
+        self.tolerance = 1e-5 if dtype == "float32" else 1e-12
+
+    def error(self, got, want) -> float:
+        cp = self.cp
+        return float(cp.max(cp.abs(got.astype(cp.float64) - want)) / cp.max(cp.abs(want)))
+
+    def add(self, script: str, contender: str, detail: str, gemver: bool, call, results, checked: bool = True):
+        """Time ``call`` (GPU time, median); its results must match float64 before
+        and after the timed runs, unless ``checked`` is off (a diagnostic that
+        gives up correctness, marked so in the row)."""
+        cp = self.cp
+        call()
+        cp.cuda.runtime.deviceSynchronize()
+        errors = [self.error(g, w) for g, w in zip(results(), self.expected[gemver])]
+        if checked and not max(errors) <= self.tolerance:
+            raise SystemExit(f"{script} {contender}: wrong result (relative errors {errors})")
+        gpu = self.timer.gpu(call)
+        again = [self.error(g, w) for g, w in zip(results(), self.expected[gemver])]
+        if checked and not max(again) <= self.tolerance:
+            raise SystemExit(f"{script} {contender}: wrong after the timed runs (relative errors {again})")
+        floor = ((2 if gemver else 1) * self.A.nbytes + 8 * self.n * self.size) / self.bandwidth / 1e3
+        self.rows.append({"script": script, "dtype": self.dtype, "n": self.n, "contender": contender,
+                          "detail": detail if checked else detail + " (unchecked: results wrong by design)",
+                          "gpu_us": gpu, "floor_us": floor, "of_floor": gpu / floor,
+                          "error": max(errors) if checked else None})
+        print(f"  {script:7s} {contender:48s} {gpu:8.1f} us  {gpu / floor:5.2f}x floor", flush=True)
+
+    def fusec_rows(self) -> None:
+        """fusec's plans of both scripts (tuned where the cache has them), on the same inputs."""
+        try:
+            import fusec
+        except ImportError as exc:
+            print(f"  fusec skipped: {exc}")
+            return
+        u1, v1, u2, v2, y, z = self.vectors
+        for script, gemver in (("gemver", True), ("sgemvt", False)):
+            program = fusec.compile(ROOT / "scripts" / f"{script}.script", ROOT / "library" / "blas", self.dtype,
+                                    sizes={"m": self.n, "n": self.n})
+            inputs = {"A": self.A, "y": y, "z": z, "alpha": self.alpha, "beta": self.beta}
+            if gemver:
+                inputs.update(u1=u1, v1=v1, u2=u2, v2=v2)
+            out = {}
+
+            def call(program=program, inputs=inputs, out=out):
+                out["r"] = program(**inputs)
+
+            def results(out=out, gemver=gemver):
+                r = out["r"]
+                return (r["x"], r["w"]) if isinstance(r, dict) else (r[1], r[2]) if gemver else (r[0], r[1])
+            self.add(script, "fusec" + (" (tuned)" if program.tuned else ""),
+                     program.generated.plan.summary(program.dag), gemver, call, results)
+
+
 def measure(dtype: str, repeat: int, rows: list) -> float:
     import cupy as cp
-    n, np_dtype = SIZES[dtype], np.dtype(dtype)
-    ctype, size = ("float", 4) if dtype == "float32" else ("double", 8)
+    n = SIZES[dtype]
+    ctype = "float" if dtype == "float32" else "double"
     names = {instantiation(k, ctype, shape, g): (k, shape, g) for k, *shape in SHAPES[dtype] for g in (True, False)}
     module = cp.RawModule(code=SOURCE.read_text(), options=("-std=c++17",), name_expressions=list(names) + ["spin"])
     module.compile()
-    timer = Timer(cp, module.get_function("spin"), repeat)
-    rng = cp.random.default_rng(11)
-    A = rng.standard_normal((n, n), dtype=np.float32).astype(np_dtype)
-    u1, v1, u2, v2, y, z = (rng.standard_normal(n, dtype=np.float32).astype(np_dtype) for _ in range(6))
-    alpha, beta = 1.5, 0.75
-    B = cp.empty_like(A)
-    copy_us = timer.gpu(lambda: cp.copyto(B, A))
-    bandwidth = 2 * A.nbytes / copy_us / 1e3  # GB/s
-    print(f"{dtype} n = {n}: copy {copy_us:.1f} us, {bandwidth:.0f} GB/s", flush=True)
-    f64 = [v.astype(cp.float64) for v in (u1, v1, u2, v2, y, z)]
-    A64 = A.astype(cp.float64)
-    expected = {}
-    for gemver in (True, False):
-        M = A64 + cp.outer(f64[0], f64[1]) + cp.outer(f64[2], f64[3]) if gemver else A64
-        x = beta * (M.T @ f64[4]) + f64[5]
-        expected[gemver] = (x, alpha * (M @ x))
-        del M
-    del A64
-    tolerance = 1e-5 if dtype == "float32" else 1e-12
+    case = Case(dtype, n, repeat, module.get_function("spin"), rows)
+    A, B, np_dtype = case.A, case.B, case.np_dtype
+    u1, v1, u2, v2, y, z = case.vectors
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-
-    def error(got, want) -> float:
-        return float(cp.max(cp.abs(got.astype(cp.float64) - want)) / cp.max(cp.abs(want)))
-
-    def add(script: str, contender: str, detail: str, gemver: bool, call, results) -> None:
-        call()
-        cp.cuda.runtime.deviceSynchronize()
-        errors = [error(g, w) for g, w in zip(results(), expected[gemver])]
-        if not max(errors) <= tolerance:
-            raise SystemExit(f"{script} {contender}: wrong result (relative errors {errors})")
-        gpu = timer.gpu(call)
-        again = [error(g, w) for g, w in zip(results(), expected[gemver])]
-        if not max(again) <= tolerance:
-            raise SystemExit(f"{script} {contender}: wrong after the timed runs (relative errors {again})")
-        floor = ((2 if gemver else 1) * A.nbytes + 8 * n * size) / bandwidth / 1e3
-        rows.append({"script": script, "dtype": dtype, "n": n, "contender": contender, "detail": detail,
-                     "gpu_us": gpu, "floor_us": floor, "of_floor": gpu / floor, "error": max(errors)})
-        print(f"  {script:7s} {contender:48s} {gpu:8.1f} us  {gpu / floor:5.2f}x floor", flush=True)
-
     for name, (kernel, shape, gemver) in names.items():
         script = "gemver" if gemver else "sgemvt"
         block, _, _, lag, pref = shape
@@ -146,7 +192,7 @@ def measure(dtype: str, repeat: int, rows: list) -> float:
             continue
         partials = cp.zeros(stripes * grid * width, np_dtype)
         w = cp.zeros(n, np_dtype)
-        scalars = (np_dtype.type(alpha), np_dtype.type(beta), np.int32(n), partials)
+        scalars = (np_dtype.type(case.alpha), np_dtype.type(case.beta), np.int32(n), partials)
         if kernel == "resident_ll":
             words, counters, epoch = cp.zeros(n, cp.uint64), cp.zeros(stripes, cp.uint32), [0]
 
@@ -168,49 +214,30 @@ def measure(dtype: str, repeat: int, rows: list) -> float:
                 return x, w
         detail = (f"{block} threads, {per_block} rows x {width} columns per stripe, lag {lag}, "
                   f"{pref} stripe(s) prefetched; {grid} blocks, {shared // 1024} KiB shared")
-        add(script, name, detail, gemver, call, results)
-    try:
-        import fusec
-    except ImportError as exc:
-        print(f"  fusec skipped: {exc}")
-        return bandwidth
-    for script, gemver in (("gemver", True), ("sgemvt", False)):
-        program = fusec.compile(ROOT / "scripts" / f"{script}.script", ROOT / "library" / "blas", dtype,
-                                sizes={"m": n, "n": n})
-        inputs = {"A": A, "y": y, "z": z, "alpha": alpha, "beta": beta}
-        if gemver:
-            inputs.update(u1=u1, v1=v1, u2=u2, v2=v2)
-        out = {}
-
-        def call(program=program, inputs=inputs, out=out):
-            out["r"] = program(**inputs)
-
-        def results(out=out, gemver=gemver):
-            r = out["r"]
-            return (r["x"], r["w"]) if isinstance(r, dict) else (r[1], r[2]) if gemver else (r[0], r[1])
-        add(script, "fusec" + (" (tuned)" if program.tuned else ""), program.generated.plan.summary(program.dag),
-            gemver, call, results)
-    return bandwidth
+        case.add(script, name, detail, gemver, call, results)
+    case.fusec_rows()
+    return case.bandwidth
 
 
-def write(args, rows: list, copies: dict) -> None:
+def write(args, rows: list, copies: dict, command: str | None = None,
+          title: str = "Row-resident striped kernels", kernels: str = "bench/resident.cu") -> None:
     import cupy as cp
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     args.out.mkdir(parents=True, exist_ok=True)
-    command = f"python -m bench.resident --dtype {args.dtype} --repeat {args.repeat}"
+    command = command or f"python -m bench.resident --dtype {args.dtype} --repeat {args.repeat}"
     (args.out / f"{args.name}.json").write_text(json.dumps(
         {"device": device, "when": when, "command": command, "copy_gbs": copies, "rows": rows}, indent=1))
-    lines = [f"# Row-resident striped kernels against fusec's striped fusion on {device}", "",
+    lines = [f"# {title} against fusec's striped fusion on {device}", "",
              f"{when}; `{command}`. GPU µs, median of {args.repeat} (a spinning kernel first, then events"
              " around one call). × floor: minimum bytes (GEMVER: A read and B written once; SGEMVT: A read"
              " once; vectors) over the copy bandwidth measured in the same run ("
              + ", ".join(f"{d}: {bw:.0f} GB/s" for d, bw in copies.items()) + ")."
-             " vs fusec: this row's µs over fusec's (above 1: slower). Kernels: bench/resident.cu;"
-             " every result checked against float64 before and after timing.", ""]
-    for dtype in copies:
+             " vs fusec: this row's µs over fusec's (above 1: slower). Kernels: " + kernels + ";"
+             " every result checked against float64 before and after timing, but in rows marked unchecked.", ""]
+    for dtype, n in dict.fromkeys((r["dtype"], r["n"]) for r in rows):
         for script in ("gemver", "sgemvt"):
-            mine = [r for r in rows if r["dtype"] == dtype and r["script"] == script]
+            mine = [r for r in rows if (r["dtype"], r["n"]) == (dtype, n) and r["script"] == script]
             ours = next((r for r in mine if r["contender"].startswith("fusec")), None)
             if not mine:
                 continue
