@@ -24,16 +24,20 @@ template <class T> struct V;
 template <> struct V<float> { using t = float4; static constexpr int n = 4; };
 template <> struct V<double> { using t = double2; static constexpr int n = 2; };
 
+template <int WIDE>
 __device__ __forceinline__ void cp16(void* s, const void* g) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(s);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(g) : "memory");
+  if constexpr (WIDE)  // L2 fetches the whole 256-byte piece: the neighbouring stripes' clusters read the rest
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" :: "r"(a), "l"(g) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(g) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
-template <class T, int CL, int BLOCK, int QW, int ITERS, int PREF, bool GEMVER, int HOLD, int SYNC>
+template <class T, int CL, int BLOCK, int QW, int ITERS, int PREF, bool GEMVER, int HOLD, int SYNC, int WIDE, int WARM>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BLOCK, 1) cluster_resident(
     const T* __restrict__ A, T* __restrict__ B, const T* __restrict__ u1, const T* __restrict__ v1,
     const T* __restrict__ u2, const T* __restrict__ v2, const T* __restrict__ y, const T* __restrict__ z,
@@ -61,7 +65,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BLOCK, 1) cluster_r
       VT* slot = slots + (k % NSLOT) * ITERS * BLOCK;
       const int col = (c + k * ncl) * W;
       #pragma unroll
-      for (int it = 0; it < ITERS; ++it) cp16(slot + it * BLOCK + tid, arow + (long long)it * BY * n + col);
+      for (int it = 0; it < ITERS; ++it) cp16<WIDE>(slot + it * BLOCK + tid, arow + (long long)it * BY * n + col);
     }
     cp_commit();
   };
@@ -79,6 +83,17 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BLOCK, 1) cluster_r
   }
 
   for (int k = 0; k <= K; ++k) {
+    if constexpr (WARM > 0) {
+      // every cluster's step k reads super-stripe k (columns [k, k + 1) * ncl * W): all blocks of the
+      // grid warm L2 with super-stripe k + WARM, a row each, in whole rows' pieces DRAM serves well
+      const int col0 = (k + WARM) * ncl * W;
+      if (col0 < n) {
+        const unsigned bytes = (unsigned)(min(ncl * W, n - col0) * sizeof(T));
+        const int blocks = ncl * CL;
+        for (int r = blockIdx.x + tid * blocks; r < n; r += BLOCK * blocks)
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(A + (long long)r * n + col0), "r"(bytes) : "memory");
+      }
+    }
     if (k < K) {
       prefetch(k + PREF);
       const int col = (c + k * ncl) * W + q * VEC;

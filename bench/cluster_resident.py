@@ -34,13 +34,15 @@ from .resident import MAX_SHARED, ROOT, Case, write
 
 SOURCE = Path(__file__).with_suffix(".cu")
 CASES = ("float32:16384", "float64:8192", "float32:4096")
-# (CL blocks per cluster, BLOCK threads, QW threads per row, PREF stripes prefetched, HOLD, SYNC);
+# (CL blocks per cluster, BLOCK threads, QW threads per row, PREF stripes prefetched, HOLD, SYNC, WIDE, WARM);
 # the rows per block are n / CL, so ITERS = n / CL / (BLOCK / QW).
 SHAPES = {
-    "float32": ((8, 512, 2, 2, 0, 1), (16, 512, 4, 2, 0, 1), (16, 512, 4, 1, 1, 1), (16, 512, 4, 1, 1, 0),
-                (8, 512, 8, 1, 1, 1), (8, 512, 8, 2, 0, 1), (8, 512, 8, 1, 1, 0), (16, 512, 16, 1, 1, 1),
-                (16, 512, 16, 1, 1, 0), (16, 512, 8, 2, 1, 1)),
-    "float64": ((8, 512, 4, 2, 0, 1), (16, 512, 4, 2, 0, 1), (16, 512, 8, 1, 1, 1), (16, 256, 8, 1, 1, 1)),
+    "float32": ((16, 512, 4, 1, 1, 1, 0, 0), (16, 512, 4, 1, 1, 1, 1, 0), (16, 512, 4, 1, 1, 1, 0, 1),
+                (16, 512, 4, 1, 1, 1, 0, 2), (16, 512, 4, 1, 1, 1, 0, 4), (16, 512, 4, 1, 1, 0, 0, 2),
+                (8, 512, 2, 2, 0, 1, 0, 2), (8, 512, 2, 2, 0, 1, 1, 0),
+                (8, 512, 8, 1, 1, 1, 0, 0), (8, 512, 8, 1, 1, 1, 0, 2), (8, 512, 8, 1, 1, 1, 1, 0)),
+    "float64": ((16, 512, 8, 1, 1, 1, 0, 0), (16, 512, 8, 1, 1, 1, 0, 2), (16, 512, 8, 1, 1, 1, 1, 0),
+                (16, 512, 4, 2, 0, 1, 0, 2), (8, 512, 4, 2, 0, 1, 0, 2)),
 }
 NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute: clusters of 16 need it
 
@@ -66,7 +68,7 @@ def max_active_clusters(function, cluster: int, block: int, shared: int) -> int:
 
 def shape_at(dtype: str, n: int, shape: tuple) -> tuple[int, int, int] | str:
     """(ITERS, W columns, shared bytes) of a shape at size n, or why it cannot run there."""
-    cluster, block, lanes, pref, hold, _ = shape
+    cluster, block, lanes, pref, hold, *_ = shape
     vec = 4 if dtype == "float32" else 2
     per_pass, width = block // lanes, lanes * vec
     if n % cluster or (n // cluster) % per_pass or n % width:
@@ -87,17 +89,17 @@ def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
         if isinstance(fits, str):
             print(f"  {dtype} n = {n} {shape}: {fits}, left out")
             continue
-        cluster, block, lanes, pref, hold, sync = shape
+        cluster, block, lanes, pref, hold, sync, wide, warm = shape
         for gemver in (True, False):
             name = (f"cluster_resident<{ctype},{cluster},{block},{lanes},{fits[0]},{pref},{str(gemver).lower()},"
-                    f"{hold},{sync}>")
+                    f"{hold},{sync},{wide},{warm}>")
             names[name] = (shape, fits, gemver)
     module = cp.RawModule(code=SOURCE.read_text(), options=("-std=c++17",), name_expressions=list(names) + ["spin"])
     module.compile()
     case = Case(dtype, n, repeat, module.get_function("spin"), rows)
     u1, v1, u2, v2, y, z = case.vectors
     for name, (shape, (iters, width, shared), gemver) in names.items():
-        cluster, block, lanes, pref, hold, sync = shape
+        cluster, block, lanes, pref, hold, sync, wide, warm = shape
         function = module.get_function(name)
         function.max_dynamic_shared_size_bytes = shared
         if cluster > 8:
@@ -116,7 +118,8 @@ def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
 
         held = "shared memory" if hold else "registers"
         detail = (f"clusters of {cluster} x {block} threads, {n // cluster} rows x {width} columns per block and"
-                  f" stripe ({width * case.size} bytes of a row), {pref} stripe(s) prefetched, B held in {held};"
+                  f" stripe ({width * case.size} bytes of a row), {pref} stripe(s) prefetched, B held in {held}"
+                  + (", L2 fetching 256 bytes" if wide else "") + (f", L2 warmed {warm} ahead" if warm else "") + ";"
                   f" {clusters} clusters, {shared // 1024} KiB shared")
         case.add("gemver" if gemver else "sgemvt", name, detail, gemver, call, lambda x=x, w=w: (x, w),
                  checked=bool(sync))
