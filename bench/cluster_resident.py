@@ -123,7 +123,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
                   f" stripe ({width * case.size} bytes of a row), {pref} stripe(s) prefetched, B held in {held}"
                   + (", L2 fetching 256 bytes" if wide else "") + (f", L2 warmed {warm} ahead" if warm else "") + ";"
                   f" {clusters} clusters, {shared // 1024} KiB shared")
-        case.add("gemver" if gemver else "sgemvt", name, detail, gemver, call, lambda x=x, w=w: (x, w),
+        case.add("gemver" if gemver else "sgemvt", name, detail, gemver, call, lambda x=x, w=w: (x, w, case.B),
                  checked=bool(sync))
     case.fusec_rows()
     return case.bandwidth
@@ -138,11 +138,13 @@ def main() -> None:
     parser.add_argument("--name", default="h100-cluster-resident")
     args = parser.parse_args()
     cases = args.case or list(CASES)
+    for spec in cases:  # all checked before the first is measured
+        dtype, _, n = spec.partition(":")
+        if dtype not in SHAPES or not n.isdigit() or int(n) < 1:
+            parser.error(f"--case {spec!r}: expected float32:N or float64:N, N a positive matrix side")
     rows, copies = [], {}
     for spec in cases:
         dtype, _, n = spec.partition(":")
-        if dtype not in SHAPES or not n.isdigit():
-            parser.error(f"--case {spec!r}: expected float32:N or float64:N")
         copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows)
     command = "python -m bench.cluster_resident " + " ".join(f"--case {c}" for c in cases) + f" --repeat {args.repeat}"
     write(args, rows, copies, command=command, title="Cluster-resident kernels", kernels="bench/cluster_resident.cu")

@@ -105,12 +105,11 @@ class Case:
         u1, v1, u2, v2, y, z = (v.astype(cp.float64) for v in self.vectors)
         A64 = self.A.astype(cp.float64)
         self.expected = {}
-        for gemver in (True, False):
+        for gemver in (True, False):  # GEMVER's answers: x, w and the matrix B
             M = A64 + cp.outer(u1, v1) + cp.outer(u2, v2) if gemver else A64
             x = self.beta * (M.T @ y) + z
-            self.expected[gemver] = (x, self.alpha * (M @ x))
-            del M
-        del A64
+            self.expected[gemver] = (x, self.alpha * (M @ x)) + ((M,) if gemver else ())
+        del A64, M
         self.tolerance = 1e-5 if dtype == "float32" else 1e-12
 
     def error(self, got, want) -> float:
@@ -118,9 +117,9 @@ class Case:
         return float(cp.max(cp.abs(got.astype(cp.float64) - want)) / cp.max(cp.abs(want)))
 
     def add(self, script: str, contender: str, detail: str, gemver: bool, call, results, checked: bool = True):
-        """Time ``call`` (GPU time, median); its results must match float64 before
-        and after the timed runs, unless ``checked`` is off (a diagnostic that
-        gives up correctness, marked so in the row)."""
+        """Time ``call`` (GPU time, median); ``results()`` (x, w, and GEMVER's B) must
+        match float64 before and after the timed runs, unless ``checked`` is off (a
+        diagnostic that gives up correctness, marked so in the row)."""
         cp = self.cp
         call()
         cp.cuda.runtime.deviceSynchronize()
@@ -159,7 +158,9 @@ class Case:
 
             def results(out=out, gemver=gemver):
                 r = out["r"]
-                return (r["x"], r["w"]) if isinstance(r, dict) else (r[1], r[2]) if gemver else (r[0], r[1])
+                if isinstance(r, dict):
+                    return (r["x"], r["w"]) + ((r["B"],) if gemver else ())
+                return (r[1], r[2], r[0]) if gemver else (r[0], r[1])
             self.add(script, "fusec" + (" (tuned)" if program.tuned else ""),
                      program.generated.plan.summary(program.dag), gemver, call, results)
 
@@ -203,7 +204,7 @@ def measure(dtype: str, repeat: int, rows: list) -> float:
                   shared_mem=s)
 
             def results(words=words, w=w):
-                return (words & cp.uint64(0xFFFFFFFF)).astype(cp.uint32).view(cp.float32), w
+                return (words & cp.uint64(0xFFFFFFFF)).astype(cp.uint32).view(cp.float32), w, B
         else:
             x, schedule = cp.zeros(n, np_dtype), cp.zeros(2 * stripes + 1, cp.uint32)
 
@@ -211,7 +212,7 @@ def measure(dtype: str, repeat: int, rows: list) -> float:
                 f((g,), (b,), (A, B, u1, v1, u2, v2, y, z, x, w) + scalars + (schedule,), shared_mem=s)
 
             def results(x=x, w=w):
-                return x, w
+                return x, w, B
         detail = (f"{block} threads, {per_block} rows x {width} columns per stripe, lag {lag}, "
                   f"{pref} stripe(s) prefetched; {grid} blocks, {shared // 1024} KiB shared")
         case.add(script, name, detail, gemver, call, results)
