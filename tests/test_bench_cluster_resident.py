@@ -51,3 +51,12 @@ def test_nvcc_compiles_every_kernel_for_sm_90():
     keep = ",\n  ".join(f"(const void*)&{name}" for name in instantiations())
     source = cluster_resident.SOURCE.read_text() + f"\nconst void* bench_cluster_kernels[] = {{\n  {keep}}};\n"
     assert all(nvcc.compile_many([source], "sm_90"))
+
+
+@pytest.mark.parametrize("spec", ["float16:4096", "float32", "float32:n", "float64:0"])
+def test_a_bad_case_is_refused_before_anything_runs(spec, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["cluster_resident", "--case", "float32:4096", "--case", spec])
+    monkeypatch.setattr(cluster_resident, "measure", lambda *a: pytest.fail("measured before checking"))
+    with pytest.raises(SystemExit) as exit:
+        cluster_resident.main()
+    assert exit.value.code == 2 and f"--case {spec!r}" in capsys.readouterr().err
