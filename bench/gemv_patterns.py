@@ -70,6 +70,22 @@ class Timer:
             samples.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
         return statistics.median(samples)
 
+    def host(self, call) -> float:
+        """Events around one whole call from an idle GPU, as a Python caller waits: the host's
+        launching included (bench.peers' "with host")."""
+        cp = self.cp
+        call()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        samples = []
+        for _ in range(self.repeat):
+            cp.cuda.runtime.deviceSynchronize()
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            samples.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+        return statistics.median(samples)
+
     def pipelined(self, call, calls: int = 10) -> float:
         cp = self.cp
         start, end = cp.cuda.Event(), cp.cuda.Event()

@@ -15,7 +15,9 @@ at once, whether the unheld rows are dealt out, how many blocks: SHAPES) is time
 where it tiles n and fits in shared memory, with at most one block per SM, beside fusec's tuned
 plans of the same scripts, in one process on the same inputs. Timing, checks and floor as in
 bench.resident (GPU time; every result against float64 before and after the timed runs, but the
-diagnostics that stop after pass 1, whose results are wrong and marked unchecked).
+diagnostics that stop after pass 1, whose results are wrong and marked unchecked), and each checked
+contender also with the host's launching (events around one call from an idle GPU; the kernels
+here launched through CuPy, fusec through its program call).
 
     python -m bench.one_barrier [--case float32:4096 ...] [--repeat 20] [--out DIR] [--name NAME]
 
@@ -89,6 +91,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
                           name_expressions=list(dict.fromkeys(r[0] for r in runs)) + ["spin"])
     module.compile()
     case = Case(dtype, n, repeat, module.get_function("spin"), rows)
+    case.with_host = True
     u1, v1, u2, v2, y, z = case.vectors
     for name, label, shape, (grid, shared), gemver in runs:
         block, rrows, srows, unroll, deal, _, stop = shape

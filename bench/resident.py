@@ -111,6 +111,7 @@ class Case:
             self.expected[gemver] = (x, self.alpha * (M @ x)) + ((M,) if gemver else ())
         del A64, M
         self.tolerance = 1e-5 if dtype == "float32" else 1e-12
+        self.with_host = False  # also time each checked contender with the host's launching
 
     def error(self, got, want) -> float:
         cp = self.cp
@@ -131,11 +132,13 @@ class Case:
         if checked and not max(again) <= self.tolerance:
             raise SystemExit(f"{script} {contender}: wrong after the timed runs (relative errors {again})")
         floor = ((2 if gemver else 1) * self.A.nbytes + 8 * self.n * self.size) / self.bandwidth / 1e3
+        host = self.timer.host(call) if self.with_host and checked else None
         self.rows.append({"script": script, "dtype": self.dtype, "n": self.n, "contender": contender,
                           "detail": detail if checked else detail + " (unchecked: results wrong by design)",
-                          "gpu_us": gpu, "floor_us": floor, "of_floor": gpu / floor,
+                          "gpu_us": gpu, "floor_us": floor, "of_floor": gpu / floor, "host_us": host,
                           "error": max(errors) if checked else None})
-        print(f"  {script:7s} {contender:48s} {gpu:8.1f} us  {gpu / floor:5.2f}x floor", flush=True)
+        print(f"  {script:7s} {contender:48s} {gpu:8.1f} us  {gpu / floor:5.2f}x floor"
+              + (f"  (with host {host:.1f} us)" if host else ""), flush=True)
 
     def fusec_rows(self) -> None:
         """fusec's plans of both scripts (tuned where the cache has them), on the same inputs."""
@@ -235,19 +238,24 @@ def write(args, rows: list, copies: dict, command: str | None = None,
              " once; vectors) over the copy bandwidth measured in the same run ("
              + ", ".join(f"{d}: {bw:.0f} GB/s" for d, bw in copies.items()) + ")."
              " vs fusec: this row's µs over fusec's (above 1: slower). Kernels: " + kernels + ";"
-             " every result checked against float64 before and after timing, but in rows marked unchecked.", ""]
+             " every result checked against float64 before and after timing, but in rows marked unchecked."
+             + (" With host µs: CUDA events around one whole call from an idle GPU, the host's launching"
+                " included (a hand-written kernel launched through CuPy, fusec through its program call)."
+                if any(r.get("host_us") for r in rows) else ""), ""]
     for dtype, n in dict.fromkeys((r["dtype"], r["n"]) for r in rows):
         for script in ("gemver", "sgemvt"):
             mine = [r for r in rows if (r["dtype"], r["n"]) == (dtype, n) and r["script"] == script]
             ours = next((r for r in mine if r["contender"].startswith("fusec")), None)
             if not mine:
                 continue
+            host = any(r.get("host_us") for r in mine)
             lines += [f"## {script.upper()}, {dtype}, n = {mine[0]['n']}", "",
-                      "| contender | shape | GPU µs | × floor | vs fusec |", "|---|---|---:|---:|---:|"]
+                      "| contender | shape | GPU µs | × floor | vs fusec |" + (" with host µs |" if host else ""),
+                      "|---|---|---:|---:|---:|" + ("---:|" if host else "")]
             for r in sorted(mine, key=lambda r: r["gpu_us"]):
                 ratio = f"{r['gpu_us'] / ours['gpu_us']:.2f}" if ours else ""
                 lines.append(f"| {r['contender']} | {r['detail']} | {r['gpu_us']:.1f} | {r['of_floor']:.2f}"
-                             f" | {ratio} |")
+                             f" | {ratio} |" + (f" {r['host_us']:.1f} |" if r.get("host_us") else " |" if host else ""))
             lines.append("")
     (args.out / f"{args.name}.md").write_text("\n".join(lines))
     print(f"wrote {args.out / args.name}.md")

@@ -1,4 +1,5 @@
-"""bench.resident without a GPU: its kernel shapes fit the sizes it runs, and nvcc takes every one."""
+"""bench.resident without a GPU: its kernel shapes fit the sizes it runs, nvcc takes every one, and
+its table shows a with-host column only where those times were taken."""
 
 from __future__ import annotations
 
@@ -37,3 +38,30 @@ def test_nvcc_compiles_every_kernel_for_sm_90():
     keep = ",\n  ".join(f"(const void*)&{name}" for name in names)
     source = resident.SOURCE.read_text() + f"\nconst void* bench_resident_kernels[] = {{\n  {keep}}};\n"
     assert all(nvcc.compile_many([source], "sm_90"))
+
+
+def _fake_cupy(monkeypatch):
+    import sys
+    import types
+    runtime = types.SimpleNamespace(getDeviceProperties=lambda i: {"name": b"Test GPU"})
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime)))
+
+
+def _row(contender, gpu, host):
+    return {"script": "gemver", "dtype": "float32", "n": 4096, "contender": contender, "detail": "d",
+            "gpu_us": gpu, "floor_us": 40.0, "of_floor": gpu / 40.0, "host_us": host, "error": 0.0}
+
+
+@pytest.mark.parametrize("with_host", [True, False])
+def test_the_table_has_a_with_host_column_only_where_times_were_taken(tmp_path, monkeypatch, with_host):
+    import argparse
+    _fake_cupy(monkeypatch)
+    rows = [_row("fusec (tuned)", 70.0, 78.5 if with_host else None),
+            _row("kernel", 60.0, 66.25 if with_host else None), _row("kernel pass 1", 50.0, None)]
+    args = argparse.Namespace(out=tmp_path, name="t", dtype="float32", repeat=20)
+    resident.write(args, rows, {"float32": 2800.0})
+    table = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("|")]
+    assert ("with host µs" in table[0]) is with_host
+    assert all(line.count("|") == table[0].count("|") for line in table)
+    kernel = next(line for line in table if line.startswith("| kernel |"))
+    assert kernel.endswith("| 60.0 | 1.50 | 0.86 | 66.2 |" if with_host else "| 60.0 | 1.50 | 0.86 |")
