@@ -56,29 +56,23 @@ class Timer:
         self.cp, self.spin, self.repeat = cupy, spin, repeat
 
     def gpu(self, call) -> float:
+        """The GPU's time: a spinning kernel first, so that the call is queued before it starts."""
+        return self._median(call, lambda: self.spin((1,), (1,), (np.int64(SPIN_CYCLES),)))
+
+    def host(self, call) -> float:
+        """Events around one whole call from an idle GPU, as a Python caller waits: the host's
+        launching included (bench.peers' "with host")."""
+        return self._median(call, self.cp.cuda.runtime.deviceSynchronize)
+
+    def _median(self, call, before) -> float:
+        """Median µs between events around ``call``, ``before()`` run ahead of each sample."""
         cp = self.cp
         call()
         cp.cuda.runtime.deviceSynchronize()
         start, end = cp.cuda.Event(), cp.cuda.Event()
         samples = []
         for _ in range(self.repeat):
-            self.spin((1,), (1,), (np.int64(SPIN_CYCLES),))
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
-        return statistics.median(samples)
-
-    def host(self, call) -> float:
-        """Events around one whole call from an idle GPU, as a Python caller waits: the host's
-        launching included (bench.peers' "with host")."""
-        cp = self.cp
-        call()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        samples = []
-        for _ in range(self.repeat):
-            cp.cuda.runtime.deviceSynchronize()
+            before()
             start.record()
             call()
             end.record()

@@ -2,7 +2,7 @@
 matrix is about the chip's size? Hand-written kernels, timed beside fusec's tuned plans.
 
 At fp32 n = 4096 GEMVER's matrix is 64 MB: past L2's 50 MB, so its tuned plan (two kernels, or a
-striped one) reads B from DRAM a second time, 1.64x its floor on the GPU and 1.86x with the host
+striped one) reads B from DRAM a second time, 1.67x its floor on the GPU and 1.84x with the host
 (bench/results/h100-peers-n4096.md), against the 1.5x target. But the chip holds more than L2:
 33 MB of registers and 30 MB of shared memory. Here one block per SM owns a band of whole rows;
 pass 1 computes B, keeping its first rows in registers and the next in shared memory (the rest

@@ -24,3 +24,32 @@ def test_a_size_the_kernels_cannot_cover_is_refused(monkeypatch, capsys):
         gemv_patterns.main()
     assert exc.value.code == 2
     assert "--n must be a multiple of 4096" in capsys.readouterr().err
+
+
+class _Clock:
+    """A stand-in for CuPy's events: what happened, in order, and 2 ms between a start and an end."""
+
+    def __init__(self):
+        self.log = []
+        clock = self
+
+        class Event:
+            def record(self):
+                clock.log.append("record")
+
+            def synchronize(self):
+                clock.log.append("wait")
+
+        runtime = type("Runtime", (), {"deviceSynchronize": staticmethod(lambda: clock.log.append("sync"))})
+        cuda = type("Cuda", (), {"Event": Event, "runtime": runtime,
+                                 "get_elapsed_time": staticmethod(lambda start, end: 2.0)})
+        self.cupy = type("Cupy", (), {"cuda": cuda})
+
+
+@pytest.mark.parametrize("mode, ahead", [("gpu", "spin"), ("host", "sync")])
+def test_each_sample_is_events_around_one_call_after_the_spin_or_an_idle_gpu(mode, ahead):
+    clock = _Clock()
+    timer = gemv_patterns.Timer(clock.cupy, lambda *args: clock.log.append("spin"), repeat=3)
+    us = getattr(timer, mode)(lambda: clock.log.append("call"))
+    assert us == 2000.0
+    assert clock.log == ["call", "sync"] + [ahead, "record", "call", "record", "wait"] * 3
