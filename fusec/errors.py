@@ -136,6 +136,11 @@ class DriverError(FusecError):
     """A CUDA driver call fusec made itself (not through PyCUDA) failed."""
 
 
+class ResidencyError(FusecError):
+    """A kernel that waits at a grid-wide barrier has more blocks than the GPU
+    holds at once: launched, its resident blocks would wait for the others for ever."""
+
+
 class CacheError(FusecError):
     pass
 

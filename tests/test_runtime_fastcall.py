@@ -1,9 +1,10 @@
 """The C extension's warm call (fusec/runtime/fastcall.c) without a GPU: it is
 built with the C compiler and Python's headers, and a FastCall made with a hook
-hands the hook each kernel's parameter bytes instead of launching. Checked
-against what the Python path (PreparedCall and Launch) packs and returns, and
-for every case where it must decline. Device arrays are faked as in
-test_runtime_prepared."""
+hands the hook each kernel's parameter bytes and dynamic shared bytes instead
+of launching. Checked against what the Python path (PreparedCall and Launch)
+packs and returns, and for every case where it must decline. Device arrays
+are faked as in test_runtime_prepared. One GPU test launches probes that
+report their dynamic shared memory through each way (whole, prepared, C)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from fusec.runtime import native
 from fusec.runtime.arrays import scalar_value
 from fusec.runtime.prepared import Turn, _signer, native_kernel, parameter_offsets, signature
 from test_runtime_binding import POINTER
-from test_runtime_prepared import ARRAYS, SCALARS, device, sgemv_device
+from test_runtime_prepared import ARRAYS, HELD_SHARED, SCALARS, device, sgemv_device
 
 
 @pytest.fixture(scope="module")
@@ -80,23 +81,30 @@ CHANGING, SOURCES = (3, 4, 5), (0, "alpha", "beta")
 
 
 def fast_sgemv(extension, outputs, launched, scalar_names=("alpha", "beta"), results=(0,), shapes=((3,),),
-               kernels=None):
+               kernels=None, shared=None):
+    """sgemv's FastCall; its hook records (kernel index, parameter bytes) of each
+    launch in ``launched``, and the launch's dynamic shared bytes in ``shared``."""
     key = signature(7, sgemv_device(), ARRAYS, SCALARS)
     kinds = key[1::2]
     if kernels is None:
         kernels = (native_kernel(0xF00, 2, 256, FORMAT, VALUES, CHANGING, SOURCES, scalar_names),)
+
+    def hook(index, parameters, shared_bytes):
+        launched.append((index, parameters))
+        if shared is not None:
+            shared.append(shared_bytes)
+
     return extension.FastCall(
         array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
         signatures=tuple(key[2::2]), scalar_names=scalar_names, scalar_value=scalar_value,
-        **make_fields(outputs), output_shapes=shapes, results=results, kernels=kernels, context=7,
-        hook=lambda index, parameters: launched.append((index, parameters)))
+        **make_fields(outputs), output_shapes=shapes, results=results, kernels=kernels, context=7, hook=hook)
 
 
 def test_native_kernel_names_each_changing_field_by_offset_kind_and_source():
-    function, grid, block, parameters, changes = native_kernel(
+    function, grid, block, parameters, changes, shared = native_kernel(
         0xF00, 2, 256, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"))
     offsets = parameter_offsets(FORMAT)
-    assert (function, grid, block) == (0xF00, 2, 256)
+    assert (function, grid, block, shared) == (0xF00, 2, 256, 0)
     assert parameters == struct.pack("@" + FORMAT, *VALUES)
     assert changes == ((offsets[3], "P", 0), (offsets[4], "f", 0), (offsets[5], "f", 1))
     doubles = native_kernel(1, 1, 32, "Pdd", (0, 1.0, 2.0), (0, 2), (0, "beta"), ("alpha", "beta"))
@@ -136,6 +144,26 @@ def test_turning_launches_alternate_their_direction_within_their_group(extension
     call(sgemv_device())
     directions = [(k, struct.unpack("@Pi", p)[1]) for k, p in launched]
     assert directions == [(0, 1), (1, 1), (2, 0), (0, 1), (1, 0), (2, 0)]
+
+
+def test_native_kernel_carries_the_dynamic_shared_bytes():
+    held = native_kernel(1, 132, 512, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"), HELD_SHARED)
+    assert held[5] == HELD_SHARED
+    assert held[:5] == native_kernel(1, 132, 512, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"))[:5]
+
+
+def test_each_launch_passes_its_kernels_dynamic_shared_bytes(extension):
+    """What cuLaunchKernel would get as its shared memory size: the kernel's own
+    bytes, every call; 0 for a kernel without, also where its description
+    leaves the item out (as descriptions made before it was added do)."""
+    outputs, launched, shared = Outputs(), [], []
+    held = native_kernel(1, 132, 512, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"), HELD_SHARED)
+    plain = native_kernel(2, 2, 256, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"))
+    call = fast_sgemv(extension, outputs, launched, kernels=(held, plain, plain[:5]), shared=shared)
+    call(sgemv_device())
+    call(sgemv_device(alpha=2.0))
+    assert shared == [HELD_SHARED, 0, 0] * 2
+    assert [index for index, _ in launched] == [0, 1, 2] * 2
 
 
 def test_a_direction_field_out_of_its_buffer_is_refused(extension):
@@ -202,7 +230,7 @@ def test_the_pointer_steps_may_call_methods(extension):
         make=empty, make_args=(), make_kwargs={"dtype": "f4", "device": "cuda:0"}, pointer=("data_ptr()",),
         output_shapes=((3,),), results=(0,),
         kernels=(native_kernel(1, 1, 32, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta")),),
-        context=7, hook=lambda index, parameters: launched.append(parameters))
+        context=7, hook=lambda index, parameters, shared: launched.append(parameters))
     assert call(sgemv_device()) is made[0]
     assert struct.unpack_from("@P", launched[0], parameter_offsets(FORMAT)[3]) == (POINTER + (1 << 20),)
 
@@ -237,7 +265,7 @@ def test_a_failing_hook_or_allocator_propagates_its_error(extension):
     with pytest.raises(MemoryError):
         fast_sgemv(extension, broken, [])(sgemv_device())
 
-    def refuses(index, parameters):
+    def refuses(index, parameters, shared):
         raise RuntimeError("launch failed")
 
     key = signature(7, sgemv_device(), ARRAYS, SCALARS)
@@ -369,7 +397,7 @@ def test_spares_are_the_next_calls_outputs_made_after_the_launches(extension):
         signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
         **make_fields(outputs), output_shapes=((3,),), results=(0,),
         kernels=(native_kernel(1, 1, 32, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta")),),
-        context=7, spares=True, hook=lambda index, parameters: events.append(
+        context=7, spares=True, hook=lambda index, parameters, shared: events.append(
             ("launch", struct.unpack_from("@P", parameters, parameter_offsets(FORMAT)[3])[0])))
     first = call(sgemv_device())
     assert events == ["make", ("launch", first.data.ptr), "make"] and call.held_spares() == 1
@@ -454,7 +482,7 @@ def test_a_result_the_caller_let_go_is_written_again(extension):
         signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
         **make_fields(outputs), output_shapes=((3,),), results=(0,),
         kernels=(native_kernel(1, 1, 32, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta")),),
-        context=7, spares=True, sole=(("data",),), hook=lambda index, parameters: launched.append(
+        context=7, spares=True, sole=(("data",),), hook=lambda index, parameters, shared: launched.append(
             struct.unpack_from("@P", parameters, parameter_offsets(FORMAT)[3])[0]))
     first = call(sgemv_device())
     assert first.data.ptr == made[0] and len(made) == 2  # made on the way, and the spare after
@@ -527,3 +555,70 @@ def test_sole_paths_that_are_not_paths_name_the_rule(extension, sole, error, mes
             signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
             **make_fields(Outputs()), output_shapes=((3,),), results=(0,), kernels=(), context=7, spares=True,
             sole=sole, hook=lambda *a: None)
+
+
+# Each kernel writes, per block, the dynamic shared memory its launch passed (the
+# %dynamic_smem_size register); the held one touches its last word too.
+PROBES = r"""
+extern "C" __global__ void fusec_probe_held(unsigned* out) {
+  extern __shared__ unsigned held[];
+  unsigned size;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
+  if (threadIdx.x == 0 && size >= 4) held[size / 4 - 1] = size;
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = size >= 4 ? held[size / 4 - 1] : size;
+}
+extern "C" __global__ void fusec_probe_plain(unsigned* out) {
+  unsigned size;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
+  if (threadIdx.x == 0) out[blockIdx.x] = size;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_each_way_launches_with_the_kernels_dynamic_shared_bytes(extension):
+    """The whole way, a prepared Launch and a C FastCall each launch the held
+    probe with its 200 KB (past the 48 KB default: the leave was given) and the
+    plain one with none; the driver's occupancy of the held one, through either
+    loader of fusec's own copy, decides the residency check."""
+    import pycuda.gpuarray as gpuarray
+    from fusec import nvcc
+    from fusec.errors import ResidencyError
+    from fusec.runtime import cuda, driver_api
+    from fusec.runtime.prepared import Launch
+    from test_runtime_prepared import _kernel
+    held, plain = _kernel("fusec_probe_held", dynamic_shared_bytes=HELD_SHARED, all_resident=True), \
+        _kernel("fusec_probe_plain")
+    with cuda.context() as ctx:
+        loaded = cuda.Loaded(nvcc.compile_cubin(PROBES, arch=cuda.arch_of(ctx)).cubin, [held, plain])
+        attribute = cuda.driver().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
+        assert loaded.function(held).get_attribute(attribute) == HELD_SHARED
+        whole, prepared = gpuarray.zeros(4, np.uint32), gpuarray.zeros(4, np.uint32)
+        loaded.launch(held, 2, [int(whole.gpudata)])
+        loaded.launch(plain, 2, [int(whole.gpudata) + 8])
+        Launch(loaded.function(held)._launch_kernel, 2, 512, "P", (int(prepared.gpudata),), (), HELD_SHARED)([])
+        Launch(loaded.function(plain)._launch_kernel, 2, 512, "P", (int(prepared.gpudata) + 8,), ())([])
+        signer = _signer(type(whole))
+        call = extension.FastCall(
+            array_names=("A",), array_types=(type(whole),), signers=(signer,), signatures=(signer(whole),),
+            scalar_names=(), scalar_value=scalar_value, make=gpuarray.empty, make_args=(np.uint32,),
+            make_kwargs=None, pointer=("gpudata", "__int__()"), output_shapes=((2,), (2,)), results=(0, 1),
+            kernels=tuple(native_kernel(loaded.own_function(k, extension), 2, 512, "P", (0,), (0,), (o,), (),
+                                        loaded.shared[k.name]) for o, k in enumerate((held, plain))),
+            context=driver_api.current_context())
+        native_held, native_plain = call({"A": whole})
+        expected = [HELD_SHARED, HELD_SHARED, 0, 0]
+        assert list(whole.get()) == list(prepared.get()) == expected
+        assert list(native_held.get()) + list(native_plain.get()) == expected
+        sms = cuda.multiprocessor_count(ctx)
+        per_sm = loaded.resident_blocks(held, extension)
+        assert per_sm >= 1
+        cuda.check_resident(held.name, per_sm * sms, per_sm, sms, held.block, HELD_SHARED)
+        with pytest.raises(ResidencyError):
+            cuda.check_resident(held.name, per_sm * sms + 1, per_sm, sms, held.block, HELD_SHARED)
+        alone = cuda.Loaded(loaded.cubin, [held, plain])  # where the extension does not build
+        assert alone.resident_blocks(held, driver_api) == per_sm
+        assert alone.resident_blocks(plain, driver_api) >= per_sm
+        alone.close()
+        loaded.close()

@@ -1,10 +1,13 @@
 """The prepared-call path (fusec/runtime/prepared.py) without a GPU: what a
-call's signature depends on, and when a prepared call declines. Device
-arrays are faked as in test_runtime_binding."""
+call's signature depends on, and when a prepared call declines; and for
+kernels with dynamic shared memory and a grid barrier, what each launch
+passes and the residency check before any launch. Device arrays are faked
+as in test_runtime_binding, PyCUDA and the driver by stand-ins."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fusec.runtime.prepared import PreparedCall, signature
 from test_runtime_binding import POINTER, device_class
@@ -178,3 +181,254 @@ def test_a_failed_driver_call_raises_driver_error_naming_the_error(monkeypatch):
     with pytest.raises(DriverError) as info:
         driver_api.current_context()
     assert "cuCtxGetCurrent failed: CUDA_ERROR_INVALID_CONTEXT (201)" in str(info.value)
+
+
+# -- dynamic shared memory and all blocks resident (a held kernel's grid barrier) ------
+
+HELD_SHARED = 200 * 1024  # past the 48 KB a launch may pass without the function's leave
+
+
+def test_a_bound_launch_passes_its_dynamic_shared_bytes():
+    from fusec.runtime.prepared import Launch
+    fake = _FakeLaunchKernel()
+    Launch(fake, 132, 512, "Pi", (POINTER, 1), changing=(0,), shared=HELD_SHARED)([POINTER + 64])
+    Launch(fake, 2, 256, "Pi", (POINTER, 1), changing=(0,))([POINTER + 64])
+    assert [head for head, _ in fake.calls] == [((132, 1, 1), (512, 1, 1), HELD_SHARED, None),
+                                                ((2, 1, 1), (256, 1, 1), 0, None)]
+
+
+def test_the_residency_check_passes_when_every_block_fits():
+    from fusec.runtime.cuda import check_resident
+    assert check_resident("held_0", 132, 1, 132, 512, HELD_SHARED) is None
+    assert check_resident("held_0", 264, 2, 132, 256, 0) is None
+    assert check_resident("held_0", 1, 1, 1, 32, 0) is None
+
+
+@pytest.mark.parametrize("grid, per_sm, sms", [(133, 1, 132), (265, 2, 132), (1, 0, 132)])
+def test_the_residency_check_names_the_kernel_its_grid_and_what_fits(grid, per_sm, sms):
+    from fusec.errors import FusecError, ResidencyError
+    from fusec.runtime.cuda import check_resident
+    with pytest.raises(ResidencyError) as info:
+        check_resident("held_0", grid, per_sm, sms, 512, HELD_SHARED)
+    assert isinstance(info.value, FusecError)
+    message = str(info.value)
+    assert message.startswith(f"kernel held_0 needs all its {grid} blocks resident at once")
+    assert "grid barrier" in message
+    assert f"the GPU holds {per_sm * sms} at once: {per_sm} per SM x {sms} SMs" in message
+    assert f"blocks of 512 threads with {HELD_SHARED} bytes of dynamic shared memory" in message
+    assert "not launched" in message
+
+
+def _kernel(name, **held):
+    """A kernel as the runtime reads it: one output pointer; held kernels add
+    ``dynamic_shared_bytes`` and ``all_resident``, other classes have neither."""
+    from types import SimpleNamespace
+    return SimpleNamespace(name=name, block=512, dtype="float32", args=(SimpleNamespace(role="out"),), **held)
+
+
+class _FakeFunction:
+    """A PyCUDA Function stand-in: its attributes, and its prepared calls."""
+
+    def __init__(self):
+        self.attributes, self.calls = {}, []
+
+    def prepare(self, parameter_format):
+        self.parameter_format = parameter_format
+
+    def set_attribute(self, attribute, value):
+        self.attributes[attribute] = value
+
+    def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
+        self.calls.append((grid, block, stream, args, shared_size))
+
+
+class _FakePyCuda:
+    """What Loaded takes from ``pycuda.driver``."""
+
+    class function_attribute:
+        MAX_DYNAMIC_SHARED_SIZE_BYTES = "MAX_DYNAMIC_SHARED_SIZE_BYTES"
+
+    def __init__(self):
+        self.functions = {}
+
+    def module_from_buffer(self, cubin):
+        functions = self.functions
+
+        class Module:
+            def get_function(self, name):
+                return functions.setdefault(name, _FakeFunction())
+        return Module()
+
+
+def test_the_whole_way_launches_with_the_kernels_dynamic_shared_bytes(monkeypatch):
+    """PyCUDA's function gets the leave to take the kernel's bytes (past 48 KB
+    a launch fails without it) before any launch, and each launch passes them;
+    a kernel without launches with 0 and gets no leave."""
+    from fusec.runtime import cuda
+    fake = _FakePyCuda()
+    monkeypatch.setattr(cuda, "_DRIVER", fake)
+    held, plain = _kernel("held_0", dynamic_shared_bytes=HELD_SHARED, all_resident=True), _kernel("k1")
+    loaded = cuda.Loaded(b"cubin", [held, plain])
+    assert fake.functions["held_0"].attributes == {"MAX_DYNAMIC_SHARED_SIZE_BYTES": HELD_SHARED}
+    assert fake.functions["k1"].attributes == {}
+    loaded.launch(held, 132, [POINTER])
+    loaded.launch(plain, 3, [POINTER])
+    assert fake.functions["held_0"].calls == [((132, 1, 1), (512, 1, 1), None, (POINTER,), HELD_SHARED)]
+    assert fake.functions["k1"].calls == [((3, 1, 1), (512, 1, 1), None, (POINTER,), 0)]
+    assert loaded.shared == {"held_0": HELD_SHARED, "k1": 0}
+
+
+class _FakeLibcuda:
+    """The driver calls driver_api makes on fusec's own copy of a function."""
+
+    def __init__(self, per_sm=1):
+        self.per_sm, self.calls = per_sm, []
+
+    def cuFuncSetAttribute(self, function, attribute, value):
+        self.calls.append(("cuFuncSetAttribute", function.value, attribute.value, value.value))
+        return 0
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, count, function, block, shared):
+        import ctypes
+        self.calls.append(("cuOccupancy", function.value, block.value, shared.value))
+        ctypes.cast(count, ctypes.POINTER(ctypes.c_int))[0] = self.per_sm
+        return 0
+
+
+class _FakeLoader:
+    """The C extension's (or driver_api's) module calls, in context 7."""
+
+    def __init__(self):
+        self.calls = []
+
+    def load_module(self, image):
+        self.calls.append(("load", image))
+        return 0xA000
+
+    def get_function(self, module, name):
+        self.calls.append(("get", module, name))
+        return 0xF000 + len(self.calls)
+
+    def current_context(self):
+        return 7
+
+    def unload_module(self, module):
+        self.calls.append(("unload", module))
+
+
+def test_fusecs_own_copy_of_a_function_gets_the_same_leave_and_answers_the_occupancy(monkeypatch):
+    """The extension launches fusec's own copy of each function, and the
+    residency check asks the driver about it: the copy is loaded once, and a
+    kernel with dynamic shared memory gets the leave on it too, before its
+    first use; the occupancy is asked for its block and its bytes."""
+    from fusec.runtime import cuda, driver_api
+    monkeypatch.setattr(cuda, "_DRIVER", _FakePyCuda())
+    libcuda = _FakeLibcuda(per_sm=1)
+    monkeypatch.setattr(driver_api, "_LIB", libcuda)
+    held, plain = _kernel("held_0", dynamic_shared_bytes=HELD_SHARED, all_resident=True), _kernel("k1")
+    loaded, loader = cuda.Loaded(b"cubin", [held, plain]), _FakeLoader()
+    function = loaded.own_function(held, loader)
+    assert loaded.own_function(held, loader) == function
+    assert libcuda.calls == [("cuFuncSetAttribute", function, 8, HELD_SHARED)]
+    loaded.own_function(plain, loader)
+    assert len(libcuda.calls) == 1  # no leave for a kernel without
+    assert loaded.resident_blocks(held, loader) == 1
+    assert libcuda.calls[-1] == ("cuOccupancy", function, 512, HELD_SHARED)
+    assert loader.calls == [("load", b"cubin"), ("get", 0xA000, "held_0"), ("get", 0xA000, "k1")]
+    loaded.close()
+    assert loader.calls[-1] == ("unload", 0xA000)
+
+
+class _Held:
+    """One of a real program's kernels as a held kernel would be: all its blocks
+    resident at once, with dynamic shared memory."""
+
+    all_resident = True
+    dynamic_shared_bytes = HELD_SHARED
+
+    def __init__(self, kernel):
+        self._kernel = kernel
+
+    def __getattr__(self, name):
+        return getattr(self._kernel, name)
+
+
+class _Residency:
+    """A loaded program's stand-in, with the occupancy its kernels get."""
+
+    def __init__(self, kernels, per_sm):
+        self.per_sm, self.asked, self.launched = per_sm, [], []
+        self.shared = {k.name: getattr(k, "dynamic_shared_bytes", 0) for k in kernels}
+
+    def resident_blocks(self, kernel, loader):
+        self.asked.append((kernel.name, loader))
+        return self.per_sm
+
+    def launch(self, kernel, grid, args, stream=None):
+        self.launched.append(kernel.name)
+
+
+def _held_sgemv(monkeypatch, per_sm, sms=132):
+    import dataclasses
+    from types import SimpleNamespace
+    from fusec.runtime import cuda
+    from fusec.runtime.program import Program
+    from helpers import program
+    generated = program("sgemv", "float32").generated
+    held = Program(dataclasses.replace(generated, kernels=tuple(_Held(k) for k in generated.kernels)))
+    loaded = _Residency(held.kernels, per_sm)
+
+    class Context:  # the current context, as cuda.context() gives it
+        def __enter__(self):
+            return SimpleNamespace(handle=1)
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(cuda, "context", Context)
+    monkeypatch.setattr(cuda, "multiprocessor_count", lambda ctx: sms)
+    monkeypatch.setattr(held, "_load", lambda ctx: loaded)
+    return held, loaded
+
+
+def test_a_kernel_that_cannot_be_all_resident_is_never_launched(monkeypatch):
+    """The check runs before anything is allocated or launched at new sizes: a
+    failing one raises, and leaves no buffers and no prepared call behind (so
+    no warm call, in Python or in C, can launch it either)."""
+    from fusec.errors import ResidencyError
+    from test_runtime_binding import sgemv_args
+    held, loaded = _held_sgemv(monkeypatch, per_sm=0)
+    with pytest.raises(ResidencyError, match=f"kernel {held.kernels[0].name} needs all its"):
+        held.run(sgemv_args(m=300, n=200))
+    assert loaded.launched == [] and not held._buffers and not held._prepared and held._hot is None
+
+
+def test_the_residency_check_asks_for_each_held_kernel_at_its_grid(monkeypatch):
+    """Each held kernel's occupancy, through the loader the C extension's
+    launches use (driver_api where it does not build), against its grid at
+    these sizes: one SM short of the largest grid fails."""
+    from types import SimpleNamespace
+    from fusec.errors import ResidencyError
+    from fusec.runtime import cuda, driver_api, native
+    held, loaded = _held_sgemv(monkeypatch, per_sm=1, sms=10_000)
+    sizes = {"m": 300, "n": 200}
+    assert held._check_resident(SimpleNamespace(handle=1), sizes) is None
+    assert loaded.asked == [(k.name, native.fastcall() or driver_api) for k in held.kernels]
+    grid = max(k.grid(sizes) for k in held.kernels)
+    monkeypatch.setattr(cuda, "multiprocessor_count", lambda ctx: grid - 1)
+    with pytest.raises(ResidencyError, match=f"all its {grid} blocks"):
+        held._check_resident(SimpleNamespace(handle=1), sizes)
+
+
+def test_a_program_without_held_kernels_asks_nothing(monkeypatch):
+    from types import SimpleNamespace
+    from fusec.runtime import cuda
+    from helpers import program
+    plain = program("sgemv", "float32")
+
+    def unwanted(*args):
+        raise AssertionError("asked the GPU")
+
+    monkeypatch.setattr(cuda, "multiprocessor_count", unwanted)
+    monkeypatch.setattr(plain, "_load", unwanted)
+    assert plain._check_resident(SimpleNamespace(handle=1), {"m": 300, "n": 200}) is None

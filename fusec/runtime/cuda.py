@@ -1,5 +1,5 @@
 """Where fusec talks to the GPU through PyCUDA (but for the driver's current
-context: :mod:`.driver_api`).
+context and its occupancy calculator: :mod:`.driver_api`).
 
 fusec imports, checks and generates code without PyCUDA; this module is
 imported when a program first runs. Programs run in the CUDA context current
@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import GPUUnavailableError
+from ..errors import GPUUnavailableError, ResidencyError
+from . import driver_api
 
 NAN_PATTERN = 0x7FF80000  # a NaN as float32, and (twice) as float64
 
@@ -208,6 +209,37 @@ def allocator(family: str, dtype: np.dtype, reference) -> Allocator:
     return Allocator(gpuarray.empty, (dtype,), pointer=("gpudata", "__int__()"))
 
 
+def dynamic_shared_bytes(kernel) -> int:
+    """Bytes of dynamic shared memory (``extern __shared__``) each launch of the
+    kernel passes; 0 for the kernel classes that have none."""
+    return int(getattr(kernel, "dynamic_shared_bytes", 0))
+
+
+def all_resident(kernel) -> bool:
+    """Whether the kernel waits at a grid-wide barrier, so that all its blocks
+    must be resident at once; False for the kernel classes that have none."""
+    return bool(getattr(kernel, "all_resident", False))
+
+
+def check_resident(name: str, grid: int, per_sm: int, sms: int, block: int, shared: int) -> None:
+    """Raise :class:`ResidencyError` unless the ``grid`` blocks of kernel ``name``
+    fit on the GPU at once: ``per_sm`` blocks (of ``block`` threads and ``shared``
+    bytes of dynamic shared memory, by the driver's occupancy) on each of ``sms``
+    SMs. A kernel with a grid barrier launched past that never ends: the blocks
+    that run wait for the others, which wait for an SM."""
+    if per_sm * sms >= grid:
+        return
+    raise ResidencyError(
+        f"kernel {name} needs all its {grid} blocks resident at once (they meet at a grid barrier),"
+        f" but the GPU holds {per_sm * sms} at once: {per_sm} per SM x {sms} SMs"
+        f" (blocks of {block} threads with {shared} bytes of dynamic shared memory);"
+        " not launched: it would never finish")
+
+
+def multiprocessor_count(ctx) -> int:
+    return ctx.get_device().get_attribute(driver().device_attribute.MULTIPROCESSOR_COUNT)
+
+
 class Loaded:
     """The program's kernels loaded into one context, prepared for launching."""
 
@@ -216,36 +248,52 @@ class Loaded:
         self.cubin = cubin
         self.module = cuda.module_from_buffer(cubin)
         self.functions = {}
+        self.shared: dict[str, int] = {}  # kernel name -> bytes of dynamic shared memory a launch passes
         for kernel in kernels:
             function = self.module.get_function(kernel.name)
             function.prepare(parameter_format(kernel))
+            self.shared[kernel.name] = dynamic_shared_bytes(kernel)
+            if self.shared[kernel.name]:  # past 48 KB a launch fails without the function's leave
+                function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       self.shared[kernel.name])
             self.functions[kernel.name] = function
-        self._native = None  # (extension, its CUmodule, the context it is loaded in), on first use
-        self._native_functions: dict[str, int] = {}
+        self._own = None  # (loader, its CUmodule, the context it is loaded in), on first use
+        self._own_functions: dict[str, int] = {}
 
-    def native_function(self, kernel, extension) -> int:
-        """The kernel's CUfunction for the C extension's launches: the cubin loaded
-        a second time, through the extension (PyCUDA hands out no handles), in
-        the current context, which must be this one's."""
-        if self._native is None:
-            context = extension.current_context()
-            self._native = (extension, extension.load_module(self.cubin), context)
-        if kernel.name not in self._native_functions:
-            self._native_functions[kernel.name] = extension.get_function(self._native[1], kernel.name)
-        return self._native_functions[kernel.name]
+    def own_function(self, kernel, loader) -> int:
+        """The kernel's CUfunction in fusec's own copy of the module (PyCUDA hands
+        out no handles): the C extension launches it, the residency check asks
+        the driver about it. The cubin is loaded a second time, on first use, by
+        ``loader`` (the extension, or :mod:`.driver_api` where it does not build:
+        either has load_module, get_function, unload_module and current_context),
+        in the current context, which must be this one's. The function gets the
+        same dynamic shared memory allowance as PyCUDA's."""
+        if self._own is None:
+            self._own = (loader, loader.load_module(self.cubin), loader.current_context())
+        if kernel.name not in self._own_functions:
+            function = self._own[0].get_function(self._own[1], kernel.name)
+            if self.shared[kernel.name]:
+                driver_api.set_max_dynamic_shared(function, self.shared[kernel.name])
+            self._own_functions[kernel.name] = function
+        return self._own_functions[kernel.name]
+
+    def resident_blocks(self, kernel, loader) -> int:
+        """Blocks of the kernel one SM holds at once, by the driver's occupancy
+        (its registers, its shared memory and the dynamic shared bytes it launches with)."""
+        return driver_api.resident_blocks(self.own_function(kernel, loader), kernel.block, self.shared[kernel.name])
 
     def close(self) -> None:
-        """Unload the extension's copy of the module when its context is current
+        """Unload fusec's own copy of the module when its context is current
         (otherwise it stays until the context goes, as PyCUDA's modules do)."""
-        if self._native is not None:
-            extension, module, context = self._native
-            self._native, self._native_functions = None, {}
-            if extension.current_context() == context:
-                extension.unload_module(module)
+        if self._own is not None:
+            loader, module, context = self._own
+            self._own, self._own_functions = None, {}
+            if loader.current_context() == context:
+                loader.unload_module(module)
 
     def launch(self, kernel, grid: int, args: list, stream=None) -> None:
         self.functions[kernel.name].prepared_async_call(
-            (grid, 1, 1), (kernel.block, 1, 1), stream, *args)
+            (grid, 1, 1), (kernel.block, 1, 1), stream, *args, shared_size=self.shared[kernel.name])
 
     def function(self, kernel):
         return self.functions[kernel.name]

@@ -1,4 +1,4 @@
-"""The driver's current context, through ctypes.
+"""The driver's current context, and what PyCUDA does not give, through ctypes.
 
 PyCUDA's ``Context.get_current()`` sees only the contexts PyCUDA pushed
 itself, so where CuPy or PyTorch ran (the CUDA runtime leaves the device's
@@ -7,6 +7,12 @@ primary context current on the thread) it reports none, and the whole way
 call (:mod:`.prepared`) asks the driver instead (``cuCtxGetCurrent``, about
 0.5 µs on the H100's host, against 0.8 to 1.3 µs for PyCUDA's push and pop)
 and pushes the primary context only when there really is none.
+
+PyCUDA hands out no CUfunction, and has no occupancy calculator: fusec's own
+copy of a program's module (``cuda.Loaded.own_function``) is loaded by the C
+extension, or here where that does not build, and its functions' dynamic
+shared memory allowance and occupancy are set and asked for here.
+
 This module needs libcuda only when its functions run.
 """
 
@@ -57,3 +63,46 @@ def push_context(handle: int) -> None:
 
 def pop_context() -> None:
     check(_lib().cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+
+
+# ------------------------------------------------------------------ fusec's own module copy
+# With current_context, the same four calls as the C extension's (native.py), which loads
+# the copy where it builds.
+
+def load_module(image: bytes) -> int:
+    """Load a cubin into the current context; its CUmodule as an int."""
+    module = ctypes.c_void_p()
+    check(_lib().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+    return module.value or 0
+
+
+def get_function(module: int, name: str) -> int:
+    function = ctypes.c_void_p()
+    check(_lib().cuModuleGetFunction(ctypes.byref(function), ctypes.c_void_p(module), name.encode()),
+          "cuModuleGetFunction")
+    return function.value or 0
+
+
+def unload_module(module: int) -> None:
+    check(_lib().cuModuleUnload(ctypes.c_void_p(module)), "cuModuleUnload")
+
+
+MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+def set_max_dynamic_shared(function: int, nbytes: int) -> None:
+    """Let launches of ``function`` (a CUfunction) pass up to ``nbytes`` of
+    dynamic shared memory: past 48 KB a launch fails without this leave."""
+    check(_lib().cuFuncSetAttribute(ctypes.c_void_p(function), ctypes.c_int(MAX_DYNAMIC_SHARED_SIZE_BYTES),
+                                    ctypes.c_int(nbytes)), "cuFuncSetAttribute")
+
+
+def resident_blocks(function: int, block: int, shared: int) -> int:
+    """How many blocks of ``function`` of ``block`` threads, each with ``shared``
+    bytes of dynamic shared memory, one SM holds at once (the driver's occupancy
+    calculator: registers, shared memory, threads and its blocks-per-SM limit)."""
+    count = ctypes.c_int()
+    check(_lib().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        ctypes.byref(count), ctypes.c_void_p(function), ctypes.c_int(block), ctypes.c_size_t(shared)),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    return count.value

@@ -27,9 +27,15 @@
  * group before, so that it starts on the tiles that launch ended on, while L2
  * holds them.
  *
+ * Each launch passes its kernel's bytes of dynamic shared memory (0 for most;
+ * a held kernel keeps tiles there across its grid barrier, up to about 200 KB:
+ * cuda.Loaded.own_function gives the function that leave before the FastCall
+ * is made, and the program checks first that all its blocks fit at once).
+ *
  * The driver is opened with dlopen when the first module loads, so this builds
  * and imports where there is no GPU; a FastCall made with a hook calls
- * hook(kernel_index, parameter_bytes) instead of launching (the tests' seam).
+ * hook(kernel_index, parameter_bytes, shared_bytes) instead of launching (the
+ * tests' seam).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -191,6 +197,7 @@ typedef struct {
 typedef struct {
     CUfunction function;
     unsigned grid, block;
+    unsigned shared;    /* bytes of dynamic shared memory each launch passes */
     size_t size;
     char *parameters;   /* packed once; the changing fields are rewritten by each call */
     Py_ssize_t changes;
@@ -247,7 +254,7 @@ static void fastcall_dealloc(FastCall *self) {
 }
 
 /* kernels: tuple of (function: int, grid: int, block: int, parameters: bytes,
- * changes: tuple of (offset: int, kind: str, source: int)) */
+ * changes: tuple of (offset: int, kind: str, source: int)[, shared: int, default 0]) */
 static int read_kernels(FastCall *self, PyObject *kernels) {
     if (!PyTuple_Check(kernels)) {
         PyErr_SetString(PyExc_TypeError, "kernels must be a tuple");
@@ -262,8 +269,8 @@ static int read_kernels(FastCall *self, PyObject *kernels) {
         PyObject *function, *changes;
         const char *parameters;
         Py_ssize_t size;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(kernels, k), "OIIy#O!", &function, &kernel->grid, &kernel->block,
-                              &parameters, &size, &PyTuple_Type, &changes))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(kernels, k), "OIIy#O!|I", &function, &kernel->grid, &kernel->block,
+                              &parameters, &size, &PyTuple_Type, &changes, &kernel->shared))
             return -1;
         kernel->function = PyLong_AsVoidPtr(function);
         if (PyErr_Occurred()) return -1;
@@ -683,14 +690,15 @@ static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uin
     }
     int status = 0;
     if (self->hook != Py_None) {
-        PyObject *result = PyObject_CallFunction(self->hook, "ny#", k, parameters, (Py_ssize_t)kernel->size);
+        PyObject *result = PyObject_CallFunction(self->hook, "ny#I", k, parameters, (Py_ssize_t)kernel->size,
+                                                 kernel->shared);
         Py_XDECREF(result);
         status = result ? 0 : -1;
     } else {
         size_t size = kernel->size;
         void *extra[] = {(void *)1, parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
-        CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1, 0, NULL,
-                                          NULL, extra);
+        CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1,
+                                          kernel->shared, NULL, NULL, extra);
         if (result) {
             raise_driver(result, "cuLaunchKernel");
             status = -1;

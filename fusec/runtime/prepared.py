@@ -151,18 +151,19 @@ class Launch:
     """One kernel launch with its parameters packed once into a buffer of
     its own. A call rewrites the fields that change (outputs, scalars) in
     place and launches through PyCUDA's ``_launch_kernel`` bound to the
-    buffer, the grid and the block (what ``prepared_async_call`` does, less
-    its per-call packing and keyword handling). The driver copies the
-    parameters at launch, so the buffer is free to rewrite for the next."""
+    buffer, the grid, the block and the bytes of dynamic shared memory
+    (what ``prepared_async_call`` does, less its per-call packing and
+    keyword handling). The driver copies the parameters at launch, so the
+    buffer is free to rewrite for the next."""
 
     def __init__(self, launch_kernel: Callable, grid: int, block: int, parameter_format: str,
-                 values: Sequence, changing: Sequence[int]):
+                 values: Sequence, changing: Sequence[int], shared: int = 0):
         self.buffer = bytearray(struct.calcsize("@" + parameter_format))
         struct.pack_into("@" + parameter_format, self.buffer, 0, *values)
         offsets = parameter_offsets(parameter_format)
         # (offset, packer) of each field a call rewrites, in the order of its values
         self.changing = tuple((offsets[i], struct.Struct("@" + parameter_format[i]).pack_into) for i in changing)
-        self.launch = functools.partial(launch_kernel, (grid, 1, 1), (block, 1, 1), self.buffer, 0, None)
+        self.launch = functools.partial(launch_kernel, (grid, 1, 1), (block, 1, 1), self.buffer, shared, None)
 
     def __call__(self, values: Sequence) -> None:
         """Launch with ``values`` in the changing fields, in their order."""
@@ -173,13 +174,15 @@ class Launch:
 
 
 def native_kernel(function: int, grid: int, block: int, parameter_format: str, values: Sequence,
-                  changing: Sequence[int], sources: Sequence[int | str], scalar_names: Sequence[str]) -> tuple:
+                  changing: Sequence[int], sources: Sequence[int | str], scalar_names: Sequence[str],
+                  shared: int = 0) -> tuple:
     """One kernel as :mod:`fastcall.c` takes it: (CUfunction, grid, block, the
-    parameters packed once, and (offset, kind, source) of each changing field:
-    kind 'P' an output's pointer (source: its position), 'f' or 'd' a scalar
+    parameters packed once, (offset, kind, source) of each changing field, and
+    the bytes of dynamic shared memory each launch passes). A changing field's
+    kind: 'P' an output's pointer (source: its position), 'f' or 'd' a scalar
     (source: its position in ``scalar_names``), 'D' the launch's direction, an
     int the FastCall alternates between the launches of a turn group (source:
-    the group, a :class:`Turn`'s))."""
+    the group, a :class:`Turn`'s)."""
     offsets = parameter_offsets(parameter_format)
     changes = []
     for index, source in zip(changing, sources):
@@ -190,7 +193,7 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
             changes.append((offsets[index], code, list(scalar_names).index(source)))
         else:
             changes.append((offsets[index], "P", source))
-    return (function, grid, block, struct.pack("@" + parameter_format, *values), tuple(changes))
+    return (function, grid, block, struct.pack("@" + parameter_format, *values), tuple(changes), shared)
 
 
 def native_call(module, context: int, key: tuple, array_names: Sequence[str], kernels: Sequence[tuple],

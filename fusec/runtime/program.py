@@ -16,6 +16,10 @@ one launch to the next of their turn group (``Kernel.turns``, :func:`turn_groups
 the launch before ended on, while L2 still holds them. Results are the same
 bit for bit either way.
 
+A kernel that waits at a grid barrier (``all_resident``) launches only where
+the GPU holds all its blocks at once: that is checked before anything runs at
+new sizes, and a :class:`~fusec.errors.ResidencyError` says so where it does not.
+
 Calls of one program object must not overlap on different streams: they share
 the reduction counters.
 """
@@ -239,7 +243,10 @@ class Program:
                 driver_api.pop_context()
 
     def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding, key: tuple) -> PreparedCall:
-        """What a call on the same device arrays needs to redo: scalars, outputs."""
+        """What a call on the same device arrays needs to redo: scalars, outputs.
+        Its kernels' residency was checked when ``buffers`` were made for these
+        sizes in this context (:meth:`_buffers_for`), before any launch, and the
+        prepared call goes with them."""
         outputs = tuple(dict.fromkeys(self.dag.outputs))
         scalar_name = {v: self.dag.value(v).name for v in binding.scalars}
         scalar_names = tuple(sorted(self._scalar_names))
@@ -257,13 +264,13 @@ class Program:
                 elif arg.role == "direction" and self.turning:
                     changing.append(index)
                     sources.append(Turn(self.turn_groups[kernel.index]))
-            parameter_format = cuda.parameter_format(kernel)
+            parameter_format, shared = cuda.parameter_format(kernel), loaded.shared[kernel.name]
             launch = Launch(loaded.function(kernel)._launch_kernel, grid, kernel.block,
-                            parameter_format, args, changing)
+                            parameter_format, args, changing, shared)
             prepared.append((launch, tuple(sources)))
             if extension is not None:
-                natives.append(native_kernel(loaded.native_function(kernel, extension), grid, kernel.block,
-                                             parameter_format, args, changing, sources, scalar_names))
+                natives.append(native_kernel(loaded.own_function(kernel, extension), grid, kernel.block,
+                                             parameter_format, args, changing, sources, scalar_names, shared))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
@@ -297,8 +304,13 @@ class Program:
         return self._loaded[key]
 
     def _buffers_for(self, ctx, sizes: dict[str, int]) -> _Buffers:
+        """fusec's memory for these sizes in this context; made on first use, once
+        the kernels are known to fit (:meth:`_check_resident`). Every way a
+        launch goes (the whole way, prepared calls in Python and in C, timing)
+        takes its buffers from here first."""
         key = (cuda.context_key(ctx), tuple(sorted(sizes.items())))
         if key not in self._buffers:
+            self._check_resident(ctx, sizes)
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
                 _, evicted = self._buffers.popitem(last=False)
@@ -307,6 +319,20 @@ class Program:
                     del self._prepared[call_key]
         self._buffers.move_to_end(key)
         return self._buffers[key]
+
+    def _check_resident(self, ctx, sizes: dict[str, int]) -> None:
+        """Raise :class:`~fusec.errors.ResidencyError` where a kernel that waits
+        at a grid barrier has more blocks at these sizes than the GPU of ``ctx``
+        holds at once (the driver's occupancy for its block and dynamic shared
+        memory, on fusec's own copy of its function): launched, it would hang."""
+        waiting = [kernel for kernel in self.kernels if cuda.all_resident(kernel)]
+        if not waiting:
+            return
+        loaded, loader = self._load(ctx), native.fastcall() or driver_api
+        sms = cuda.multiprocessor_count(ctx)
+        for kernel in waiting:
+            cuda.check_resident(kernel.name, kernel.grid(sizes), loaded.resident_blocks(kernel, loader), sms,
+                                kernel.block, loaded.shared[kernel.name])
 
     def _place(self, binding: Binding, buffers: _Buffers):
         """Device pointers of every value; NumPy inputs are uploaded."""
