@@ -10,7 +10,9 @@ database (measured routine times) plugs in behind the same interface.
 A horizontal fusion (HFuse) is predicted from its parts, which run side by
 side in every block: see :meth:`AnalyticPredictor.horizontal_seconds`. A
 striped fusion from its parts, which run one after the other in stripes, the
-consumer re-reading from L2: see :func:`striped_seconds`.
+consumer re-reading from L2: see :func:`striped_seconds`. A held fusion from
+its parts, which run one after the other across one grid barrier, the
+consumer re-reading only the tiles not held on chip: see :func:`held_seconds`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from . import geometry as geo
 from .codegen.kernel import Kernel
 from .dag import Dag
 from .library.model import Geometry
-from .space.points import COLS, ROWS
+from .space.points import COLS, ROWS, HeldPlan, StripedPlan
 
 L2_BYTES = 50 * 2 ** 20  # H100
 L2_REREAD_COST = 0.25  # a re-read from L2 costs about a quarter of a DRAM byte
@@ -44,6 +46,10 @@ STRIPE_WAIT_SCALE = 33e-6  # seconds
 # and its own) fit in about half of it: lag 4 with 8 MB stripes (GEMVER, SGEMVT fp32
 # n = 16384) cost 7.5 %, with 4 MB stripes it gained 2-5 % (bench/results/h100-striped-variants.md).
 STRIPE_L2_SHARE = 0.5
+# A held fusion's blocks meet once: bench/one_barrier.cu's blocks (GEMVER fp32 n = 4096,
+# one per SM) left its grid barrier 2.8 us after the last one arrived (a scratch copy
+# that stamped %globaltimer at each phase; docs/striped-fusion.md).
+GRID_BARRIER_SECONDS = 2.8e-6
 
 
 SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
@@ -132,6 +138,8 @@ class AnalyticPredictor:
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         if is_striped(kernel):
             return striped_seconds(self, kernel, dag, sizes, self.launch, self.bandwidth, self.sms)
+        if is_held(kernel):
+            return held_seconds(self, kernel, dag, sizes, self.launch, self.bandwidth)
         if is_horizontal(kernel):
             return self.horizontal_seconds(kernel, dag, sizes)
         block = kernel.plan.shape.block
@@ -225,12 +233,35 @@ class AnalyticPredictor:
 
 def is_horizontal(kernel) -> bool:
     """Whether a kernel is a horizontal fusion of several parts."""
-    return bool(getattr(kernel, "parts", None)) and not is_striped(kernel)
+    return bool(getattr(kernel, "parts", None)) and not is_striped(kernel) and not is_held(kernel)
 
 
 def is_striped(kernel) -> bool:
     """Whether a kernel is a striped fusion of a producer and a consumer."""
-    return hasattr(kernel, "schedule_counters")
+    return isinstance(getattr(kernel, "plan", None), StripedPlan)
+
+
+def is_held(kernel) -> bool:
+    """Whether a kernel is a held fusion of a producer and a consumer."""
+    return isinstance(getattr(kernel, "plan", None), HeldPlan)
+
+
+def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
+                 bandwidth: float) -> float:
+    """A held fusion: its parts' times as they would run alone (the same grid),
+    one launch fewer, the grid barrier, and the consumer's reads of matrices
+    the producer touched: nothing for the share held on chip, STRIPE_REREAD_COST
+    of a DRAM byte for the rest (the tiles the producer touched last, which L2
+    may still hold)."""
+    from .codegen.striped import matrices_reread
+    sizes = dict(sizes)
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
+                 for v in matrices_reread(dag, kernel.plan)) * itemsize
+    streaming = sum(predictor.kernel_seconds(part, dag, sizes) for part in kernel.parts) - launch
+    unheld = 1.0 - kernel.held_fraction()
+    streaming -= (1.0 - unheld * STRIPE_REREAD_COST) * reread / bandwidth
+    return launch + streaming + GRID_BARRIER_SECONDS
 
 
 def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,

@@ -38,8 +38,9 @@ def dag_of(script: str):
 
 
 def space_of(script: str, n: int = 4096, dtype: str = "float32"):
+    """The space without held fusions (tests/test_held.py has those), whose options share the slots."""
     dag = dag_of(script)
-    return build_space(dag, library(), dtype, {s: n for s in dag.sizes}, DEFAULT)
+    return build_space(dag, library(), dtype, {s: n for s in dag.sizes}, DEFAULT, held=False)
 
 
 def best_striped(script: str, dtype: str = "float32") -> ProgramPlan:
@@ -128,7 +129,8 @@ def test_why_a_pair_cannot_be_striped(tmp_path):
     second = dataclasses.replace(second, shape=first.shape, serial=first.serial)
     with pytest.raises(PlanError, match="along the other axis"):
         build_kernel(twice, library(), StripedPlan(first, second), "float32", 0)
-    assert not [s for s in space.options if isinstance(s, StripedFusion) and space.options[s]]
+    assert not [o for s in space.options if isinstance(s, StripedFusion)
+                for o in space.options[s] if isinstance(o[0], StripedPlan)]  # held ones may be (test_held.py)
 
 
 @pytest.mark.parametrize("script", STRIPED)

@@ -272,11 +272,12 @@ def _emit_part(w: _Writer, part: Kernel, p: int, dag: Dag, library: Library) -> 
 
 
 def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Threads, note: str,
-              helpers: tuple[str, ...] = ()) -> None:
+              helpers: tuple[str, ...] = (), extra_params: tuple[str, ...] = (), hold=None) -> None:
     """A part's namespace: its macros, its instance of the library routines, any
     ``helpers`` (lines of C that need the macros), and its body as the device
     function ``run``, handed the part's thread index (a horizontal part, whose
-    BARRIER() is its named barrier) or its work item (a striped part)."""
+    BARRIER() is its named barrier) or its work item (a striped or held part),
+    then any ``extra_params`` (declarations); ``hold``: see ``_emit_body``."""
     macros = part.macros()
     namespace = part.name
     w(f"namespace {namespace} {{")
@@ -298,11 +299,11 @@ def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Thr
     w()
     w(note)
     index = threads.tid if threads.part else threads.item
-    params = ",\n    ".join([a.decl for a in part.args] + [f"const int {index}"])
+    params = ",\n    ".join([a.decl for a in part.args] + [f"const int {index}", *extra_params])
     w(f"__device__ __forceinline__ void run(\n    {params})")
     w("{")
     w.depth += 1
-    _emit_body(w, part, dag, library, threads=threads)
+    _emit_body(w, part, dag, library, threads=threads, hold=hold)
     w.close()
     if threads.part:
         w('#pragma pop_macro("BARRIER")')

@@ -27,8 +27,8 @@ from ..errors import PlanError
 from .. import geometry as geo
 from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
                              Storage)
-from ..space.points import (COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, HorizontalPlan, KernelPlan, Step,
-                            StripedPlan)
+from ..space.points import (COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, HeldPlan, HorizontalPlan, KernelPlan,
+                            Step, StripedPlan)
 from ..space.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
@@ -328,13 +328,17 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     items otherwise). Raises PlanError when
     the plan cannot be built (e.g. routines disagree on where an element lives).
     A horizontal fusion's plan gives its :class:`~fusec.codegen.horizontal.HorizontalKernel`,
-    a striped fusion's its :class:`~fusec.codegen.striped.StripedKernel`."""
+    a striped fusion's its :class:`~fusec.codegen.striped.StripedKernel`, a held
+    fusion's its :class:`~fusec.codegen.held.HeldKernel`."""
     if isinstance(plan, HorizontalPlan):
         from .horizontal import build_horizontal  # which builds each part with this function
         return build_horizontal(dag, library, plan, dtype, index, emit)
     if isinstance(plan, StripedPlan):
         from .striped import build_striped
         return build_striped(dag, library, plan, dtype, index, emit)
+    if isinstance(plan, HeldPlan):
+        from .held import build_held
+        return build_held(dag, library, plan, dtype, index, emit)
     dtype = geo.dtype_name(dtype)
     macros = plan.shape.macros(dtype)
     kernel_calls = frozenset(plan.calls)
@@ -596,7 +600,11 @@ def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[s
 
 
 def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bool = False,
-               threads: Threads = ALONE) -> None:
+               threads: Threads = ALONE, hold=None) -> None:
+    """The kernel's body. ``hold`` (a held kernel's part, :mod:`.held`): the
+    serial loop is unrolled, so that its iteration number is a constant, and
+    the element ``hold.value`` is kept on chip after the op that writes it
+    (``hold.keep``) or taken from there instead of loaded."""
     plan = kernel.plan
     tid = threads.tid
     tile = plan.geometry is Geometry.TILE
@@ -683,12 +691,24 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         limit = "rows" if plan.serial == ROWS else "cols"
         step = "TILE_ROWS" if plan.serial == ROWS else "TILE_COLS"
         w(f"const int first_{axis}0 = c.{axis}0;")
-        w.open(f"for (int it = 0; it < ITERS && c.{axis}0 < {limit}; ++it, c.{axis}0 += {step})")
+        if hold is not None:  # `it` a constant in each copy: it indexes the held registers
+            w("#pragma unroll")
+            w.open(f"for (int it = 0; it < ITERS; ++it, c.{axis}0 += {step})")
+            w(f"if (c.{axis}0 >= {limit}) break;")
+        else:
+            w.open(f"for (int it = 0; it < ITERS && c.{axis}0 < {limit}; ++it, c.{axis}0 += {step})")
     else:
         w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
     w(full)
     for op in loop:
+        held = hold is not None and op.value == hold.value and op.step is not None
+        if held and not hold.keep and op.step.kind is RoutineKind.LOAD:
+            hold.emit_take(w, by_value[op.value].var,
+                           lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
+            continue
         _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
+        if held and hold.keep and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE):
+            hold.emit_keep(w, by_value[op.value].var)
     w.close()
     if tile:
         w(f"c.{axis}0 = first_{axis}0;")

@@ -15,7 +15,8 @@ from .. import __version__
 from .. import geometry as geo
 from ..dag import Dag
 from ..library.model import Library
-from ..space.points import HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from ..space.points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from .held import HeldKernel
 from .horizontal import HorizontalKernel
 from .kernel import Kernel, build_kernel
 from .striped import StripedKernel
@@ -29,7 +30,7 @@ class GeneratedProgram:
     library: Library = dataclasses.field(repr=False)
     plan: ProgramPlan
     dtype: str
-    kernels: tuple[Kernel | HorizontalKernel | StripedKernel, ...]
+    kernels: tuple[Kernel | HorizontalKernel | StripedKernel | HeldKernel, ...]
     source: str = dataclasses.field(repr=False)
 
     @property
@@ -39,7 +40,7 @@ class GeneratedProgram:
 
 def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> GeneratedProgram:
     dtype = geo.dtype_name(dtype)
-    # a kernel alone turns (Kernel.turns); horizontal and striped parts take their items otherwise
+    # a kernel alone turns (Kernel.turns); the parts of fusions take their items otherwise
     kernels = tuple(build_kernel(dag, library, k, dtype, i, turns=isinstance(k, KernelPlan))
                     for i, k in enumerate(plan.kernels))
     script_hash = hashlib.sha256(dag.text.encode()).hexdigest()[:16]
@@ -51,11 +52,13 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> Gener
         "// kernels, in launch order:",
     ]
     for kernel in kernels:
-        groups = kernel.plan.parts if isinstance(kernel.plan, (HorizontalPlan, StripedPlan)) else (kernel.plan,)
-        joint = " -> " if isinstance(kernel.plan, StripedPlan) else " || "
+        fused = kernel.plan
+        groups = fused.parts if isinstance(fused, (HorizontalPlan, StripedPlan, HeldPlan)) else (fused,)
+        joint = " || " if isinstance(fused, HorizontalPlan) else " -> "
         calls = joint.join("; ".join(f"{dag.value(dag.call(c).result).label} = {dag.call(c).function}(...)"
                                       for c in group.calls) for group in groups)
-        how = "  (striped)" if isinstance(kernel.plan, StripedPlan) else "  (side by side)"
+        how = {StripedPlan: "  (striped)", HeldPlan: "  (held across one grid barrier)"}.get(
+            type(fused), "  (side by side)")
         lines.append(f"//   {kernel.name}: {calls}" + (how if len(groups) > 1 else ""))
     lines += [""] + common_code(library, dtype)
     for kernel in kernels:

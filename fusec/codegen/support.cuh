@@ -222,3 +222,26 @@ __device__ __forceinline__ void fusec_stripe_leave(unsigned* schedule, int strip
     }
   }
 }
+
+// ---- held kernels: a producer and a consumer across one grid barrier ----
+// Every block of the launch is resident at once (the runtime checks the occupancy
+// before the first launch), so a block may wait for all the others. `arrivals` only
+// grows: each launch adds one per block, and a block waits until the count reaches the
+// end of its launch's round of `blocks`, so nothing needs clearing afterwards. Made
+// visible first: the block's stores, its reductions' finished values among them.
+__device__ __forceinline__ void fusec_grid_sync(unsigned long long* arrivals, unsigned blocks) {
+  BARRIER();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned long long got = atomicAdd(arrivals, 1ull);
+    const unsigned long long round_end = (got / blocks + 1) * blocks;
+    unsigned long long now;
+    while (true) {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(arrivals) : "memory");
+      if (now >= round_end) break;
+      __nanosleep(32);
+    }
+    __threadfence();  // as cooperative groups' grid sync: what the others stored, then the rest
+  }
+  BARRIER();
+}

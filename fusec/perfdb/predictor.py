@@ -33,7 +33,8 @@ from ..codegen.kernel import Kernel, _routine
 from ..dag import Dag
 from ..errors import FusecWarning
 from ..library.model import Geometry, Library, RoutineKind
-from ..predict import AnalyticPredictor, is_horizontal, is_striped, natural_blocks, striped_seconds, traffic
+from ..predict import (AnalyticPredictor, held_seconds, is_held, is_horizontal, is_striped, natural_blocks,
+                       striped_seconds, traffic)
 from .probes import RoutineKey
 from .store import Database
 
@@ -47,6 +48,11 @@ class PerfdbPredictor:
     @property
     def name(self) -> str:
         return f"perfdb {self.database.slug}"
+
+    @property
+    def sms(self) -> int:
+        """The GPU's multiprocessors, as the database measured them."""
+        return self.database.sms
 
     def routine_seconds(self, kernel: Kernel, dag: Dag, blocks: float):
         """(per-iteration transfers, per-iteration compute, once per block) seconds,
@@ -87,6 +93,8 @@ class PerfdbPredictor:
         if is_striped(kernel):
             return striped_seconds(self, kernel, dag, sizes, self.database.launch, self.analytic.bandwidth,
                                    self.database.sms)
+        if is_held(kernel):
+            return held_seconds(self, kernel, dag, sizes, self.database.launch, self.analytic.bandwidth)
         if is_horizontal(kernel):  # issue 6: see horizontal_seconds at the end of the module
             return horizontal_seconds(self, kernel, dag, sizes)
         sizes = dict(sizes)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..dag import Constant, Dag
 from ..library.model import Geometry, Kind
-from ..space.points import ROWS, StripedPlan
+from ..space.points import ROWS, HeldPlan, StripedPlan
 
 
 def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:
@@ -52,6 +52,9 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
         if isinstance(kernel.plan, StripedPlan):
             lines += _striped_lines(generated, kernel, sizes, resources)
             continue
+        if isinstance(kernel.plan, HeldPlan):
+            lines += _held_lines(generated, kernel, sizes, resources)
+            continue
         bound = (f"; at most {kernel.plan.bound} registers per thread" if kernel.plan.bound
                  else "")
         lines.append(f"  horizontal fusion of {len(parts)} independent kernels side by side{bound}")
@@ -71,6 +74,25 @@ def _striped_lines(generated, kernel, sizes, resources) -> list[str]:
              f" {kernel.plan.lag} ahead; a consumer block waits for its stripe's producer blocks",
              f"  launch   {kernel.block} threads per block; grid: both parts' blocks, in tickets of stripe order"
              + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else "")]
+    for role, part in zip(("producer", "consumer"), kernel.parts):
+        lines.append(f"  {role}:")
+        lines += _kernel_lines(generated, part, sizes, None, "    ")
+    if resources and kernel.name in resources:
+        lines.append("  " + _nvcc_line(resources[kernel.name]))
+    return lines
+
+
+def _held_lines(generated, kernel, sizes, resources) -> list[str]:
+    plan = kernel.plan
+    lines = [f"  held fusion across one grid barrier: every block runs the producer on its tiles, waits for"
+             " all the others, then the consumer on the same tiles",
+             f"  launch   {kernel.block} threads per block; grid: the parts' grid, every block resident"
+             f" ({plan.per_sm} per SM)" + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else "")]
+    if kernel.held is not None:
+        lines.append(f"  held     {generated.dag.value(kernel.held).label}: a block's first {plan.registers} whole"
+                     f" tiles in registers, the next {plan.shared} in shared memory"
+                     f" ({kernel.dynamic_shared_bytes} bytes), {kernel.held_fraction():.0%} of its"
+                     f" {kernel.tiles_per_block()}; the rest re-read")
     for role, part in zip(("producer", "consumer"), kernel.parts):
         lines.append(f"  {role}:")
         lines += _kernel_lines(generated, part, sizes, None, "    ")

@@ -15,7 +15,9 @@ Covers may also run independent kernels side by side in one kernel
 (horizontal fusion, :mod:`fusec.space.horizontal`): such a cover holds a
 :class:`~fusec.space.horizontal.HorizontalFusion` in place of the two
 fusions, with implementations of its own. Likewise a kernel and the next one,
-which needs its reductions' results, in stripes (:mod:`fusec.space.striped`).
+which needs its reductions' results, in stripes (:mod:`fusec.space.striped`)
+or across one grid barrier with tiles held on chip (:mod:`fusec.space.held`):
+the slot of such a pair has the implementations of both kinds.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from ..dag import Dag
 from ..library.model import Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
+from .held import HELD_SHAPES, MAX_PER_SM, held_options
 from .implementations import implementations, load_phases
-from .points import HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from .points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
 from .striped import StripedFusion, striped_covers, striped_options
 
 Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover
@@ -97,7 +100,7 @@ class Space:
     sizes: dict[str, int]
     predictor: object
     fusions: list[Fusion]
-    options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan | StripedPlan, Kernel, float]]]  # sorted by time
+    options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan | StripedPlan | HeldPlan, Kernel, float]]]  # by time
     covers: list[tuple[Slot, ...]]
     horizontals: list[HorizontalFusion] = dataclasses.field(default_factory=list)
 
@@ -138,12 +141,12 @@ class Space:
         return next(self.ranked())
 
     def twin(self, combination: Combination) -> Combination:
-        """The same kernels with every horizontal or striped fusion's parts
+        """The same kernels with every horizontal, striped or held fusion's parts
         launched one after another (what the fusion must beat), with its
         predicted time."""
         plans, times = [], []
         for plan, seconds in zip(combination.plan.kernels, combination.kernel_times):
-            if not isinstance(plan, (HorizontalPlan, StripedPlan)):
+            if not isinstance(plan, (HorizontalPlan, StripedPlan, HeldPlan)):
                 plans.append(plan)
                 times.append(seconds)
                 continue
@@ -155,9 +158,9 @@ class Space:
 
     def top(self, count: int, twins: bool = False) -> list[Combination]:
         """The ``count`` best-predicted combinations; with ``twins``, each one with
-        a horizontal or striped fusion followed by its :meth:`twin` (unless
+        a horizontal, striped or held fusion followed by its :meth:`twin` (unless
         already there), and then the ``count // 4`` (at least one) best without
-        a striped fusion, so measuring them shows whether the fusion pays."""
+        a striped or held fusion, so measuring them shows whether the fusion pays."""
         out: list[Combination] = []
         seen: set[ProgramPlan] = set()
         for combination in itertools.islice(self.ranked(), count):
@@ -165,13 +168,36 @@ class Space:
                 if c.plan not in seen:
                     seen.add(c.plan)
                     out.append(c)
-        if twins:  # and the best without stripes: a striped kernel must beat those kernels at their best
-            unstriped = (c for c in self.ranked() if not any(isinstance(k, StripedPlan) for k in c.plan.kernels))
+        if twins:  # and the best without a barrier inside: such a kernel must beat those at their best
+            unstriped = (c for c in self.ranked()
+                         if not any(isinstance(k, (StripedPlan, HeldPlan)) for k in c.plan.kernels))
             for c in itertools.islice(unstriped, max(1, count // 4)):
                 if c.plan not in seen:
                     seen.add(c.plan)
                     out.append(c)
+            # and the best held ones, whose predictions are the least sure (the performance
+            # database has no timings of their shapes at a resident grid: bench.held measured
+            # GEMVER fp32 n = 4096 at 77.6 us where it predicted 128)
+            for c in itertools.islice(self.with_held(), max(1, count // 4)):
+                if c.plan not in seen:
+                    seen.add(c.plan)
+                    out.append(c)
         return out
+
+    def with_held(self) -> Iterator[Combination]:
+        """For each pair slot of a cover, in the order of its held options'
+        predicted times, the combination with that option and every other slot
+        at its best: the held fusions, best-predicted first."""
+        found = []
+        for cover in self.covers:
+            if not all(self.options[f] for f in cover):
+                continue
+            for position, slot in enumerate(cover):
+                for i, option in enumerate(self.options[slot]):
+                    if isinstance(option[0], HeldPlan):
+                        index = tuple(i if p == position else 0 for p in range(len(cover)))
+                        found.append(self._combination(cover, index))
+        return iter(sorted(found, key=lambda c: c.predicted))
 
     def layouts(self, count: int, twins: bool = False) -> list[Combination]:
         """The best-predicted combination of each of the ``count`` best-predicted
@@ -235,10 +261,10 @@ class Space:
 
 
 def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int], predictor,
-                shapes=None, horizontal: bool = True, striped: bool = True) -> Space:
+                shapes=None, horizontal: bool = True, striped: bool = True, held: bool = True) -> Space:
     """The space for one precision and size; ``shapes`` replaces the block shapes
     searched; ``horizontal=False`` leaves horizontal fusions out, ``striped=False``
-    striped ones."""
+    striped and held ones (the same pairs), ``held=False`` held ones only."""
     found = fusions(dag, library)
     options = {}
     for fusion in found:
@@ -255,5 +281,14 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
                                            predictor, sizes)
     stripes = striped_covers(dag, library, plain) if striped else []
     for slot in sorted({slot for cover in stripes for slot in cover if isinstance(slot, StripedFusion)}):
-        options[slot] = striped_options(dag, library, slot, [options[p] for p in slot.parts], predictor, sizes)
+        parts = [options[p] for p in slot.parts]
+        both = striped_options(dag, library, slot, parts, predictor, sizes)
+        if held:  # the same pair as one launch of resident blocks, tiles held on chip
+            wider = [sorted(found + [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel
+                                     in implementations(dag, library, part, dtype, HELD_SHAPES)
+                                     if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms],  # else never held
+                            key=lambda item: (item[2], load_phases(item[0]), item[0]))
+                     for part, found in zip(slot.parts, parts)] if shapes is None else parts
+            both += held_options(dag, library, slot, wider, predictor, sizes)
+        options[slot] = sorted(both, key=lambda o: (o[2], type(o[0]).__name__, o[0]))
     return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways + stripes, fused)

@@ -6,7 +6,9 @@ their routines, the block shape and the serial iterations. A
 :class:`HorizontalPlan` runs independent kernel plans side by side in one
 kernel, each on its own threads of every block (HFuse). A
 :class:`StripedPlan` runs a kernel and one that needs its reductions' results
-in one launch, stripe by stripe (cuSync, KTILER). A :class:`ProgramPlan` is
+in one launch, stripe by stripe (cuSync, KTILER); a :class:`HeldPlan` runs
+them in one launch of resident blocks with one grid barrier between them, the
+producer's matrix tiles held on chip across it. A :class:`ProgramPlan` is
 a *combination*: kernels that cover every call, in an order that respects
 the DAG. They print, sort, hash into cache keys and serialise to JSON.
 """
@@ -185,17 +187,73 @@ class StripedPlan:
         return cls(producer, consumer, int(data["lag"]))
 
 
-def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan | StripedPlan:
+@dataclasses.dataclass(frozen=True, order=True)
+class HeldPlan:
+    """Two dependent kernel plans of the same tiles in one launch whose blocks
+    are all resident at once, with one grid barrier between them: every block
+    runs the producer on its tiles, waits at the barrier (the producer's
+    reductions are then finished everywhere), and runs the consumer on the
+    same tiles, in the same order. The first ``registers`` tiles of a block
+    that the consumer reads again stay in registers across the barrier, the
+    next ``shared`` in shared memory; the rest are re-read from memory (L2,
+    where they were the last ones touched). Both parts have the same shape
+    and serial axis, so a block's n-th tile is the same in both. ``per_sm``:
+    the blocks each SM must hold at once (the grid over the SMs, rounded up),
+    which divides an SM's registers and shared memory between them."""
+
+    producer: KernelPlan
+    consumer: KernelPlan
+    registers: int = 0  # tiles per block held in registers
+    shared: int = 0  # tiles per block held in shared memory, after those
+    per_sm: int = 1  # blocks resident on each SM
+
+    @property
+    def parts(self) -> tuple[KernelPlan, KernelPlan]:
+        return (self.producer, self.consumer)
+
+    @property
+    def calls(self) -> tuple[int, ...]:
+        return tuple(sorted(self.producer.calls + self.consumer.calls))
+
+    @property
+    def block(self) -> int:
+        return self.producer.shape.block
+
+    def part_of(self, call: int) -> KernelPlan:
+        return next(p for p in self.parts if call in p.calls)
+
+    def implementation_of(self, call: int) -> str:
+        return self.part_of(call).implementation_of(call)
+
+    def layout(self) -> "HeldPlan":
+        return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
+
+    def to_json(self) -> dict:
+        return {"held": [p.to_json() for p in self.parts], "registers": self.registers, "shared": self.shared,
+                "per_sm": self.per_sm}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "HeldPlan":
+        producer, consumer = (KernelPlan.from_json(p) for p in data["held"])
+        return cls(producer, consumer, int(data["registers"]), int(data["shared"]), int(data["per_sm"]))
+
+
+AcrossBarrierPlan = StripedPlan | HeldPlan  # a producer and its consumer in one launch
+
+
+def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan | StripedPlan | HeldPlan:
     if "horizontal" in data:
         return HorizontalPlan.from_json(data)
     if "striped" in data:
         return StripedPlan.from_json(data)
+    if "held" in data:
+        return HeldPlan.from_json(data)
     return KernelPlan.from_json(data)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ProgramPlan:
-    kernels: tuple[KernelPlan | HorizontalPlan | StripedPlan, ...]
+    kernels: tuple[KernelPlan | HorizontalPlan | StripedPlan | HeldPlan, ...]
 
     def to_json(self) -> str:
         return json.dumps([k.to_json() for k in self.kernels], sort_keys=True)
@@ -219,10 +277,13 @@ def _l2_code(name: str) -> int:
     return codes[name]
 
 
-def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan) -> str:
+def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan | HeldPlan) -> str:
     if isinstance(kernel, StripedPlan):
         return ("S{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
                 + f"; lag {kernel.lag}}}")
+    if isinstance(kernel, HeldPlan):
+        return ("B{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
+                + f"; held {kernel.registers} in registers, {kernel.shared} in shared, {kernel.per_sm}/SM}}")
     if isinstance(kernel, HorizontalPlan):
         bound = f", <={kernel.bound} regs" if kernel.bound else ""
         return "H{" + " || ".join(_kernel_summary(dag, p) for p in kernel.parts) + f"{bound}}}"

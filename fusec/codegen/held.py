@@ -1,0 +1,348 @@
+"""Held fusion: a kernel and one that needs its reductions' results, in one
+launch of resident blocks with one grid barrier between them, the matrix
+tiles the second reads again held on chip across it.
+
+GEMVER's ``w = alpha B x`` needs all of ``x = beta B^T y + z``, so B is read
+twice. Where the matrix is about the chip's size (fp32 n = 4096: 64 MB, past
+L2's 50 MB, but the H100 also has 33 MB of registers and 30 MB of shared
+memory), the second read need not leave the chip. A
+:class:`~fusec.space.points.HeldPlan` runs both parts on the same tiles:
+
+- each part is analysed exactly as if it ran alone
+  (:func:`~fusec.codegen.kernel.build_kernel`), with the same shape and
+  serial axis, so the grid is the same and a block's n-th tile is the same
+  tile in both;
+- the launch is the parts' grid, every block resident at once (the runtime
+  checks the occupancy before the first launch: a block waits for all the
+  others, which must be running);
+- a block runs the producer on its tiles, its reductions' finishes
+  included; keeps the element it computed or loaded of the first
+  ``registers`` whole tiles in registers (the serial loop is unrolled, so the
+  iteration number that indexes them is a constant) and of the next
+  ``shared`` in dynamic shared memory, each thread its own slots (no bank
+  conflicts); and arrives at the grid barrier (``fusec_grid_sync``);
+- after it, every reduction is finished, and the block runs the consumer on
+  the same tiles, taking the held ones from chip and loading the others
+  (written or read last by the producer, so L2 may still hold them).
+
+``bench.one_barrier`` measured the idea by hand first (GEMVER fp32 n = 4096:
+0.82x the two launches' GPU time with 61 % of the matrix held).
+
+Values that cross from the producer to the consumer lose ``__restrict__``,
+since one launch now writes and reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import geometry as geo
+from ..dag import Dag
+from ..errors import PlanError
+from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
+from ..space.points import HeldPlan
+from .barriers import LOOP
+from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
+from .kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
+from .striped import crossing, matrices_reread
+
+MAX_SHARED = 227 * 1024  # bytes of shared memory a block may have on sm_90 (static and dynamic)
+SHARED_PER_SM = 228 * 1024  # bytes an SM gives its blocks
+SHARED_RESERVED = 1024  # per block, kept by the driver
+MAX_REGISTERS = 255  # per thread
+REGISTERS_PER_SM = 65536
+# Kernel.estimated_registers is off by 6.6 registers on average; past what a thread may have,
+# held tiles and the parts' own values spill to local memory (ptxas: SGEMVT fp64 with 10 tiles
+# held, estimated 245 of 255, spilled 256 bytes; GEMVER fp64 in 512-thread blocks, two per SM,
+# nothing held in registers, 912), so the estimate must leave this much room.
+REGISTER_MARGIN = 16
+HELD_MAPPING = "tile"  # the register mapping both parts must hold the matrix in
+ARRIVALS = 2  # 32-bit words of the schedule: one 64-bit count of arrivals at the barrier
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """What a part's body does with the held tiles (``_emit_body``'s ``hold``):
+    the producer keeps its element of ``value`` after the op that writes it,
+    the consumer takes it instead of loading it."""
+
+    value: int  # the matrix held
+    keep: bool  # producer (True) or consumer
+    registers: int
+    shared: int
+    slots: int  # the element's slots per thread
+
+    def _where(self, w: _Writer, copy_registers: str, copy_shared: str) -> bool:
+        """The branches that copy a held tile; False when there are none."""
+        whole = "c.row0 + TILE_ROWS <= c.rows && c.col0 + TILE_COLS <= c.cols"
+        branches = []
+        if self.registers:
+            branches.append((f"it < {self.registers}", [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};"]))
+        if self.shared:
+            branches.append((f"it < {self.registers + self.shared}",
+                             [f"real* const h = held_shared + (long long)(it - {self.registers}) * {self.slots} * BLOCK;",
+                              f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};"]))
+        if not branches:
+            return False
+        w("// held: whole tiles only (the edges' values are the guarded routines' own)")
+        for i, (condition, lines) in enumerate(branches):
+            head = f"if ({whole} && {condition}) {{"
+            if i == 0:
+                w(head)
+            else:
+                w.lines[-1] += " else " + head
+            w.depth += 1
+            for line in lines:
+                if line.startswith("for"):
+                    w("#pragma unroll")
+                w(line)
+            w.depth -= 1
+            w("}")
+        return True
+
+    def emit_keep(self, w: _Writer, var: str) -> None:
+        self._where(w, f"held_registers[it][s] = {var}[s]",
+                    f"h[s * BLOCK + threadIdx.x] = {var}[s]")
+
+    def emit_take(self, w: _Writer, var: str, emit_load) -> None:
+        if not self._where(w, f"{var}[s] = held_registers[it][s]", f"{var}[s] = h[s * BLOCK + threadIdx.x]"):
+            emit_load()
+            return
+        w.lines[-1] += " else {"
+        w.depth += 1
+        emit_load()
+        w.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldKernel(PartsKernel):
+    """A held fusion's kernel: the interface of :class:`Kernel` that the
+    runtime and the predictors use, with the parts (producer, consumer) as
+    analysed kernels."""
+
+    index: int
+    name: str
+    plan: HeldPlan
+    dtype: str
+    parts: tuple[Kernel, Kernel]  # producer, consumer
+    held: int | None  # the matrix whose tiles are held (None: nothing held)
+    slots: int  # its slots per thread per tile
+    args: tuple[Arg, ...]
+    source: str = dataclasses.field(repr=False)
+
+    all_resident = True  # a block waits for every other at the grid barrier
+
+    @property
+    def block(self) -> int:
+        return self.plan.block
+
+    @property
+    def estimated_registers(self) -> int:
+        words = geo.DTYPES[self.dtype].itemsize // 4
+        held = self.plan.registers * self.slots * words
+        return max(p.estimated_registers for p in self.parts) + held  # past 255 it would spill
+
+    @property
+    def most_registers(self) -> int:
+        """Registers a thread may have with ``per_sm`` blocks on each SM."""
+        return registers_allowed(self.block, self.plan.per_sm)
+
+    @property
+    def most_shared(self) -> int:
+        """Bytes of shared memory a block may have with ``per_sm`` blocks on each SM."""
+        return shared_allowed(self.plan.per_sm)
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        """The tiles held in shared memory: every thread's slots of each."""
+        return self.plan.shared * self.slots * self.block * geo.DTYPES[self.dtype].itemsize
+
+    def grid(self, sizes: dict[str, int]) -> int:
+        """The parts' grid (the same for both)."""
+        return self.parts[0].grid(sizes)
+
+    def tiles_per_block(self) -> int:
+        return self.parts[0].macros()["ITERS"]
+
+    def held_fraction(self) -> float:
+        """Of the tiles the consumer reads again, the share held on chip (whole tiles)."""
+        if self.held is None:
+            return 0.0
+        return min(1.0, (self.plan.registers + self.plan.shared) / self.tiles_per_block())
+
+    def schedule_counters(self, sizes: dict[str, int]) -> int:
+        """32-bit words of the ``fusec_schedule`` argument, zero before the first launch:
+        the count of arrivals at the barrier, which only grows."""
+        return ARRIVALS
+
+
+def registers_allowed(block: int, per_sm: int) -> int:
+    """Registers per thread when each SM holds ``per_sm`` blocks of ``block`` threads
+    (allocated per warp in units of 256: a multiple of 8)."""
+    return min(MAX_REGISTERS, REGISTERS_PER_SM // (block * per_sm) // 8 * 8)
+
+
+def shared_allowed(per_sm: int) -> int:
+    """Bytes of shared memory a block may have when each SM holds ``per_sm`` blocks."""
+    return min(MAX_SHARED, SHARED_PER_SM // per_sm - SHARED_RESERVED)
+
+
+def held_matrix(dag: Dag, parts: tuple[Kernel, Kernel]) -> int | None:
+    """The matrix the consumer loads in its loop into registers, tile by tile,
+    that the producer also has there in the same mapping (it loaded or
+    computed it): the tiles a block can keep. None when there is none."""
+    producer, consumer = parts
+    written = {op.value for op in producer.ops
+               if op.section == LOOP and op.step is not None
+               and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE)}
+
+    def in_registers(kernel: Kernel, value: int) -> bool:
+        return any(e.value == value and e.storage is Storage.REGISTERS and e.mapping == HELD_MAPPING
+                   for e in kernel.elements)
+
+    for op in consumer.ops:
+        if (op.section == LOOP and op.step is not None and op.step.kind is RoutineKind.LOAD
+                and dag.value(op.value).kind is Kind.MATRIX and op.value in written
+                and in_registers(consumer, op.value) and in_registers(producer, op.value)):
+            return op.value
+    return None
+
+
+def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None = None) -> str | None:
+    """None when the plan's parts may run as one launch with one grid barrier
+    and its tiles held as it says; else why not. ``parts``: the analysed
+    plans, for the checks that need them."""
+    producer, consumer = plan.parts
+    if set(producer.calls) & set(consumer.calls):
+        return "a call is in both parts"
+    if any(dag.reaches(c, p) for c in consumer.calls for p in producer.calls):
+        return "the consumer's calls come before the producer's"
+    if producer.geometry is not Geometry.TILE or consumer.geometry is not Geometry.TILE:
+        return "both parts must be tile kernels (a block's tiles the same in both)"
+    if (producer.shape, producer.serial) != (consumer.shape, consumer.serial):
+        return "the parts' shapes or serial axes differ: a block's tiles must be the same in both"
+    if plan.registers < 0 or plan.shared < 0:
+        return "a negative count of held tiles"
+    if plan.per_sm < 1:
+        return f"{plan.per_sm} blocks per SM: at least one"
+    if plan.registers + plan.shared > producer.shape.iters:
+        return (f"{plan.registers + plan.shared} tiles held, more than the {producer.shape.iters}"
+                " of a block")
+    if not crossing(dag, producer.calls, consumer.calls):
+        return "the consumer reads nothing the producer computes"
+    if parts is None:
+        return None
+    first, second = parts
+    if first.dims != second.dims:
+        return f"the parts' matrices are {first.dims} and {second.dims}: they need the same tiles"
+    if (plan.registers or plan.shared) and held_matrix(dag, parts) is None:
+        return "no matrix both parts hold in registers, tile by tile: nothing to hold"
+    itemsize = geo.DTYPES[first.dtype].itemsize
+    static = sum(p.shared_reals for p in parts) * itemsize
+    if static > MAX_STATIC_SHARED:
+        return f"{static} bytes of shared memory, more than a block may declare ({MAX_STATIC_SHARED})"
+    kernel = _kernel(dag, plan, parts, 0)
+    if static + kernel.dynamic_shared_bytes > kernel.most_shared:
+        return (f"{plan.shared} tiles held in shared memory: {static + kernel.dynamic_shared_bytes}"
+                f" bytes with the parts', more than a block may have ({kernel.most_shared},"
+                f" {plan.per_sm} per SM)")
+    if kernel.estimated_registers + REGISTER_MARGIN > kernel.most_registers:
+        return (f"{plan.registers} tiles held in registers: about {kernel.estimated_registers}"
+                f" registers per thread, too near the {kernel.most_registers} of {plan.per_sm} blocks"
+                f" of {plan.block} per SM (they would spill)")
+    return None
+
+
+def build_held(dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int,
+               emit: bool = True) -> HeldKernel:
+    """Analyse a held fusion into a kernel and print its source (unless
+    ``emit`` is false). Raises PlanError when the parts cannot be held."""
+    why = why_not_held(dag, plan)
+    if why:
+        raise PlanError(f"held fusion of calls {plan.calls}: {why}")
+    parts = tuple(build_kernel(dag, library, p, dtype, index, emit=False) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index, emit)
+
+
+def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) -> HeldKernel:
+    """The kernel of parts already analysed, its source not printed."""
+    shared_values = set(crossing(dag, plan.producer.calls, plan.consumer.calls))
+
+    def unrestricted(arg: Arg) -> Arg:  # one launch writes and reads it now
+        if arg.value in shared_values and arg.role in ("in", "out"):
+            return dataclasses.replace(arg, decl=arg.decl.replace(" __restrict__", ""))
+        return arg
+
+    parts = tuple(dataclasses.replace(k, index=index, name=f"k{index}p{p}_" + k.name.split("_", 1)[1],
+                                      args=tuple(unrestricted(a) for a in k.args))
+                  for p, k in enumerate(parts))
+    # The producer's loads of a matrix the consumer reads again stay plain (its unheld
+    # tiles should stay in L2), its other matrix loads are evict-first (GEMVER's A
+    # streams past, B stays), as in a striped fusion.
+    reread = set(matrices_reread(dag, plan))
+    loaded = {a.value for a in parts[0].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}
+    parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread), parts[1])
+    held = held_matrix(dag, parts) if plan.registers or plan.shared else None
+    slots = next((e.size for e in parts[0].elements if e.value == held), 0) if held is not None else 0
+    written = {a.value for a in parts[0].args if a.role == "out"}
+    args = tuple(a for a in union_args(parts) if not (a.role == "in" and a.value in written))
+    args += (Arg("schedule", "unsigned long long* __restrict__ fusec_arrivals"),)
+    name = f"k{index}_b_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
+    return HeldKernel(index, name, plan, parts[0].dtype, parts, held, slots, args, "")
+
+
+def assemble(dag: Dag, library: Library, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int,
+             emit: bool = True) -> HeldKernel:
+    """The held kernel of parts already analysed (any index)."""
+    why = why_not_held(dag, plan, parts)
+    if why:
+        raise PlanError(f"held fusion of calls {plan.calls}: {why}")
+    kernel = _kernel(dag, plan, parts, index)
+    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+
+
+def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
+    w = _Writer()
+    plan = kernel.plan
+    words = {"rows": "rows", "cols": "columns"}
+    w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
+    w("//   held fusion across one grid barrier: every block is resident, runs the producer on its")
+    w("//   tiles, waits for all the others, then runs the consumer on the same tiles")
+    if kernel.held is not None:
+        w(f"//   {dag.value(kernel.held).label}: a block's first {plan.registers} whole tiles held in registers,"
+          f" the next {plan.shared} in shared memory, the rest re-read")
+    for role, part in zip(("producer", "consumer"), kernel.parts):
+        w(f"//   {role}:")
+        for call in part.plan.calls:
+            impl = part.plan.implementation_of(call)
+            w(f"//     {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+        w(f"//     {part.plan.shape.describe(part.dtype)} along the {words[part.plan.serial]}")
+    rows = max(plan.registers, 1)  # a C array has at least one row; none is used when 0 are held
+    slots = max(kernel.slots, 1)
+    extra = (f"real (&held_registers)[{rows}][{slots}]", "real* const held_shared")
+    for p, part in enumerate(kernel.parts):
+        role = "producer" if p == 0 else "consumer"
+        hold = None
+        if kernel.held is not None:
+            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots)
+        emit_part(w, part, dag, library, Threads(item="item"),
+                  f"// the {role}, as it runs alone, on the block `item`"
+                  + (f"; {'keeps' if p == 0 else 'takes'} the held tiles" if hold else ""),
+                  extra_params=extra, hold=hold)
+    params = ",\n    ".join(a.decl for a in kernel.args)
+    w(f"#define BLOCK {kernel.block}")
+    w(f"// {plan.per_sm} block{'s' if plan.per_sm > 1 else ''} on each SM at once: every block is resident")
+    w(f'extern "C" __global__ void __launch_bounds__(BLOCK, {plan.per_sm}) {kernel.name}(\n    {params})')
+    w("{")
+    w.depth += 1
+    w("extern __shared__ __align__(16) unsigned char fusec_dynamic[];  // the tiles held in shared memory")
+    w(f"real held_registers[{rows}][{slots}];  // the tiles held in registers: constant indices only")
+    w("real* const held_shared = reinterpret_cast<real*>(fusec_dynamic);")
+    for p, part in enumerate(kernel.parts):
+        names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
+        w(f"{part.name}::run({', '.join(names + ['blockIdx.x', 'held_registers', 'held_shared'])});")
+        if p == 0:
+            w("fusec_grid_sync(fusec_arrivals, gridDim.x);  // every block's producer done, its finishes too")
+    w.close()
+    w("#undef BLOCK")
+    return "\n".join(w.lines) + "\n"

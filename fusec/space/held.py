@@ -1,0 +1,89 @@
+"""Held fusions: the pairs a striped fusion would run in stripes
+(:mod:`fusec.space.striped`), run instead as one launch of resident blocks
+with one grid barrier, the tiles the consumer reads again held on chip
+(:mod:`fusec.codegen.held`).
+
+The options of a pair: each part's best-predicted implementations of one
+shape and serial axis (a few of each), paired where the grid fits on the GPU
+at one or two blocks per SM (a block waits for every other, so all must be
+resident; the SM's registers and shared memory are split between them), each
+with several counts of tiles held in registers (0, 2, 4, ... up to what a
+thread's registers allow) and as many in shared memory as fit.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .. import geometry as geo
+from ..codegen.held import (REGISTER_MARGIN, HeldKernel, assemble, held_matrix, registers_allowed,
+                            shared_allowed)
+from ..codegen.kernel import Kernel
+from ..dag import Dag
+from ..errors import PlanError
+from ..geometry import Shape
+from ..library.model import Geometry, Library
+from .points import HeldPlan, KernelPlan
+from .striped import StripedFusion
+
+PER_PART = 3  # implementations of each part per shape and serial axis that are paired
+# Shapes offered to held fusions besides the space's: at a resident grid a block must
+# keep more bytes in flight than the space's 256-thread blocks do (bench.held, fp32
+# n = 4096: SGEMVT held with 512 threads and 128-row tiles 45.5 us, with 256 threads
+# and 64-row tiles, two per SM, 47.2; bench/results/h100-held-shapes.md).
+HELD_SHAPES = (Shape(Geometry.TILE, 512, 8, 128), Shape(Geometry.TILE, 512, 16, 64),
+               Shape(Geometry.TILE, 1024, 16, 64))
+REGISTER_STEP = 2  # the counts of tiles held in registers the space offers: 0, 2, 4, ...
+MAX_PER_SM = 2  # blocks resident on each SM at most: more would hold little each
+
+
+def held_options(dag: Dag, library: Library, fusion: StripedFusion,
+                 part_options: list[list[tuple[KernelPlan, Kernel, float]]],
+                 predictor, sizes) -> list[tuple[HeldPlan, HeldKernel, float]]:
+    """The pair's held implementations with their predicted seconds, best first."""
+    producers, consumers = part_options
+    sizes = dict(sizes)
+
+    def grouped(options):
+        groups: dict[tuple, list] = {}
+        for option in options:  # sorted: the first PER_PART of a group are its best
+            plan, kernel = option[0], option[1]
+            if kernel.grid(sizes) > MAX_PER_SM * predictor.sms:
+                continue  # the blocks would not all be resident, or hold little each
+            group = groups.setdefault((plan.shape, plan.serial), [])
+            if len(group) < PER_PART:
+                group.append(option)
+        return groups
+
+    mine, theirs = grouped(producers), grouped(consumers)
+    out = []
+    for key in sorted(set(mine) & set(theirs)):
+        for (p, pk, _), (c, ck, _) in itertools.product(mine[key], theirs[key]):
+            per_sm = -(-pk.grid(sizes) // predictor.sms)
+            for registers, shared in held_counts(dag, p, (pk, ck), per_sm):
+                plan = HeldPlan(p, c, registers, shared, per_sm)
+                try:
+                    kernel = assemble(dag, library, plan, (pk, ck), 0, emit=False)
+                except PlanError:
+                    continue
+                out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))
+    return sorted(out, key=lambda o: (o[2], o[0]))
+
+
+def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], per_sm: int) -> list[tuple[int, int]]:
+    """(tiles in registers, tiles in shared memory) to offer: every REGISTER_STEP
+    up to what a thread's registers allow, each with as many tiles in shared
+    memory as fit beside the parts' own (at most the block's tiles in all), with
+    ``per_sm`` blocks on each SM; only (0, 0) when no matrix can be held."""
+    held = held_matrix(dag, parts)
+    if held is None:
+        return [(0, 0)]
+    itemsize = geo.DTYPES[parts[0].dtype].itemsize
+    slots = next(e.size for e in parts[0].elements if e.value == held)
+    block, tiles = producer.shape.block, producer.shape.iters
+    spare = registers_allowed(block, per_sm) - max(k.estimated_registers for k in parts) - REGISTER_MARGIN
+    most_registers = max(0, min(tiles, spare // (slots * itemsize // 4)))
+    static = sum(k.shared_reals for k in parts) * itemsize
+    fit_shared = max(0, (shared_allowed(per_sm) - static) // (slots * block * itemsize))
+    return [(registers, min(fit_shared, tiles - registers))
+            for registers in range(0, most_registers + 1, REGISTER_STEP)]

@@ -1,0 +1,142 @@
+"""GPU tier of held fusion: a producer and its consumer in one launch of
+resident blocks, one grid barrier between them, tiles held on chip across it.
+
+For GEMVER, SGEMVT and ATAX in both precisions: the held options of the
+space at n = 4096 that hold the most, hold nothing in registers, hold
+nothing at all, and the best-predicted one. Each runs at sizes with whole
+tiles, ragged edges (held tiles are whole ones; the edges go through
+memory), fewer blocks than SMs and one block, with outputs and fusec's
+buffers poisoned, and is judged by the float64 oracle; its outputs must
+equal bit for bit those of the same two kernels launched one after another,
+and again on a second and third run (the barrier's count only grows). A size
+whose grid cannot be resident is refused before anything is launched.
+
+FUSEC_HELD_QUICK=1 keeps float32 and the two ragged sizes: for runs under compute-sanitizer::
+
+    FUSEC_LINEINFO=1 FUSEC_HELD_QUICK=1 compute-sanitizer --tool racecheck \\
+        --error-exitcode 1 python -m pytest -q -x tests/gpu/test_held.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from fusec import nvcc, oracle
+from fusec.codegen.program import generate
+from fusec.errors import FusecError
+from fusec.predict import DEFAULT
+from fusec.runtime.program import Program
+from fusec.script import load_script
+from fusec.space.combinations import build_space
+from fusec.space.points import HeldPlan, ProgramPlan
+from fusec.space.striped import StripedFusion
+from tests.helpers import DTYPES, ROOT, library
+
+pytestmark = pytest.mark.gpu
+
+QUICK = bool(os.environ.get("FUSEC_HELD_QUICK"))
+SCRIPTS = ("gemver", "sgemvt", "atax")
+# whole tiles; ragged rows and columns; a few blocks; one block
+SIZES = [dict(m=4096, n=4096), dict(m=1000, n=777), dict(m=4097, n=33), dict(m=1, n=300)]
+
+
+def dag_of(script):
+    return load_script(ROOT / "scripts" / f"{script}.script", library())
+
+
+def held_plans(script: str, dtype: str) -> list[ProgramPlan]:
+    dag = dag_of(script)
+    space = build_space(dag, library(), dtype, {s: 4096 for s in dag.sizes}, DEFAULT, horizontal=False)
+    options = [o for slot in space.options if isinstance(slot, StripedFusion)
+               for o in space.options[slot] if isinstance(o[0], HeldPlan) and len(o[0].calls) == len(dag.calls)]
+    picks = {options[0][0]: None}
+    picks[max(options, key=lambda o: (o[1].held_fraction(), -o[2]))[0]] = None
+    picks[next(o[0] for o in options if o[0].registers == 0 and o[0].shared)] = None
+    picks[dataclasses.replace(options[0][0], registers=0, shared=0)] = None  # one barrier, nothing held
+    plans = [ProgramPlan((p,)) for p in picks]
+    return plans[:2] if QUICK else plans
+
+
+def apart(plan: ProgramPlan) -> ProgramPlan:
+    kernels = []
+    for kernel in plan.kernels:
+        kernels += list(kernel.parts) if isinstance(kernel, HeldPlan) else [kernel]
+    return ProgramPlan(tuple(kernels))
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """(script, dtype) -> [(Program, the same kernels apart)], compiled up front in parallel."""
+    from fusec.runtime import cuda
+    with cuda.context() as ctx:
+        arch = cuda.arch_of(ctx)
+    out, sources = {}, []
+    for script in SCRIPTS:
+        for dtype in (("float32",) if QUICK else DTYPES):
+            dag = dag_of(script)
+            pairs = [(Program(generate(dag, library(), plan, dtype)),
+                      Program(generate(dag, library(), apart(plan), dtype)))
+                     for plan in held_plans(script, dtype)]
+            out[script, dtype] = pairs
+            sources += [p.source for pair in pairs for p in pair]
+    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    return out
+
+
+def _host(results, program) -> dict[str, np.ndarray]:
+    results = results if isinstance(results, tuple) else (results,)
+    return {name: np.asarray(r) for name, r in zip(program.outputs, results)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_held_plan(script, dtype, compiled):
+    if (script, dtype) not in compiled:
+        pytest.skip("FUSEC_HELD_QUICK: float32 only")
+    pairs = compiled.pop((script, dtype))
+    dag = pairs[0][0].dag
+    failures = []
+    for sizes in SIZES[1:3] if QUICK else SIZES:
+        inputs = oracle.random_inputs(dag, sizes, dtype, np.random.default_rng(zlib.crc32(repr(sizes).encode())))
+        expected = oracle.expect(dag, library(), inputs)
+        for prog, alone in pairs:
+            label = f"{prog.generated.plan.summary(dag)} at {sizes}"
+            outputs = _host(prog.run(inputs, poison=True), prog)
+            for check in oracle.check_outputs(dag, library(), inputs, outputs, dtype, expected=expected):
+                if not check.passed:
+                    failures.append(f"{label}: {check.name} {check.reason}")
+            apart_outputs = _host(alone.run(inputs, poison=True), alone)
+            for again in range(2):
+                repeated = _host(prog.run(inputs, poison=True), prog)
+                for name in outputs:
+                    if not np.array_equal(outputs[name], repeated[name]):
+                        failures.append(f"{label}: {name} differs on run {again + 2}")
+            for name in outputs:
+                if not np.array_equal(outputs[name], apart_outputs[name]):
+                    failures.append(f"{label}: {name} differs from the same kernels one after another")
+        for pair in pairs:
+            for p in pair:
+                p._buffers.clear()
+        gc.collect()
+    assert not failures, f"{len(failures)} failures, first: " + "; ".join(failures[:3])
+
+
+def test_a_grid_that_cannot_be_resident_is_refused():
+    """At n = 16384 the n = 4096 plan's grid is 16 times larger: refused, naming the
+    kernel, before any launch (a launch would wait at the barrier for ever)."""
+    dag = dag_of("gemver")
+    prog = Program(generate(dag, library(), held_plans("gemver", "float32")[0], "float32"))
+    sizes = dict(m=16384, n=16384)
+    inputs = oracle.random_inputs(dag, sizes, "float32", np.random.default_rng(3))
+    with pytest.raises(FusecError, match=prog.kernels[0].name):
+        prog.run(inputs)
+    small = dict(m=512, n=512)  # the program still runs where it fits
+    inputs = oracle.random_inputs(dag, small, "float32", np.random.default_rng(4))
+    outputs = _host(prog.run(inputs), prog)
+    assert all(c.passed for c in oracle.check_outputs(dag, library(), inputs, outputs, "float32"))

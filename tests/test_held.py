@@ -1,0 +1,201 @@
+"""Held fusion without a GPU: the plan record, its checks, the space, codegen, prediction.
+
+GEMVER, SGEMVT and ATAX each have a global barrier between two matrix passes.
+A held plan runs both passes in one launch of resident blocks with one grid
+barrier, the tiles the consumer reads again kept in registers and shared
+memory. Options are offered only there, where the grid fits at one or two
+blocks per SM; every kind of option compiles with nvcc for sm_90 with nothing
+in local memory (the held registers really are registers); the checks say why
+a pair cannot be held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from fusec import nvcc
+from fusec.codegen.held import HeldKernel, held_matrix, why_not_held
+from fusec.codegen.kernel import build_kernel
+from fusec.codegen.program import generate
+from fusec.errors import PlanError
+from fusec.predict import DEFAULT
+from fusec.script import load_script
+from fusec.space.combinations import build_space
+from fusec.space.points import HeldPlan, ProgramPlan, kernel_plan_from_json
+from fusec.space.striped import StripedFusion
+from helpers import DTYPES, ROOT, library, script_names
+
+HELD = {"gemver": "B", "sgemvt": "A", "atax": "A"}  # the scripts that get held options, and what is held
+
+
+def dag_of(script: str):
+    return load_script(ROOT / "scripts" / f"{script}.script", library())
+
+
+def space_of(script: str, n: int = 4096, dtype: str = "float32"):
+    dag = dag_of(script)
+    return build_space(dag, library(), dtype, {s: n for s in dag.sizes}, DEFAULT)
+
+
+def held_options(space):
+    """(plan, kernel, seconds) of every held option, over the pair slots."""
+    return [o for slot in space.options if isinstance(slot, StripedFusion)
+            for o in space.options[slot] if isinstance(o[0], HeldPlan)]
+
+
+def most_held(script: str, dtype: str = "float32", n: int = 4096) -> tuple[HeldPlan, HeldKernel]:
+    """The held option of the two-kernel cover that holds the largest share."""
+    space = space_of(script, n, dtype)
+    options = [o for o in held_options(space) if len(o[0].calls) == len(space.dag.calls)]
+    plan, kernel, _ = max(options, key=lambda o: (o[1].held_fraction(), -o[2]))
+    return plan, kernel
+
+
+@pytest.mark.parametrize("script", script_names())
+def test_held_options_where_a_reduction_result_crosses_a_barrier(script):
+    space = space_of(script)
+    options = held_options(space)
+    if script not in HELD:
+        assert not options
+        return
+    assert options
+    sms = DEFAULT.sms
+    for plan, kernel, seconds in options:
+        assert isinstance(kernel, HeldKernel) and seconds > 0
+        assert plan.producer.shape == plan.consumer.shape and plan.producer.serial == plan.consumer.serial
+        grid = kernel.grid(space.sizes)
+        assert grid <= plan.per_sm * sms and plan.per_sm == -(-grid // sms) <= 2
+        assert why_not_held(space.dag, plan, kernel.parts) is None
+        if plan.registers or plan.shared:
+            assert space.dag.value(kernel.held).label == HELD[script]
+    # some hold most of a block's tiles (fp32 n = 4096: blocks of 32 tiles of 32 x 128)
+    assert max(k.held_fraction() for _, k, _ in options) > 0.5
+    for slot in space.options:  # both kinds in one sorted list
+        times = [t for _, _, t in space.options[slot]]
+        assert times == sorted(times)
+
+
+def test_no_held_options_where_the_grid_cannot_be_resident():
+    # fp32 n = 16384: every shape's grid is past two blocks per SM
+    assert not held_options(space_of("gemver", n=16384))
+
+
+def test_the_held_plan_round_trips_and_prints():
+    plan, _ = most_held("gemver")
+    again = kernel_plan_from_json(json.loads(json.dumps(plan.to_json())))
+    assert again == plan
+    text = ProgramPlan((plan,)).summary(dag_of("gemver"))
+    assert text.startswith("B{") and f"held {plan.registers} in registers, {plan.shared} in shared" in text
+
+
+def test_why_not_held_names_the_problem():
+    dag = dag_of("gemver")
+    plan, kernel = most_held("gemver")
+    parts = kernel.parts
+    other = dataclasses.replace(plan.consumer, serial="cols" if plan.consumer.serial == "rows" else "rows")
+    assert "shapes or serial axes differ" in why_not_held(dag, dataclasses.replace(plan, consumer=other))
+    tiles = plan.producer.shape.iters
+    assert f"more than the {tiles} of a block" in why_not_held(
+        dag, dataclasses.replace(plan, registers=tiles, shared=1))
+    assert "more than a block may have" in why_not_held(
+        dag, dataclasses.replace(plan, registers=0, shared=tiles), parts)
+    assert "they would spill" in why_not_held(dag, dataclasses.replace(plan, registers=tiles, shared=0), parts)
+    assert "blocks per SM" in why_not_held(dag, dataclasses.replace(plan, per_sm=0))
+    swapped = HeldPlan(plan.consumer, plan.producer, 0, 0)
+    assert "come before" in why_not_held(dag, swapped)
+    with pytest.raises(PlanError, match="held fusion of calls"):
+        generate(dag, library(), ProgramPlan((dataclasses.replace(plan, consumer=other),)), "float32")
+
+
+def test_a_staged_producer_holds_nothing():
+    # ATAX's t = A x with sgemv's `staged` implementation has A's tile in shared memory,
+    # not in registers in the consumer's mapping
+    dag = dag_of("atax")
+    plan, kernel = most_held("atax")
+    staged = dataclasses.replace(plan.producer, implementations=("staged",))
+    parts = (build_kernel(dag, library(), staged, "float32", 0, emit=False), kernel.parts[1])
+    assert held_matrix(dag, parts) is None
+    assert "nothing to hold" in why_not_held(dag, dataclasses.replace(plan, producer=staged), parts)
+    assert why_not_held(dag, dataclasses.replace(plan, producer=staged, registers=0, shared=0), parts) is None
+
+
+def test_the_kernel_keeps_and_takes_the_held_tiles():
+    dag = dag_of("gemver")
+    plan, _ = most_held("gemver")
+    program = generate(dag, library(), ProgramPlan((plan,)), "float32")
+    kernel = program.kernels[0]
+    source = kernel.source
+    slots = kernel.slots
+    assert f"real held_registers[{plan.registers}][{slots}];" in source
+    assert f"__launch_bounds__(BLOCK, {plan.per_sm})" in source
+    # the producer keeps B after computing it, the consumer takes it instead of loading it
+    assert source.count(f"held_registers[it][s] = r_v10_B[s]") == 1
+    assert source.count(f"r_v10_B[s] = held_registers[it][s]") == 1
+    assert source.count("fusec_grid_sync(fusec_arrivals, gridDim.x);") == 1
+    assert source.index("held_registers[it][s] = r_v10_B[s]") < source.index("fusec_grid_sync(fusec_arrivals")
+    # both serial loops are unrolled, so `it` is a constant in each copy
+    assert len(re.findall(r"#pragma unroll\n\s*for \(int it = 0; it < ITERS; \+\+it, c\.(?:row|col)0 \+=", source)) == 2
+    assert kernel.all_resident and kernel.schedule_counters({}) == 2
+    assert kernel.dynamic_shared_bytes == plan.shared * slots * plan.block * 4
+    # B and x cross inside the launch: not read through the non-coherent cache
+    assert re.search(r"\breal\* g_v10_B,", source) and re.search(r"\breal\* g_v11_x,", source)
+
+
+def test_prediction_rewards_the_held_share():
+    space = space_of("gemver")
+    dag, sizes = space.dag, space.sizes
+    plan, kernel = most_held("gemver")
+    assert kernel.held_fraction() > 0
+    times = []
+    for registers in (0, plan.registers):
+        for shared in (0, plan.shared):
+            k = build_kernel(dag, library(), dataclasses.replace(plan, registers=registers, shared=shared),
+                             "float32", 0, emit=False)
+            times.append(DEFAULT.kernel_seconds(k, dag, sizes))
+    assert times[0] > times[1] > times[3] and times[0] > times[2] > times[3]
+    apart = sum(DEFAULT.kernel_seconds(p, dag, sizes) for p in kernel.parts)
+    assert DEFAULT.kernel_seconds(kernel, dag, sizes) < apart
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", HELD)
+def test_held_programs_compile_with_their_registers_in_registers(script, dtype):
+    """The most held option, one with nothing in registers, and one at two blocks per SM
+    (fp64 n = 4096 needs two): ptxas must find no stack frame, which held registers
+    indexed at run time would need."""
+    dag = dag_of(script)
+    options = [o for o in held_options(space_of(script, dtype=dtype)) if len(o[0].calls) == len(dag.calls)]
+    picks = {max(options, key=lambda o: (o[1].held_fraction(), -o[2]))[0]: None}
+    picks.update({next(o[0] for o in options if o[0].registers == 0): None})
+    picks.update({o[0]: None for o in options[:1]})
+    sources = [generate(dag, library(), ProgramPlan((plan,)), dtype).source for plan in picks]
+    for compiled in nvcc.compile_many(sources, "sm_90"):
+        name = next(n for n in compiled.resources if "_b_" in n)
+        assert re.search(rf"Function properties for {name}\s+0 bytes stack frame, 0 bytes spill stores",
+                         compiled.log), compiled.log
+
+
+def test_a_consumer_that_needs_the_whole_vector_may_be_held(tmp_path):
+    # w = A^T x needs all of x = A^T y: no stripes, but after one grid barrier it has it
+    script = tmp_path / "twice.script"
+    script.write_text("matrix A[n, n];\nvector y[n], x[n], w[n];\ninput A, y;\n"
+                      "x = sgemtv(A, y);\nw = sgemtv(A, x);\nreturn w;\n")
+    dag = load_script(script, library())
+    space = build_space(dag, library(), "float32", {"n": 4096}, DEFAULT)
+    options = held_options(space)
+    assert options and not [o for s in space.options if isinstance(s, StripedFusion)
+                            for o in space.options[s] if not isinstance(o[0], HeldPlan)]
+    plan, kernel, _ = max(options, key=lambda o: o[1].held_fraction())
+    assert kernel.held_fraction() > 0 and dag.value(kernel.held).label == "A"
+
+
+def test_the_tuner_measures_the_best_held_plans():
+    space = space_of("sgemvt")
+    top = space.top(4, twins=True)
+    held = [c for c in top if any(isinstance(k, HeldPlan) for k in c.plan.kernels)]
+    assert held and held[0].plan == next(space.with_held()).plan
