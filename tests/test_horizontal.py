@@ -240,11 +240,14 @@ def test_a_large_space_ranks_lazily():
     dag = dag_of("gemver")
     start = time.perf_counter()
     space = build_space(dag, library(), "float32", {s: 8192 for s in dag.sizes}, DEFAULT)
-    first = list(itertools.islice(space.ranked(), 200_000))
+    first = list(itertools.islice(space.ranked(), 50_000))
+    seconds = time.perf_counter() - start
     assert space.combination_count > 1_000_000
     assert [c.predicted for c in first] == sorted(c.predicted for c in first)
     assert len({c.plan for c in first}) == len(first)
-    assert time.perf_counter() - start < 5.0
+    # listing every combination takes minutes; 50 000 of them take about a second
+    # here, so the bound leaves a slow CI machine room without hiding an eager ranking
+    assert seconds < 5.0
 
 
 def test_ranked_with_horizontal_is_best_first_complete_and_without_repeats():

@@ -113,29 +113,33 @@ class Space:
         return sum(math.prod(len(self.options[f]) for f in cover) for cover in self.covers)
 
     def _combination(self, cover: tuple[Fusion, ...], index: tuple[int, ...]) -> Combination:
-        picked = [self.options[f][i] for f, i in zip(cover, index)]
+        return self._picked([self.options[f] for f in cover], index)
+
+    @staticmethod
+    def _picked(columns, index: tuple[int, ...]) -> Combination:
+        picked = [column[i] for column, i in zip(columns, index)]
         times = tuple(t for _, _, t in picked)
         return Combination(ProgramPlan(tuple(p for p, _, _ in picked)), sum(times), times)
 
     def ranked(self) -> Iterator[Combination]:
         """Combinations in increasing predicted time, lazily."""
+        # each cover's option lists, looked up once: hashing its fusions per step
+        # was most of the cost of a long ranking
+        columns = [tuple(self.options[f] for f in cover) for cover in self.covers]
         heap = []
-        for c, cover in enumerate(self.covers):
-            if all(self.options[f] for f in cover):
-                index = (0,) * len(cover)
-                heap.append((self._total(cover, index), c, index, 0))
+        for c, cover_columns in enumerate(columns):
+            if all(cover_columns):
+                index = (0,) * len(cover_columns)
+                heap.append((_total(cover_columns, index), c, index, 0))
         heapq.heapify(heap)
         while heap:
             total, c, index, last = heapq.heappop(heap)
-            cover = self.covers[c]
-            yield self._combination(cover, index)
-            for position in range(last, len(cover)):  # bump at or after the last bumped: no repeats
-                if index[position] + 1 < len(self.options[cover[position]]):
+            cover_columns = columns[c]
+            yield self._picked(cover_columns, index)
+            for position in range(last, len(index)):  # bump at or after the last bumped: no repeats
+                if index[position] + 1 < len(cover_columns[position]):
                     bumped = index[:position] + (index[position] + 1,) + index[position + 1:]
-                    heapq.heappush(heap, (self._total(cover, bumped), c, bumped, position))
-
-    def _total(self, cover, index) -> float:
-        return sum(self.options[f][i][2] for f, i in zip(cover, index))
+                    heapq.heappush(heap, (_total(cover_columns, bumped), c, bumped, position))
 
     def best(self) -> Combination:
         return next(self.ranked())
@@ -292,3 +296,9 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
             both += held_options(dag, library, slot, wider, predictor, sizes)
         options[slot] = sorted(both, key=lambda o: (o[2], type(o[0]).__name__, o[0]))
     return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways + stripes, fused)
+
+
+def _total(columns, index: tuple[int, ...]) -> float:
+    # summed in the order Combination.predicted is, so the ranking and the
+    # reported totals agree to the last bit
+    return sum(column[i][2] for column, i in zip(columns, index))
