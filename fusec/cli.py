@@ -4,7 +4,7 @@
     fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
     fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60]
-    fusec perfdb build [--library DIR] [--dtype float32|float64|both] [-o DIR]
+    fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
     fusec perfdb show [--gpu NAME] [--routine NAME]
 """
 
@@ -324,6 +324,10 @@ def parser() -> argparse.ArgumentParser:
                        help="precisions to time (default: both)")
     build.add_argument("-o", "--output", metavar="DIR", default=None,
                        help="folder to write into (default: $FUSEC_PERFDB or the perfdb/ folder beside fusec)")
+    build.add_argument("--missing", action="store_true",
+                       help="time only the routine keys the GPU's database lacks (shapes added to the"
+                            " space since it was built) and keep its other timings; the library"
+                            " must be the one it timed")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     build.set_defaults(handler=_perfdb_build)
     show = actions.add_parser(

@@ -342,6 +342,22 @@ def staged_bicgk(serial: str):
     return fusec.compile(path_of("bicgk"), lib, "float32", plan=ProgramPlan((first,) + plan.kernels[1:]))
 
 
+def test_a_kernel_declaring_more_static_shared_memory_than_a_block_may_is_refused():
+    """A staged 128x128 tile is 66 KB of shared memory: nvcc would refuse it, so
+    the plan is refused first (the space and the perfdb's probes skip it)."""
+    from fusec.codegen.kernel import MAX_STATIC_SHARED, build_kernel
+    from fusec.errors import PlanError
+    from fusec.geometry import Shape
+    lib = library()
+    dag = load_script(path_of("bicgk"), lib)
+    plan = unfused("bicgk", "float32").generated.plan
+    staged = dataclasses.replace(plan.kernels[0], implementations=("staged",))
+    assert build_kernel(dag, lib, staged, "float32", 0, emit=False)  # the default shape fits
+    wide = dataclasses.replace(staged, shape=Shape(Geometry.TILE, 512, 8, 128))
+    with pytest.raises(PlanError, match=f"more than a block may declare \\({MAX_STATIC_SHARED} bytes\\)"):
+        build_kernel(dag, lib, wide, "float32", 0, emit=False)
+
+
 @pytest.mark.parametrize("serial", [COLS, ROWS])
 def test_shared_elements_get_barriers_where_mappings_change(serial):
     kernel = kernel_named(staged_bicgk(serial), "sgemv")

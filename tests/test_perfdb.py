@@ -20,6 +20,7 @@ from fusec.predict import DEFAULT
 from fusec.script import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
+from fusec.space.held import HELD_SHAPES
 from fusec.space.implementations import TILE_SHAPES
 
 from helpers import ROOT, library
@@ -57,7 +58,10 @@ def test_every_routine_of_every_function_is_probed(found):
     for dtype in ("float32", "float64"):
         tile_load = {(k.block, k.iters, k.tile_rows, k.serial) for k in keys
                      if k.routine == "tile_load" and k.dtype == dtype}
-        assert len(tile_load) == len(TILE_SHAPES) * 2  # every tile shape, both serial axes
+        assert len(tile_load) == len(P.PROBED_TILE_SHAPES) * 2  # every tile shape, both serial axes
+        held = {(s.block, s.iters, s.tile_rows) for s in HELD_SHAPES}
+        assert held <= {(b, i, r) for b, i, r, _ in tile_load}  # held fusions' wide tiles too
+    assert set(TILE_SHAPES) <= set(P.PROBED_TILE_SHAPES)
     assert len({p.kernel.name for p in found}) == len(found)
 
 
@@ -214,7 +218,7 @@ def test_cli_show(tmp_path, found, capsys):
     assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path), "--routine", "tile_load"]) == 0
     out = capsys.readouterr().out
     assert "NVIDIA Fake 1, 132 SMs" in out and library().content_hash in out
-    assert out.count("tile_load ") == len(TILE_SHAPES) * 2 * 2  # every shape, both axes and precisions
+    assert out.count("tile_load ") == len(P.PROBED_TILE_SHAPES) * 2 * 2  # every shape, both axes and precisions
     assert main(["perfdb", "show", "--gpu", "a100", "--dir", str(tmp_path)]) == 1
     assert "no performance database for 'a100'" in capsys.readouterr().err
     assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path), "--routine", "tile_lod"]) == 1
@@ -229,6 +233,28 @@ def test_cli_build_needs_a_gpu(capsys):
         pytest.skip("a GPU is present")
     assert main(["perfdb", "build", "-q"]) == 1
     assert "needs PyCUDA and an NVIDIA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_build_missing_refuses_without_a_usable_database(tmp_path, monkeypatch, found, stale):
+    """--missing keeps a database's timings: there must be one, of this library."""
+    from fusec.errors import FusecError
+    from fusec.gpu import GpuInfo
+    from fusec.perfdb import build as B
+    monkeypatch.setattr(B, "present", lambda: GpuInfo("NVIDIA Fake 1", 132, "9.0", "13.0"))
+    if stale:
+        db = fake_database(found)
+        store.save(store.Database(db.device, {"name": "blas", "hash": "0123"}, db.fusec, db.built,
+                                  db.launch, db.bench_sizes, db.timings), tmp_path / "fake-1.json")
+    with pytest.raises(FusecError, match=r"--missing: .*fake-1\.json is not a usable database"):
+        B.build(library(), ("float32",), tmp_path, progress=False, missing=True)
+
+
+def test_cli_build_help_names_missing(capsys):
+    from fusec.cli import main
+    with pytest.raises(SystemExit):
+        main(["perfdb", "build", "--help"])
+    assert "--missing" in capsys.readouterr().out
 
 
 def test_saved_database_is_readable_by_others(tmp_path, found):

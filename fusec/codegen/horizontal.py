@@ -34,13 +34,12 @@ from ..dag import Dag
 from ..errors import PlanError
 from ..library.model import Library
 from ..space.points import HorizontalPlan
-from .kernel import (Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body, _library_sources, _Writer,
-                     build_kernel)
+from .kernel import (MAX_STATIC_SHARED, Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body,
+                     _library_sources, _Writer, build_kernel)
 from .. import geometry as geo
 
 MAX_THREADS = 1024  # per block
 MAX_PARTS = 15  # named barriers 1-15; 0 is the block's
-MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
 REGISTERS_PER_SM = 65536
 THREADS_PER_SM = 2048
 SHARED_PER_SM = 228 * 1024

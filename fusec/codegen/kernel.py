@@ -32,6 +32,7 @@ from ..space.points import (COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, HeldPl
 from ..space.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
+MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
 CLEAR_MAPPING = "<clear>"  # the compiler's own clearing loop: thread t clears words t, t+BLOCK, ...
 
 
@@ -460,6 +461,9 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
                        dag.call(step.call).result if step else clear))
                 for i, (section, step, clear, mine, _) in enumerate(schedule))
 
+    if total * geo.DTYPES[dtype].itemsize > MAX_STATIC_SHARED:
+        raise PlanError(f"{total} reals of shared memory, more than a block may declare"
+                        f" ({MAX_STATIC_SHARED} bytes)")
     args = _kernel_args(dag, library, plan, storage, kernel_calls, dims) + ((TURN_ARG,) if turns else ())
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
     stores_matrix = any(a.role == "out" and dag.value(a.value).kind is Kind.MATRIX for a in args)

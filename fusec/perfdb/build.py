@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from .. import __version__, nvcc
-from ..errors import GPUUnavailableError
+from ..errors import FusecError, GPUUnavailableError
 from ..gpu import present
 from ..library.model import Geometry, Kind, Library
 from ..progress import Progress
@@ -57,10 +57,12 @@ def problem_sizes(probe: Probe, most_blocks: int, sms: int) -> dict[str, int]:
 
 
 def build(library: Library, dtypes=("float32", "float64"), folder: Path | None = None,
-          progress: bool = True, select=None) -> tuple[store.Database, Path]:
+          progress: bool = True, select=None, missing: bool = False) -> tuple[store.Database, Path]:
     """Time the library's routines on the GPU present and write its database
     into ``folder`` (default :func:`store.directory`). ``select(probe)`` keeps
-    a subset (tests use it).
+    a subset (tests use it). With ``missing``, only the routine keys the
+    existing database lacks are timed and its other timings are kept (the space
+    grew new shapes; the library itself is the same).
 
     Timings of a precision not measured now are kept from the existing file,
     when it is usable for this library and GPU."""
@@ -69,7 +71,16 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
     if info is None:
         raise GPUUnavailableError("'fusec perfdb build' times routines on the GPU: none found"
                                   " (it needs PyCUDA and an NVIDIA GPU)")
+    folder = Path(folder) if folder else store.directory()
+    path = store.path_for(info.slug, folder)
+    old = _usable(path, library, info.slug)
     found = [p for p in probes(library, dtypes) if select is None or select(p)]
+    if missing:
+        if old is None:
+            raise FusecError(f"--missing: {path} is not a usable database of library {library.name!r}"
+                             f" on this GPU (absent, damaged, or of another library version):"
+                             f" build it whole")
+        found = [p for p in found if p.key not in old.timings]
     sources = list(modules(library, found))
     driver = cuda.driver()
     with cuda.context() as ctx:
@@ -87,17 +98,10 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
                 timings[probe.key] = _time_probe(driver, clock, module, probe, info.sms, launch)
                 bar.advance(label=probe.key.routine)
         bar.close()
-    folder = Path(folder) if folder else store.directory()
-    path = store.path_for(info.slug, folder)
-    if path.exists():
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a damaged or stale file is simply replaced
-            old = store.load(path, library)
-        if old is not None and old.slug == info.slug:
-            for key, timing in old.timings.items():
-                if key.dtype not in dtypes:
-                    timings.setdefault(key, timing)
+    if old is not None:
+        for key, timing in old.timings.items():
+            if missing or key.dtype not in dtypes:
+                timings.setdefault(key, timing)
     database = store.Database(
         device={"name": info.name, "slug": info.slug, "sms": info.sms,
                 "compute_capability": info.compute_capability, "cuda_driver": info.cuda_driver,
@@ -107,6 +111,17 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         launch=launch, bench_sizes={"waves": WAVES, "repeat": REPEAT}, timings=timings, path=str(path))
     store.save(database, path)
     return database, path
+
+
+def _usable(path: Path, library: Library, slug: str) -> store.Database | None:
+    """The database at ``path`` if it was built for this library and GPU."""
+    if not path.exists():
+        return None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a damaged or stale file is simply replaced
+        old = store.load(path, library)
+    return old if old is not None and old.slug == slug else None
 
 
 def _nvcc_release() -> str:

@@ -14,9 +14,11 @@ def build_command(args) -> int:
     from .build import build
     library = resolve_library(args.library)
     dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)
+    missing = getattr(args, "missing", False)
     database, path = build(library, dtypes, Path(args.output) if args.output else None,
-                           progress=not args.quiet)
-    print(f"timed {len(database.timings)} routine keys of library {library.name!r} on"
+                           progress=not args.quiet, missing=missing)
+    what = "holds" if missing else "timed"
+    print(f"{what} {len(database.timings)} routine keys of library {library.name!r} on"
           f" {database.device['name']} ({', '.join(dtypes)}); launch {database.launch * 1e6:.1f} us")
     print(f"wrote {path}")
     return 0

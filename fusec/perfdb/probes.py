@@ -26,11 +26,14 @@ from ..errors import PlanError
 from ..geometry import Shape
 from ..library.model import Function, Geometry, Kind, Library
 from ..script import check, parse
+from ..space.held import HELD_SHAPES
 from ..space.implementations import TILE_SHAPES, VECTOR_SHAPES
 from ..space.points import COLS, ROWS, KernelPlan
 from ..space.steps import canonical_steps
 
 MODULE_KERNELS = 48  # probes per nvcc run
+# the tile shapes timed: the space's, and the wider ones only held fusions use
+PROBED_TILE_SHAPES = TILE_SHAPES + tuple(s for s in HELD_SHAPES if s not in TILE_SHAPES)
 
 # Problem sizes the probes run at: past the 50 MB L2, a few waves of blocks.
 BENCH_ELEMENTS = {"float32": 2 ** 26, "float64": 2 ** 25}  # 256 MB
@@ -99,7 +102,7 @@ def probes(library: Library, dtypes=("float32", "float64")) -> list[Probe]:
         tile = function.hof.geometry is Geometry.TILE
         for dtype in dtypes:
             for impl in function.implementations:
-                for shape in (TILE_SHAPES if tile else VECTOR_SHAPES):
+                for shape in (PROBED_TILE_SHAPES if tile else VECTOR_SHAPES):
                     for serial in ((ROWS, COLS) if tile else (None,)):
                         plan = KernelPlan((call,), (impl.name,), canonical_steps(dag, library, (call,)),
                                           shape, serial)

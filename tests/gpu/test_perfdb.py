@@ -36,6 +36,30 @@ def test_every_selected_routine_is_timed_and_the_file_loads(vector_database):
         assert 1 in timing.seconds and all(s > 0 for s in timing.seconds.values())
 
 
+def test_missing_times_only_what_the_database_lacks(vector_database, tmp_path):
+    """--missing adds held fusions' wide tile shapes to a database and keeps the
+    timings it had, bit for bit."""
+    import shutil
+    from fusec.space.held import HELD_SHAPES
+    old, path = vector_database
+    folder = tmp_path / "grown"
+    folder.mkdir()
+    shutil.copy(path, folder / path.name)
+    wide = {(s.block, s.iters, s.tile_rows) for s in HELD_SHAPES}
+
+    def wanted(p):
+        return p.key.geometry == "vector" or (p.key.routine == "tile_load"
+                                              and (p.key.block, p.key.iters, p.key.tile_rows) in wide)
+    grown, grown_path = build(library(), ("float32",), folder, progress=False, select=wanted, missing=True)
+    loaded = store.load(grown_path, library())
+    new = set(loaded.timings) - set(old.timings)
+    assert new and {(k.routine, k.block, k.iters, k.tile_rows) for k in new} == {
+        ("tile_load", *shape) for shape in wide}
+    assert all(loaded.timings[k] == t for k, t in old.timings.items())
+    for key in new:
+        assert all(s > 0 for s in loaded.timings[key].seconds.values())
+
+
 def test_load_probes_move_data_at_a_possible_speed(vector_database):
     """A load nvcc dropped would look faster than the memory; one that runs is
     below the peak and, with enough blocks, well above a tenth of it."""
