@@ -56,6 +56,7 @@ def test_missing_times_only_what_the_database_lacks(vector_database, tmp_path):
     assert new and {(k.routine, k.block, k.iters, k.tile_rows) for k in new} == {
         ("tile_load", *shape) for shape in wide}
     assert all(loaded.timings[k] == t for k, t in old.timings.items())
+    assert loaded.launch == old.launch  # the kept timings were measured net of it
     for key in new:
         assert all(s > 0 for s in loaded.timings[key].seconds.values())
 
