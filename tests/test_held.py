@@ -145,6 +145,24 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     assert re.search(r"\breal\* g_v10_B,", source) and re.search(r"\breal\* g_v11_x,", source)
 
 
+@pytest.mark.parametrize("script, producer_streams, consumer_streams", [
+    ("gemver", True, True),    # A is read once; B is written by this launch, new every call
+    ("sgemvt", False, False),  # A is read again, then kept for the next call on it
+])
+def test_l2_keeps_what_is_read_again_in_the_launch_or_by_the_next_call(
+        script, producer_streams, consumer_streams):
+    """Evict-first only for a matrix read for the last time that changes from call
+    to call: the producer keeps a matrix the consumer re-reads, and the consumer
+    keeps the program's input matrices (a solver calls again on the same one)."""
+    plan, kernel = most_held(script)
+    producer, consumer = kernel.parts
+    assert producer.stream_matrices == producer_streams
+    assert consumer.stream_matrices == consumer_streams
+    source = generate(dag_of(script), library(), ProgramPlan((plan,)), "float32").kernels[0].source
+    assert re.findall(r"#define STREAM_MATRIX (\d)", source) == [
+        str(int(producer_streams)), str(int(consumer_streams))]
+
+
 def test_prediction_rewards_the_held_share():
     space = space_of("gemver")
     dag, sizes = space.dag, space.sizes

@@ -281,7 +281,16 @@ def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) 
     # streams past, B stays), as in a striped fusion.
     reread = set(matrices_reread(dag, plan))
     loaded = {a.value for a in parts[0].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}
-    parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread), parts[1])
+    # The consumer's loads are the call's last of its matrices. Where those are all the
+    # program's inputs (SGEMVT's A, not GEMVER's B), they stay plain too: L2 then keeps
+    # what it can of them for the next call on the same matrix, a solver's (fp32 n = 4096,
+    # SGEMVT's GPU us: bench.l2_keep 45.3 -> 41.8, then 44.1 as generated; bench.peers
+    # 46.0 -> 44.2). A striped consumer streams instead: at its sizes L2 must keep the
+    # stripes ahead.
+    consumed = {a.value for a in parts[1].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}
+    inputs_only = all(dag.value(v).producer is None for v in consumed)
+    parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread),
+             dataclasses.replace(parts[1], stream_matrices=parts[1].stream_matrices and not inputs_only))
     held = held_matrix(dag, parts) if plan.registers or plan.shared else None
     slots = next((e.size for e in parts[0].elements if e.value == held), 0) if held is not None else 0
     written = {a.value for a in parts[0].args if a.role == "out"}
