@@ -32,6 +32,9 @@ def test_given_shapes_each_come_with_and_without_holding():
 def test_a_bad_shape_or_case_exits_2_before_anything_runs():
     with pytest.raises(Exception, match="BLOCKxITERSxROWS"):
         held.parse_shape("512x8")
+    for shape in ("512x128x8", "500x8x128", "256x0x64"):  # 16 rows of threads, 8 tile rows: none each
+        with pytest.raises(Exception, match="ROWS a multiple of BLOCK/32"):
+            held.parse_shape(shape)
     for bad in (["--shape", "512-8-128"], ["--case", "float16:4096"]):
         done = subprocess.run([sys.executable, "-m", "bench.held", *bad], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 2 and ("BLOCKxITERSxROWS" in done.stderr or "float16" in done.stderr)
