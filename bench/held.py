@@ -70,8 +70,7 @@ def held_plans(script: str, dtype: str, n: int, shapes=None) -> tuple:
     return dag, library, out
 
 
-def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None, apart: bool = False,
-            ahead: bool = False) -> float:
+def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None, apart: bool = False) -> float:
     import cupy as cp
     from fusec import nvcc
     from fusec.codegen.program import generate
@@ -82,8 +81,6 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
     case = Case(dtype, n, repeat, spin, rows)
     case.with_host = True
     u1, v1, u2, v2, y, z = case.vectors
-    import dataclasses
-    from fusec.errors import PlanError
     programs = []
     for script, gemver in (("gemver", True), ("sgemvt", False)):
         dag, library, options = held_plans(script, dtype, n, shapes)
@@ -92,21 +89,6 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
             twin = Program(generate(dag, library, ProgramPlan(plan.parts), dtype)) if apart and holds else None
             programs.append((script, gemver, dag, plan, seconds,
                              Program(generate(dag, library, ProgramPlan((plan,)), dtype)), twin))
-            if ahead and not plan.ahead:
-                # the same plan, its producer's loads a tile ahead, with as many tiles held in
-                # registers as then fit (the next tile needs registers too)
-                for registers in range(plan.registers, -1, -1):
-                    early = dataclasses.replace(plan, ahead=1, registers=registers)
-                    try:
-                        program = Program(generate(dag, library, ProgramPlan((early,)), dtype))
-                    except PlanError as exc:
-                        reason = exc
-                        continue
-                    programs.append((script, gemver, dag, early, None, program, None))
-                    break
-                else:
-                    print(f"{script}: {ProgramPlan((plan,)).summary(dag)} cannot load ahead: {reason}",
-                          flush=True)
     sources = [p.source for r in programs for p in r[5:] if p is not None]
     nvcc.compile_many(list(dict.fromkeys(sources)), f"sm_{cp.cuda.Device().compute_capability}")
     for script, gemver, dag, plan, seconds, program, twin in programs:
@@ -115,7 +97,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
             inputs.update(u1=u1, v1=v1, u2=u2, v2=v2)
         shape = plan.producer.shape
         label = (f"held {plan.registers}r+{plan.shared}s, {shape.block}t, {shape.tile_rows}x{shape.iters}it,"
-                 f" {plan.producer.serial}, {plan.per_sm}/SM" + (", a tile ahead" if plan.ahead else ""))
+                 f" {plan.producer.serial}, {plan.per_sm}/SM")
         held = program.kernels[0].held_fraction()
         detail = (f"{ProgramPlan((plan,)).summary(dag)}; {held:.0%} of the matrix held"
                   + (f"; predicted {seconds * 1e6:.1f} us" if seconds else ""))
@@ -161,9 +143,6 @@ def main() -> None:
     parser.add_argument("--shape", type=parse_shape, action="append", metavar="BLOCKxITERSxROWS",
                         help="the parts' shapes to hold with (repeatable; default: the space's)")
     parser.add_argument("--apart", action="store_true", help="also time each plan's parts as two launches")
-    parser.add_argument("--ahead", action="store_true",
-                        help="also time each plan with its producer's matrix loads a tile ahead (where"
-                             " the registers allow)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--name", default="h100-held")
     args = parser.parse_args()
@@ -175,12 +154,10 @@ def main() -> None:
     rows, copies = [], {}
     for spec in cases:
         dtype, _, n = spec.partition(":")
-        copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, args.most, args.shape, args.apart,
-                                             args.ahead)
+        copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, args.most, args.shape, args.apart)
     shapes = "".join(f" --shape {s.block}x{s.iters}x{s.tile_rows}" for s in args.shape or ())
     command = ("python -m bench.held " + " ".join(f"--case {c}" for c in cases)
-               + f" --repeat {args.repeat} --most {args.most}{shapes}" + (" --apart" if args.apart else "")
-               + (" --ahead" if args.ahead else ""))
+               + f" --repeat {args.repeat} --most {args.most}{shapes}" + (" --apart" if args.apart else ""))
     write(args, rows, copies, command=command, title="Held fusions (the matrix held on chip across one barrier)",
           kernels="fusec/codegen/held.py")
 

@@ -66,12 +66,11 @@ class Hold:
     the producer keeps its element of ``value`` after the op that writes it,
     the consumer takes it instead of loading it."""
 
-    value: int | None  # the matrix held (None: nothing held)
+    value: int  # the matrix held
     keep: bool  # producer (True) or consumer
     registers: int
     shared: int
     slots: int  # the element's slots per thread
-    ahead: int = 0  # the producer's matrix loads run this many tiles ahead (HeldPlan.ahead)
 
     def _where(self, w: _Writer, copy_registers: str, copy_shared: str) -> bool:
         """The branches that copy a held tile; False when there are none."""
@@ -141,10 +140,7 @@ class HeldKernel(PartsKernel):
     def estimated_registers(self) -> int:
         words = geo.DTYPES[self.dtype].itemsize // 4
         held = self.plan.registers * self.slots * words
-        producer, consumer = self.parts
-        # the next tile's matrix, loaded ahead, lives across the iteration: a register a word
-        ahead = self.plan.ahead * sum(e.size for e in ahead_elements(producer)) * words
-        return max(producer.estimated_registers + ahead, consumer.estimated_registers) + held
+        return max(p.estimated_registers for p in self.parts) + held  # past 255 it would spill
 
     @property
     def most_registers(self) -> int:
@@ -178,15 +174,6 @@ class HeldKernel(PartsKernel):
         """32-bit words of the ``fusec_schedule`` argument, zero before the first launch:
         the count of arrivals at the barrier, which only grows."""
         return ARRIVALS
-
-
-def ahead_elements(part: Kernel) -> list:
-    """The part's matrix elements its serial loop loads into registers: what a
-    producer loads a tile ahead (``HeldPlan.ahead``)."""
-    loaded = {op.value for op in part.ops
-              if op.section == LOOP and op.step is not None and op.step.kind is RoutineKind.LOAD}
-    return [e for e in part.elements
-            if e.value in loaded and e.storage is Storage.REGISTERS and e.mapping == HELD_MAPPING]
 
 
 def registers_allowed(block: int, per_sm: int) -> int:
@@ -238,8 +225,6 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
         return "a negative count of held tiles"
     if plan.per_sm < 1:
         return f"{plan.per_sm} blocks per SM: at least one"
-    if plan.ahead not in (0, 1):
-        return f"loads {plan.ahead} tiles ahead: 0 or 1"
     if plan.registers + plan.shared > producer.shape.iters:
         return (f"{plan.registers + plan.shared} tiles held, more than the {producer.shape.iters}"
                 " of a block")
@@ -347,13 +332,11 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     for p, part in enumerate(kernel.parts):
         role = "producer" if p == 0 else "consumer"
         hold = None
-        if kernel.held is not None or plan.ahead:
-            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots,
-                        plan.ahead if p == 0 else 0)
+        if kernel.held is not None:
+            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots)
         emit_part(w, part, dag, library, Threads(item="item"),
                   f"// the {role}, as it runs alone, on the block `item`"
-                  + (f"; {'keeps' if p == 0 else 'takes'} the held tiles" if kernel.held is not None else "")
-                  + ("; loads its matrix a tile ahead" if hold and hold.ahead else ""),
+                  + (f"; {'keeps' if p == 0 else 'takes'} the held tiles" if hold else ""),
                   extra_params=extra, hold=hold)
     params = ",\n    ".join(a.decl for a in kernel.args)
     w(f"#define BLOCK {kernel.block}")

@@ -690,14 +690,11 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         for op in pre:
             _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
     w()
-    ahead = {}  # op index -> the element its next tile is loaded into, a tile ahead
     if tile:
         axis = "row" if plan.serial == ROWS else "col"
         limit = "rows" if plan.serial == ROWS else "cols"
         step = "TILE_ROWS" if plan.serial == ROWS else "TILE_COLS"
         w(f"const int first_{axis}0 = c.{axis}0;")
-        if hold is not None and hold.ahead:
-            ahead = _emit_first_ahead(w, kernel, dag, library, by_value, loop, full, threads)
         if hold is not None:  # `it` a constant in each copy: it indexes the held registers
             w("#pragma unroll")
             w.open(f"for (int it = 0; it < ITERS; ++it, c.{axis}0 += {step})")
@@ -707,24 +704,8 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
     else:
         w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
     w(full)
-    for i, op in enumerate(loop):
+    for op in loop:
         held = hold is not None and op.value == hold.value and op.step is not None
-        if i in ahead:  # this tile came a tile ahead; the next one's loads leave now
-            e = by_value[op.value]
-            w(f"// {dag.value(op.value).label}: this tile, loaded during the last one")
-            w("#pragma unroll")
-            w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = {ahead[i].var}[s];")
-            w.open("if (it + 1 < ITERS)")
-            w("fusec_tile cn = c;  // the next tile")
-            w(f"cn.{axis}0 += {step};")
-            w(full.replace("c.", "cn."))
-            w.open(f"if (cn.{axis}0 < {limit})")
-            _emit_op(w, op, kernel, dag, library, {**by_value, op.value: ahead[i]}, ctx="cn", threads=threads)
-            w.close()
-            w.close()
-            if held and hold.keep:
-                hold.emit_keep(w, e.var)
-            continue
         if held and not hold.keep and op.step.kind is RoutineKind.LOAD:
             hold.emit_take(w, by_value[op.value].var,
                            lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
@@ -745,39 +726,6 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         _emit_probe_sink(w, kernel)
     if kernel.reductions:
         _emit_finishes(w, kernel, dag, library, threads)
-
-
-def _emit_first_ahead(w: _Writer, kernel: Kernel, dag: Dag, library: Library, by_value, loop,
-                      full: str, threads: Threads) -> dict:
-    """Before a held producer's unrolled loop: a second register array for each
-    matrix the loop loads, and the first tile's loads into it (the loop then
-    loads each next tile into it while it computes this one). Returns them by
-    the loop op's index."""
-    from .held import ahead_elements
-    wanted = {e.value for e in ahead_elements(kernel)}
-    ahead = {}
-    for i, op in enumerate(loop):
-        if op.step is not None and op.step.kind is RoutineKind.LOAD and op.value in wanted:
-            e = by_value[op.value]
-            ahead[i] = dataclasses.replace(e, var=f"next_{e.var}")
-            wanted.discard(op.value)
-    if not ahead:
-        return ahead
-    w("// the matrix loads run a tile ahead: the first tile's leave now")
-    for e in ahead.values():
-        w(f"real {e.var}[{e.size_expr}];  // the next tile of {dag.value(e.value).label}")
-    w("{")
-    w.depth += 1
-    w("fusec_tile cn = c;")
-    w(full.replace("c.", "cn."))
-    limit = "rows" if kernel.plan.serial == ROWS else "cols"
-    axis = "row" if kernel.plan.serial == ROWS else "col"
-    w.open(f"if (cn.{axis}0 < {limit})")
-    for i, e in ahead.items():
-        _emit_op(w, loop[i], kernel, dag, library, {**by_value, e.value: e}, ctx="cn", threads=threads)
-    w.close()
-    w.close()
-    return ahead
 
 
 def _element_arg(access, params, by_value, scalars) -> str:

@@ -199,18 +199,13 @@ class HeldPlan:
     where they were the last ones touched). Both parts have the same shape
     and serial axis, so a block's n-th tile is the same in both. ``per_sm``:
     the blocks each SM must hold at once (the grid over the SMs, rounded up),
-    which divides an SM's registers and shared memory between them.
-    ``ahead``: 1 where the producer loads its matrices' next tile before it
-    computes this one (the serial loop is unrolled: the next tile's bytes are
-    in flight meanwhile), 0 where each tile's loads wait for the last tile's
-    work."""
+    which divides an SM's registers and shared memory between them."""
 
     producer: KernelPlan
     consumer: KernelPlan
     registers: int = 0  # tiles per block held in registers
     shared: int = 0  # tiles per block held in shared memory, after those
     per_sm: int = 1  # blocks resident on each SM
-    ahead: int = 0  # tiles the producer's matrix loads run ahead of its compute (0 or 1)
 
     @property
     def parts(self) -> tuple[KernelPlan, KernelPlan]:
@@ -234,17 +229,13 @@ class HeldPlan:
         return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
 
     def to_json(self) -> dict:
-        out = {"held": [p.to_json() for p in self.parts], "registers": self.registers, "shared": self.shared,
-               "per_sm": self.per_sm}
-        if self.ahead:  # plans tuned before the field existed read back as 0
-            out["ahead"] = self.ahead
-        return out
+        return {"held": [p.to_json() for p in self.parts], "registers": self.registers, "shared": self.shared,
+                "per_sm": self.per_sm}
 
     @classmethod
     def from_json(cls, data: dict) -> "HeldPlan":
         producer, consumer = (KernelPlan.from_json(p) for p in data["held"])
-        return cls(producer, consumer, int(data["registers"]), int(data["shared"]), int(data["per_sm"]),
-                   int(data.get("ahead", 0)))
+        return cls(producer, consumer, int(data["registers"]), int(data["shared"]), int(data["per_sm"]))
 
 
 AcrossBarrierPlan = StripedPlan | HeldPlan  # a producer and its consumer in one launch
@@ -292,8 +283,7 @@ def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan | Hel
                 + f"; lag {kernel.lag}}}")
     if isinstance(kernel, HeldPlan):
         return ("B{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
-                + f"; held {kernel.registers} in registers, {kernel.shared} in shared, {kernel.per_sm}/SM"
-                + (f", loads {kernel.ahead} tile ahead" if kernel.ahead else "") + "}")
+                + f"; held {kernel.registers} in registers, {kernel.shared} in shared, {kernel.per_sm}/SM}}")
     if isinstance(kernel, HorizontalPlan):
         bound = f", <={kernel.bound} regs" if kernel.bound else ""
         return "H{" + " || ".join(_kernel_summary(dag, p) for p in kernel.parts) + f"{bound}}}"

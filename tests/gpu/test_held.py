@@ -28,9 +28,8 @@ import numpy as np
 import pytest
 
 from fusec import nvcc, oracle
-from fusec.codegen.kernel import build_kernel
 from fusec.codegen.program import generate
-from fusec.errors import FusecError, PlanError
+from fusec.errors import FusecError
 from fusec.predict import DEFAULT
 from fusec.runtime.program import Program
 from fusec.script import load_script
@@ -57,28 +56,11 @@ def held_plans(script: str, dtype: str) -> list[ProgramPlan]:
     options = [o for slot in space.options if isinstance(slot, StripedFusion)
                for o in space.options[slot] if isinstance(o[0], HeldPlan) and len(o[0].calls) == len(dag.calls)]
     picks = {options[0][0]: None}
-    # the producer's loads a tile ahead: the best plan's, or else the first that fits
-    early = next(filter(None, (loads_ahead(dag, o[0], dtype) for o in options)), None)
-    if early is not None:
-        picks[early] = None
     picks[max(options, key=lambda o: (o[1].held_fraction(), -o[2]))[0]] = None
     picks[next(o[0] for o in options if o[0].registers == 0 and o[0].shared)] = None
     picks[dataclasses.replace(options[0][0], registers=0, shared=0)] = None  # one barrier, nothing held
     plans = [ProgramPlan((p,)) for p in picks]
     return plans[:2] if QUICK else plans
-
-
-def loads_ahead(dag, plan: HeldPlan, dtype: str) -> HeldPlan | None:
-    """The plan with its producer's loads a tile ahead and as many tiles held in
-    registers as then fit; None where none fits."""
-    for registers in range(plan.registers, -1, -1):
-        early = dataclasses.replace(plan, ahead=1, registers=registers)
-        try:
-            build_kernel(dag, library(), early, dtype, 0, emit=False)
-        except PlanError:
-            continue
-        return early
-    return None
 
 
 def apart(plan: ProgramPlan) -> ProgramPlan:
