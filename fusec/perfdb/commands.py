@@ -14,7 +14,7 @@ def build_command(args) -> int:
     from .build import build
     library = resolve_library(args.library)
     dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)
-    missing = getattr(args, "missing", False)
+    missing = args.missing
     database, path = build(library, dtypes, Path(args.output) if args.output else None,
                            progress=not args.quiet, missing=missing)
     what = "holds" if missing else "timed"
