@@ -93,6 +93,10 @@ def main() -> None:
     for keep in keeps:
         if not 0 < keep <= 1:
             parser.error(f"--keep {keep}: a fraction in (0, 1]")
+    scripts = args.scripts.split(",")
+    for script in scripts:  # all checked before anything runs
+        if not (ROOT / "scripts" / f"{script}.script").exists():
+            parser.error(f"--scripts: no script {ROOT / 'scripts' / f'{script}.script'}")
     import dataclasses
     import cupy
     import fusec
@@ -100,10 +104,8 @@ def main() -> None:
     from bench.fusion import device_inputs
     names = variant_names(keeps)
     rows = []
-    for script in args.scripts.split(","):
+    for script in scripts:
         path = ROOT / "scripts" / f"{script}.script"
-        if not path.exists():
-            parser.error(f"--scripts: no script {path}")
         probe = fusec.compile(path, dtype=args.dtype, tuned=False)
         sizes = {s: args.n for s in probe.dag.sizes}
         base = fusec.compile(path, dtype=args.dtype, sizes=sizes)

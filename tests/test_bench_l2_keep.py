@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import fusec
@@ -50,3 +53,10 @@ def test_every_variant_compiles(sgemv):
     sources = [l2_keep.variant(sgemv.source, name) for name in l2_keep.variant_names((0.5,))]
     for compiled in nvcc.compile_many(sources, "sm_90"):
         assert compiled.resources
+
+
+@pytest.mark.parametrize("bad, said", [(["--keep", "1.5"], "--keep 1.5"), (["--keep", "0"], "--keep 0"),
+                                       (["--scripts", "sgemv,nope"], "nope.script")])
+def test_bad_arguments_exit_2_before_anything_runs(bad, said):
+    done = subprocess.run([sys.executable, "-m", "bench.l2_keep", *bad], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and said in done.stderr
