@@ -98,10 +98,12 @@ def main() -> None:
     write(args, rows, device)
 
 
-def measure_variants(programs: dict, inputs: dict, rounds: int, repeat: int) -> tuple[dict, dict]:
+def measure_variants(programs: dict, inputs: dict, rounds: int, repeat: int,
+                     before=None, warmup: int = 1) -> tuple[dict, dict]:
     """({name: median GPU µs}, {name: results equal the first program's bit for bit}):
     each program run once and compared, then ``rounds`` rounds timing every program
-    in a rotated order (so none always runs first), ``repeat`` runs each; then the
+    in a rotated order (so none always runs first), ``warmup`` untimed and ``repeat``
+    timed runs each, ``before()`` (if given) ahead of each program's runs; then the
     programs' GPU memory is released."""
     import cupy
     import numpy as np
@@ -119,7 +121,9 @@ def measure_variants(programs: dict, inputs: dict, rounds: int, repeat: int) -> 
             del results
         for r in range(rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name] += programs[name].time(inputs, warmup=1, repeat=repeat, host=False)
+                if before is not None:
+                    before()
+                samples[name] += programs[name].time(inputs, warmup=warmup, repeat=repeat, host=False)
         for program in programs.values():
             program.release()
     return {name: statistics.median(samples[name]) * 1e3 for name in names}, same
