@@ -211,6 +211,23 @@ def test_each_l2_policy_of_a_vector_kernel_compiles_to_its_cache_hints(dtype, tm
             assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0)
 
 
+
+@pytest.mark.nvcc
+def test_the_kept_blocks_load_plainly_and_the_others_evict_first(tmp_path):
+    """The PTX of a kernel with kept blocks has both loads of its tile: ld.global.cs in the
+    blocks before the tail, a plain 16-byte load in the tail."""
+    prog = program("sgemv", "float32")
+    assert prog.kernels[0].keep_blocks
+    source = tmp_path / "sgemv.cu"
+    source.write_text(prog.source)
+    subprocess.run([nvcc.nvcc_path(), "-ptx", "-arch=sm_90", "-O3", "-std=c++17", str(source),
+                    "-o", str(tmp_path / "sgemv.ptx")], check=True, capture_output=True)
+    ptx = (tmp_path / "sgemv.ptx").read_text()
+    rows = prog.kernels[0].macros()["TILE_ROWS"] // prog.kernels[0].macros()["BLOCK_Y"]
+    evict_first = len(re.findall(r"ld\.global\.cs\.v4\.f32", ptx))
+    plain = len(re.findall(r"ld\.global\.(?:nc\.)?v4\.f32", ptx))
+    assert evict_first >= rows and plain >= rows
+
 # -- Algorithm 1 on known cases ---------------------------------------------------------
 
 
@@ -523,6 +540,35 @@ def test_kernels_alone_take_their_items_in_the_direction_the_launch_says():
             assert ("const int block_row = fusec_item / grid_cols;" in body if kernel.dims[1:]
                     else "long long base = (long long)fusec_item * ITERS * chunk;" in body)
 
+
+
+def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainly():
+    """Kernel.keep_blocks: the blocks that run last load about KEEP_L2_BYTES of the matrices
+    plainly (the next launch starts on their tiles). The count follows from the bytes of
+    matrix a block loads (GESUMMV's fused kernel loads two); the kernel's namespace declares
+    its own fusec_load16, which the library's tile_load there calls. Kernels that store a
+    matrix (GEMVER's sger) and vector kernels keep the kernel's policy in every block."""
+    from fusec.codegen.kernel import KEEP_L2_BYTES, build_kernel
+    from fusec.space.fusions import Fusion
+    from fusec.space.implementations import implementations
+    gesummv = load_script(path_of("gesummv"), library())
+    plan, _ = implementations(gesummv, library(), Fusion((0, 1)), "float32")[0]
+    both = build_kernel(gesummv, library(), plan, "float32", 0, turns=True)  # t1 = A x, t2 = B x: loads A and B
+    for kernel, dtype, matrices in ((program("bicgk", "float32").kernels[0], "float32", 1),  # A once, for both calls
+                                    (program("sgemv", "float64").kernels[0], "float64", 1), (both, "float32", 2)):
+        m, itemsize = kernel.macros(), 4 if dtype == "float32" else 8
+        per_block = matrices * m["TILE_ROWS"] * m["TILE_COLS"] * m["ITERS"] * itemsize
+        assert kernel.turns and kernel.stream_matrices
+        assert kernel.keep_blocks == KEEP_L2_BYTES // per_block > 0, kernel.name
+        namespace = kernel.source.split("using namespace", 1)[0]
+        assert (f"if (EVICT_FIRST && blockIdx.x + {kernel.keep_blocks}u >= gridDim.x)"
+                " return ::fusec_load16<false>(p);") in namespace
+        assert namespace.index("__device__ __forceinline__ fusec_vec fusec_load16(") < namespace.index("tile_load(")
+    for script in ("gemver", "madd", "vadd", "waxpby"):
+        for kernel in unfused(script, "float32").kernels:
+            if not kernel.stream_matrices:
+                assert kernel.keep_blocks == 0 and "::fusec_load16<false>" not in kernel.source, script
+    assert any(k.keep_blocks for k in unfused("gemver", "float32").kernels)  # w = alpha B x streams B
 
 # -- launch arithmetic ------------------------------------------------------------------
 

@@ -33,6 +33,10 @@ from ..space.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
 MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
+# A kernel that turns and streams its matrices loads the last of them plainly, about this many
+# bytes (0.4 of the H100's 50 MB L2), so the next launch, which starts there, finds them in L2
+# whatever else L2 held before (Kernel.keep_blocks; bench/results/h100-l2-keep-states.md).
+KEEP_L2_BYTES = 20 * 2 ** 20
 CLEAR_MAPPING = "<clear>"  # the compiler's own clearing loop: thread t clears words t, t+BLOCK, ...
 
 
@@ -145,6 +149,14 @@ class Kernel:
     # so the stream leaves those in L2: 3.4% / 4.5% on BiCGK (fp32 / fp64); a kernel that
     # stores a matrix (GEMVER's sger, MADD) is slower with it (bench/results/h100-l2-policies.md).
     stream_matrices: bool = False
+    # Of a kernel that turns and streams its matrices: the blocks at the end of the grid (the
+    # last to run) whose matrix loads are plain, not evict-first, about KEEP_L2_BYTES of them.
+    # The next launch walks the other way and starts on those tiles, so it finds them in L2.
+    # Evict-first alone never displaces what L2 already holds: after other work had filled L2
+    # with its lines (generating the inputs on the GPU is enough) fp32 n = 4096 SGEMV took
+    # 25.8 us against 21.9 from an empty L2, BiCGK 27.9 against 24.7; with the last 30 % of the
+    # blocks plain, 21.5 / 21.0 and 24.2 / 23.4 (bench.l2_keep --l2 polluted / clean).
+    keep_blocks: int = 0
 
     @property
     def shape(self) -> geo.Shape:
@@ -467,9 +479,25 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     args = _kernel_args(dag, library, plan, storage, kernel_calls, dims) + ((TURN_ARG,) if turns else ())
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
     stores_matrix = any(a.role == "out" and dag.value(a.value).kind is Kind.MATRIX for a in args)
+    stream = plan.geometry is Geometry.TILE and not stores_matrix
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
-                    total, "", stream_matrices=plan.geometry is Geometry.TILE and not stores_matrix)
+                    total, "", stream_matrices=stream)
+    if stream and turns:
+        kernel = dataclasses.replace(kernel, keep_blocks=KEEP_L2_BYTES // _matrix_bytes_per_block(kernel, dag))
     return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+
+
+def _matrix_bytes_per_block(kernel: Kernel, dag: Dag) -> int:
+    """Bytes of matrices one block of a tile kernel loads over its serial loop."""
+    by_value = {e.value: e for e in kernel.elements}
+    block, iters = kernel.plan.shape.block, kernel.plan.shape.iters
+    reals = 0.0
+    for op in kernel.ops:
+        if (op.section == LOOP and op.step and op.step.kind is RoutineKind.LOAD
+                and dag.value(op.value).kind is Kind.MATRIX):
+            e = by_value[op.value]
+            reals += e.size * block if e.storage is Storage.REGISTERS else e.size
+    return max(1, int(reals * iters * geo.DTYPES[kernel.dtype].itemsize))
 
 
 def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_calls, dims) -> tuple[Arg, ...]:
@@ -548,6 +576,8 @@ def _emit(kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> st
     for macro, value in macros.items():
         if macro != "VEC":  # VEC belongs to the precision, defined once at the top
             w(f"#define {macro} {value}")
+    if kernel.keep_blocks:
+        _emit_keeping_load(w, kernel.keep_blocks)
     for path, text in _library_sources(kernel, dag, library):
         w(f"// ---- {path}")
         for line in text.strip("\n").split("\n"):
@@ -570,6 +600,18 @@ def _emit(kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> st
         if macro != "VEC":
             w(f"#undef {macro}")
     return "\n".join(w.lines) + "\n"
+
+
+def _emit_keeping_load(w: _Writer, blocks: int) -> None:
+    """The kernel's own fusec_load16, which the library's routines in its namespace call instead
+    of support.cuh's: plain in the last ``blocks`` blocks (Kernel.keep_blocks)."""
+    w(f"// The last {blocks} blocks to run load the matrix plainly, so that L2 keeps those tiles for the")
+    w("// next launch, which starts on them (Kernel.keep_blocks); the others as the kernel's policy says.")
+    w("template <bool EVICT_FIRST>")
+    w("__device__ __forceinline__ fusec_vec fusec_load16(const real* p) {")
+    w(f"  if (EVICT_FIRST && blockIdx.x + {blocks}u >= gridDim.x) return ::fusec_load16<false>(p);")
+    w("  return ::fusec_load16<EVICT_FIRST>(p);")
+    w("}")
 
 
 def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[str, str]]:

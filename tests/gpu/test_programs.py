@@ -104,6 +104,32 @@ def test_each_l2_policy_against_oracle(script, dtype):
             prog.release()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", ["sgemv", "bicgk", "gesummv"])
+def test_the_blocks_that_keep_their_tiles_in_l2_change_no_value(script, dtype):
+    """A turning tile kernel's last blocks load its matrix plainly (Kernel.keep_blocks): at a
+    size where its grid has blocks of both kinds, results against the oracle and bit for bit
+    those of the same source with every block evict-first, on three calls (both directions)."""
+    import dataclasses
+    import re
+    from fusec.runtime.program import Program
+    prog = program(script, dtype)
+    sizes = {d: 4097 for d in prog.dag.sizes}
+    kept = [k for k in prog.kernels if getattr(k, "keep_blocks", 0)]
+    assert kept and all(0 < k.keep_blocks < k.grid(sizes) for k in kept)
+    source, count = re.subn(r"blockIdx\.x \+ \d+u >= gridDim\.x", "false", prog.source)
+    assert count == len(kept)
+    streaming = Program(dataclasses.replace(prog.generated, source=source))
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, "keep", dtype)))
+    for _ in range(3):
+        kept_results = prog.run(inputs, poison=True)
+        _check(prog, inputs, kept_results)
+        streamed = streaming.run(inputs, poison=True)
+        for a, b in zip(*(r if isinstance(r, tuple) else (r,) for r in (kept_results, streamed))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    streaming.release()
+
+
 @pytest.mark.parametrize("iters", [2, 3])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_block_with_several_tickets(dtype, iters):
