@@ -24,6 +24,9 @@
 // (1, 2, ...) waits for epoch * grid.
 // No edge guards on columns: n must be a multiple of BLOCK * VEC; at most RMAX rows per block
 // (DEAL: HELD + U2).
+// DEFER 1: the held rows of B are not stored in pass 1 but after the barrier, from chip, before the
+// unheld rows are re-read: pass 1 then moves fewer bytes, and pass 2's writes keep DRAM busy while
+// the re-reads come from L2 (GEMVER only; SGEMVT stores no matrix).
 // stop_after_pass_1 (1: after adding x's partials, 2: before) is a diagnostic; its results are wrong.
 
 template <class T> struct V;
@@ -44,7 +47,7 @@ __device__ __forceinline__ void add_partial(T* p, const typename V<T>::t& v) {
 
 template <class T, int E> struct Row { T v[E]; };
 
-template <class T, int N, int BLOCK, int RROWS, int SROWS, int U, int DEAL, bool GEMVER>
+template <class T, int N, int BLOCK, int RROWS, int SROWS, int U, int DEAL, bool GEMVER, int DEFER>
 __global__ void __launch_bounds__(BLOCK, 1) one_barrier(
     const T* __restrict__ A, T* __restrict__ B, const T* __restrict__ u1, const T* __restrict__ v1,
     const T* __restrict__ u2, const T* __restrict__ v2, const T* __restrict__ y, const T* __restrict__ z,
@@ -136,7 +139,8 @@ __global__ void __launch_bounds__(BLOCK, 1) one_barrier(
         const VT bv = *reinterpret_cast<const VT*>(&out[u].v[j * VEC]);
         if constexpr (GEMVER) {
           VT* p = reinterpret_cast<VT*>(B + (long long)r * N + col(j));
-          if (k < 0 || k >= HELD) *p = bv; else __stcs(p, bv);  // rows held on chip need not stay in L2
+          if (k < 0 || k >= HELD) *p = bv;
+          else if (!DEFER) __stcs(p, bv);  // rows held on chip need not stay in L2
         }
         if (k >= RROWS && k < HELD) held[(size_t)(k - RROWS) * (N / VEC) + j * BLOCK + tid] = bv;
       }
@@ -248,6 +252,28 @@ __global__ void __launch_bounds__(BLOCK, 1) one_barrier(
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) warpsum[k * WARPS + warp] = s;
   };
+  const int reg_rows = min(rows, RROWS);
+  if constexpr (GEMVER && DEFER) {  // the held rows stored now, from chip, their sums with them
+    for (int k = 0; k < in_smem; ++k) {
+      T b[E];
+      #pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const VT v = held[(size_t)k * (N / VEC) + j * BLOCK + tid];
+        *reinterpret_cast<VT*>(&b[j * VEC]) = v;
+        __stcs(reinterpret_cast<VT*>(B + (long long)(r0 + RROWS + k) * N + col(j)), v);
+      }
+      dot(RROWS + k, b);
+    }
+    #pragma unroll
+    for (int k = 0; k < RROWS; ++k)
+      if (k < reg_rows) {
+        #pragma unroll
+        for (int j = 0; j < PER; ++j)
+          __stcs(reinterpret_cast<VT*>(B + (long long)(r0 + k) * N + col(j)),
+                 *reinterpret_cast<const VT*>(&reg[k].v[j * VEC]));
+        dot(k, reg[k].v);
+      }
+  }
   if constexpr (DEAL) {  // the dealt rows, U2 per ticket, each summed whole here (warpsum rows HELD..)
     while (g2 < m) {
       #pragma unroll
@@ -276,15 +302,17 @@ __global__ void __launch_bounds__(BLOCK, 1) one_barrier(
         if (k0 + u < rows) dot(k0 + u, b2[u]);
     }
   }
-  for (int k = 0; k < in_smem; ++k) {
-    T b[E];
+  if constexpr (!(GEMVER && DEFER)) {
+    for (int k = 0; k < in_smem; ++k) {
+      T b[E];
+      #pragma unroll
+      for (int j = 0; j < PER; ++j) *reinterpret_cast<VT*>(&b[j * VEC]) = held[(size_t)k * (N / VEC) + j * BLOCK + tid];
+      dot(RROWS + k, b);
+    }
     #pragma unroll
-    for (int j = 0; j < PER; ++j) *reinterpret_cast<VT*>(&b[j * VEC]) = held[(size_t)k * (N / VEC) + j * BLOCK + tid];
-    dot(RROWS + k, b);
+    for (int k = 0; k < RROWS; ++k)
+      if (k < reg_rows) dot(k, reg[k].v);
   }
-  #pragma unroll
-  for (int k = 0; k < RROWS; ++k)
-    if (k < rows) dot(k, reg[k].v);
   __syncthreads();
   const int summed = DEAL ? min(rows, HELD) : rows;
   if (tid < summed) {

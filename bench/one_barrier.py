@@ -42,21 +42,27 @@ STOPS = (("", ""), (" pass 1", "; pass 1 only"), (" pass 1 w/o atomics", "; pass
 # (BLOCK threads, RROWS rows held in registers, SROWS rows in shared memory, U rows loaded at once,
 # DEAL 0: each block's share of the rows fixed, 1: only the held rows fixed, the others dealt out in
 # tickets, GRID blocks (0: one per SM), STOP 1: stop after pass 1, 2: before adding x's partials,
-# diagnostics whose results are wrong and unchecked); RROWS a multiple of U.
+# diagnostics whose results are wrong and unchecked, DEFER 1: GEMVER stores its held rows after the
+# barrier, not in pass 1); RROWS a multiple of U.
 SHAPES = {
-    "float32": ((512, 0, 0, 2, 0, 0, 0), (512, 0, 13, 2, 0, 0, 0), (512, 4, 13, 2, 0, 0, 0), (512, 6, 13, 2, 0, 0, 0),
-                (512, 6, 13, 2, 0, 128, 0), (512, 6, 13, 3, 0, 0, 0), (512, 8, 13, 2, 0, 0, 0),
-                (1024, 4, 13, 2, 0, 0, 0), (256, 2, 13, 2, 0, 0, 0),
-                (512, 6, 13, 2, 1, 0, 0), (512, 4, 13, 2, 1, 0, 0), (512, 8, 13, 2, 1, 0, 0), (512, 0, 13, 2, 1, 0, 0),
-                (512, 6, 13, 2, 0, 0, 1), (512, 6, 13, 2, 0, 0, 2), (512, 0, 0, 2, 0, 0, 1), (512, 6, 13, 2, 1, 0, 1)),
-    "float64": ((512, 0, 0, 2, 0, 0, 0), (512, 0, 6, 2, 0, 0, 0), (512, 2, 6, 2, 0, 0, 0), (512, 2, 6, 2, 0, 128, 0),
-                (512, 2, 6, 2, 1, 0, 0), (512, 2, 6, 2, 0, 0, 1)),
+    "float32": ((512, 0, 0, 2, 0, 0, 0, 0), (512, 0, 13, 2, 0, 0, 0, 0), (512, 4, 13, 2, 0, 0, 0, 0),
+                (512, 6, 13, 2, 0, 0, 0, 0), (512, 6, 13, 2, 0, 128, 0, 0), (512, 6, 13, 3, 0, 0, 0, 0),
+                (512, 8, 13, 2, 0, 0, 0, 0), (1024, 4, 13, 2, 0, 0, 0, 0), (256, 2, 13, 2, 0, 0, 0, 0),
+                (512, 6, 13, 2, 1, 0, 0, 0), (512, 4, 13, 2, 1, 0, 0, 0), (512, 8, 13, 2, 1, 0, 0, 0),
+                (512, 0, 13, 2, 1, 0, 0, 0), (512, 6, 13, 2, 0, 0, 1, 0), (512, 6, 13, 2, 0, 0, 2, 0),
+                (512, 0, 0, 2, 0, 0, 1, 0), (512, 6, 13, 2, 1, 0, 1, 0),
+                (512, 6, 13, 2, 0, 0, 0, 1), (512, 4, 13, 2, 0, 0, 0, 1), (512, 8, 13, 2, 0, 0, 0, 1),
+                (512, 0, 13, 2, 0, 0, 0, 1), (1024, 4, 13, 2, 0, 0, 0, 1), (512, 6, 13, 2, 1, 0, 0, 1),
+                (512, 6, 13, 2, 0, 0, 1, 1)),
+    "float64": ((512, 0, 0, 2, 0, 0, 0, 0), (512, 0, 6, 2, 0, 0, 0, 0), (512, 2, 6, 2, 0, 0, 0, 0),
+                (512, 2, 6, 2, 0, 128, 0, 0), (512, 2, 6, 2, 1, 0, 0, 0), (512, 2, 6, 2, 0, 0, 1, 0),
+                (512, 2, 6, 2, 0, 0, 0, 1), (512, 2, 6, 2, 1, 0, 0, 1)),
 }
 
 
 def shape_at(dtype: str, n: int, sms: int, shape: tuple) -> tuple[int, int] | str:
     """(blocks, shared bytes) of a shape at size n on `sms` SMs, or why it cannot run there."""
-    block, rrows, srows, _, deal, grid, _ = shape
+    block, rrows, srows, _, deal, grid, _, _ = shape
     grid = grid or sms
     if grid > sms:
         return f"{grid} blocks, more than the {sms} SMs"
@@ -73,18 +79,28 @@ def shape_at(dtype: str, n: int, sms: int, shape: tuple) -> tuple[int, int] | st
     return grid, shared
 
 
-def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
-    import cupy as cp
+def kernel_name(dtype: str, n: int, shape: tuple, gemver: bool) -> str:
+    """The kernel's instantiation in bench/one_barrier.cu for a shape of SHAPES."""
     ctype = "float" if dtype == "float32" else "double"
+    return f"one_barrier<{ctype},{n},{','.join(map(str, shape[:5]))},{str(gemver).lower()},{shape[7]}>"
+
+
+def measure(dtype: str, n: int, repeat: int, rows: list, chosen: set | None = None) -> float:
+    """Time the shapes of SHAPES[dtype] (those in ``chosen`` where given) at side n, beside fusec."""
+    import cupy as cp
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     runs = []
     for shape in SHAPES[dtype]:
+        if chosen is not None and shape not in chosen:
+            continue
         fits = shape_at(dtype, n, sms, shape)
         if isinstance(fits, str):
             print(f"  {dtype} n = {n} {shape}: {fits}, left out")
             continue
         for gemver in (True, False):
-            name = f"one_barrier<{ctype},{n},{','.join(map(str, shape[:5]))},{str(gemver).lower()}>"
+            if shape[7] and not gemver:  # SGEMVT stores no matrix: nothing to defer
+                continue
+            name = kernel_name(dtype, n, shape, gemver)
             label = name + (f" on {fits[0]} blocks" if shape[5] else "") + STOPS[shape[6]][0]
             runs.append((name, label, shape, fits, gemver))
     module = cp.RawModule(code=SOURCE.read_text(), options=("-std=c++17",),
@@ -94,7 +110,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
     case.with_host = True
     u1, v1, u2, v2, y, z = case.vectors
     for name, label, shape, (grid, shared), gemver in runs:
-        block, rrows, srows, unroll, deal, _, stop = shape
+        block, rrows, srows, unroll, deal, _, stop, defer = shape
         function = module.get_function(name)
         function.max_dynamic_shared_size_bytes = shared
         resident = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.kernel.ptr, block, shared)
@@ -115,7 +131,8 @@ def measure(dtype: str, n: int, repeat: int, rows: list) -> float:
         held = min(per_block, rrows + srows)
         detail = (f"{block} threads, {per_block:.1f} rows per block: {rrows} held in registers, {srows} in shared"
                   f" memory ({held / per_block:.0%} of the matrix on chip)"
-                  + (", the others dealt out" if deal else "") + f", {unroll} rows loaded at once;"
+                  + (", the others dealt out" if deal else "")
+                  + (", held rows stored after the barrier" if defer else "") + f", {unroll} rows loaded at once;"
                   f" {grid} blocks, {shared // 1024} KiB shared" + STOPS[stop][1])
         case.add("gemver" if gemver else "sgemvt", label, detail, gemver, call, lambda x=x, w=w: (x, w, case.B),
                  checked=not stop)
@@ -128,10 +145,21 @@ def main() -> None:
     parser.add_argument("--case", action="append", metavar="DTYPE:N",
                         help=f"a precision and matrix side (repeatable; default {' '.join(CASES)})")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--shape", action="append", metavar="B,R,S,U,DEAL,GRID,STOP,DEFER",
+                        help="time only these shapes of SHAPES (repeatable; default all)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--name", default="h100-one-barrier")
     args = parser.parse_args()
     cases = args.case or list(CASES)
+    chosen = None
+    if args.shape:
+        try:
+            chosen = {tuple(int(f) for f in text.split(",")) for text in args.shape}
+        except ValueError:
+            parser.error(f"--shape: expected 8 integers separated by commas, got {args.shape}")
+        known = {s for shapes in SHAPES.values() for s in shapes}
+        if not chosen <= known:
+            parser.error(f"--shape: not in SHAPES: {sorted(chosen - known)}")
     for spec in cases:  # all checked before the first is measured
         dtype, _, n = spec.partition(":")
         if dtype not in SHAPES or not n.isdigit() or int(n) < 1:
@@ -139,8 +167,9 @@ def main() -> None:
     rows, copies = [], {}
     for spec in cases:
         dtype, _, n = spec.partition(":")
-        copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows)
-    command = "python -m bench.one_barrier " + " ".join(f"--case {c}" for c in cases) + f" --repeat {args.repeat}"
+        copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, chosen)
+    command = ("python -m bench.one_barrier " + " ".join(f"--case {c}" for c in cases) + f" --repeat {args.repeat}"
+               + "".join(f" --shape {s}" for s in args.shape or ()) + f" --name {args.name}")
     write(args, rows, copies, command=command, title="One-barrier kernels (the matrix held on chip)",
           kernels="bench/one_barrier.cu")
 
