@@ -49,7 +49,8 @@ Times (median of --repeat, after 3 warm-ups), two for every contender:
   the host's wake-up after the GPU finishes, a few µs).
 
 GB/s are on minimum bytes (each input read once, each output written once).
-The copy bandwidth is measured in the same run (bench.fusion.copy_bandwidth);
+The copy bandwidth is measured in the same run (bench.fusion.copy_bandwidth),
+every precision's before any contender runs;
 the floor is minimum bytes / copy bandwidth. ATAX and SGEMVT pass over their
 matrix twice (the second time from L2 where fusec stripes them) and are judged
 against their two-pass floor (one more matrix), as issue 5 sets, at both sizes; GEMVER's three-pass floor is reported beside its floor
@@ -902,10 +903,11 @@ def main(argv=None) -> int:
     device = device_name(cupy)
     rows, bandwidth = [], {}
     dtypes = dtypes_of(args.dtype)
+    for dtype in dtypes:  # before any contender's arrays fill the GPU's memory (see bench.sweeps)
+        bandwidth[dtype] = copy_bandwidth(cupy)
     for dtype in dtypes:
         n = n_given or DEFAULT_N[dtype]
         vector = args.vector_size or default_vector_size(n, dtype)
-        bandwidth[dtype] = copy_bandwidth(cupy)
         for script in scripts:
             rows.append(measure(script, dtype, n, vector, peers, args.repeat, cupy, bandwidth[dtype],
                                 log=functools.partial(print, file=sys.stderr, flush=True)))
