@@ -18,7 +18,6 @@ import re
 import pytest
 
 from fusec import nvcc
-from fusec.codegen import held as held_mod
 from fusec.codegen.held import HeldKernel, held_matrix, why_not_held
 from fusec.codegen.kernel import build_kernel
 from fusec.codegen.program import generate
@@ -144,39 +143,6 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     assert kernel.dynamic_shared_bytes == plan.shared * slots * plan.block * 4
     # B and x cross inside the launch: not read through the non-coherent cache
     assert re.search(r"\breal\* g_v10_B,", source) and re.search(r"\breal\* g_v11_x,", source)
-
-
-def test_the_held_tiles_of_a_computed_matrix_are_stored_after_the_barrier():
-    """GEMVER's producer stores B only for the tiles it does not hold; the consumer
-    stores the held ones from chip, with the producer's routine, in each held branch."""
-    dag = dag_of("gemver")
-    plan, _ = most_held("gemver")
-    assert plan.registers and plan.shared
-    source = generate(dag, library(), ProgramPlan((plan,)), "float32").kernels[0].source
-    held = plan.registers + plan.shared
-    producer, consumer = source.split("fusec_grid_sync(fusec_arrivals", 1)[0].split("namespace k0p1_", 1)
-    guard = f"if (!({held_mod.WHOLE_TILE} && it < {held}))"
-    assert producer.count(guard) == 1 and producer.count("tile_store(r_v10_B, g_v10_B, c);") == 1
-    assert re.search(re.escape(guard) + r" \{\n\s*// [^\n]*\n\s*tile_store\(r_v10_B, g_v10_B, c\);", producer)
-    deferred = "k0p0_sger_sger_sgemtv_ab::tile_store(r_v10_B, const_cast<real*>(g_v10_B), c);"
-    assert consumer.count(deferred) == 2  # the registers' branch and the shared memory's
-    assert consumer.index(deferred) > consumer.index("r_v10_B[s] = held_registers[it][s]")
-    # nothing held: nothing deferred; the switch off: B stored in the producer for every tile
-    bare = generate(dag, library(), ProgramPlan((dataclasses.replace(plan, registers=0, shared=0),)),
-                    "float32").kernels[0].source
-    assert "const_cast" not in bare and "DEFER_HELD_STORES" not in bare
-    held_mod.DEFER_HELD_STORES = False
-    try:
-        before = generate(dag, library(), ProgramPlan((plan,)), "float32").kernels[0].source
-    finally:
-        held_mod.DEFER_HELD_STORES = True
-    assert "const_cast" not in before and "    tile_store(r_v10_B, g_v10_B, c);" in before
-
-
-def test_a_matrix_the_producer_only_loads_has_nothing_to_store_after_the_barrier():
-    plan, _ = most_held("sgemvt")
-    source = generate(dag_of("sgemvt"), library(), ProgramPlan((plan,)), "float32").kernels[0].source
-    assert "const_cast" not in source and "DEFER_HELD_STORES" not in source
 
 
 @pytest.mark.parametrize("script, producer_streams, consumer_streams", [

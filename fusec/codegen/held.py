@@ -43,7 +43,7 @@ from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
 from ..space.points import HeldPlan
 from .barriers import LOOP
 from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
-from .kernel import Arg, Kernel, Threads, _call_text, _routine, _Writer, build_kernel
+from .kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
 from .striped import crossing, matrices_reread
 
 MAX_SHARED = 227 * 1024  # bytes of shared memory a block may have on sm_90 (static and dynamic)
@@ -58,12 +58,6 @@ REGISTERS_PER_SM = 65536
 REGISTER_MARGIN = 16
 HELD_MAPPING = "tile"  # the register mapping both parts must hold the matrix in
 ARRIVALS = 2  # 32-bit words of the schedule: one 64-bit count of arrivals at the barrier
-# A matrix the producer computes (GEMVER's B) is stored, for its held tiles, after the
-# barrier from chip instead of in the producer: the producer's pass then moves fewer bytes,
-# and DRAM has those writes to do while the consumer reads the unheld tiles. The hand-written
-# bench/one_barrier.cu gained 3.3 us of 60.0 at fp32 n = 4096 that way (DEFER).
-DEFER_HELD_STORES = True
-WHOLE_TILE = "c.row0 + TILE_ROWS <= c.rows && c.col0 + TILE_COLS <= c.cols"  # the same in every thread
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,33 +71,22 @@ class Hold:
     registers: int
     shared: int
     slots: int  # the element's slots per thread
-    # The producer's store of the held matrix, where it computes it (GEMVER's B), as the
-    # consumer calls it for the held tiles after the barrier: "routine(%s, target, c);"
-    # with %s for the element. None: nothing deferred (SGEMVT's A is only loaded).
-    deferred_store: str | None = None
 
-    def holds(self, op) -> bool:
-        """Whether ``op`` is the producer's store of the held matrix that waits for the
-        barrier for the held tiles (stored there from chip, by the consumer)."""
-        return (self.keep and self.deferred_store is not None and op.step is not None
-                and op.step.kind is RoutineKind.STORE and op.value == self.value and not op.barrier)
-
-    def _where(self, w: _Writer, copy_registers: str, copy_shared: str, after: tuple[str, ...] = ()) -> bool:
-        """The branches that copy a held tile, each followed by the lines ``after``;
-        False when there are none."""
+    def _where(self, w: _Writer, copy_registers: str, copy_shared: str) -> bool:
+        """The branches that copy a held tile; False when there are none."""
+        whole = "c.row0 + TILE_ROWS <= c.rows && c.col0 + TILE_COLS <= c.cols"
         branches = []
         if self.registers:
-            branches.append((f"it < {self.registers}",
-                             [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};", *after]))
+            branches.append((f"it < {self.registers}", [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};"]))
         if self.shared:
             branches.append((f"it < {self.registers + self.shared}",
                              [f"real* const h = held_shared + (long long)(it - {self.registers}) * {self.slots} * BLOCK;",
-                              f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};", *after]))
+                              f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};"]))
         if not branches:
             return False
         w("// held: whole tiles only (the edges' values are the guarded routines' own)")
         for i, (condition, lines) in enumerate(branches):
-            head = f"if ({WHOLE_TILE} && {condition}) {{"
+            head = f"if ({whole} && {condition}) {{"
             if i == 0:
                 w(head)
             else:
@@ -121,18 +104,8 @@ class Hold:
         self._where(w, f"held_registers[it][s] = {var}[s]",
                     f"h[s * BLOCK + threadIdx.x] = {var}[s]")
 
-    def emit_unless_held(self, w: _Writer, emit_store) -> None:
-        """The producer's store of the held matrix, for the tiles not held only."""
-        w("// the held tiles are stored after the barrier, from chip (DEFER_HELD_STORES)")
-        w.open(f"if (!({WHOLE_TILE} && it < {self.registers + self.shared}))")
-        emit_store()
-        w.close()
-
     def emit_take(self, w: _Writer, var: str, emit_load) -> None:
-        after = () if self.deferred_store is None else (
-            "// the producer left this tile's store to now (DEFER_HELD_STORES)", self.deferred_store % var)
-        if not self._where(w, f"{var}[s] = held_registers[it][s]", f"{var}[s] = h[s * BLOCK + threadIdx.x]",
-                           after):
+        if not self._where(w, f"{var}[s] = held_registers[it][s]", f"{var}[s] = h[s * BLOCK + threadIdx.x]"):
             emit_load()
             return
         w.lines[-1] += " else {"
@@ -337,25 +310,6 @@ def assemble(dag: Dag, library: Library, plan: HeldPlan, parts: tuple[Kernel, Ke
     return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
 
 
-def _deferred_store(kernel: HeldKernel, dag: Dag, library: Library) -> str | None:
-    """The producer's store of the held matrix as the consumer calls it for the held
-    tiles (``Hold.deferred_store``), or None: nothing is held, the producer only loads
-    the matrix (SGEMVT), or its store needs a barrier, scratch or fewer threads."""
-    if not DEFER_HELD_STORES or kernel.held is None or not (kernel.plan.registers or kernel.plan.shared):
-        return None
-    producer = kernel.parts[0]
-    stores = [op for op in producer.ops if op.section == LOOP and op.step is not None
-              and op.step.kind is RoutineKind.STORE and op.value == kernel.held]
-    if len(stores) != 1 or stores[0].barrier or stores[0].scratch is not None:
-        return None
-    routine = _routine(library, dag, producer.plan, stores[0].step)
-    if routine.threads is not None:
-        return None
-    # the producer's own routine, from its namespace: the parts share the tile shape. The
-    # consumer has the matrix as an input (const), which this launch wrote and may write.
-    return (f"{producer.name}::{routine.name}(%s, const_cast<real*>(g_{dag.value(kernel.held).c_name}), c);")
-
-
 def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     w = _Writer()
     plan = kernel.plan
@@ -375,14 +329,11 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     rows = max(plan.registers, 1)  # a C array has at least one row; none is used when 0 are held
     slots = max(kernel.slots, 1)
     extra = (f"real (&held_registers)[{rows}][{slots}]", "real* const held_shared")
-    deferred = _deferred_store(kernel, dag, library)
-    if deferred:
-        w(f"//   {dag.value(kernel.held).label}'s held tiles stored after the barrier, by the consumer")
     for p, part in enumerate(kernel.parts):
         role = "producer" if p == 0 else "consumer"
         hold = None
         if kernel.held is not None:
-            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots, deferred)
+            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots)
         emit_part(w, part, dag, library, Threads(item="item"),
                   f"// the {role}, as it runs alone, on the block `item`"
                   + (f"; {'keeps' if p == 0 else 'takes'} the held tiles" if hold else ""),

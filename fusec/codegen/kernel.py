@@ -752,9 +752,6 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
             hold.emit_take(w, by_value[op.value].var,
                            lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
             continue
-        if held and hold.holds(op):
-            hold.emit_unless_held(w, lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
-            continue
         _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
         if held and hold.keep and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE):
             hold.emit_keep(w, by_value[op.value].var)
