@@ -2,7 +2,7 @@
 (the analog of the paper's Figs. 5 and 6).
 
     python -m bench.sweeps [--scripts bicgk,gemver] [--dtype float32|float64|both]
-                           [--n 512,1024,2048,4096,8192,16384] [--repeat 20]
+                           [--n 512,1024,2048,4096,8192,16384] [--repeat 20] [--tune TOP]
                            [--peers cublas,torch,torch.compile,jax] [--out bench/results] [--name h100-sweep]
     python -m bench.sweeps --plot-only bench/results/h100-sweep.json [MORE.json ...] [--out DIR] [--name NAME]
 
@@ -16,6 +16,12 @@ host's launching below, a column per dtype, the copy bandwidth measured in the
 run (every precision's first, before any point) as a dotted line. Without matplotlib the JSON is written and the PNGs can
 be made later, wherever matplotlib is, with --plot-only (several JSONs, say a
 float32 and a float64 run, are merged).
+
+fusec runs the plan its tuning cache holds for each point, else the
+predictor's first choice (the table says which). --tune TOP first tunes every
+point as ``fusec tune SCRIPT --size n=N --dtype D --top TOP`` does, the winner
+stored in the tuning cache, so that every point is tuned (at the small sizes
+the predictor's first choice was up to 1.39x slower: GEMVER fp32 n = 512).
 """
 
 from __future__ import annotations
@@ -180,12 +186,29 @@ def merge(paths: list[str]) -> dict:
 # Command line
 # ---------------------------------------------------------------------------
 
+def tune_point(script: str, dtype: str, n: int, top: int, log=print) -> None:
+    """Tune one point as ``fusec tune`` does (n x n matrices), the winner stored in the tuning cache."""
+    from fusec.script import load_script
+    from fusec.tune import tune
+    library = P._library()
+    dag = load_script(P.ROOT / "scripts" / f"{script}.script", library)
+    result = tune(dag, library, dtype, P.script_sizes(dag, n, n), top=top, progress=False)
+    winner = result.winner
+    log(f"{script:8s} {dtype}  n = {n}: tuned, " + (f"{winner.measurement.seconds * 1e6:.1f} us" if winner else
+                                                     "no candidate passed (the predictor's plan runs)"))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     P.add_common(parser, "bicgk,gemver", "sweep")
     parser.add_argument("--n", default=",".join(map(str, SIZES)), help="matrix sizes (default: %(default)s)")
     parser.add_argument("--plot-only", nargs="+", metavar="JSON", help="make the PNGs (and .md) from JSON files")
+    parser.add_argument("--tune", type=int, default=0, metavar="TOP",
+                        help="tune every point first, measuring the TOP best-predicted plans (as 'fusec tune"
+                             " --top TOP'); the winners go into the tuning cache (default 0: use the cache)")
     args = parser.parse_args(argv)
+    if args.tune < 0:
+        parser.error(f"--tune {args.tune}: the number of plans to measure, 0 (off) or more")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.plot_only:
@@ -219,6 +242,8 @@ def main(argv=None) -> int:
         bandwidth = report["copy_bandwidth"][dtype]
         for script in scripts:
             for n in ns:
+                if args.tune:
+                    tune_point(script, dtype, n, args.tune, log)
                 report["rows"].append(P.measure(script, dtype, n, n, peers, args.repeat, cupy, bandwidth, log=log))
                 (out / f"{name}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     (out / f"{name}.md").write_text(markdown(report), encoding="utf-8")

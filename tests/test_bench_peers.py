@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -393,6 +394,28 @@ def test_plot_only_without_matplotlib(tmp_path, monkeypatch, capsys):
     assert S.main(["--plot-only", str(tmp_path / "s.json"), "--out", str(tmp_path)]) == 1
     assert "matplotlib is not installed here" in capsys.readouterr().err
     assert (tmp_path / "s.md").exists()
+
+
+def test_sweep_tune_is_refused_below_zero(capsys):
+    with pytest.raises(SystemExit) as exit:
+        S.main(["--tune", "-1"])
+    assert exit.value.code == 2 and "--tune -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["gemver", "bicgk"])
+def test_sweep_tunes_a_point_as_fusec_tune_does(script, monkeypatch):
+    """n x n matrices, the precision and TOP as given, the winner stored (tune's default)."""
+    seen = {}
+
+    def fake_tune(dag, library, dtype, point_sizes, **options):
+        seen.update(calls=len(dag.calls), dtype=dtype, sizes=dict(point_sizes), options=options)
+        return types.SimpleNamespace(winner=None)
+    monkeypatch.setattr("fusec.tune.tune", fake_tune)
+    lines = []
+    S.tune_point(script, "float64", 512, 7, log=lines.append)
+    assert seen["dtype"] == "float64" and set(seen["sizes"].values()) == {512} and seen["calls"] >= 2
+    assert seen["options"] == {"top": 7, "progress": False}
+    assert lines == [f"{script:8s} float64  n = 512: tuned, no candidate passed (the predictor's plan runs)"]
 
 
 def test_two_pass_sequences_are_held_to_their_two_pass_floor():
