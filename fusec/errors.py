@@ -141,6 +141,11 @@ class ResidencyError(FusecError):
     holds at once: launched, its resident blocks would wait for the others for ever."""
 
 
+class RowWidthError(FusecError):
+    """A band kernel (whole rows per block, held in registers) was compiled for rows
+    of at most so many columns, and the matrix has more."""
+
+
 class CacheError(FusecError):
     pass
 

@@ -19,6 +19,14 @@ tile geometry           (nested functions: one instance per block)
 ``BLOCK_Y``             ``BLOCK/32`` rows of threads
 ``STREAM_MATRIX``       1 when the kernel stores no matrix (matrix loads may be
                         evict-first); set per kernel by the code generator
+band geometry           (nested functions' band implementations: one instance
+                        per block and serial iteration, whole rows)
+``BAND_ROWS``           rows of the band an instance works on at once
+``PIECES``              16-byte pieces of a row each thread holds: thread t
+                        holds pieces ``j * BLOCK + t``, ``j < PIECES``
+``BAND_COLS``           the most columns a row may have, ``PIECES*BLOCK*VEC``
+``WARPS``               ``BLOCK/32``, warps whose sums make a row's
+``STREAM_MATRIX``       as in the tile geometry
 ======================  ======================================================
 """
 
@@ -65,7 +73,8 @@ class Shape:
     geometry: Geometry
     block: int
     iters: int
-    tile_rows: int = 0  # tile geometry only
+    tile_rows: int = 0  # tile geometry: rows of a tile; band geometry: BAND_ROWS
+    pieces: int = 0  # band geometry only: PIECES, which sets the widest row (BAND_COLS)
 
     def macros(self, dtype) -> dict[str, int]:
         return dict(_macros(self, dtype_name(dtype)))  # a copy: callers may add to it
@@ -75,6 +84,9 @@ class Shape:
         out = {"VEC": v, "ITERS": self.iters, "BLOCK": self.block}
         if self.geometry is Geometry.VECTOR:
             out.update(ELEMENT=WARP * v, INSTANCES=self.block // WARP)
+        elif self.geometry is Geometry.BAND:
+            out.update(BAND_ROWS=self.tile_rows, PIECES=self.pieces, BAND_COLS=self.pieces * self.block * v,
+                       WARPS=self.block // WARP)
         else:
             out.update(TILE_ROWS=self.tile_rows, TILE_COLS=WARP * v,
                        BLOCK_X=WARP, BLOCK_Y=self.block // WARP)
@@ -85,13 +97,17 @@ class Shape:
         if self.geometry is Geometry.VECTOR:
             return (f"{self.block} threads ({m['INSTANCES']} instances of {m['ELEMENT']} values),"
                     f" {self.iters} serial iterations")
+        if self.geometry is Geometry.BAND:
+            return (f"band of {self.tile_rows} row{'s' if self.tile_rows > 1 else ''} x up to {m['BAND_COLS']}"
+                    f" columns, {self.block} threads of {self.pieces} pieces, {self.iters} serial iterations")
         return (f"tile {self.tile_rows}x{m['TILE_COLS']}, block {WARP}x{m['BLOCK_Y']},"
                 f" {self.iters} serial iterations")
 
 
 def sample_macros(geometry: Geometry, dtype="float32") -> dict[str, int]:
     """Macro values used to validate library expressions without a kernel."""
-    shape = Shape(geometry, 256, 4, 32 if geometry is Geometry.TILE else 0)
+    tile_rows = {Geometry.TILE: 32, Geometry.BAND: 2}.get(geometry, 0)
+    shape = Shape(geometry, 256, 4, tile_rows, 4 if geometry is Geometry.BAND else 0)
     return shape.macros(dtype)
 
 

@@ -13,6 +13,9 @@ striped fusion from its parts, which run one after the other in stripes, the
 consumer re-reading from L2: see :func:`striped_seconds`. A held fusion from
 its parts, which run one after the other across one grid barrier, the
 consumer re-reading only the tiles not held on chip: see :func:`held_seconds`.
+A band kernel (whole rows per block) from its bytes and its column sums'
+atomics, without the performance database, which has no band routines yet:
+see :func:`band_seconds`.
 """
 
 from __future__ import annotations
@@ -106,7 +109,10 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
             total += max(elements(arg.value), 1) * itemsize
     for reduction in kernel.reductions:
         tiles, arrivals, width = kernel.reduction_tiles(reduction, dict(sizes))
-        total += 2 * tiles * arrivals * width * itemsize
+        if kernel.plan.geometry is Geometry.BAND:  # atomics in L2, then one pass over the accumulator
+            total += arrivals * width * itemsize * L2_REREAD_COST + 2 * width * itemsize
+        else:
+            total += 2 * tiles * arrivals * width * itemsize
     return total
 
 
@@ -124,6 +130,10 @@ class AnalyticPredictor:
     # kernels compute between their loads, so they need more requested at once.
     tile_in_flight: int = 120 * 1024
     vector_in_flight: int = 64 * 1024
+    # A band kernel's loads leave together and it computes little between them: 512 threads of
+    # 64 bytes each per SM (ATAX fp32 n = 4096) streamed at 2531 GB/s, of 128 bytes (n = 16384)
+    # at 3014 (`fusec tune`, H100, 2026-11-23)
+    band_in_flight: int = 32 * 1024
     atomic: float = 5e-9  # seconds per atomic on one counter: they queue at its L2 slice
     finish_tile: float = 1.5e-6  # seconds per output tile a block finishes: atomic, fence, barriers
     finish_round: float = 0.45e-6  # seconds per round of 8 dependent partial loads of the last block
@@ -142,6 +152,8 @@ class AnalyticPredictor:
             return held_seconds(self, kernel, dag, sizes, self.launch, self.bandwidth)
         if is_horizontal(kernel):
             return self.horizontal_seconds(kernel, dag, sizes)
+        if kernel.plan.geometry is Geometry.BAND:
+            return band_seconds(self, kernel, dag, sizes, self.launch, self.bandwidth, self.sms)
         block = kernel.plan.shape.block
         blocks_per_sm = self.blocks_per_sm(kernel)
         grid = kernel.grid(dict(sizes))
@@ -153,7 +165,7 @@ class AnalyticPredictor:
         # 91% of DRAM peak and fused BiCGK at 40 warps (102 KB) at 82%; vector
         # kernels with 61-123 KB ran at 90-100% of the copy bandwidth.
         in_flight = resident * max(kernel.loop_bytes, geo.VEC_BYTES)
-        target = self.tile_in_flight if kernel.plan.geometry is Geometry.TILE else self.vector_in_flight
+        target = self.tile_in_flight if kernel.plan.geometry is not Geometry.VECTOR else self.vector_in_flight
         occupancy = max(min(1.0, in_flight / target), 1e-3)
         moved = traffic(kernel, dag, sizes)
         streaming = moved / (self.bandwidth * occupancy)
@@ -244,6 +256,31 @@ def is_striped(kernel) -> bool:
 def is_held(kernel) -> bool:
     """Whether a kernel is a held fusion of a producer and a consumer."""
     return isinstance(getattr(kernel, "plan", None), HeldPlan)
+
+
+def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float, bandwidth: float,
+                 sms: int) -> float:
+    """A band kernel: its bytes (:func:`traffic`: the column sums' atomics as L2
+    traffic) over the copy bandwidth, slowed where too few bytes are requested
+    at once (``band_in_flight``) and by a partial last wave of
+    blocks (each block has the same rows, so a wave ends together); one
+    launch; and per column sum the last block's pass over its accumulator.
+    Fitted to two tuning runs only (ATAX fp32 n = 4096 and 16384): ``fusec tune`` decides."""
+    analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
+    sizes = dict(sizes)
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    block = kernel.plan.shape.block
+    slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block)
+    grid = kernel.grid(sizes)
+    resident = min(grid, slots) * block / sms
+    occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
+    waves = grid / slots
+    streaming = traffic(kernel, dag, sizes) / (bandwidth * occupancy) * math.ceil(waves) / waves
+    finish = 0.0
+    for _ in kernel.reductions:
+        rounds = math.ceil(sizes[kernel.dims[1]] / (block * 8))
+        finish += analytic.finish_tile + rounds * analytic.finish_round
+    return launch + streaming + finish
 
 
 def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,

@@ -53,7 +53,7 @@ def test_every_routine_of_every_function_is_probed(found):
     keys = {p.key for p in found}
     lib = library()
     names = {r.name for f in lib.functions.values() for i in f.implementations
-             for r in (*i.loads, i.compute, i.store)}
+             for r in (*i.loads, i.compute, i.store) if i.geometry is None}  # band ones: predicted from bytes
     assert {k.routine for k in keys} == names
     for dtype in ("float32", "float64"):
         tile_load = {(k.block, k.iters, k.tile_rows, k.serial) for k in keys

@@ -37,6 +37,7 @@ MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may decla
 # bytes (0.4 of the H100's 50 MB L2), so the next launch, which starts there, finds them in L2
 # whatever else L2 held before (Kernel.keep_blocks; bench/results/h100-l2-keep-states.md).
 KEEP_L2_BYTES = 20 * 2 ** 20
+REGISTERS_PER_SM = 65536  # 32-bit registers of an SM (sm_90), shared by a block's threads
 CLEAR_MAPPING = "<clear>"  # the compiler's own clearing loop: thread t clears words t, t+BLOCK, ...
 
 
@@ -182,7 +183,7 @@ class Kernel:
 
     def macros(self) -> dict[str, int]:
         macros = self.plan.shape.macros(self.dtype)
-        if self.plan.geometry is Geometry.TILE:
+        if self.plan.geometry is not Geometry.VECTOR:
             macros["STREAM_MATRIX"] = int(self.stream_matrices)
         else:
             macros["STREAM_LOADS"] = int(self.plan.l2 == L2_EVICT_LOADS)
@@ -196,6 +197,8 @@ class Kernel:
         if self.plan.geometry is Geometry.VECTOR:
             chunks = -(-sizes[self.dims[0]] // (m["BLOCK"] * m["VEC"]))
             return -(-chunks // m["ITERS"]), 1
+        if self.plan.geometry is Geometry.BAND:  # a block walks ITERS instances of BAND_ROWS rows
+            return -(-sizes[self.dims[0]] // (m["BAND_ROWS"] * m["ITERS"])), 1
         rows = -(-sizes[self.dims[0]] // m["TILE_ROWS"])
         cols = -(-sizes[self.dims[1]] // m["TILE_COLS"])
         if self.plan.serial == ROWS:
@@ -218,11 +221,24 @@ class Kernel:
         carried term); nvcc tells the truth."""
         words = geo.DTYPES[self.dtype].itemsize // 4
         by_value = {e.value: e for e in self.elements if e.storage is Storage.REGISTERS}
+        if self.plan.geometry is Geometry.BAND:
+            return self._band_registers(by_value, words)
         carried = {op.value for op in self.ops if op.section != LOOP and op.value in by_value}
         carried |= {e.value for e in by_value.values() if e.accumulated}
         slots = sum(e.size for e in by_value.values())
         kept = sum(by_value[v].size for v in carried)
         return min(255, round(22 + 0.47 * slots * words + 1.0 * kept * words))
+
+    def _band_registers(self, by_value: dict, words: int) -> int:
+        """A band kernel's registers, roughly: 24 for indices and addresses, its
+        widest matrix element (the rows in flight; a computed matrix replaces the
+        one it came from) and every other register element whole (ptxas, fp32
+        n = 16384, 512 threads of 8 pieces: ATAX 126 registers against 121
+        estimated, BiCGK 120 against 122; GEMVER's first kernel, 152 estimated,
+        spilled at the 128 a block of 512 may have)."""
+        matrices = [e.size for e in by_value.values() if e.mapping == "band"]
+        rest = sum(e.size for e in by_value.values() if e.mapping != "band")
+        return min(255, round(24 + words * (max(matrices, default=0) + rest)))
 
     @property
     def loop_bytes(self) -> int:
@@ -243,9 +259,19 @@ class Kernel:
         registers = sum(e.size for e in self.elements if e.storage is Storage.REGISTERS)
         return (self.shared_reals + registers * self.plan.shape.block) * itemsize
 
+    @property
+    def zeroed_workspace(self) -> bool:
+        """Whether the reductions' workspaces must start at zero: a band kernel adds
+        its column sums into one accumulator with atomics (the block that finishes
+        clears it again for the next launch)."""
+        return self.plan.geometry is Geometry.BAND
+
     def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
         """(reals of the workspace, counters) the reduction needs: a region of whole
-        128-byte lines per output tile (fusec_region in support.cuh)."""
+        128-byte lines per output tile (fusec_region in support.cuh); in the band
+        geometry one accumulator of the outputs and one counter."""
+        if self.plan.geometry is Geometry.BAND:
+            return partials_region(sizes[self.dims[1]], self.dtype), 1
         tiles, arrivals, width = self.reduction_tiles(reduction, sizes)
         return tiles * partials_region(arrivals * width, self.dtype), tiles
 
@@ -254,6 +280,8 @@ class Kernel:
         m = self.macros()
         if reduction.axis is None:
             return 1, self.grid(sizes), 1
+        if self.plan.geometry is Geometry.BAND:  # column sums: every block adds into one accumulator
+            return 1, self.grid(sizes), sizes[self.dims[1]]
         rows, cols = self.grid_extent(sizes)
         if reduction.axis == COLS:  # partials along the columns; outputs are rows
             return -(-sizes[self.dims[0]] // m["TILE_ROWS"]), cols, m["TILE_ROWS"]
@@ -280,7 +308,7 @@ def _kernel_dims(dag: Dag, library: Library, plan: KernelPlan) -> tuple[str, ...
     for call in plan.calls:
         function = function_of(dag, library, call)
         bound = call_dims(dag, library, call)
-        if plan.geometry is Geometry.TILE:
+        if plan.geometry is not Geometry.VECTOR:
             mine = (bound[function.rows_dim], bound[function.cols_dim])
         else:
             vector = function.array_params[0] if function.array_params else function.result
@@ -314,6 +342,13 @@ def _check_threads(routine: Routine, macros: dict[str, int]) -> None:
     if not fits or min(wanted) < 1:
         raise PlanError(f"routine {routine.name} wants threads {' x '.join(map(str, wanted))},"
                         f" more than the block's {macros['BLOCK']}")
+
+
+def whole_in_block(function: Function, plan: KernelPlan) -> bool:
+    """A band kernel's sum along its rows (sgemv's) is whole inside the block: it
+    needs no partials, and later calls of the kernel may read it."""
+    return (plan.geometry is Geometry.BAND and function.hof.reduce
+            and _axis_of(function, function.hof.axis) == COLS)
 
 
 def _accumulated(function: Function, plan: KernelPlan) -> bool:
@@ -356,9 +391,11 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     macros = plan.shape.macros(dtype)
     kernel_calls = frozenset(plan.calls)
     for call in plan.calls:
-        if function_of(dag, library, call).hof.geometry is not plan.geometry:
-            raise PlanError(f"call {call} ({dag.call(call).function}) does not run in the"
-                            f" {plan.geometry} geometry")
+        if function_of(dag, library, call).geometry_of(plan.implementation_of(call)) is not plan.geometry:
+            raise PlanError(f"call {call} ({dag.call(call).function}, implementation"
+                            f" {plan.implementation_of(call)}) does not run in the {plan.geometry} geometry")
+    if plan.geometry is Geometry.BAND and plan.serial != ROWS:
+        raise PlanError("a band kernel's serial loop walks its rows")
     dims = _kernel_dims(dag, library, plan)
     for step in plan.steps:
         _check_threads(_routine(library, dag, plan, step), macros)
@@ -430,8 +467,9 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
                 schedule.insert(sum(1 for s in schedule if s[0] == PRE), (PRE, None, result, [clear], None))
             else:
                 schedule.append((LOOP, None, result, [clear], None))
-            reductions.append(Reduction(result, None if plan.geometry is Geometry.VECTOR
-                                        else _axis_of(function, function.hof.axis)))
+            if not whole_in_block(function, plan):
+                reductions.append(Reduction(result, None if plan.geometry is Geometry.VECTOR
+                                            else _axis_of(function, function.hof.axis)))
         schedule.append((section, step, None, mine, routine))
     order = {PRE: 0, LOOP: 1, POST: 2}
     schedule.sort(key=lambda s: order[s[0]])  # stable: keeps the plan's order inside sections
@@ -457,7 +495,8 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
             sizes[f"v{value}"] = size
     regions, total = allocate(sizes, events, align=macros["VEC"])
     barriers = place_barriers(events, regions)
-    if reductions:  # the finish needs BLOCK reals; a barrier precedes it, so it may reuse anything
+    if reductions and plan.geometry is not Geometry.BAND:  # the finish needs BLOCK reals; a barrier
+        # precedes it, so it may reuse anything (a band kernel's finish needs none)
         total = max(total, macros["BLOCK"])
 
     elements = []
@@ -479,9 +518,13 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     args = _kernel_args(dag, library, plan, storage, kernel_calls, dims) + ((TURN_ARG,) if turns else ())
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
     stores_matrix = any(a.role == "out" and dag.value(a.value).kind is Kind.MATRIX for a in args)
-    stream = plan.geometry is Geometry.TILE and not stores_matrix
+    stream = plan.geometry is not Geometry.VECTOR and not stores_matrix
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
                     total, "", stream_matrices=stream)
+    if plan.geometry is Geometry.BAND and kernel.estimated_registers > min(255, REGISTERS_PER_SM // plan.shape.block):
+        # a band keeps whole rows in registers: where they do not fit, they would spill
+        raise PlanError(f"about {kernel.estimated_registers} registers per thread, more than a block of"
+                        f" {plan.shape.block} threads may have")
     if stream and turns:
         kernel = dataclasses.replace(kernel, keep_blocks=KEEP_L2_BYTES // _matrix_bytes_per_block(kernel, dag))
     return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
@@ -519,15 +562,15 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
             elif dag.producer(arg) not in kernel_calls:
                 seen.add(arg)
                 axis = (_axis_of(function, param.dims[0])
-                        if plan.geometry is Geometry.TILE and param.kind is Kind.VECTOR else None)
+                        if plan.geometry is not Geometry.VECTOR and param.kind is Kind.VECTOR else None)
                 ins.append(Arg("in", f"const real* __restrict__ g_{value.c_name}", arg, axis=axis))
         if leaves_kernel(dag, library, call, kernel_calls):
             value = dag.value(record.result)
             outs.append(Arg("out", f"real* __restrict__ g_{value.c_name}", value.id))
-            if function.hof.reduce:
+            if function.hof.reduce and not whole_in_block(function, plan):
                 outs.append(Arg("workspace", f"real* __restrict__ ws_{value.c_name}", value.id))
                 outs.append(Arg("counters", f"unsigned* __restrict__ cnt_{value.c_name}", value.id))
-    if plan.geometry is Geometry.TILE:
+    if plan.geometry is not Geometry.VECTOR:
         sizes = [Arg("size", "const int rows", size=dims[0]), Arg("size", "const int cols", size=dims[1])]
     else:
         sizes = [Arg("size", "const long long n", size=dims[0])]
@@ -618,14 +661,18 @@ def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[s
     """Function files of the kernel's calls, and the shared routine files that
     define a routine (or macro) that anything included names."""
     plan = kernel.plan
-    functions = []
-    for call in plan.calls:
-        function = function_of(dag, library, call)
-        if function.source.strip() and (function.file, function.source) not in functions:
-            functions.append((function.file, function.source))
     names = {_routine(library, dag, plan, op.step).name for op in kernel.ops if op.step}
     names |= {function_of(dag, library, c).finish.routine for c in plan.calls
               if function_of(dag, library, c).finish}
+    functions = []
+    for call in plan.calls:
+        function = function_of(dag, library, call)
+        # a function's own file, where the kernel calls a routine of it (a band kernel calls
+        # none of the tile routines beside which its band.cuh routines are declared)
+        needed = plan.geometry is not Geometry.BAND or any(
+            library.routine_homes.get(n) == function.file for n in names)
+        if needed and function.source.strip() and (function.file, function.source) not in functions:
+            functions.append((function.file, function.source))
     defines = {}
     for source in library.routine_files:
         for name in re.findall(r"^\s*#\s*define\s+(\w+)", source.text, re.M):
@@ -682,6 +729,10 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
 
     # 3: indices
     w()
+    if plan.geometry is Geometry.BAND:
+        from .band import emit_band_body
+        emit_band_body(w, kernel, dag, library, threads, by_value)
+        return
     if tile:
         serial_rows = plan.serial == ROWS
         w("// indices: a 1D grid of tiles; each block walks ITERS tiles along the "
@@ -805,9 +856,10 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
         if p.kind is Kind.SCALAR:
             scalars[p.name] = (f"real({a.text})" if isinstance(a, Constant) else dag.value(a).c_name)
     result = dag.value(record.result)
+    partial = function.hof.reduce and not whole_in_block(function, plan)
     what = {RoutineKind.LOAD: f"load {dag.value(params[step.param]).label}" if step.param in params else "",
             RoutineKind.COMPUTE: "compute",
-            RoutineKind.STORE: f"store {'the partial of ' if function.hof.reduce else ''}{result.label}"}[step.kind]
+            RoutineKind.STORE: f"store {'the partial of ' if partial else ''}{result.label}"}[step.kind]
     w(f"// {_call_text(dag, step.call)}: {what} [{routine.name}]")
     if step.kind is RoutineKind.LOAD:
         value = params[step.param]
@@ -817,7 +869,10 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
         args.append(by_value[result.id].var)
     else:
         target = f"g_{result.c_name}"
-        if function.hof.reduce:
+        if plan.geometry is Geometry.BAND:
+            if function.hof.reduce and not whole_in_block(function, plan):
+                target = f"ws_{result.c_name}"  # the accumulator every block adds into
+        elif function.hof.reduce:
             # partials go to the workspace: the region of this output tile, one slice of
             # it per block along the reduced axis (the store indexes it like the output)
             if not tile:
@@ -1030,23 +1085,27 @@ def _finish_lines(tickets: _Tickets, dag: Dag, library: Library, threads: Thread
     """(the comment's call, the sum's function, the lambda that writes a finished output)."""
     value = dag.value(tickets.reduction.value)
     call = value.producer
-    function = function_of(dag, library, call)
-    record = dag.call(call)
-    if function.finish:
-        argmap = {"acc": "acc"}
-        for p, a in zip(function.params, record.args):
-            if isinstance(a, Constant):
-                argmap[p.name] = f"real({a.text})"
-            elif p.kind is Kind.SCALAR:
-                argmap[p.name] = dag.value(a).c_name
-            else:
-                argmap[p.name] = f"g_{dag.value(a).c_name}[i]"
-        expr = f"{function.finish.routine}({', '.join(argmap[a] for a in function.finish.args)})"
-    else:
-        expr = "acc"
+    expr = finish_expression(dag, library, call)
     # a part of a horizontal fusion syncs on its own barrier, and its threads only
     partials = f"fusec_sum_partials<BLOCK, {threads.barrier}>" if threads.part else "fusec_sum_partials<BLOCK>"
     return _call_text(dag, call), partials, f"[&](long long i, real acc) {{ g_{value.c_name}[i] = {expr}; }}"
+
+
+def finish_expression(dag: Dag, library: Library, call: int) -> str:
+    """The C expression of a reduction's finished output ``i`` from its sum ``acc``
+    (the function's finish routine, or ``acc``)."""
+    function = function_of(dag, library, call)
+    if not function.finish:
+        return "acc"
+    argmap = {"acc": "acc"}
+    for p, a in zip(function.params, dag.call(call).args):
+        if isinstance(a, Constant):
+            argmap[p.name] = f"real({a.text})"
+        elif p.kind is Kind.SCALAR:
+            argmap[p.name] = dag.value(a).c_name
+        else:
+            argmap[p.name] = f"g_{dag.value(a).c_name}[i]"
+    return f"{function.finish.routine}({', '.join(argmap[a] for a in function.finish.args)})"
 
 
 def _emit_finish(w: _Writer, tickets: _Tickets, slot: str, dag: Dag, library: Library, threads: Threads) -> None:

@@ -54,6 +54,28 @@ struct fusec_tile {
   bool full;      // the whole tile lies inside and vec_ok: no guards needed
 };
 
+// Where an instance of a nested function's band implementation (BAND_ROWS whole rows)
+// is, as seen by one thread: it holds the 16-byte pieces j*BLOCK + t of each row.
+struct fusec_band {
+  int t;          // thread index in the block
+  int row0;       // first row of the instance
+  int rows, cols; // matrix size; accesses at or past it are guarded
+  bool vec_ok;    // 16-byte accesses are aligned (cols % VEC == 0, bases aligned)
+  bool full;      // all BAND_ROWS rows inside, cols == BAND_COLS and vec_ok: no guards needed
+};
+
+// p[0 .. VEC) += v with one vector atomic where sm_90 has it (float4), else one per value.
+__device__ __forceinline__ void fusec_atomic_add16(real* p, const real* v) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (sizeof(real) == 4) {
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+    return;
+  }
+#endif
+  #pragma unroll
+  for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+}
+
 // The barrier of the threads that run one kernel (library routines call it through
 // BARRIER(), which the generator defines per kernel): the whole block's (ID 0), or, in
 // a horizontally fused kernel (HFuse), the named barrier ID of one part's THREADS

@@ -210,7 +210,8 @@ def _parse_mapping(line: Line) -> ThreadMapping:
 def _check_expression(line: Line, expression: str, offset: int, geometry: Geometry | None) -> None:
     """Check a size expression parses (and, given a geometry, that its macros exist)."""
     if geometry is None:
-        macros = {**geo.sample_macros(Geometry.VECTOR), **geo.sample_macros(Geometry.TILE)}
+        macros = {**geo.sample_macros(Geometry.VECTOR), **geo.sample_macros(Geometry.TILE),
+                  **geo.sample_macros(Geometry.BAND)}
     else:
         macros = geo.sample_macros(geometry)
     try:
@@ -263,11 +264,11 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
     impls: list[dict] = []
     current: dict | None = None
 
-    def implementation(name: str, line: Line) -> dict:
+    def implementation(name: str, line: Line, geometry: Geometry | None = None) -> dict:
         for impl in impls:
             if impl["name"] == name:
                 raise line.error(f"implementation {name!r} is declared twice", 0, LibraryValidationError)
-        impl = dict(name=name, line=line, loads=[], compute=None, store=None)
+        impl = dict(name=name, line=line, loads=[], compute=None, store=None, geometry=geometry)
         impls.append(impl)
         return impl
 
@@ -287,9 +288,12 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
             elements[param] = (re.sub(r"\s+", "", line.rest[shape_offset:]), line, shape_offset)
         elif key == "implementation":
             words = _words(line)
-            if len(words) != 1 or not re.fullmatch(IDENT, words[0][0]):
-                raise line.error("expected 'implementation NAME'")
-            current = implementation(words[0][0], line)
+            if len(words) not in (1, 2) or not re.fullmatch(IDENT, words[0][0]):
+                raise line.error("expected 'implementation NAME' or 'implementation NAME band'")
+            if len(words) == 2 and words[1][0] != Geometry.BAND.value:
+                raise line.error(f"unknown geometry {words[1][0]!r} (an implementation may say 'band')",
+                                 words[1][1])
+            current = implementation(words[0][0], line, Geometry.BAND if len(words) == 2 else None)
         elif key in ("load", "compute", "store"):
             if current is None:
                 current = implementation("default", line)
@@ -341,7 +345,7 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
                     f"implementation {impl['name']!r} of {name!r} has no {part} routine", 0,
                     LibraryValidationError)
         implementations.append(Implementation(impl["name"], tuple(impl["loads"]), impl["compute"],
-                                              impl["store"], impl["line"].coord()))
+                                              impl["store"], impl["line"].coord(), impl["geometry"]))
     summary = fields["summary"].rest if "summary" in fields else ""
     return Function(name=name, params=params, result=result, hof=hof, threads=threads,
                     reference=fields["reference"].rest.strip(), implementations=tuple(implementations),
@@ -686,6 +690,10 @@ def _validate_implementation(function: Function, impl: Implementation,
     arrays = {p.name: p for p in function.array_params}
     scalars = {p.name for p in function.params if p.kind is Kind.SCALAR}
     compute = impl.compute
+    geometry = impl.geometry or function.hof.geometry
+    if geometry is Geometry.BAND and not function.hof.nested:
+        _fail(f"implementation {impl.name!r} is a band implementation, but the band geometry is for"
+              " nested functions only", impl.coord)
     result = function.result
     used_arrays = set()
     for routine in impl.loads + (compute, impl.store):
@@ -696,21 +704,24 @@ def _validate_implementation(function: Function, impl: Implementation,
                       f" {', '.join(sorted(mappings))})", routine.coord)
             mapping = mappings[access.mapping]
             try:
-                geo.evaluate(mapping.size, geo.sample_macros(function.hof.geometry))
+                geo.evaluate(mapping.size, geo.sample_macros(geometry))
             except geo.ExpressionError as exc:
-                _fail(f"mapping {mapping.name!r} does not fit the {function.hof.geometry} geometry: {exc}",
+                _fail(f"mapping {mapping.name!r} does not fit the {geometry} geometry: {exc}",
                       routine.coord)
         if routine.threads is not None:
             if routine.sync:
                 _fail("a 'sync' routine runs on every thread; it cannot also reduce 'threads'", routine.coord)
-            want = 1 if function.hof.geometry is Geometry.VECTOR else 2
+            if geometry is Geometry.BAND:
+                _fail("a band routine runs on every thread of the block ('threads' is for the tile and"
+                      " vector geometries)", routine.coord)
+            want = 1 if geometry is Geometry.VECTOR else 2
             if len(routine.threads) != want:
-                _fail(f"'threads' of a {function.hof.geometry} routine takes {want} number(s)", routine.coord)
+                _fail(f"'threads' of a {geometry} routine takes {want} number(s)", routine.coord)
             for expr in routine.threads:
                 try:
-                    geo.evaluate(expr, geo.sample_macros(function.hof.geometry))
+                    geo.evaluate(expr, geo.sample_macros(geometry))
                 except geo.ExpressionError as exc:
-                    _fail(f"'threads' of a {function.hof.geometry} routine: {exc}", routine.coord)
+                    _fail(f"'threads' of a {geometry} routine: {exc}", routine.coord)
     seen_loads = set()
     for load in impl.loads:
         if load.param not in arrays:

@@ -37,10 +37,15 @@ class Geometry(str, enum.Enum):
     sub-vector of ``ELEMENT = 32*VEC`` values, several instances per block.
     ``TILE``: nested functions; an instance is a block working on a
     ``TILE_ROWS x TILE_COLS`` tile and the matching sub-vectors.
+    ``BAND``: nested functions too, in implementations that say so; an
+    instance is a block working on ``BAND_ROWS`` whole rows (at most
+    ``BAND_COLS`` columns), thread t holding the 16-byte pieces
+    ``j * BLOCK + t`` of each, so a sum along a row is whole inside the block.
     """
 
     VECTOR = "vector"
     TILE = "tile"
+    BAND = "band"
 
     def __str__(self) -> str:
         return self.value
@@ -160,6 +165,7 @@ class Implementation:
     compute: Routine
     store: Routine
     coord: Coord = dataclasses.field(compare=False)
+    geometry: Geometry | None = None  # None: the function's own (Hof.geometry); BAND: a band implementation
 
     def load_of(self, param: str) -> Routine | None:
         for routine in self.loads:
@@ -202,6 +208,11 @@ class Function:
     file: str
     source: str = dataclasses.field(repr=False)  # the CUDA text, metadata removed
     coord: Coord = dataclasses.field(compare=False)
+
+    def geometry_of(self, implementation: str) -> Geometry:
+        """The geometry an implementation runs in: its own, else the function's."""
+        impl = next(i for i in self.implementations if i.name == implementation)
+        return impl.geometry or self.hof.geometry
 
     def param(self, name: str) -> Param:
         if name == self.result.name:

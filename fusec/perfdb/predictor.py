@@ -33,7 +33,7 @@ from ..codegen.kernel import Kernel, _routine
 from ..dag import Dag
 from ..errors import FusecWarning
 from ..library.model import Geometry, Library, RoutineKind
-from ..predict import (AnalyticPredictor, held_seconds, is_held, is_horizontal, is_striped, natural_blocks,
+from ..predict import (AnalyticPredictor, band_seconds, held_seconds, is_held, is_horizontal, is_striped, natural_blocks,
                        striped_seconds, traffic)
 from .probes import RoutineKey
 from .store import Database
@@ -97,6 +97,9 @@ class PerfdbPredictor:
             return held_seconds(self, kernel, dag, sizes, self.database.launch, self.analytic.bandwidth)
         if is_horizontal(kernel):  # issue 6: see horizontal_seconds at the end of the module
             return horizontal_seconds(self, kernel, dag, sizes)
+        if kernel.plan.geometry is Geometry.BAND:  # no band routines are timed yet
+            return band_seconds(self.analytic, kernel, dag, sizes, self.database.launch, self.analytic.bandwidth,
+                                self.database.sms)
         sizes = dict(sizes)
         sms = self.database.sms
         grid = kernel.grid(sizes)

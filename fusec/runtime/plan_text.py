@@ -117,6 +117,9 @@ def _kernel_lines(generated, kernel, sizes, resources, indent: str, turning: boo
         grid = (f"ceil({kernel.dims[0]}/{plan.shape.macros(generated.dtype)['TILE_ROWS']})"
                 f" x ceil({kernel.dims[1]}/{plan.shape.macros(generated.dtype)['TILE_COLS']})"
                 f" tiles, ITERS per block")
+    elif plan.geometry is Geometry.BAND:
+        band_rows = plan.shape.macros(generated.dtype)["BAND_ROWS"]
+        grid = f"ceil({kernel.dims[0]}/{band_rows}) instances of whole rows, ITERS per block"
     else:
         grid = f"ceil({kernel.dims[0]}/(BLOCK*VEC)) chunks, ITERS per block"
     lines.append(f"shape    {shape}")
@@ -131,6 +134,10 @@ def _kernel_lines(generated, kernel, sizes, resources, indent: str, turning: boo
                  " placed by the compiler")
     for reduction in kernel.reductions:
         how = "a whole vector" if reduction.axis is None else f"the {reduction.axis}"
+        if plan.geometry is Geometry.BAND:
+            lines.append(f"reduce   {dag.value(reduction.value).label} sums over the rows; every block adds its"
+                         " sums with atomics, the last block to arrive finishes them")
+            continue
         lines.append(f"reduce   {dag.value(reduction.value).label} sums over {how}; partials of every block,"
                      " finished by the last block to arrive")
     if resources and kernel.name in resources:

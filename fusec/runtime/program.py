@@ -34,7 +34,8 @@ import numpy as np
 
 from ..codegen.program import GeneratedProgram
 from .. import geometry as geo
-from ..library.model import Kind
+from ..errors import RowWidthError
+from ..library.model import Geometry, Kind
 from . import cuda  # PyCUDA itself is imported on the first call
 from . import driver_api, native
 from .arrays import DEVICE, NUMPY, Binding, bind
@@ -42,6 +43,22 @@ from .plan_text import describe, minimum_bytes
 from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
+
+
+def check_row_widths(kernels, sizes: dict[str, int]) -> None:
+    """Raise :class:`~fusec.errors.RowWidthError` where a band kernel's rows are wider
+    at these sizes than the rows it holds (``BAND_COLS``): it was compiled for
+    narrower matrices."""
+    for kernel in kernels:
+        plan = getattr(kernel, "plan", None)
+        if getattr(plan, "geometry", None) is not Geometry.BAND:
+            continue
+        widest, cols = kernel.macros()["BAND_COLS"], sizes[kernel.dims[1]]
+        if cols > widest:
+            raise RowWidthError(
+                f"kernel {kernel.name} holds whole rows of at most {widest} columns in registers, but"
+                f" {kernel.dims[1]} = {cols}: compile the script for these sizes"
+                f" (fusec.compile(..., sizes={{'{kernel.dims[1]}': {cols}}}) or fusec tune --size)")
 
 
 class _Buffers:
@@ -54,7 +71,10 @@ class _Buffers:
         for kernel in gen.kernels:
             for reduction in kernel.reductions:
                 partials, counters = kernel.reduction_buffers(reduction, sizes)
-                self.items[("ws", kernel.index, reduction.value)] = cuda.DeviceBuffer(partials * itemsize)
+                workspace = cuda.DeviceBuffer(partials * itemsize)
+                if getattr(kernel, "zeroed_workspace", False):  # atomics add into it; the last block clears it
+                    cuda.fill_zero(workspace.pointer, workspace.nbytes)
+                self.items[("ws", kernel.index, reduction.value)] = workspace
                 counter = cuda.DeviceBuffer(counters * 4)
                 cuda.fill_zero(counter.pointer, counter.nbytes)  # the last block resets them after use
                 self.items[("cnt", kernel.index, reduction.value)] = counter
@@ -310,6 +330,7 @@ class Program:
         takes its buffers from here first."""
         key = (cuda.context_key(ctx), tuple(sorted(sizes.items())))
         if key not in self._buffers:
+            check_row_widths(self.kernels, sizes)
             self._check_resident(ctx, sizes)
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
@@ -359,8 +380,9 @@ class Program:
     def _poison(self, pointers, buffers: _Buffers, sizes) -> None:
         for value in list(self.intermediates) + list(self.dag.outputs):
             cuda.fill_nan(pointers[value], self.value_nbytes(value, sizes) or self.dtype.itemsize)
+        zeroed = {k.index for k in self.kernels if getattr(k, "zeroed_workspace", False)}
         for key, buffer in buffers.items.items():
-            if key[0] == "ws":
+            if key[0] == "ws" and key[1] not in zeroed:  # an accumulator's zeros are state, kept between launches
                 cuda.fill_nan(buffer.pointer, buffer.nbytes)
 
     def _kernel_args(self, kernel, buffers: _Buffers, pointers, binding: Binding) -> list:
@@ -386,10 +408,10 @@ class Program:
 
     def _aligned(self, kernel, pointers, binding: Binding) -> bool:
         """16-byte accesses need aligned bases of every array a kernel touches,
-        and in the tile geometry rows of whole 16-byte pieces."""
+        and in the tile and band geometries rows of whole 16-byte pieces."""
         aligned = all(pointers[a.value] % geo.VEC_BYTES == 0 for a in kernel.args
                       if a.role in ("in", "out", "scalar_ptr"))
-        if kernel.plan.shape.geometry.value == "tile":
+        if kernel.plan.shape.geometry.value != "vector":
             aligned &= binding.sizes[kernel.dims[1]] % geo.vec(self.dtype) == 0
         return aligned
 

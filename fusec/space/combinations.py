@@ -28,13 +28,13 @@ import itertools
 import math
 from typing import Iterator, Mapping
 
-from ..codegen.kernel import Kernel
+from ..codegen.kernel import Kernel, build_kernel
 from ..dag import Dag
-from ..library.model import Library
+from ..library.model import Geometry, Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
-from .implementations import implementations, load_phases
+from .implementations import SMS, implementations, load_phases
 from .points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
 from .striped import StripedFusion, striped_covers, striped_options
 
@@ -157,7 +157,11 @@ class Space:
             for part in plan.parts:
                 options = self.options[Fusion(part.calls)]
                 plans.append(part)
-                times.append(next(t for p, _, t in options if p == part))
+                found = next((t for p, _, t in options if p == part), None)
+                if found is None:  # a held part of a shape the space offers only to held fusions
+                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0, emit=False)
+                    found = self.predictor.kernel_seconds(kernel, self.dag, self.sizes)
+                times.append(found)
         return Combination(ProgramPlan(tuple(plans)), sum(times), tuple(times))
 
     def top(self, count: int, twins: bool = False) -> list[Combination]:
@@ -273,7 +277,8 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     options = {}
     for fusion in found:
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
-                 for plan, kernel in implementations(dag, library, fusion, dtype, shapes)]
+                 for plan, kernel in implementations(dag, library, fusion, dtype, shapes, sizes,
+                                                     getattr(predictor, "sms", SMS))]
         # ties (the analytic model cannot tell routine orders apart) go to the
         # order that waits for memory fewest times per iteration
         options[fusion] = sorted(timed, key=lambda item: (item[2], load_phases(item[0]), item[0]))
@@ -281,11 +286,11 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     sideways = horizontal_covers(dag, plain, _kernel_order) if horizontal else []
     fused = sorted({slot for cover in sideways for slot in cover if isinstance(slot, HorizontalFusion)})
     for slot in fused:
-        options[slot] = horizontal_options(dag, library, slot, [options[p] for p in slot.parts],
+        options[slot] = horizontal_options(dag, library, slot, [_tiles(options[p]) for p in slot.parts],
                                            predictor, sizes)
     stripes = striped_covers(dag, library, plain) if striped else []
     for slot in sorted({slot for cover in stripes for slot in cover if isinstance(slot, StripedFusion)}):
-        parts = [options[p] for p in slot.parts]
+        parts = [_tiles(options[p]) for p in slot.parts]
         both = striped_options(dag, library, slot, parts, predictor, sizes)
         if held:  # the same pair as one launch of resident blocks, tiles held on chip
             wider = [sorted(found + [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel
@@ -296,6 +301,12 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
             both += held_options(dag, library, slot, wider, predictor, sizes)
         options[slot] = sorted(both, key=lambda o: (o[2], type(o[0]).__name__, o[0]))
     return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways + stripes, fused)
+
+
+def _tiles(options: list) -> list:
+    """The options that are not band kernels: horizontal, striped and held fusions
+    are made of the other geometries' kernels."""
+    return [o for o in options if o[0].geometry is not Geometry.BAND]
 
 
 def _total(columns, index: tuple[int, ...]) -> float:

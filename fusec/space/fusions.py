@@ -7,7 +7,10 @@ A set of calls may share one kernel when
   same tile, same chunk);
 - no call reads the *final* result of a reduction made in the set (that needs
   a global barrier; partial reductions may still share on-chip data), nor
-  reads in its finish epilogue a value made in the set;
+  reads in its finish epilogue a value made in the set; except, in the band
+  geometry (a block owns whole rows), a sum along the rows, which is whole
+  inside the block (ATAX's ``t = A x`` feeding ``y = A^T t``): such a set
+  fuses in the band geometry only, and every call needs a band implementation;
 - the set is convex: no path leaves it and comes back (that call outside
   would have to run both before and after the kernel);
 - it spares a memory transfer: its calls are connected by a value one makes
@@ -62,9 +65,26 @@ def _connected(dag: Dag, library: Library, calls: tuple[int, ...]) -> bool:
     return len(seen) == len(calls)
 
 
-def why_not_fusible(dag: Dag, library: Library, calls: tuple[int, ...]) -> str | None:
-    """None when the calls may share a kernel; otherwise the rule they break."""
+def has_band(dag: Dag, library: Library, call: int) -> bool:
+    """Whether the call's function has a band implementation."""
+    return any(i.geometry is Geometry.BAND for i in function_of(dag, library, call).implementations)
+
+
+def _whole_in_band(dag: Dag, library: Library, call: int) -> bool:
+    """A nested sum along the rows (a result indexed by rows): whole inside a band's block."""
+    function = function_of(dag, library, call)
+    return function.hof.nested and function.hof.reduce and function.hof.axis == function.cols_dim
+
+
+def why_not_fusible(dag: Dag, library: Library, calls: tuple[int, ...],
+                    geometry: Geometry | None = None) -> str | None:
+    """None when the calls may share a kernel (in ``geometry``: BAND for the band
+    implementations, else the functions' own); otherwise the rule they break."""
     members = frozenset(calls)
+    if geometry is Geometry.BAND:
+        lacking = [c for c in calls if not has_band(dag, library, c)]
+        if lacking:
+            return f"call {lacking[0]} ({dag.call(lacking[0]).function}) has no band implementation"
     spaces = {_space(dag, library, c) for c in calls}
     if len(spaces) != 1:
         return "different nesting depths or index spaces"
@@ -77,7 +97,8 @@ def why_not_fusible(dag: Dag, library: Library, calls: tuple[int, ...]) -> str |
             producer = dag.producer(arg)
             if producer not in members:
                 continue
-            if function_of(dag, library, producer).hof.reduce:
+            if function_of(dag, library, producer).hof.reduce and not (
+                    geometry is Geometry.BAND and _whole_in_band(dag, library, producer)):
                 return (f"call {call} reads {dag.value(arg).label}, the final result of a reduction"
                         " in the same kernel (a global barrier)")
             if param.name in function.finish_only:
@@ -104,6 +125,7 @@ def fusions(dag: Dag, library: Library) -> list[Fusion]:
     for calls in by_space.values():
         for size in range(1, len(calls) + 1):
             for subset in itertools.combinations(calls, size):
-                if why_not_fusible(dag, library, subset) is None:
+                if why_not_fusible(dag, library, subset) is None or (
+                        why_not_fusible(dag, library, subset, Geometry.BAND) is None):
                     out.append(Fusion(subset))
     return sorted(out, key=lambda f: (len(f), f.calls))

@@ -17,11 +17,12 @@ import itertools
 from ..codegen.kernel import Kernel, build_kernel
 from ..dag import Dag
 from ..errors import PlanError
+from .. import geometry as geo
 from ..geometry import Shape
 from ..library.model import Geometry, Library, RoutineKind
-from .fusions import Fusion
+from .fusions import Fusion, why_not_fusible
 from .points import COLS, L2_NAMES, L2_PLAIN, ROWS, KernelPlan, Step
-from .steps import array_args, function_of, leaves_kernel
+from .steps import array_args, call_dims, function_of, leaves_kernel
 
 # The block shapes searched: threads per block, and for tiles the rows of a tile
 # (rows per thread = TILE_ROWS / BLOCK_Y), with a few serial iteration counts.
@@ -34,6 +35,35 @@ VECTOR_SHAPES = tuple(Shape(Geometry.VECTOR, block, iters)
 TILE_SHAPES = tuple(Shape(Geometry.TILE, 32 * block_y, iters, tile_rows)
                     for block_y, tile_rows in ((4, 16), (8, 8), (8, 16), (8, 32), (8, 64))
                     for iters in (1, 2, 4, 8, 32))
+# Band kernels (whole rows per block): threads per block and rows per instance; PIECES
+# follows from the row length and ITERS from the rows, for one or two blocks per SM
+# (a block's column sums leave once, with atomics, so few long blocks are best).
+BAND_BLOCKS = (128, 256, 512, 1024)
+BAND_ROWS = (1, 2)
+BAND_WAVES = (1, 2)
+MAX_BAND_WORDS = 32  # 32-bit registers a thread's share of one instance's matrix may take (64 spilled: ptxas)
+SMS = 132  # the H100's, where no predictor says
+
+
+def band_shapes(rows: int, cols: int, dtype: str, sms: int = SMS) -> tuple[Shape, ...]:
+    """The band shapes for a matrix of ``rows x cols``: each block size whose
+    threads' pieces cover a row without leaving half of them idle and fit
+    MAX_BAND_WORDS, with BAND_ROWS rows at a time and ITERS instances for one or
+    two blocks per SM."""
+    vec = geo.vec(dtype)
+    words = geo.VEC_BYTES // 4
+    out = []
+    for block in BAND_BLOCKS:
+        pieces = -(-cols // (block * vec))
+        if block > BAND_BLOCKS[0] and pieces * block * vec >= 2 * cols:
+            continue  # half the threads or more would hold nothing
+        for band_rows in BAND_ROWS:
+            if band_rows * pieces * words > MAX_BAND_WORDS:
+                continue
+            for waves in BAND_WAVES:
+                iters = max(1, -(-rows // (band_rows * waves * sms)))
+                out.append(Shape(Geometry.BAND, block, iters, band_rows, pieces))
+    return tuple(dict.fromkeys(out))
 
 
 def call_orders(dag: Dag, fusion: Fusion) -> list[tuple[int, ...]]:
@@ -85,18 +115,50 @@ def load_phases(plan: KernelPlan) -> int:
 
 
 def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
-                    shapes: tuple[Shape, ...] | None = None) -> list[tuple[KernelPlan, Kernel]]:
+                    shapes: tuple[Shape, ...] | None = None, sizes=None,
+                    sms: int = SMS) -> list[tuple[KernelPlan, Kernel]]:
     """Every valid, undominated implementation of a fusion, with its analysed kernel.
-    ``shapes`` replaces the block shapes searched (those of the fusion's geometry are used)."""
+    ``shapes`` replaces the block shapes searched (those of the fusion's geometry are used).
+    Given ``sizes``, a fusion of nested calls also gets band implementations
+    (:func:`band_shapes`), and a fusion that only the band geometry allows gets only those."""
     geometry = function_of(dag, library, fusion.calls[0]).hof.geometry
-    shapes = tuple(s for s in shapes if s.geometry is geometry) if shapes else (
-        TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES)
-    axes = (ROWS, COLS) if geometry is Geometry.TILE else (None,)
-    policies = (L2_PLAIN,) if geometry is Geometry.TILE else tuple(L2_NAMES)  # plain first: ties rank it first
-    choices = [tuple(i.name for i in function_of(dag, library, c).implementations) for c in fusion.calls]
+    geometries = [geometry] if why_not_fusible(dag, library, fusion.calls) is None else []
+    if geometry is Geometry.TILE and why_not_fusible(dag, library, fusion.calls, Geometry.BAND) is None:
+        geometries.append(Geometry.BAND)
     orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
                                 for o in call_orders(dag, fusion) for first in (False, True)))
     best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
+    for geometry in geometries:
+        _implement(dag, library, fusion, dtype, geometry, _shapes_of(dag, library, fusion, dtype, geometry,
+                                                                     shapes, sizes, sms), orders, best)
+    out = []
+    for group in best.values():
+        if group:
+            least = min(k.onchip_bytes for _, k in group)
+            out.extend(item for item in group if item[1].onchip_bytes == least)
+    return out
+
+
+def _shapes_of(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry: Geometry, shapes, sizes,
+               sms: int) -> tuple[Shape, ...]:
+    if shapes:
+        return tuple(s for s in shapes if s.geometry is geometry)
+    if geometry is Geometry.BAND:
+        if sizes is None:
+            return ()
+        function = function_of(dag, library, fusion.calls[0])
+        bound = call_dims(dag, library, fusion.calls[0])
+        return band_shapes(sizes[bound[function.rows_dim]], sizes[bound[function.cols_dim]], dtype, sms)
+    return TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES
+
+
+def _implement(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry: Geometry,
+               shapes: tuple[Shape, ...], orders, best: dict) -> None:
+    """The fusion's plans in one geometry, grouped into ``best`` by layout."""
+    axes = {Geometry.TILE: (ROWS, COLS), Geometry.BAND: (ROWS,)}.get(geometry, (None,))
+    policies = (L2_PLAIN,) if geometry is not Geometry.VECTOR else tuple(L2_NAMES)  # plain first: ties rank it first
+    choices = [tuple(i.name for i in function_of(dag, library, c).implementations
+                     if function_of(dag, library, c).geometry_of(i.name) is geometry) for c in fusion.calls]
     for impls in itertools.product(*choices):
         for shape, serial, l2 in itertools.product(shapes, axes, policies):
             group = best.setdefault((impls, shape, serial, l2), [])
@@ -107,9 +169,3 @@ def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
                 except PlanError:
                     continue
                 group.append((plan, kernel))
-    out = []
-    for group in best.values():
-        if group:
-            least = min(k.onchip_bytes for _, k in group)
-            out.extend(item for item in group if item[1].onchip_bytes == least)
-    return out

@@ -51,7 +51,7 @@ class KernelPlan:
     implementations: tuple[str, ...]  # implementation name per call
     steps: tuple[Step, ...]  # routine calling order
     shape: Shape
-    serial: str | None = None  # tile geometry: ROWS or COLS
+    serial: str | None = None  # tile geometry: ROWS or COLS; band geometry: ROWS
     l2: int = L2_PLAIN  # vector geometry: one of L2_NAMES (tile kernels set STREAM_MATRIX by rule)
 
     @property
@@ -71,7 +71,8 @@ class KernelPlan:
             "calls": list(self.calls), "implementations": list(self.implementations),
             "steps": [[s.call, s.kind.value, s.param] for s in self.steps],
             "shape": {"geometry": self.shape.geometry.value, "block": self.shape.block,
-                      "iters": self.shape.iters, "tile_rows": self.shape.tile_rows},
+                      "iters": self.shape.iters, "tile_rows": self.shape.tile_rows,
+                      **({"pieces": self.shape.pieces} if self.shape.pieces else {})},
             "serial": self.serial,
             **({"l2": L2_NAMES[self.l2]} if self.l2 != L2_PLAIN else {}),
         }
@@ -81,7 +82,8 @@ class KernelPlan:
         shape = data["shape"]
         return cls(tuple(data["calls"]), tuple(data["implementations"]),
                    tuple(Step(c, RoutineKind(k), p) for c, k, p in data["steps"]),
-                   Shape(Geometry(shape["geometry"]), shape["block"], shape["iters"], shape["tile_rows"]),
+                   Shape(Geometry(shape["geometry"]), shape["block"], shape["iters"], shape["tile_rows"],
+                         shape.get("pieces", 0)),
                    data["serial"], _l2_code(data.get("l2", "plain")))
 
 
@@ -293,7 +295,9 @@ def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan | Hel
     calls = "+".join(f"{label(c)}={dag.call(c).function}" + (f"({i})" if i != "default" else "")
                      for c, i in zip(kernel.calls, kernel.implementations))
     shape = f"{kernel.shape.block}t,{kernel.shape.iters}it"
-    if kernel.serial:
+    if kernel.geometry is Geometry.BAND:
+        shape = f"band {kernel.shape.block}t,{kernel.shape.tile_rows}r,{kernel.shape.pieces}p,{kernel.shape.iters}it"
+    elif kernel.serial:
         shape += f",{kernel.shape.tile_rows}r,{kernel.serial}"
     if kernel.l2 != L2_PLAIN:
         shape += f",{L2_NAMES[kernel.l2]}"

@@ -20,6 +20,12 @@ load       A tile_smem_load as tile_smem
 load       x cols_smem_load as cols_smem threads BLOCK_X x 1
 compute    gemv_rows_compute(A:tile_smem_rows, x:cols_smem_all) -> y:rows_one threads TILE_ROWS x 1
 store      y rows_one_store as rows_one threads TILE_ROWS x 1
+
+implementation band band  # whole rows per block: the row sums are whole inside it
+load       A band_load as band
+load       x band_cols_load as band_cols
+compute    band_gemv_compute(A:band, x:band_cols) -> y:band_rows scratch WARPS*BAND_ROWS sync
+store      y band_rows_store as band_rows
 @*/
 
 // Writes the tile into shared memory, row pitch TILE_COLS+1 (mapping `tile_smem`).

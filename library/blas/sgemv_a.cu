@@ -13,4 +13,10 @@ load       A tile_load as tile
 load       x cols_load as cols
 compute    gemv_compute(A:tile, x:cols) -> y:rows_partial
 store      y rows_partial_store as rows_partial
+
+implementation band band  # whole rows per block: the row sums are whole inside it
+load       A band_load as band
+load       x band_cols_load as band_cols
+compute    band_gemv_compute(A:band, x:band_cols) -> y:band_rows scratch WARPS*BAND_ROWS sync
+store      y band_rows_store as band_rows
 @*/

@@ -14,6 +14,13 @@ load       u rows_load as rows
 load       v cols_load as cols
 compute    ger_compute(A:tile, u:rows, v:cols) -> B:tile
 store      B tile_store as tile
+
+implementation band band
+load       A band_load as band
+load       u band_rows_load as band_rows
+load       v band_cols_load as band_cols
+compute    band_ger_compute(A:band, u:band_rows, v:band_cols) -> B:band
+store      B band_store as band
 @*/
 
 __device__ __forceinline__ void ger_compute(const real* a, const real* u, const real* v, real* b,

@@ -1,0 +1,116 @@
+"""The body of a band kernel: nested functions' band implementations, whole rows per block.
+
+A block walks ITERS instances of BAND_ROWS whole rows (block b: rows from
+``b * ITERS * BAND_ROWS``); thread t holds the 16-byte pieces ``j * BLOCK + t``
+of every row (``library/blas/band.cuh``). The analysis is the tile geometry's
+with the serial loop along the rows (:func:`~fusec.codegen.kernel.build_kernel`):
+vectors indexed by column are loaded once before the loop, column sums
+accumulate over it. What differs is in two places:
+
+- a sum along the rows (sgemv's) is whole inside the block once its compute
+  has met the block's warps: its finish epilogue is applied right there, row
+  by row, and a later call of the kernel may read it (ATAX's ``t`` feeds
+  ``y = A^T t`` in the same pass over A; :func:`~fusec.space.fusions.why_not_fusible`);
+- a sum along the columns (sgemtv's) is added once per block into one
+  accumulator with vector atomics (its store), and the last block to arrive
+  writes the finished outputs and clears the accumulator for the next launch.
+"""
+
+from __future__ import annotations
+
+from ..dag import Dag
+from ..errors import PlanError
+from ..library.model import Library, RoutineKind
+from ..space.steps import function_of
+from .barriers import LOOP, POST, PRE
+from .kernel import Kernel, Threads, _emit_op, _Writer, finish_expression, whole_in_block
+
+FULL = "c.full = c.vec_ok && cols == BAND_COLS && c.row0 + BAND_ROWS <= rows;"
+
+
+def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threads: Threads, by_value) -> None:
+    """Indices, the loop over the block's rows, the column sums' finish (after the
+    memory declarations, which are the tile geometry's)."""
+    if threads.part:
+        raise PlanError("a band kernel runs alone (not as a part of a horizontal fusion)")
+    w("// indices: each block walks ITERS instances of BAND_ROWS whole rows; thread t holds")
+    w("// the 16-byte pieces j*BLOCK + t of each row")
+    w("fusec_band c;")
+    w(f"c.t = {threads.tid};")
+    w("c.rows = rows;")
+    w("c.cols = cols;")
+    w("c.vec_ok = vec_ok;")
+    w(f"c.row0 = {threads.item} * (ITERS * BAND_ROWS);")
+    w(FULL + "  // no guards needed in this instance")
+    pre = [op for op in kernel.ops if op.section == PRE]
+    loop = [op for op in kernel.ops if op.section == LOOP]
+    post = [op for op in kernel.ops if op.section == POST]
+    if pre:
+        w()
+        w("// before the loop: invariant loads, clears of accumulated reductions")
+        for op in pre:
+            _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
+    w()
+    w.open("for (int it = 0; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)")
+    w(FULL)
+    for op in loop:
+        _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
+        if op.step is not None and op.step.kind is RoutineKind.COMPUTE:
+            _emit_row_finish(w, op.step.call, kernel, dag, library, by_value)
+    w.close()
+    if post:
+        w()
+        w("// after the loop: the block's column sums, into their accumulators")
+        for op in post:
+            _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
+    if kernel.reductions:
+        _emit_column_finishes(w, kernel, dag, library, threads)
+
+
+def _emit_row_finish(w: _Writer, call: int, kernel: Kernel, dag: Dag, library: Library, by_value) -> None:
+    """A row sum is whole after its compute: its finish epilogue, row by row."""
+    function = function_of(dag, library, call)
+    if not (whole_in_block(function, kernel.plan) and function.finish):
+        return
+    var = by_value[dag.call(call).result].var
+    w(f"// the rows' sums are whole: finish them ({function.finish.routine})")
+    w("#pragma unroll")
+    w.open("for (int u = 0; u < BAND_ROWS; ++u)")
+    w("const long long i = c.row0 + u;")
+    w(f"const real acc = {var}[u];")
+    w(f"if (i < rows) {var}[u] = {finish_expression(dag, library, call)};")
+    w.close()
+
+
+def _emit_column_finishes(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threads: Threads) -> None:
+    """Every block has added its column sums; the last to arrive (one ticket per
+    reduction, all taken at once) writes the outputs and clears the accumulators."""
+    tid = threads.tid
+    w()
+    w("// every block's atomics must be done before the last block reads the accumulators:")
+    w("// the block's barrier, then one fence by the thread that takes the tickets")
+    w("BARRIER();")
+    w(f"if ({tid} == 0) __threadfence();")
+    names = [dag.value(r.value).c_name for r in kernel.reductions]
+    w.open(f"if ({tid} == 0)")
+    w(f"unsigned got[{len(names)}];")
+    for k, c in enumerate(names):
+        w(f"got[{k}] = atomicAdd(cnt_{c}, 1u);")
+    for k, c in enumerate(names):
+        w(f"fusec_last[{k}] = fusec_came_last(cnt_{c}, got[{k}], {threads.grid});")
+    w.close()
+    w("BARRIER();")
+    for k, reduction in enumerate(kernel.reductions):
+        c = names[k]
+        call = dag.value(reduction.value).producer
+        w()
+        w(f"// finish {dag.value(reduction.value).label}: the last block writes every output and clears the")
+        w("// accumulator for the next launch")
+        w.open(f"if (fusec_last[{k}])")
+        w("__threadfence();")
+        w.open(f"for (long long i = {tid}; i < cols; i += BLOCK)")
+        w(f"const real acc = __ldcg(ws_{c} + i);")
+        w(f"ws_{c}[i] = real(0);")
+        w(f"g_{c}[i] = {finish_expression(dag, library, call)};")
+        w.close()
+        w.close()

@@ -1,0 +1,247 @@
+"""The band geometry without a GPU: the library's band implementations, the fusion
+rule that lets a sum along the rows feed the same kernel, the band shapes, the
+kernels' analysis and code, nvcc on every band kernel of the scripts, and the
+runtime's refusal of rows wider than a kernel holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from fusec import geometry as geo
+from fusec import nvcc
+from fusec.codegen.kernel import build_kernel
+from fusec.codegen.program import generate
+from fusec.errors import FusecError, LibraryValidationError, PlanError, RowWidthError
+from fusec.library.loader import load_library
+from fusec.library.model import Geometry
+from fusec.predict import DEFAULT
+from fusec.runtime.program import check_row_widths
+from fusec.script import load_script
+from fusec.space.combinations import build_space
+from fusec.space.fusions import Fusion, fusions, why_not_fusible
+from fusec.space.implementations import MAX_BAND_WORDS, band_shapes, implementations
+from fusec.space.points import KernelPlan, ProgramPlan
+from tests.helpers import DTYPES, LIBRARY, ROOT, library
+
+NESTED = ("atax", "bicgk", "gemver", "gesummv", "madd", "sgemv", "sgemvt")
+
+
+def dag_of(script):
+    return load_script(ROOT / "scripts" / f"{script}.script", library())
+
+
+def band_program(script: str, dtype: str, sizes: dict[str, int], rows: int | None = None) -> ProgramPlan:
+    """The best-predicted combination whose nested kernels are all band kernels
+    (of ``rows`` rows at a time, if given): in each cover, each kernel's best band
+    option (the best option for vector kernels), the cover of least total."""
+    dag = dag_of(script)
+    space = build_space(dag, library(), dtype, sizes, DEFAULT, horizontal=False, striped=False)
+
+    def wanted(option):
+        plan = option[0]
+        return plan.geometry is Geometry.VECTOR or (
+            plan.geometry is Geometry.BAND and (rows is None or plan.shape.tile_rows == rows))
+    best = None
+    for cover in space.covers:
+        picked = [next((o for o in space.options[slot] if wanted(o)), None) for slot in cover]
+        if all(picked) and any(o[0].geometry is Geometry.BAND for o in picked):
+            total = sum(o[2] for o in picked)
+            if best is None or total < best[0]:
+                best = (total, ProgramPlan(tuple(o[0] for o in picked)))
+    assert best is not None, f"no band combination for {script} {dtype} {sizes}"
+    return best[1]
+
+
+# -- the library ------------------------------------------------------------------------
+
+
+def test_every_nested_function_has_a_band_implementation():
+    for function in library().functions.values():
+        geometries = {function.geometry_of(i.name) for i in function.implementations}
+        if function.hof.nested:
+            assert Geometry.BAND in geometries and Geometry.TILE in geometries, function.name
+        else:
+            assert geometries == {Geometry.VECTOR}, function.name
+
+
+def _with_metadata(tmp_path, name, old, new):
+    copy = tmp_path / "lib"
+    shutil.copytree(LIBRARY, copy)
+    path = copy / f"{name}.cu"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return copy, next(i for i, line in enumerate(text.split("\n"), 1) if old in line)
+
+
+def test_an_implementation_names_no_geometry_but_band(tmp_path):
+    copy, line = _with_metadata(tmp_path, "sgemv", "implementation band band", "implementation band tile")
+    with pytest.raises(FusecError, match="unknown geometry 'tile'") as info:
+        load_library(copy)
+    assert info.value.coord.file.endswith("sgemv.cu") and info.value.coord.line == line
+
+
+def test_a_band_implementation_of_an_unnested_function_is_refused(tmp_path):
+    copy = tmp_path / "lib"
+    shutil.copytree(LIBRARY, copy)
+    path = copy / "saxpy.cu"
+    text = path.read_text()
+    first = next(line for line in text.split("\n") if line.startswith("load "))
+    path.write_text(text.replace(first, "implementation wide band\n" + first, 1))
+    with pytest.raises(LibraryValidationError, match="band geometry is for nested functions") as info:
+        load_library(copy)
+    assert info.value.coord.file.endswith("saxpy.cu")
+    assert info.value.coord.line == text.split("\n").index(first) + 1
+
+
+def test_a_band_routine_takes_no_threads_option(tmp_path):
+    copy, line = _with_metadata(
+        tmp_path, "sger", "store      B band_store as band", "store      B band_store as band threads 32")
+    with pytest.raises(LibraryValidationError, match="band routine runs on every thread") as info:
+        load_library(copy)
+    assert info.value.coord.line == line
+
+
+# -- fusion -------------------------------------------------------------------------------
+
+
+def test_a_row_sum_may_feed_the_same_kernel_in_the_band_geometry_only():
+    dag = dag_of("atax")
+    both = tuple(c.id for c in dag.calls)
+    assert "final result of a reduction" in why_not_fusible(dag, library(), both)
+    assert why_not_fusible(dag, library(), both, Geometry.BAND) is None
+    assert Fusion(both) in fusions(dag, library())
+    plans = implementations(dag, library(), Fusion(both), "float32", sizes=dict(m=4096, n=4096))
+    assert plans and all(plan.geometry is Geometry.BAND for plan, _ in plans)
+    assert not implementations(dag, library(), Fusion(both), "float32")  # no sizes: no band shapes
+
+
+def test_a_column_sum_still_needs_a_global_barrier_in_the_band_geometry():
+    dag = dag_of("sgemvt")  # x = beta A^T y + z; w = alpha A x: x sums over the rows
+    both = tuple(c.id for c in dag.calls)
+    assert "final result of a reduction" in why_not_fusible(dag, library(), both, Geometry.BAND)
+
+
+def test_a_call_without_a_band_implementation_does_not_fuse_in_the_band_geometry(tmp_path):
+    copy = tmp_path / "lib"
+    shutil.copytree(LIBRARY, copy)
+    path = copy / "sgemtv.cu"
+    text = path.read_text()
+    start = text.index("implementation band band")
+    path.write_text(text[:start] + text[text.index("@*/"):])
+    lib = load_library(copy)
+    dag = load_script(ROOT / "scripts" / "atax.script", lib)
+    reason = why_not_fusible(dag, lib, tuple(c.id for c in dag.calls), Geometry.BAND)
+    assert "has no band implementation" in reason and "sgemtv" in reason
+
+
+# -- shapes, analysis, code -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,cols", [(16384, 16384), (4096, 4096), (1000, 777), (1, 33)])
+def test_band_shapes_cover_a_row_and_fit_their_registers(dtype, rows, cols):
+    shapes = band_shapes(rows, cols, dtype)
+    assert shapes
+    for shape in shapes:
+        m = shape.macros(dtype)
+        assert m["BAND_COLS"] >= cols > m["BAND_COLS"] - m["BLOCK"] * m["VEC"]  # the fewest pieces
+        assert m["BAND_ROWS"] * m["PIECES"] * 4 <= MAX_BAND_WORDS
+        grid = -(-rows // (m["BAND_ROWS"] * m["ITERS"]))
+        assert grid <= 2 * 132
+
+
+def test_a_row_sum_is_finished_in_the_block_and_a_column_sum_with_atomics():
+    dag = dag_of("bicgk")
+    plan = band_program("bicgk", "float32", dict(m=4096, n=4096)).kernels[0]
+    kernel = build_kernel(dag, library(), plan, "float32", 0)
+    q, s = (dag.call(c).result for c in plan.calls)
+    assert [r.value for r in kernel.reductions] == [s]  # q is whole in the block: no partials
+    roles = {(a.role, a.value) for a in kernel.args}
+    assert ("workspace", s) in roles and ("workspace", q) not in roles and ("out", q) in roles
+    assert kernel.zeroed_workspace
+    assert kernel.reduction_buffers(kernel.reductions[0], dict(m=4096, n=4096)) == (4096, 1)
+    assert "band_cols_partial_store(r_v4_s, ws_v4_s, c);" in kernel.source
+    assert "band_rows_store(r_v3_q, g_v3_q, c);" in kernel.source
+    assert "fusec_last[0] = fusec_came_last(cnt_v4_s, got[0], gridDim.x);" in kernel.source
+    assert "tile_load" not in kernel.source  # the tile routines beside the band ones stay out
+
+
+def test_a_row_sum_s_finish_is_applied_where_the_sum_is_whole():
+    dag = dag_of("gemver")
+    plan = band_program("gemver", "float32", dict(m=1000, n=777))
+    sources = generate(dag, library(), plan, "float32").source
+    assert re.search(r"if \(i < rows\) r_v\d+_w\[u\] = scale_finish\(acc, v\d+_alpha\);", sources)  # row by row
+    assert re.search(r"g_v\d+_x\[i\] = axpby_finish\(acc, v\d+_beta, real\(1\.0\), g_v\d+_z\[i\]\);", sources)
+
+
+def test_a_band_kernel_whose_rows_would_not_fit_in_registers_is_refused():
+    dag = dag_of("atax")
+    calls = tuple(c.id for c in dag.calls)
+    plan = implementations(dag, library(), Fusion(calls), "float32", sizes=dict(m=4096, n=4096))[0][0]
+    wide = dataclasses.replace(plan, shape=geo.Shape(Geometry.BAND, 1024, 4, 2, 8))
+    with pytest.raises(PlanError, match="registers per thread"):
+        build_kernel(dag, library(), wide, "float32", 0, emit=False)
+
+
+def test_a_band_plan_round_trips_through_json():
+    plan = band_program("atax", "float64", dict(m=1000, n=777))
+    assert ProgramPlan.from_json(plan.to_json()) == plan
+    assert '"pieces"' in plan.to_json()
+    tile = KernelPlan.from_json({**plan.kernels[0].to_json(), "shape": {"geometry": "tile", "block": 256,
+                                                                          "iters": 4, "tile_rows": 32}})
+    assert tile.shape.pieces == 0 and '"pieces"' not in ProgramPlan((tile,)).to_json()
+
+
+def test_rows_wider_than_a_band_kernel_holds_are_refused_naming_it():
+    dag = dag_of("atax")
+    plan = band_program("atax", "float32", dict(m=1000, n=777))
+    kernels = generate(dag, library(), plan, "float32").kernels
+    widest = kernels[0].macros()["BAND_COLS"]
+    check_row_widths(kernels, dict(m=50000, n=widest))  # more rows are fine
+    with pytest.raises(RowWidthError, match=f"{kernels[0].name} holds whole rows of at most {widest} columns"):
+        check_row_widths(kernels, dict(m=10, n=widest + 1))
+
+
+# -- nvcc -----------------------------------------------------------------------------------
+
+MAIN = {"float32": 16384, "float64": 8192}  # the issue's main sizes
+NVCC_CASES = [(s, d, n) for s in ("atax", "bicgk", "gemver") for d in DTYPES for n in (4096, MAIN[d])]
+
+
+@pytest.fixture(scope="module")
+def band_cubins():
+    programs = {}
+    for script, dtype, n in NVCC_CASES:
+        dag = dag_of(script)
+        for rows in (1, 2):
+            try:
+                plan = band_program(script, dtype, {s: n for s in dag.sizes}, rows)
+            except AssertionError:
+                continue  # no shape of two rows at a time fits this width
+            programs[script, dtype, n, rows] = generate(dag, library(), plan, dtype)
+
+    def build(source):
+        return nvcc.compile_cubin(source, arch="sm_90", use_cache=False)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        cubins = dict(zip(programs, pool.map(build, [p.source for p in programs.values()])))
+    return programs, cubins
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("script,dtype,n", NVCC_CASES)
+def test_nvcc_compiles_every_band_kernel_without_spills(band_cubins, script, dtype, n):
+    programs, cubins = band_cubins
+    keys = [k for k in programs if k[:3] == (script, dtype, n)]
+    assert keys
+    for key in keys:
+        bands = [k.name for k in programs[key].kernels if k.plan.geometry is Geometry.BAND]
+        assert bands, key
+        for name in bands:
+            r = cubins[key].resources[name]
+            assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (key, name, r)
