@@ -6,11 +6,13 @@ row, all its threads along it, and writes y directly. fusec's tile geometry has
 one warp per row of threads (BLOCK_X = 32, a 128-column tile in fp32) and
 always finishes a reduction across blocks: every block stores partials, fences,
 takes a ticket, and the last block sums. This takes fusec's generated program for
-sgemv.script (the tuned plan where the tuning cache has one), rewrites its source
-one thing at a time (nothing in the library or the code generator changes), and
-times, in one process on the same inputs:
+sgemv.script (the tuned plan where the tuning cache has one; where that is a band
+kernel, the best-predicted plan of tile kernels), rewrites its source one thing at
+a time (nothing in the library or the code generator changes), and times, in one
+process on the same inputs:
 
-- fusec: the program as generated;
+- fusec: the program as generated (and "fusec's tile plan", the rewrites' start,
+  where fusec's own plan is a band kernel);
 - wide W: the same kernel with BLOCK_X = 32 W threads along a row (a tile of
   TILE_ROWS x 32 W VEC), ITERS making one block cover whole rows, the serial loop
   unrolled by up to 4 and the rows' warp sums meeting in shared memory; its
@@ -154,6 +156,21 @@ def main() -> None:
     write(args, rows)
 
 
+def tile_base(program, n: int, dtype: str, gpu: str | None = None):
+    """The program the rewrites start from: ``program`` (fusec's for sgemv.script at n x n),
+    or where that runs a band kernel, which they do not know, the best-predicted plan of
+    tile kernels."""
+    import fusec
+    from fusec.perfdb import predictor_for
+    from fusec.space.combinations import build_space
+    if not program.generated.plan.uses_band:
+        return program
+    library = program.generated.library
+    space = build_space(program.dag, library, dtype, {"m": n, "n": n}, predictor_for(library, gpu))
+    return fusec.compile(ROOT / "scripts" / "sgemv.script", library, dtype,
+                         plan=space.best_where(lambda plan: not plan.uses_band).plan)
+
+
 def measure(n: int, dtype: str, rounds: int, repeat: int) -> list[dict]:
     import cupy as cp
     import fusec
@@ -161,6 +178,7 @@ def measure(n: int, dtype: str, rounds: int, repeat: int) -> list[dict]:
     np_dtype = np.dtype(dtype)
     vec, ctype = 16 // np_dtype.itemsize, ("float" if dtype == "float32" else "double")
     program = fusec.compile(ROOT / "scripts" / "sgemv.script", dtype=dtype, sizes={"m": n, "n": n})
+    base = tile_base(program, n, dtype)
     inputs = device_inputs(cp, program.dag, {"m": n, "n": n}, dtype, seed=5)
     A, x, y0 = inputs["A"], inputs["x"], inputs["y"]
     alpha, beta = np_dtype.type(inputs["alpha"]), np_dtype.type(inputs["beta"])
@@ -172,15 +190,18 @@ def measure(n: int, dtype: str, rounds: int, repeat: int) -> list[dict]:
     contenders = {}  # name: (detail, call, result array or None)
     plan = program.generated.plan.summary(program.dag)
     contenders["fusec"] = (("tuned: " if program.tuned else "") + plan, lambda: program(**inputs), None)
+    if base is not program:
+        contenders["fusec's tile plan"] = ("what the rewrites start from: " + base.generated.plan.summary(base.dag),
+                                           lambda: base(**inputs), None)
     out = cp.empty(n, np_dtype)
     keep = []
     for wide in (Wide(t, w, r, d) for t, w, r in WIDE for d in (False, True)):
         if not wide.fits(n, vec):
             print(f"{wide.name()} ({wide.threads}, {wide.tile_rows}) left out: it does not tile n = {n}")
             continue
-        kernel_module = cp.RawModule(code=rewrite(program.source, wide, n, vec), options=("-std=c++17",))
+        kernel_module = cp.RawModule(code=rewrite(base.source, wide, n, vec), options=("-std=c++17",))
         kernel = kernel_module.get_function(re.search(r"void __launch_bounds__\(BLOCK\) (\w+)\(",
-                                                      program.source).group(1))
+                                                      base.source).group(1))
         keep.append(kernel_module)
         row_tiles = n // wide.tile_rows
         workspace = cp.zeros(row_tiles * (wide.tile_rows + 128), np_dtype)  # one arrival per tile, whole lines

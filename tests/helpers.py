@@ -23,6 +23,22 @@ def program(script: str, dtype: str):
     return fusec.compile(ROOT / "scripts" / f"{script}.script", library(), dtype)
 
 
+@functools.lru_cache(maxsize=None)
+def tile_program(script: str, dtype: str):
+    """The program of the best-predicted plan without band kernels: for tests of the
+    tile geometry's code, which the predictor may rank below a band plan."""
+    import fusec
+    from fusec.api import default_sizes
+    from fusec.perfdb import predictor_for
+    from fusec.script import load_script
+    from fusec.space.combinations import build_space
+    path = ROOT / "scripts" / f"{script}.script"
+    dag = load_script(path, library())
+    space = build_space(dag, library(), dtype, default_sizes(dag, None), predictor_for(library(), None))
+    plan = space.best_where(lambda plan: not plan.uses_band).plan
+    return fusec.compile(path, library(), dtype, plan=plan)
+
+
 def script_names() -> list[str]:
     return [p.stem for p in SCRIPTS]
 

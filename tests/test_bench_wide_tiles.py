@@ -15,8 +15,9 @@ CASES = (("float32", 4096), ("float32", 16384), ("float64", 8192))
 
 
 def generated(dtype: str, n: int):
-    program = fusec.compile(ROOT / "scripts" / "sgemv.script", dtype=dtype, sizes={"m": n, "n": n}, tuned=False,
-                            gpu="h100")
+    predicted = fusec.compile(ROOT / "scripts" / "sgemv.script", dtype=dtype, sizes={"m": n, "n": n}, tuned=False,
+                              gpu="h100")
+    program = wide_tiles.tile_base(predicted, n, dtype, gpu="h100")
     assert "each block walks ITERS tiles along the columns" in program.source
     return program
 

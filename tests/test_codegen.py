@@ -29,7 +29,7 @@ from fusec.library.model import Geometry, RoutineKind
 from fusec.script import load_script
 from fusec.space import COLS, ROWS, unfused_plan
 from fusec.space.points import ProgramPlan
-from helpers import DTYPES, ROOT, library, program, script_names
+from helpers import DTYPES, ROOT, library, program, script_names, tile_program
 
 CASES = [(s, d) for s in script_names() for d in DTYPES]
 IDS = [f"{s}-{d}" for s, d in CASES]
@@ -216,7 +216,7 @@ def test_each_l2_policy_of_a_vector_kernel_compiles_to_its_cache_hints(dtype, tm
 def test_the_kept_blocks_load_plainly_and_the_others_evict_first(tmp_path):
     """The PTX of a kernel with kept blocks has both loads of its tile: ld.global.cs in the
     blocks before the tail, a plain 16-byte load in the tail."""
-    prog = program("sgemv", "float32")
+    prog = tile_program("sgemv", "float32")
     assert prog.kernels[0].keep_blocks
     source = tmp_path / "sgemv.cu"
     source.write_text(prog.source)
@@ -445,7 +445,7 @@ def test_a_block_takes_all_its_tickets_before_it_waits_for_any():
     """BiCGK fused, walking the rows: the block accumulates s (one tile) and stores q in
     every iteration (ITERS tiles); thread 0 issues every atomicAdd before the first answer
     is used, and each tile is summed where its ticket came last."""
-    (fused,) = program("bicgk", "float32").generated.plan.kernels
+    (fused,) = tile_program("bicgk", "float32").generated.plan.kernels
     assert fused.calls == (0, 1)
     fused = dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=2))
     prog = fusec.compile(path_of("bicgk"), library(), "float32", plan=ProgramPlan((fused,)))
@@ -554,8 +554,8 @@ def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainl
     gesummv = load_script(path_of("gesummv"), library())
     plan, _ = implementations(gesummv, library(), Fusion((0, 1)), "float32")[0]
     both = build_kernel(gesummv, library(), plan, "float32", 0, turns=True)  # t1 = A x, t2 = B x: loads A and B
-    for kernel, dtype, matrices in ((program("bicgk", "float32").kernels[0], "float32", 1),  # A once, for both calls
-                                    (program("sgemv", "float64").kernels[0], "float64", 1), (both, "float32", 2)):
+    for kernel, dtype, matrices in ((tile_program("bicgk", "float32").kernels[0], "float32", 1),  # A once, for both
+                                    (tile_program("sgemv", "float64").kernels[0], "float64", 1), (both, "float32", 2)):
         m, itemsize = kernel.macros(), 4 if dtype == "float32" else 8
         per_block = matrices * m["TILE_ROWS"] * m["TILE_COLS"] * m["ITERS"] * itemsize
         assert kernel.turns and kernel.stream_matrices

@@ -26,10 +26,11 @@ import dataclasses
 import heapq
 import itertools
 import math
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from ..codegen.kernel import Kernel, build_kernel
 from ..dag import Dag
+from ..errors import PlanError
 from ..library.model import Geometry, Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
@@ -143,6 +144,14 @@ class Space:
 
     def best(self) -> Combination:
         return next(self.ranked())
+
+    def best_where(self, keep: Callable[[ProgramPlan], bool]) -> Combination:
+        """The best-predicted combination whose plan ``keep`` accepts (say, one
+        without band kernels, for a tool that rewrites tile kernels)."""
+        found = next((c for c in self.ranked() if keep(c.plan)), None)
+        if found is None:
+            raise PlanError(f"{self.dag.file}: no combination of its space is accepted")
+        return found
 
     def twin(self, combination: Combination) -> Combination:
         """The same kernels with every horizontal, striped or held fusion's parts

@@ -264,6 +264,12 @@ class ProgramPlan:
     def from_json(cls, text: str) -> "ProgramPlan":
         return cls(tuple(kernel_plan_from_json(k) for k in json.loads(text)))
 
+    @property
+    def uses_band(self) -> bool:
+        """Whether a kernel of the plan is in the band geometry (whose kernels
+        are never parts of horizontal, striped or held fusions)."""
+        return any(getattr(k, "geometry", None) is Geometry.BAND for k in self.kernels)
+
     def summary(self, dag) -> str:
         """One line: each kernel's calls (with their implementation where the
         function has several) and shape, and for a fusion the order of its
