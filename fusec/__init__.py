@@ -12,10 +12,11 @@ from .errors import (ArgumentError, FusecError, FusecWarning, LibraryError,  # n
 
 
 def compile(script, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,
-            tuned=True):
+            tuned=True, reproducible=False):
     """Compile a script into a callable program (see :func:`fusec.api.compile`)."""
     from .api import compile as _compile
-    return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor, gpu=gpu, tuned=tuned)
+    return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor, gpu=gpu, tuned=tuned,
+                    reproducible=reproducible)
 
 
 __all__ = ["compile", "FusecError", "ScriptError", "LibraryError", "ArgumentError", "FusecWarning",

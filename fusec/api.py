@@ -16,6 +16,7 @@ from .script import load_script
 from .gpu import target
 from .predict import Predictor
 from .space.combinations import build_space
+from .space.fusions import adds_with_atomics
 from .space.points import ProgramPlan
 from . import geometry as geo
 from . import tuning
@@ -52,7 +53,7 @@ def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
 def compile(script: str | os.PathLike, library: str | os.PathLike | Library | None = None,
             dtype="float32", *, sizes: Mapping[str, int] | None = None,
             plan: ProgramPlan | None = None, predictor: Predictor | None = None,
-            gpu: str | None = None, tuned: bool = True) -> Program:
+            gpu: str | None = None, tuned: bool = True, reproducible: bool = False) -> Program:
     """Compile a script into a :class:`Program`.
 
     ``library`` is a library directory (default: the bundled BLAS library);
@@ -64,23 +65,27 @@ def compile(script: str | os.PathLike, library: str | os.PathLike | Library | No
     any size. ``plan`` imposes a combination instead (a point of the space).
     ``gpu`` names the GPU to predict and look up tuning for (default:
     ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.gpu.target`).
+    ``reproducible=True`` leaves out band kernels that add column sums with
+    atomics, so that every run gives the same bits (a plan given is taken as it is;
+    ``program.generated.reproducible`` says).
     """
     lib = resolve_library(library)
     return compile_dag(load_script(script, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
-                       gpu=gpu, tuned=tuned)
+                       gpu=gpu, tuned=tuned, reproducible=reproducible)
 
 
 def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                 plan: ProgramPlan | None = None, predictor: Predictor | None = None,
-                gpu: str | None = None, tuned: bool = True) -> Program:
+                gpu: str | None = None, tuned: bool = True, reproducible: bool = False) -> Program:
     """:func:`compile` for a script already checked into a DAG."""
     return build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
-                         gpu=gpu, tuned=tuned)[0]
+                         gpu=gpu, tuned=tuned, reproducible=reproducible)[0]
 
 
 def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                   plan: ProgramPlan | None = None, predictor: Predictor | None = None,
-                  gpu: str | None = None, tuned: bool = True) -> tuple[Program, TuningEntry | None]:
+                  gpu: str | None = None, tuned: bool = True,
+                  reproducible: bool = False) -> tuple[Program, TuningEntry | None]:
     """:func:`compile_dag`, and the tuning-cache entry its plan came from (None
     when the plan was imposed or predicted)."""
     dtype = geo.dtype_name(dtype)
@@ -89,6 +94,8 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     sizes = default_sizes(dag, sizes)
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, target(gpu))
+        if entry is not None and reproducible and not _reproducible(dag, library, entry.plan):
+            entry = None  # the tuned plan adds with atomics: predict among those that do not
         if entry is not None:
             try:
                 return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
@@ -100,4 +107,9 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         from .perfdb import predictor_for  # the perfdb may import much; only when predicting
         predictor = predictor_for(library, gpu)
     space = build_space(dag, library, dtype, sizes, predictor)
-    return Program(generate(dag, library, space.best().plan, dtype)), None
+    best = space.best_where(lambda p: _reproducible(dag, library, p)) if reproducible else space.best()
+    return Program(generate(dag, library, best.plan, dtype)), None
+
+
+def _reproducible(dag, library: Library, plan: ProgramPlan) -> bool:
+    return not any(adds_with_atomics(dag, library, k) for k in plan.kernels)

@@ -130,10 +130,12 @@ class AnalyticPredictor:
     # kernels compute between their loads, so they need more requested at once.
     tile_in_flight: int = 120 * 1024
     vector_in_flight: int = 64 * 1024
-    # A band kernel's loads leave together and it computes little between them: 512 threads of
-    # 64 bytes each per SM (ATAX fp32 n = 4096) streamed at 2531 GB/s, of 128 bytes (n = 16384)
-    # at 3014 (`fusec tune`, H100, 2026-11-23)
-    band_in_flight: int = 32 * 1024
+    # A band kernel's loads leave together and it computes little between them. BiCGK fp32
+    # n = 4096 (`fusec tune`, H100, 2026-11-23), launch (3.4 us) left out: 1024 threads of 32
+    # bytes per SM streamed at 2030 GB/s (0.70 of the copy), 64 KB per SM (1024 threads of 64
+    # bytes) at 2900; ATAX n = 16384, 512 threads of 128 bytes per SM (one block: 121
+    # registers), at 3014
+    band_in_flight: int = 46 * 1024
     atomic: float = 5e-9  # seconds per atomic on one counter: they queue at its L2 slice
     finish_tile: float = 1.5e-6  # seconds per output tile a block finishes: atomic, fence, barriers
     finish_round: float = 0.45e-6  # seconds per round of 8 dependent partial loads of the last block
@@ -262,10 +264,11 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
                  sms: int) -> float:
     """A band kernel: its bytes (:func:`traffic`: the column sums' atomics as L2
     traffic) over the copy bandwidth, slowed where too few bytes are requested
-    at once (``band_in_flight``) and by a partial last wave of
+    at once (``band_in_flight``: a block's rows wait for all their loads before
+    the block's sums, so only what is in flight streams) and by a partial last wave of
     blocks (each block has the same rows, so a wave ends together); one
     launch; and per column sum the last block's pass over its accumulator.
-    Fitted to two tuning runs only (ATAX fp32 n = 4096 and 16384): ``fusec tune`` decides."""
+    Fitted to tuning runs of ATAX and BiCGK only: ``fusec tune`` decides."""
     analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize

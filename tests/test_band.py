@@ -245,3 +245,35 @@ def test_nvcc_compiles_every_band_kernel_without_spills(band_cubins, script, dty
         for name in bands:
             r = cubins[key].resources[name]
             assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (key, name, r)
+
+
+# -- reproducibility ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", ["atax", "bicgk", "sgemv", "gesummv"])
+def test_a_band_kernel_is_reproducible_unless_it_adds_column_sums_with_atomics(script):
+    """Kernel.reproducible and the space's adds_with_atomics agree on every band option:
+    a row sum is whole in its block, a column sum is added with atomics."""
+    from fusec.space.fusions import adds_with_atomics
+    dag = dag_of(script)
+    space = build_space(dag, library(), "float32", {s: 4096 for s in dag.sizes}, DEFAULT)
+    bands = [(plan, kernel) for options in space.options.values() for plan, kernel, _ in options
+             if getattr(plan, "geometry", None) is Geometry.BAND]
+    assert bands
+    for plan, kernel in bands:
+        assert kernel.reproducible == (not adds_with_atomics(dag, library(), plan)), plan
+    # ATAX's and BiCGK's gemv-T adds down the columns (alone or fused); gemv sums whole rows
+    expected = {True, False} if script in ("atax", "bicgk") else {True}
+    assert {kernel.reproducible for _, kernel in bands} == expected
+
+
+@pytest.mark.parametrize("script", ["atax", "bicgk"])
+def test_reproducible_leaves_out_the_kernels_that_add_with_atomics(script):
+    """fusec.compile(reproducible=True) picks the best plan whose every run gives the same
+    bits; without it the predictor may pick a band kernel with column sums."""
+    import fusec
+    predicted = fusec.compile(ROOT / "scripts" / f"{script}.script", library(), "float32", tuned=False,
+                              predictor=DEFAULT)
+    kept = fusec.compile(ROOT / "scripts" / f"{script}.script", library(), "float32", tuned=False,
+                         predictor=DEFAULT, reproducible=True)
+    assert not predicted.generated.reproducible  # ATAX and BiCGK: a band kernel ranks first
+    assert kept.generated.reproducible and not kept.generated.plan.uses_band

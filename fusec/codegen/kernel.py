@@ -164,6 +164,12 @@ class Kernel:
         return self.plan.shape
 
     @property
+    def reproducible(self) -> bool:
+        """Whether every run gives the same bits: all but a band kernel with a column
+        sum, whose blocks add their sums with atomics in the order they arrive."""
+        return not (self.plan.geometry is Geometry.BAND and self.reductions)
+
+    @property
     def turns(self) -> bool:
         """Whether a launch says which way its blocks walk the grid (``backwards``):
         the runtime alternates it, so a launch starts on the tiles the launch
@@ -249,7 +255,8 @@ class Kernel:
         for op in self.ops:
             if op.section == LOOP and op.step and op.step.kind in (RoutineKind.LOAD, RoutineKind.STORE):
                 e = by_value[op.value]
-                total += e.size if e.storage is Storage.REGISTERS else e.size / self.plan.shape.block
+                shared = e.storage is not Storage.REGISTERS or e.mapping == "band_rows"  # a band's row values:
+                total += e.size / self.plan.shape.block if shared else e.size  # every thread the same
         return int(total * itemsize)
 
     @property

@@ -34,6 +34,11 @@ class GeneratedProgram:
     source: str = dataclasses.field(repr=False)
 
     @property
+    def reproducible(self) -> bool:
+        """Whether every run gives the same bits (see :attr:`Kernel.reproducible`)."""
+        return all(getattr(k, "reproducible", True) for k in self.kernels)
+
+    @property
     def source_hash(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 

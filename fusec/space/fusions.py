@@ -76,6 +76,19 @@ def _whole_in_band(dag: Dag, library: Library, call: int) -> bool:
     return function.hof.nested and function.hof.reduce and function.hof.axis == function.cols_dim
 
 
+def adds_with_atomics(dag: Dag, library: Library, plan) -> bool:
+    """Whether a kernel plan is a band kernel with a sum down its columns (a result
+    indexed by columns), which its blocks add with atomics in the order they arrive,
+    so that two runs may differ in the last bits (:attr:`Kernel.reproducible`)."""
+    if getattr(plan, "geometry", None) is not Geometry.BAND:
+        return False
+    for call in plan.calls:
+        hof = function_of(dag, library, call).hof
+        if hof.reduce and not _whole_in_band(dag, library, call):
+            return True
+    return False
+
+
 def why_not_fusible(dag: Dag, library: Library, calls: tuple[int, ...],
                     geometry: Geometry | None = None) -> str | None:
     """None when the calls may share a kernel (in ``geometry``: BAND for the band

@@ -142,7 +142,7 @@ def test_a_block_with_several_tickets(dtype, iters):
     from fusec.space import ROWS
     from fusec.space.points import ProgramPlan
     from tests.helpers import ROOT
-    (fused,) = program("bicgk", dtype).generated.plan.kernels
+    (fused,) = tile_program("bicgk", dtype).generated.plan.kernels  # tickets: a tile kernel's
     plan = ProgramPlan((dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=iters)),))
     prog = compile_script(ROOT / "scripts" / "bicgk.script", library(), dtype, plan=plan)
     assert "unsigned got[" in prog.source
@@ -340,7 +340,8 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
     """Kernels alone alternate the direction their blocks walk the grid from one
     launch to the next (Kernel.turns): four calls (the whole way, then prepared,
     in C or in Python) walk both ways, and each gives the bits of a program that
-    always walks forwards, right against the oracle. Ragged sizes, many blocks."""
+    always walks forwards, right against the oracle (where the program is not
+    reproducible, each call against the oracle instead). Ragged sizes, many blocks."""
     cupy = pytest.importorskip("cupy")
     from fusec.runtime import cuda, native
     from fusec.runtime.program import Program
@@ -366,6 +367,9 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
                 for group, turns in enumerate(prog._turns):
                     launches = prog.turn_groups.count(group) * (call + 1)
                     assert turns.last == start[group] ^ launches % 2
+            if not prog.generated.reproducible:  # column sums added with atomics: right, not the same bits
+                _check(prog, inputs, results)
+                continue
             for name, got, want in zip(prog.outputs, as_tuple(results), expected):
                 np.testing.assert_array_equal(cupy.asnumpy(got), want, err_msg=f"{name}, call {call}")
         _check(prog, inputs, tuple(cupy.asarray(e) for e in expected) if len(expected) > 1
