@@ -276,6 +276,9 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block)
     grid = kernel.grid(sizes)
     resident = min(grid, slots) * block / sms
+    # Loads issued one instance ahead (KernelPlan.ahead) are priced as without: in one tune
+    # at fp32 n = 4096 they took ATAX (512 threads of 2 pieces, 1 row) 28.6 -> 25.4 us and
+    # SGEMV (256 threads of 4 pieces, 2 rows) 18.5 -> 19.2, so fusec tune decides.
     occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
     waves = grid / slots
     streaming = traffic(kernel, dag, sizes) / (bandwidth * occupancy) * math.ceil(waves) / waves

@@ -6,6 +6,7 @@ runtime's refusal of rows wider than a kernel holds."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -35,17 +36,20 @@ def dag_of(script):
     return load_script(ROOT / "scripts" / f"{script}.script", library())
 
 
-def band_program(script: str, dtype: str, sizes: dict[str, int], rows: int | None = None) -> ProgramPlan:
+def band_program(script: str, dtype: str, sizes: dict[str, int], rows: int | None = None,
+                 ahead: bool | None = None) -> ProgramPlan:
     """The best-predicted combination whose nested kernels are all band kernels
-    (of ``rows`` rows at a time, if given): in each cover, each kernel's best band
-    option (the best option for vector kernels), the cover of least total."""
+    (of ``rows`` rows at a time, and loading ahead or not, where given): in each
+    cover, each kernel's best band option (the best option for vector kernels),
+    the cover of least total."""
     dag = dag_of(script)
     space = build_space(dag, library(), dtype, sizes, DEFAULT, horizontal=False, striped=False)
 
     def wanted(option):
         plan = option[0]
         return plan.geometry is Geometry.VECTOR or (
-            plan.geometry is Geometry.BAND and (rows is None or plan.shape.tile_rows == rows))
+            plan.geometry is Geometry.BAND and (rows is None or plan.shape.tile_rows == rows)
+            and (ahead is None or plan.ahead == ahead))
     best = None
     for cover in space.covers:
         picked = [next((o for o in space.options[slot] if wanted(o)), None) for slot in cover]
@@ -277,3 +281,37 @@ def test_reproducible_leaves_out_the_kernels_that_add_with_atomics(script):
                          predictor=DEFAULT, reproducible=True)
     assert not predicted.generated.reproducible  # ATAX and BiCGK: a band kernel ranks first
     assert kept.generated.reproducible and not kept.generated.plan.uses_band
+
+
+# -- loads one instance ahead ----------------------------------------------------------------
+
+def test_a_band_kernel_may_load_its_next_instance_ahead():
+    """With ``ahead`` the loop's loads of the next instance leave before this
+    instance's computes, into a second copy that the estimate of registers counts;
+    the plan says so in JSON and in its summary, and only band kernels have it."""
+    dag = dag_of("bicgk")
+    sizes = {s: 4096 for s in dag.sizes}
+    plan = band_program("bicgk", "float32", sizes, ahead=False)
+    (kernel_plan,) = plan.kernels
+    ahead_plan = dataclasses.replace(kernel_plan, ahead=True)
+    again = KernelPlan.from_json(json.loads(json.dumps(ahead_plan.to_json())))
+    assert again == ahead_plan and "ahead" not in kernel_plan.to_json()
+    assert ",ahead" in ProgramPlan((ahead_plan,)).summary(dag)
+    plain = build_kernel(dag, library(), kernel_plan, "float32", 0)
+    early = build_kernel(dag, library(), ahead_plan, "float32", 0)
+    assert early.loaded_ahead() and set(early.loaded_ahead()) <= {e.value for e in early.elements}
+    extra = sum(e.size for e in early.elements if e.value in early.loaded_ahead())
+    assert early.estimated_registers == min(255, plain.estimated_registers + extra)
+    source = early.source
+    body = source[source.index("for (int it = 0;"):]
+    for value in early.loaded_ahead():
+        var = next(e.var for e in early.elements if e.value == value)
+        assert f"real {var}_next[" in source
+        assert f"{var}[s] = {var}_next[s];" in body
+        # the next instance's load leaves before this instance's first compute
+        assert body.index(f"{var}_next, cn);") < body.index("_compute(")
+    assert "cn.row0 = c.row0 + BAND_ROWS;" in body
+    tile = next(p for p, _ in implementations(dag, library(), Fusion(kernel_plan.calls), "float32")
+                if p.geometry is Geometry.TILE)
+    with pytest.raises(PlanError, match="only a band kernel loads"):
+        build_kernel(dag, library(), dataclasses.replace(tile, ahead=True), "float32", 0)

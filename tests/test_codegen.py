@@ -22,7 +22,7 @@ from fusec.errors import FusecWarning
 
 import fusec
 from fusec import nvcc
-from fusec.space.points import HorizontalPlan
+from fusec.space.points import HeldPlan, HorizontalPlan
 from fusec.codegen.barriers import LOOP, POST, PRE
 from fusec.errors import CompileError
 from fusec.library.model import Geometry, RoutineKind
@@ -117,6 +117,8 @@ def test_generated_source(script, dtype, plan):
         bounds = "__launch_bounds__(BLOCK)"
         if isinstance(kernel.plan, HorizontalPlan):  # no register bound, or HFuse's
             bounds = f"__maxnreg__({kernel.plan.bound})" if kernel.plan.bound else "__launch_bounds__(BLOCK, 1)"
+        if isinstance(kernel.plan, HeldPlan):  # every block resident: per_sm of them on each SM
+            bounds = f"__launch_bounds__(BLOCK, {kernel.plan.per_sm})"
         assert f'extern "C" __global__ void {bounds} {kernel.name}(' in source
         assert kernel.source in source
 

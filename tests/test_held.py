@@ -25,6 +25,8 @@ from fusec.errors import PlanError
 from fusec.predict import DEFAULT
 from fusec.script import load_script
 from fusec.space.combinations import build_space
+from fusec.space.implementations import TILE_SHAPES
+from fusec.library.model import Geometry
 from fusec.space.points import HeldPlan, ProgramPlan, kernel_plan_from_json
 from fusec.space.striped import StripedFusion
 from helpers import DTYPES, ROOT, library, script_names
@@ -80,8 +82,15 @@ def test_held_options_where_a_reduction_result_crosses_a_barrier(script):
 
 
 def test_no_held_options_where_the_grid_cannot_be_resident():
-    # fp32 n = 16384: every shape's grid is past two blocks per SM
-    assert not held_options(space_of("gemver", n=16384))
+    # fp32 n = 16384: every tile shape's grid is past two blocks per SM; band shapes
+    # are made for one or two blocks per SM, and only they are held there
+    space = space_of("gemver", n=16384)
+    options = held_options(space)
+    assert options
+    for plan, kernel, _ in options:
+        assert plan.producer.geometry is Geometry.BAND and plan.consumer.geometry is Geometry.BAND
+        assert kernel.grid(space.sizes) <= 2 * DEFAULT.sms
+    assert not held_options(build_space(space.dag, library(), "float32", space.sizes, DEFAULT, shapes=TILE_SHAPES))
 
 
 def test_the_held_plan_round_trips_and_prints():
@@ -215,5 +224,90 @@ def test_a_consumer_that_needs_the_whole_vector_may_be_held(tmp_path):
 def test_the_tuner_measures_the_best_held_plans():
     space = space_of("sgemvt")
     top = space.top(4, twins=True)
-    held = [c for c in top if any(isinstance(k, HeldPlan) for k in c.plan.kernels)]
-    assert held and held[0].plan == next(space.with_held()).plan
+    plans = {c.plan for c in top}
+    for geometry in (Geometry.TILE, Geometry.BAND):  # the best held plan of each kind of part
+        best = next(c for c in space.with_held()
+                    if any(isinstance(k, HeldPlan) and k.producer.geometry is geometry for k in c.plan.kernels))
+        assert best.plan in plans
+
+
+# -- held band kernels -----------------------------------------------------------------------
+
+def most_held_band(script: str, dtype: str = "float32", n: int = 4096) -> tuple[HeldPlan, HeldKernel]:
+    """The held option of two band kernels over all the calls that holds the largest share."""
+    space = space_of(script, n, dtype)
+    options = [o for o in held_options(space) if len(o[0].calls) == len(space.dag.calls)
+               and o[0].producer.geometry is Geometry.BAND]
+    plan, kernel, _ = max(options, key=lambda o: (o[1].held_fraction(), -o[2]))
+    return plan, kernel
+
+
+@pytest.mark.parametrize("script", HELD)
+def test_two_band_kernels_may_be_held(script):
+    """A band producer and band consumer of the same shape hold whole instances of
+    rows: the matrix HELD names, a block's instances in registers then shared memory."""
+    dag = dag_of(script)
+    plan, kernel = most_held_band(script)
+    assert plan.producer.shape == plan.consumer.shape
+    assert dag.value(kernel.held).label == HELD[script]
+    assert 0 < kernel.held_fraction() <= 1
+    assert kernel.slots == plan.producer.shape.macros("float32")["BAND_ROWS"] * plan.producer.shape.pieces * 4
+    source = generate(dag, library(), ProgramPlan((plan,)), "float32").kernels[0].source
+    # the instances are kept and taken only where whole, in unrolled loops over the rows
+    assert source.count("if (c.full && it < ") == 2 * bool(plan.registers) + 2 * bool(plan.shared)
+    assert len(re.findall(r"#pragma unroll\n\s*for \(int it = 0; it < ITERS; \+\+it, c\.row0 \+= BAND_ROWS\)",
+                          source)) == 2
+    assert "whole instances of rows held in registers" in source
+
+
+def test_a_held_band_kernel_adds_with_atomics():
+    """GEMVER's x = beta B^T y + z is added by the band producer's blocks with atomics
+    into an accumulator that starts at zero: the launch is not bit for bit, and the
+    space and the kernel agree on it."""
+    from fusec.space.fusions import adds_with_atomics
+    dag = dag_of("gemver")
+    plan, kernel = most_held_band("gemver")
+    assert kernel.zeroed_workspace and not kernel.reproducible
+    assert adds_with_atomics(dag, library(), plan)
+    assert ProgramPlan((plan,)).uses_band
+    tile, tile_kernel = most_held("gemver")
+    if tile.producer.geometry is Geometry.TILE:
+        assert tile_kernel.reproducible and not tile_kernel.zeroed_workspace
+        assert not adds_with_atomics(dag, library(), tile)
+
+
+def test_a_tile_part_and_a_band_part_are_not_held():
+    dag = dag_of("gemver")
+    band, _ = most_held_band("gemver")
+    tile = next(o[0] for o in held_options(space_of("gemver"))
+                if o[0].producer.geometry is Geometry.TILE and len(o[0].calls) == len(dag.calls))
+    mixed = dataclasses.replace(band, consumer=tile.consumer, registers=0, shared=0)
+    assert "both band kernels" in why_not_held(dag, mixed)
+
+
+def test_a_held_band_kernel_refuses_rows_wider_than_it_holds():
+    from fusec.errors import RowWidthError
+    from fusec.runtime.program import check_row_widths
+    plan, _ = most_held_band("gemver")
+    kernels = generate(dag_of("gemver"), library(), ProgramPlan((plan,)), "float32").kernels
+    widest = kernels[0].parts[0].macros()["BAND_COLS"]
+    check_row_widths(kernels, dict(m=widest, n=widest))
+    with pytest.raises(RowWidthError, match=f"holds whole rows of at most {widest} columns"):
+        check_row_widths(kernels, dict(m=widest, n=widest + 4))
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", HELD)
+def test_held_band_programs_compile_with_their_registers_in_registers(script, dtype):
+    """The band option that holds most, and the best-predicted band option: no stack
+    frame (the held instances really are in registers), nothing spilled."""
+    dag = dag_of(script)
+    options = [o for o in held_options(space_of(script, dtype=dtype))
+               if len(o[0].calls) == len(dag.calls) and o[0].producer.geometry is Geometry.BAND]
+    picks = {most_held_band(script, dtype)[0]: None, options[0][0]: None}
+    sources = [generate(dag, library(), ProgramPlan((plan,)), dtype).source for plan in picks]
+    for compiled in nvcc.compile_many(sources, "sm_90"):
+        name = next(n for n in compiled.resources if "_b_" in n)
+        assert re.search(rf"Function properties for {name}\s+0 bytes stack frame, 0 bytes spill stores",
+                         compiled.log), compiled.log

@@ -18,19 +18,23 @@ accumulate over it. What differs is in two places:
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..dag import Dag
 from ..errors import PlanError
 from ..library.model import Library, RoutineKind
 from ..space.steps import function_of
 from .barriers import LOOP, POST, PRE
-from .kernel import Kernel, Threads, _emit_op, _Writer, finish_expression, whole_in_block
+from .kernel import Kernel, Threads, _emit_op, _Writer, emit_loop_ops, finish_expression, whole_in_block
 
 FULL = "c.full = c.vec_ok && cols == BAND_COLS && c.row0 + BAND_ROWS <= rows;"
 
 
-def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threads: Threads, by_value) -> None:
+def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threads: Threads, by_value,
+                   hold=None) -> None:
     """Indices, the loop over the block's rows, the column sums' finish (after the
-    memory declarations, which are the tile geometry's)."""
+    memory declarations, which are the tile geometry's). ``hold``: a held
+    kernel's part (:mod:`.held`) keeps or takes its held instances of rows."""
     if threads.part:
         raise PlanError("a band kernel runs alone (not as a part of a horizontal fusion)")
     w("// indices: each block walks ITERS instances of BAND_ROWS whole rows; thread t holds")
@@ -50,13 +54,27 @@ def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threa
         w("// before the loop: invariant loads, clears of accumulated reductions")
         for op in pre:
             _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
+    ahead = kernel.loaded_ahead() if kernel.plan.ahead else ()
+    loads = [op for op in loop if op.step is not None and op.step.kind is RoutineKind.LOAD and op.value in ahead]
+    if loads:
+        _emit_first_loads(w, loads, kernel, dag, library, by_value, threads, hold)
     w()
-    w.open("for (int it = 0; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)")
+    if hold is not None:  # `it` a constant in each copy: it indexes the held registers
+        w("#pragma unroll")
+        w.open("for (int it = 0; it < ITERS; ++it, c.row0 += BAND_ROWS)")
+        w("if (c.row0 >= rows) break;")
+    else:
+        w.open("for (int it = 0; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)")
     w(FULL)
-    for op in loop:
-        _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
+
+    def finish_rows(op) -> None:
         if op.step is not None and op.step.kind is RoutineKind.COMPUTE:
             _emit_row_finish(w, op.step.call, kernel, dag, library, by_value)
+
+    if loads:
+        _emit_loads_ahead(w, loads, kernel, dag, library, by_value, threads, hold)
+        loop = [op for op in loop if op not in loads]
+    emit_loop_ops(w, loop, kernel, dag, library, by_value, threads, hold, after=finish_rows)
     w.close()
     if post:
         w()
@@ -65,6 +83,76 @@ def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threa
             _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
     if kernel.reductions:
         _emit_column_finishes(w, kernel, dag, library, threads)
+
+
+def _taken(hold, value: int) -> int:
+    """The units of ``value`` a held consumer takes from chip (0: it loads them all)."""
+    if hold is None or hold.keep or value != hold.value:
+        return 0
+    return hold.registers + hold.shared
+
+
+def _next_elements(by_value, loads) -> dict:
+    """The elements with the next instance's copies (``<var>_next``) of the loaded values."""
+    out = dict(by_value)
+    for op in loads:
+        out[op.value] = dataclasses.replace(by_value[op.value], var=by_value[op.value].var + "_next")
+    return out
+
+
+def _emit_first_loads(w: _Writer, loads, kernel: Kernel, dag: Dag, library: Library, by_value, threads,
+                      hold) -> None:
+    """The next instance's copies of the loop's loads, and the first instance's loads into them."""
+    w()
+    w("// loads one instance ahead: the next instance's rows are in flight while this one computes")
+    for op in dict((op.value, op) for op in loads).values():
+        e = by_value[op.value]
+        w(f"real {e.var}_next[{e.size_expr}];  // the next instance's {dag.value(op.value).label}")
+    w("fusec_band cn = c;  // the next instance's indices")
+    w.open("if (cn.row0 < rows)")
+    _emit_next_loads(w, loads, kernel, dag, library, by_value, threads, hold, "0")
+    w.close()
+
+
+def _emit_next_loads(w: _Writer, loads, kernel: Kernel, dag: Dag, library: Library, by_value, threads, hold,
+                     index: str) -> None:
+    """Loads of instance ``index`` (of the block's) into the next copies, with the
+    indices ``cn``; a held consumer skips the units it will take from chip."""
+    ahead = _next_elements(by_value, loads)
+    for op in loads:
+        taken = _taken(hold, op.value)
+        if taken:
+            w(f"// unless taken from chip (the first {taken} whole instances)")
+            w.open(f"if (!(cn.full && {index} < {taken}))")
+        _emit_op(w, op, kernel, dag, library, ahead, ctx="cn", threads=threads)
+        if taken:
+            w.close()
+
+
+def _emit_loads_ahead(w: _Writer, loads, kernel: Kernel, dag: Dag, library: Library, by_value, threads,
+                      hold) -> None:
+    """In the loop: this instance's values from their next copies (or a held consumer's
+    from chip), then the next instance's loads, before any compute."""
+    w("// this instance's loads arrived one instance ahead")
+    for op in loads:
+        e = by_value[op.value]
+
+        def copy(e=e) -> None:
+            w("#pragma unroll")
+            w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = {e.var}_next[s];")
+
+        if _taken(hold, op.value):
+            hold.emit_take(w, e.var, copy)
+            continue
+        copy()
+        if hold is not None and hold.keep and op.value == hold.value:
+            hold.emit_keep(w, e.var)
+    w("// the next instance's loads leave now")
+    w("cn.row0 = c.row0 + BAND_ROWS;")
+    w("cn.full = cn.vec_ok && cols == BAND_COLS && cn.row0 + BAND_ROWS <= rows;")
+    w.open("if (it + 1 < ITERS && cn.row0 < rows)")
+    _emit_next_loads(w, loads, kernel, dag, library, by_value, threads, hold, "it + 1")
+    w.close()
 
 
 def _emit_row_finish(w: _Writer, call: int, kernel: Kernel, dag: Dag, library: Library, by_value) -> None:

@@ -28,6 +28,12 @@ memory), the second read need not leave the chip. A
 ``bench.one_barrier`` measured the idea by hand first (GEMVER fp32 n = 4096:
 0.82x the two launches' GPU time with 61 % of the matrix held).
 
+Both parts may also be band kernels (:mod:`.band`; a block's n-th instance of
+whole rows the same in both), as ``bench.one_barrier`` was written: GEMVER's
+producer then adds its partials of x with vector atomics, the last block to
+arrive finishes x before it arrives at the barrier, and the units held are
+instances of rows.
+
 Values that cross from the producer to the consumer lose ``__restrict__``,
 since one launch now writes and reads them.
 """
@@ -56,7 +62,23 @@ REGISTERS_PER_SM = 65536
 # held, estimated 245 of 255, spilled 256 bytes; GEMVER fp64 in 512-thread blocks, two per SM,
 # nothing held in registers, 912), so the estimate must leave this much room.
 REGISTER_MARGIN = 16
-HELD_MAPPING = "tile"  # the register mapping both parts must hold the matrix in
+# Band parts that load ahead hold a second copy of their loads, which the estimate counts
+# less well: ptxas spilled two held GEMVER plans (fp32 n = 4096, 256 threads of 4 pieces, the
+# consumer loading ahead) estimated 18 and 17 registers under the cap (56 and 160 bytes).
+AHEAD_MARGIN = 24
+
+
+def register_margin(parts) -> int:
+    """Registers the estimate must leave below the cap for these parts."""
+    return AHEAD_MARGIN if any(p.plan.ahead for p in parts) else REGISTER_MARGIN
+# The register mapping both parts must hold the matrix in, per geometry: a tile kernel's
+# tiles, a band kernel's instances of whole rows.
+HELD_MAPPINGS = {Geometry.TILE: "tile", Geometry.BAND: "band"}
+# A held unit (a tile, an instance of rows) is kept only where it is whole: the edges'
+# values are the guarded routines' own.
+WHOLE = {Geometry.TILE: "c.row0 + TILE_ROWS <= c.rows && c.col0 + TILE_COLS <= c.cols",
+         Geometry.BAND: "c.full"}
+UNIT = {Geometry.TILE: "tiles", Geometry.BAND: "instances of rows"}
 ARRIVALS = 2  # 32-bit words of the schedule: one 64-bit count of arrivals at the barrier
 
 
@@ -71,10 +93,11 @@ class Hold:
     registers: int
     shared: int
     slots: int  # the element's slots per thread
+    whole: str = WHOLE[Geometry.TILE]  # the condition that a unit is whole
 
     def _where(self, w: _Writer, copy_registers: str, copy_shared: str) -> bool:
-        """The branches that copy a held tile; False when there are none."""
-        whole = "c.row0 + TILE_ROWS <= c.rows && c.col0 + TILE_COLS <= c.cols"
+        """The branches that copy a held unit; False when there are none."""
+        whole = self.whole
         branches = []
         if self.registers:
             branches.append((f"it < {self.registers}", [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};"]))
@@ -84,7 +107,7 @@ class Hold:
                               f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};"]))
         if not branches:
             return False
-        w("// held: whole tiles only (the edges' values are the guarded routines' own)")
+        w("// held: whole units only (the edges' values are the guarded routines' own)")
         for i, (condition, lines) in enumerate(branches):
             head = f"if ({whole} && {condition}) {{"
             if i == 0:
@@ -131,6 +154,16 @@ class HeldKernel(PartsKernel):
     source: str = dataclasses.field(repr=False)
 
     all_resident = True  # a block waits for every other at the grid barrier
+
+    @property
+    def reproducible(self) -> bool:
+        return all(p.reproducible for p in self.parts)
+
+    @property
+    def zeroed_workspace(self) -> bool:
+        """Band parts add their column sums into accumulators that start at zero
+        (both parts have one geometry, so all of the kernel's reductions do)."""
+        return any(p.zeroed_workspace for p in self.parts)
 
     @property
     def block(self) -> int:
@@ -192,12 +225,13 @@ def held_matrix(dag: Dag, parts: tuple[Kernel, Kernel]) -> int | None:
     that the producer also has there in the same mapping (it loaded or
     computed it): the tiles a block can keep. None when there is none."""
     producer, consumer = parts
+    mapping = HELD_MAPPINGS.get(producer.plan.geometry)
     written = {op.value for op in producer.ops
                if op.section == LOOP and op.step is not None
                and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE)}
 
     def in_registers(kernel: Kernel, value: int) -> bool:
-        return any(e.value == value and e.storage is Storage.REGISTERS and e.mapping == HELD_MAPPING
+        return any(e.value == value and e.storage is Storage.REGISTERS and e.mapping == mapping
                    for e in kernel.elements)
 
     for op in consumer.ops:
@@ -217,8 +251,9 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
         return "a call is in both parts"
     if any(dag.reaches(c, p) for c in consumer.calls for p in producer.calls):
         return "the consumer's calls come before the producer's"
-    if producer.geometry is not Geometry.TILE or consumer.geometry is not Geometry.TILE:
-        return "both parts must be tile kernels (a block's tiles the same in both)"
+    if producer.geometry is not consumer.geometry or producer.geometry not in HELD_MAPPINGS:
+        return ("both parts must be tile kernels or both band kernels (a block's tiles or rows the"
+                " same in both)")
     if (producer.shape, producer.serial) != (consumer.shape, consumer.serial):
         return "the parts' shapes or serial axes differ: a block's tiles must be the same in both"
     if plan.registers < 0 or plan.shared < 0:
@@ -246,7 +281,7 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
         return (f"{plan.shared} tiles held in shared memory: {static + kernel.dynamic_shared_bytes}"
                 f" bytes with the parts', more than a block may have ({kernel.most_shared},"
                 f" {plan.per_sm} per SM)")
-    if kernel.estimated_registers + REGISTER_MARGIN > kernel.most_registers:
+    if kernel.estimated_registers + register_margin(parts) > kernel.most_registers:
         return (f"{plan.registers} tiles held in registers: about {kernel.estimated_registers}"
                 f" registers per thread, too near the {kernel.most_registers} of {plan.per_sm} blocks"
                 f" of {plan.block} per SM (they would spill)")
@@ -316,9 +351,10 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     words = {"rows": "rows", "cols": "columns"}
     w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
     w("//   held fusion across one grid barrier: every block is resident, runs the producer on its")
-    w("//   tiles, waits for all the others, then runs the consumer on the same tiles")
+    unit = UNIT[plan.producer.geometry]
+    w(f"//   {unit}, waits for all the others, then runs the consumer on the same {unit}")
     if kernel.held is not None:
-        w(f"//   {dag.value(kernel.held).label}: a block's first {plan.registers} whole tiles held in registers,"
+        w(f"//   {dag.value(kernel.held).label}: a block's first {plan.registers} whole {unit} held in registers,"
           f" the next {plan.shared} in shared memory, the rest re-read")
     for role, part in zip(("producer", "consumer"), kernel.parts):
         w(f"//   {role}:")
@@ -333,10 +369,11 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
         role = "producer" if p == 0 else "consumer"
         hold = None
         if kernel.held is not None:
-            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots)
+            hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots,
+                        WHOLE[plan.producer.geometry])
         emit_part(w, part, dag, library, Threads(item="item"),
                   f"// the {role}, as it runs alone, on the block `item`"
-                  + (f"; {'keeps' if p == 0 else 'takes'} the held tiles" if hold else ""),
+                  + (f"; {'keeps' if p == 0 else 'takes'} the held {unit}" if hold else ""),
                   extra_params=extra, hold=hold)
     params = ",\n    ".join(a.decl for a in kernel.args)
     w(f"#define BLOCK {kernel.block}")
@@ -344,8 +381,8 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     w(f'extern "C" __global__ void __launch_bounds__(BLOCK, {plan.per_sm}) {kernel.name}(\n    {params})')
     w("{")
     w.depth += 1
-    w("extern __shared__ __align__(16) unsigned char fusec_dynamic[];  // the tiles held in shared memory")
-    w(f"real held_registers[{rows}][{slots}];  // the tiles held in registers: constant indices only")
+    w(f"extern __shared__ __align__(16) unsigned char fusec_dynamic[];  // the {unit} held in shared memory")
+    w(f"real held_registers[{rows}][{slots}];  // the {unit} held in registers: constant indices only")
     w("real* const held_shared = reinterpret_cast<real*>(fusec_dynamic);")
     for p, part in enumerate(kernel.parts):
         names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]

@@ -244,7 +244,16 @@ class Kernel:
         spilled at the 128 a block of 512 may have)."""
         matrices = [e.size for e in by_value.values() if e.mapping == "band"]
         rest = sum(e.size for e in by_value.values() if e.mapping != "band")
-        return min(255, round(24 + words * (max(matrices, default=0) + rest)))
+        ahead = sum(by_value[v].size for v in self.loaded_ahead()) if self.plan.ahead else 0
+        return min(255, round(24 + words * (max(matrices, default=0) + rest + ahead)))
+
+    def loaded_ahead(self) -> tuple[int, ...]:
+        """The values a band kernel's loop loads into registers: with ``ahead``, each
+        has a second copy, the next instance's, loaded before this one's computes."""
+        registers = {e.value for e in self.elements if e.storage is Storage.REGISTERS}
+        return tuple(dict.fromkeys(op.value for op in self.ops
+                                   if op.section == LOOP and op.step is not None
+                                   and op.step.kind is RoutineKind.LOAD and op.value in registers))
 
     @property
     def loop_bytes(self) -> int:
@@ -403,6 +412,8 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
                             f" {plan.implementation_of(call)}) does not run in the {plan.geometry} geometry")
     if plan.geometry is Geometry.BAND and plan.serial != ROWS:
         raise PlanError("a band kernel's serial loop walks its rows")
+    if plan.ahead and plan.geometry is not Geometry.BAND:
+        raise PlanError("only a band kernel loads its next instance ahead")
     dims = _kernel_dims(dag, library, plan)
     for step in plan.steps:
         _check_threads(_routine(library, dag, plan, step), macros)
@@ -738,7 +749,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
     w()
     if plan.geometry is Geometry.BAND:
         from .band import emit_band_body
-        emit_band_body(w, kernel, dag, library, threads, by_value)
+        emit_band_body(w, kernel, dag, library, threads, by_value, hold)
         return
     if tile:
         serial_rows = plan.serial == ROWS
@@ -804,15 +815,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
     else:
         w.open("for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk)")
     w(full)
-    for op in loop:
-        held = hold is not None and op.value == hold.value and op.step is not None
-        if held and not hold.keep and op.step.kind is RoutineKind.LOAD:
-            hold.emit_take(w, by_value[op.value].var,
-                           lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
-            continue
-        _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
-        if held and hold.keep and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE):
-            hold.emit_keep(w, by_value[op.value].var)
+    emit_loop_ops(w, loop, kernel, dag, library, by_value, threads, hold, probe=probe)
     w.close()
     if tile:
         w(f"c.{axis}0 = first_{axis}0;")
@@ -826,6 +829,24 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         _emit_probe_sink(w, kernel)
     if kernel.reductions:
         _emit_finishes(w, kernel, dag, library, threads)
+
+
+def emit_loop_ops(w: _Writer, loop: list[Op], kernel: Kernel, dag: Dag, library: Library, by_value,
+                  threads: Threads, hold=None, probe: bool = False, after=None) -> None:
+    """The serial loop's ops; with ``hold`` (a held kernel's part) the held element
+    is kept after the op that loads or computes it, or taken instead of loaded.
+    ``after(op)``: lines to add after each op (a band kernel's row finishes)."""
+    for op in loop:
+        held = hold is not None and op.value == hold.value and op.step is not None
+        if held and not hold.keep and op.step.kind is RoutineKind.LOAD:
+            hold.emit_take(w, by_value[op.value].var,
+                           lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
+            continue
+        _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
+        if held and hold.keep and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE):
+            hold.emit_keep(w, by_value[op.value].var)
+        if after is not None:
+            after(op)
 
 
 def _element_arg(access, params, by_value, scalars) -> str:

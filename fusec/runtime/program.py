@@ -49,7 +49,7 @@ def check_row_widths(kernels, sizes: dict[str, int]) -> None:
     """Raise :class:`~fusec.errors.RowWidthError` where a band kernel's rows are wider
     at these sizes than the rows it holds (``BAND_COLS``): it was compiled for
     narrower matrices."""
-    for kernel in kernels:
+    for kernel in (k for whole in kernels for k in getattr(whole, "parts", None) or (whole,)):
         plan = getattr(kernel, "plan", None)
         if getattr(plan, "geometry", None) is not Geometry.BAND:
             continue

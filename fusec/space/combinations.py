@@ -192,13 +192,16 @@ class Space:
                 if c.plan not in seen:
                     seen.add(c.plan)
                     out.append(c)
-            # and the best held ones, whose predictions are the least sure (the performance
-            # database has no timings of their shapes at a resident grid: bench.held measured
-            # GEMVER fp32 n = 4096 at 77.6 us where it predicted 128)
-            for c in itertools.islice(self.with_held(), max(1, count // 4)):
-                if c.plan not in seen:
-                    seen.add(c.plan)
-                    out.append(c)
+            # and the best held ones of tile kernels and of band kernels, whose predictions
+            # are the least sure (the performance database has no timings of tile shapes at a
+            # resident grid, and none of band routines: bench.held measured GEMVER fp32
+            # n = 4096 at 77.6 us where it predicted 128)
+            for geometry in (Geometry.TILE, Geometry.BAND):
+                held = (c for c in self.with_held() if _held_geometry(c.plan) is geometry)
+                for c in itertools.islice(held, max(1, count // 4)):
+                    if c.plan not in seen:
+                        seen.add(c.plan)
+                        out.append(c)
         return out
 
     def with_held(self) -> Iterator[Combination]:
@@ -301,10 +304,11 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     for slot in sorted({slot for cover in stripes for slot in cover if isinstance(slot, StripedFusion)}):
         parts = [_tiles(options[p]) for p in slot.parts]
         both = striped_options(dag, library, slot, parts, predictor, sizes)
-        if held:  # the same pair as one launch of resident blocks, tiles held on chip
+        if held:  # the same pair as one launch of resident blocks, tiles or rows held on chip
             wider = [sorted(found + [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel
                                      in implementations(dag, library, part, dtype, HELD_SHAPES)
-                                     if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms],  # else never held
+                                     if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms]  # else never held
+                            + _bands(options[part]),
                             key=lambda item: (item[2], load_phases(item[0]), item[0]))
                      for part, found in zip(slot.parts, parts)] if shapes is None else parts
             both += held_options(dag, library, slot, wider, predictor, sizes)
@@ -316,6 +320,16 @@ def _tiles(options: list) -> list:
     """The options that are not band kernels: horizontal, striped and held fusions
     are made of the other geometries' kernels."""
     return [o for o in options if o[0].geometry is not Geometry.BAND]
+
+
+def _held_geometry(plan: ProgramPlan) -> Geometry | None:
+    """The geometry of the parts of a plan's held fusion (None: it has none)."""
+    return next((k.producer.geometry for k in plan.kernels if isinstance(k, HeldPlan)), None)
+
+
+def _bands(options: list) -> list:
+    """The band kernels among a fusion's options: a held fusion may pair two."""
+    return [o for o in options if o[0].geometry is Geometry.BAND]
 
 
 def _total(columns, index: tuple[int, ...]) -> float:

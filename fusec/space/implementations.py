@@ -159,11 +159,12 @@ def _implement(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry:
     policies = (L2_PLAIN,) if geometry is not Geometry.VECTOR else tuple(L2_NAMES)  # plain first: ties rank it first
     choices = [tuple(i.name for i in function_of(dag, library, c).implementations
                      if function_of(dag, library, c).geometry_of(i.name) is geometry) for c in fusion.calls]
+    aheads = (False, True) if geometry is Geometry.BAND else (False,)
     for impls in itertools.product(*choices):
-        for shape, serial, l2 in itertools.product(shapes, axes, policies):
-            group = best.setdefault((impls, shape, serial, l2), [])
+        for shape, serial, l2, ahead in itertools.product(shapes, axes, policies, aheads):
+            group = best.setdefault((impls, shape, serial, l2, ahead), [])
             for steps in orders:
-                plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2)
+                plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2, ahead)
                 try:
                     kernel = build_kernel(dag, library, plan, dtype, 0, emit=False)
                 except PlanError:

@@ -53,6 +53,9 @@ class KernelPlan:
     shape: Shape
     serial: str | None = None  # tile geometry: ROWS or COLS; band geometry: ROWS
     l2: int = L2_PLAIN  # vector geometry: one of L2_NAMES (tile kernels set STREAM_MATRIX by rule)
+    # band geometry: the loop's loads of the next instance of rows are issued before this
+    # instance's computes (a second copy of what it loads in registers)
+    ahead: bool = False
 
     @property
     def geometry(self) -> Geometry:
@@ -75,6 +78,7 @@ class KernelPlan:
                       **({"pieces": self.shape.pieces} if self.shape.pieces else {})},
             "serial": self.serial,
             **({"l2": L2_NAMES[self.l2]} if self.l2 != L2_PLAIN else {}),
+            **({"ahead": True} if self.ahead else {}),
         }
 
     @classmethod
@@ -84,7 +88,7 @@ class KernelPlan:
                    tuple(Step(c, RoutineKind(k), p) for c, k, p in data["steps"]),
                    Shape(Geometry(shape["geometry"]), shape["block"], shape["iters"], shape["tile_rows"],
                          shape.get("pieces", 0)),
-                   data["serial"], _l2_code(data.get("l2", "plain")))
+                   data["serial"], _l2_code(data.get("l2", "plain")), bool(data.get("ahead", False)))
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -266,9 +270,10 @@ class ProgramPlan:
 
     @property
     def uses_band(self) -> bool:
-        """Whether a kernel of the plan is in the band geometry (whose kernels
-        are never parts of horizontal, striped or held fusions)."""
-        return any(getattr(k, "geometry", None) is Geometry.BAND for k in self.kernels)
+        """Whether a kernel of the plan, or a part of a held fusion, is in the band
+        geometry (band kernels are never parts of horizontal or striped fusions)."""
+        return any(getattr(k, "geometry", None) is Geometry.BAND
+                   for whole in self.kernels for k in getattr(whole, "parts", None) or (whole,))
 
     def summary(self, dag) -> str:
         """One line: each kernel's calls (with their implementation where the
@@ -303,6 +308,7 @@ def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan | Hel
     shape = f"{kernel.shape.block}t,{kernel.shape.iters}it"
     if kernel.geometry is Geometry.BAND:
         shape = f"band {kernel.shape.block}t,{kernel.shape.tile_rows}r,{kernel.shape.pieces}p,{kernel.shape.iters}it"
+        shape += ",ahead" if kernel.ahead else ""
     elif kernel.serial:
         shape += f",{kernel.shape.tile_rows}r,{kernel.serial}"
     if kernel.l2 != L2_PLAIN:

@@ -2,7 +2,8 @@
 
 For every script with nested calls, in both precisions, the best-predicted
 combination whose nested kernels are all band kernels (and, for ATAX and
-BiCGK, one that takes two rows at a time) is built for each size and judged
+BiCGK, one that takes two rows at a time), each with and without its loads
+issued one instance ahead (KernelPlan.ahead), is built for each size and judged
 by the float64 oracle there: whole rows of exactly BAND_COLS columns, ragged
 rows and columns, a few columns, one row. Outputs and fusec's buffers are
 poisoned; the program runs three times (the column sums' accumulator and
@@ -57,11 +58,12 @@ def compiled():
             for sizes in SIZES:
                 sizes = sizes_of(dag, sizes)
                 for rows in (None, 2) if script in TWO_ROWS else (None,):
-                    try:
-                        plan = band_program(script, dtype, sizes, rows)
-                    except AssertionError:
-                        continue  # no two-row shape at this width
-                    cases.append((sizes, Program(generate(dag, library(), plan, dtype))))
+                    for ahead in (False, True):  # loads issued one instance ahead, or not
+                        try:
+                            plan = band_program(script, dtype, sizes, rows, ahead)
+                        except AssertionError:
+                            continue  # no two-row shape at this width
+                        cases.append((sizes, Program(generate(dag, library(), plan, dtype))))
             out[script, dtype] = cases
             sources += [p.source for _, p in cases]
     nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
