@@ -23,10 +23,11 @@ from .resident import ROOT, Case, write
 CASES = ("float32:4096",)
 
 
-def held_plans(script: str, dtype: str, n: int, shapes=None) -> tuple:
+def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "all") -> tuple:
     """The best-predicted option of each held layout of the two-kernel cover, best
     first; with ``shapes`` (``Shape`` records), the parts' implementations of those
-    shapes instead of the space's, each layout also with nothing held."""
+    shapes instead of the space's, each layout also with nothing held; ``geometry``
+    (tile, band or all): the parts' geometry."""
     import dataclasses
     from fusec.api import resolve_library
     from fusec.perfdb import predictor_for
@@ -57,6 +58,8 @@ def held_plans(script: str, dtype: str, n: int, shapes=None) -> tuple:
                    for o in found if isinstance(o[0], HeldPlan)]
     seen, shaped, out = set(), set(), []
     for plan, kernel, seconds in sorted(options, key=lambda o: o[2]):
+        if geometry != "all" and plan.producer.geometry.value != geometry:
+            continue
         if shapes:  # the best-predicted holding of each shape and axis, and nothing held
             key = (plan.producer.shape, plan.producer.serial)
             if key in shaped:
@@ -70,7 +73,8 @@ def held_plans(script: str, dtype: str, n: int, shapes=None) -> tuple:
     return dag, library, out
 
 
-def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None, apart: bool = False) -> float:
+def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None, apart: bool = False,
+            geometry: str = "all") -> float:
     import cupy as cp
     from fusec import nvcc
     from fusec.codegen.program import generate
@@ -83,7 +87,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
     u1, v1, u2, v2, y, z = case.vectors
     programs = []
     for script, gemver in (("gemver", True), ("sgemvt", False)):
-        dag, library, options = held_plans(script, dtype, n, shapes)
+        dag, library, options = held_plans(script, dtype, n, shapes, geometry)
         for plan, seconds in options[:most]:
             holds = plan.registers or plan.shared  # a plan that holds nothing has its sibling's parts
             twin = Program(generate(dag, library, ProgramPlan(plan.parts), dtype)) if apart and holds else None
@@ -96,13 +100,13 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
         if gemver:
             inputs.update(u1=u1, v1=v1, u2=u2, v2=v2)
         shape = plan.producer.shape
-        label = (f"held {plan.registers}r+{plan.shared}s, {shape.block}t, {shape.tile_rows}x{shape.iters}it,"
-                 f" {plan.producer.serial}, {plan.per_sm}/SM")
+        label = (f"held {plan.registers}r+{plan.shared}s, {shape.describe(dtype)}, {plan.producer.serial},"
+                 f" {plan.per_sm}/SM")
         held = program.kernels[0].held_fraction()
         detail = (f"{ProgramPlan((plan,)).summary(dag)}; {held:.0%} of the matrix held"
                   + (f"; predicted {seconds * 1e6:.1f} us" if seconds else ""))
-        for prog, name in ((program, label), (twin, f"the same parts apart ({shape.block}t,"
-                                                    f" {shape.tile_rows}x{shape.iters}it, {plan.producer.serial})")):
+        for prog, name in ((program, label), (twin, f"the same parts apart ({shape.describe(dtype)},"
+                                                    f" {plan.producer.serial})")):
             if prog is None:
                 continue
             out = {}
@@ -143,6 +147,8 @@ def main() -> None:
     parser.add_argument("--shape", type=parse_shape, action="append", metavar="BLOCKxITERSxROWS",
                         help="the parts' shapes to hold with (repeatable; default: the space's)")
     parser.add_argument("--apart", action="store_true", help="also time each plan's parts as two launches")
+    parser.add_argument("--geometry", choices=("tile", "band", "all"), default="all",
+                        help="only held plans whose parts are tile kernels or band kernels (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--name", default="h100-held")
     args = parser.parse_args()
@@ -154,10 +160,12 @@ def main() -> None:
     rows, copies = [], {}
     for spec in cases:
         dtype, _, n = spec.partition(":")
-        copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, args.most, args.shape, args.apart)
+        copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, args.most, args.shape, args.apart,
+                                             args.geometry)
     shapes = "".join(f" --shape {s.block}x{s.iters}x{s.tile_rows}" for s in args.shape or ())
     command = ("python -m bench.held " + " ".join(f"--case {c}" for c in cases)
-               + f" --repeat {args.repeat} --most {args.most}{shapes}" + (" --apart" if args.apart else ""))
+               + f" --repeat {args.repeat} --most {args.most}{shapes}" + (" --apart" if args.apart else "")
+               + (f" --geometry {args.geometry}" if args.geometry != "all" else ""))
     write(args, rows, copies, command=command, title="Held fusions (the matrix held on chip across one barrier)",
           kernels="fusec/codegen/held.py")
 
