@@ -244,8 +244,16 @@ class Kernel:
         spilled at the 128 a block of 512 may have)."""
         matrices = [e.size for e in by_value.values() if e.mapping == "band"]
         rest = sum(e.size for e in by_value.values() if e.mapping != "band")
-        ahead = sum(by_value[v].size for v in self.loaded_ahead()) if self.plan.ahead else 0
-        return min(255, round(24 + words * (max(matrices, default=0) + rest + ahead)))
+        return min(255, round(24 + words * (max(matrices, default=0) + rest) + self.ahead_registers))
+
+    @property
+    def ahead_registers(self) -> int:
+        """Registers of the second copy a band kernel loading ahead holds (0 without)."""
+        if not self.plan.ahead:
+            return 0
+        words = geo.DTYPES[self.dtype].itemsize // 4
+        by_value = {e.value: e for e in self.elements}
+        return words * sum(by_value[v].size for v in self.loaded_ahead())
 
     def loaded_ahead(self) -> tuple[int, ...]:
         """The values a band kernel's loop loads into registers: with ``ahead``, each

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 
 from .. import geometry as geo
-from ..codegen.held import (HeldKernel, assemble, held_matrix, register_margin, registers_allowed,
+from ..codegen.held import (HeldKernel, assemble, held_matrix, REGISTER_MARGIN, registers_allowed,
                             shared_allowed)
 from ..codegen.kernel import Kernel
 from ..dag import Dag
@@ -81,8 +81,10 @@ def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], pe
     itemsize = geo.DTYPES[parts[0].dtype].itemsize
     slots = next(e.size for e in parts[0].elements if e.value == held)
     block, tiles = producer.shape.block, producer.shape.iters
-    spare = registers_allowed(block, per_sm) - max(k.estimated_registers for k in parts) - register_margin(parts)
+    spare = registers_allowed(block, per_sm) - max(k.estimated_registers for k in parts) - REGISTER_MARGIN
     most_registers = max(0, min(tiles, spare // (slots * itemsize // 4)))
+    if any(k.plan.ahead for k in parts):
+        most_registers = 0  # ptxas keeps them on the stack (why_not_held)
     static = sum(k.shared_reals for k in parts) * itemsize
     fit_shared = max(0, (shared_allowed(per_sm) - static) // (slots * block * itemsize))
     return [(registers, min(fit_shared, tiles - registers))
