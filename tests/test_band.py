@@ -176,6 +176,20 @@ def test_a_row_sum_is_finished_in_the_block_and_a_column_sum_with_atomics():
     assert "tile_load" not in kernel.source  # the tile routines beside the band ones stay out
 
 
+def test_the_last_block_loads_every_column_sum_before_it_stores():
+    """The finish's L2 loads stay in order with its stores: one loop of both waited
+    for each load in turn, on the launch's critical path. Each thread takes its own
+    columns, all loads first."""
+    dag = dag_of("bicgk")
+    plan = band_program("bicgk", "float32", dict(m=4096, n=4096)).kernels[0]
+    source = build_kernel(dag, library(), plan, "float32", 0).source
+    finish = source[source.index("if (fusec_last[0])"):]
+    loads, clears = finish.index("__ldcg(ws_v4_s + i)"), finish.index("ws_v4_s[i] = real(0);")
+    assert loads < clears
+    assert finish.count("__ldcg(") == 1 and "real sums_v4_s[PIECES * VEC];" in finish
+    assert finish.count("band_col(s / VEC, c) + s % VEC") == 2  # the thread's own columns, in both
+
+
 def test_a_row_sum_s_finish_is_applied_where_the_sum_is_whole():
     dag = dag_of("gemver")
     plan = band_program("gemver", "float32", dict(m=1000, n=777))

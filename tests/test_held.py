@@ -260,6 +260,22 @@ def test_two_band_kernels_may_be_held(script):
     assert "whole instances of rows held in registers" in source
 
 
+def test_only_a_kernel_holding_registers_unrolls_its_loops():
+    """Held registers need constant indices; units held in shared memory do not, and
+    the loops stay rolled (the unrolled kernel is many times the code)."""
+    dag = dag_of("gemver")
+    unrolled = re.compile(r"#pragma unroll\n\s*for \(int it = 0; it < ITERS;")
+    shared_only = ProgramPlan.from_json(TUNED_GEMVER_4096)
+    assert shared_only.kernels[0].registers == 0 and shared_only.kernels[0].shared > 0
+    source = generate(dag, library(), shared_only, "float32").source
+    assert not unrolled.search(source)
+    assert source.count("for (int it = 0; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)") == 2
+    assert "if (c.full && it < 7)" in source  # the shared instances found at run time
+    plan, _ = most_held_band("gemver")
+    assert plan.registers > 0
+    assert len(unrolled.findall(generate(dag, library(), ProgramPlan((plan,)), "float32").source)) == 2
+
+
 def test_a_held_band_kernel_adds_with_atomics():
     """GEMVER's x = beta B^T y + z is added by the band producer's blocks with atomics
     into an accumulator that starts at zero: the launch is not bit for bit, and the

@@ -88,6 +88,16 @@ class Hold:
     slots: int  # the element's slots per thread
     whole: str = WHOLE[Geometry.TILE]  # the condition that a unit is whole
 
+    @property
+    def unrolled(self) -> bool:
+        """Whether the part's loop is unrolled: held registers need constant indices.
+        Units held only in shared memory are found at run time, and the loop stays
+        rolled. Unrolled, GEMVER's held band kernel (fp32 n = 4096, 16 instances a
+        block) was 9120 instructions, its warps stalled on instruction fetch in 17 %
+        of ncu's samples; rolled, it took the same time (70.2 / 70.0 us against
+        70.2 / 70.2, bench in the 2026-11-23 session note), in a fraction of the code."""
+        return self.registers > 0
+
     def _where(self, w: _Writer, copy_registers: str, copy_shared: str) -> bool:
         """The branches that copy a held unit; False when there are none."""
         whole = self.whole

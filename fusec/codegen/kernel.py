@@ -814,7 +814,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         limit = "rows" if plan.serial == ROWS else "cols"
         step = "TILE_ROWS" if plan.serial == ROWS else "TILE_COLS"
         w(f"const int first_{axis}0 = c.{axis}0;")
-        if hold is not None:  # `it` a constant in each copy: it indexes the held registers
+        if hold is not None and hold.unrolled:  # `it` a constant in each copy: it indexes the held registers
             w("#pragma unroll")
             w.open(f"for (int it = 0; it < ITERS; ++it, c.{axis}0 += {step})")
             w(f"if (c.{axis}0 >= {limit}) break;")
