@@ -3,7 +3,8 @@
     fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
     fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
-    fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60]
+    fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60] [--ship]
+    fusec tunings [--library DIR] [--gpu NAME] [--prune]
     fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
     fusec perfdb show [--gpu NAME] [--routine NAME]
 """
@@ -29,6 +30,7 @@ examples:
   fusec space scripts/gemver.script --library library/blas --size n=16384 --top 5
   fusec run scripts/bicgk.script --library library/blas --size n=16384
   fusec tune scripts/gemver.script --library library/blas --size n=16384 --top 20
+  fusec tunings --library library/blas
   fusec perfdb build --library library/blas
 Run 'fusec COMMAND --help' for a command's options."""
 
@@ -65,7 +67,7 @@ def _load(args):
 
 
 def _compile(args) -> int:
-    from . import nvcc
+    from . import nvcc, tuning
     from .api import build_program
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes) if args.size else None
@@ -90,7 +92,9 @@ def _compile(args) -> int:
     print(plan_text)
     print()
     if entry is not None:
-        print(f"plan: from the tuning cache ({entry.describe()}): {entry.path}")
+        source = ("shipped with the library" if entry.path.parent.parent == tuning.shipped_root(library)
+                  else "from the tuning cache")
+        print(f"plan: {source} ({entry.describe()}): {entry.path}")
     print(compiled_note)
     print(f"wrote {cu} and {out / (stem + '.plan.txt')}")
     return 0
@@ -175,13 +179,49 @@ def _space(args) -> int:
 
 
 def _tune(args) -> int:
+    from . import tuning
     from .tune import report, tune
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes)
     result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,
                   warmup=args.warmup, seed=args.seed, progress=not args.quiet)
     print(report(result))
+    if result.entry is not None and args.ship:
+        print(f"shipped with the library: wrote {tuning.ship(result.entry, library)}")
     return 0 if result.winner is not None else 1
+
+
+def _tunings(args) -> int:
+    from . import tuning
+    from .api import resolve_library
+    library = resolve_library(args.library)
+    gone = tuning.prune(library) if args.prune else []
+    entries = tuning.filed(library, args.gpu)
+    print(f"library {library.name} at {library.path} (hash {library.content_hash}); fusec {__version__}")
+    print(f"  the tuning cache: {tuning.cache_dir('tuning', create=False)}")
+    print(f"  the library's tunings: {tuning.shipped_root(library)}")
+    if not entries:
+        print("no entries" + (f" for GPUs named {args.gpu!r}" if args.gpu else ""))
+    for shipped in (False, True):
+        rows = [e for e in entries if e.shipped == shipped]
+        if not rows:
+            continue
+        print()
+        print("shipped with the library:" if shipped else "in the tuning cache:")
+        print(f"  {'gpu':18s} {'script':10s} {'dtype':8s} {'sizes':22s} {'measured':>11s}  {'date':10s}  usable?")
+        for e in rows:
+            sizes = ",".join(f"{k}={v}" for k, v in e.sizes) or "?"
+            measured = f"{e.measured_us:.1f} us" if e.measured_us is not None else "?"
+            print(f"  {e.gpu:18s} {e.script.split(' ')[0]:10s} {e.dtype:8s} {sizes:22s} {measured:>11s}"
+                  f"  {e.date[:10]:10s}  {'yes' if not e.why_unused else 'no: ' + e.why_unused}")
+    stale = [e for e in entries if e.stale]
+    if gone:
+        print(f"\npruned {len(gone)} stale file(s) from the library's tunings:")
+        print("\n".join(f"  {path}" for path in gone))
+    elif stale:
+        print(f"\n{len(stale)} shipped file(s) are stale (keyed on the library as it was);"
+              " 'fusec tunings --prune' deletes them")
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -299,7 +339,29 @@ def parser() -> argparse.ArgumentParser:
                       help="seed of the random inputs every candidate is checked on (default: 0)")
     tune.add_argument("-q", "--quiet", action="store_true",
                       help="no progress on stderr (the table still goes to stdout)")
+    tune.add_argument("--ship", action="store_true",
+                      help="also write the winner into the library's own tunings/ folder, to commit with it:"
+                           " 'fusec compile' on another machine with the same GPU, library and fusec"
+                           " version then runs it without tuning")
     tune.set_defaults(handler=_tune)
+
+    listing = commands.add_parser(
+        "tunings", help="list the tuned plans of the cache and those a library ships",
+        description="List the entries of the tuning cache and of the library's tunings/ folder"
+                    " (written by 'fusec tune --ship'): GPU, script, precision, sizes, the winner's"
+                    " measured time, the date, and whether 'fusec compile' can use it with the"
+                    " library as it is and this fusec (an entry is keyed on the library's content"
+                    " hash and fusec's version, so one made before either changed is never used).",
+        epilog="The cache is looked in first; a library's shipped plan runs where the cache has"
+               " none for the same key.")
+    listing.add_argument("--library", metavar="DIR", default=None,
+                         help="the library whose shipped plans to list (default: the bundled library/blas)")
+    listing.add_argument("--gpu", metavar="NAME", default=None,
+                         help="only entries for GPUs whose folder starts with NAME, e.g. h100")
+    listing.add_argument("--prune", action="store_true",
+                         help="delete the library's shipped files keyed on the library as it was"
+                              " (stale: never used again); the cache is left alone")
+    listing.set_defaults(handler=_tunings)
 
     perfdb = commands.add_parser(
         "perfdb", help="build or inspect the performance database predictions come from",

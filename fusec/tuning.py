@@ -6,6 +6,16 @@ what the winner depends on: the script's text (its sha256), the library's
 content hash, every size, the precision, the GPU (its slug) and fusec's
 version; a change to any of them is a different file, never a stale hit.
 
+A library may ship plans tuned for it, laid out the same way in its own
+``tunings/`` folder (``fusec tune --ship`` writes there): a fresh machine then
+runs the tuned plans without tuning again. The user's cache is looked in
+first, so a user's own tuning wins. The folder is not part of the library's
+content hash (only its index, routines and functions are), and an entry keyed
+on another hash, one the library changed under, never matches: it is *stale*,
+and ``fusec tunings --prune`` deletes it. ``$FUSEC_SHIPPED_TUNINGS=0`` makes
+lookups ignore every library's folder (the test suite sets it, as it points the
+cache at a folder of its own, so that no test depends on what was tuned).
+
 Files are written whole to a temporary file and renamed over the target, so
 two tuners at once never corrupt an entry (the last one to finish wins) and a
 reader never sees half a file. An entry is never trusted: one that does not
@@ -20,6 +30,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Mapping
@@ -30,6 +41,7 @@ from .errors import FusecWarning
 from .space.points import ProgramPlan
 
 FORMAT = 1  # of an entry file; another format is a miss
+SHIPPED = "tunings"  # a library's folder of plans tuned for it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +64,17 @@ class TuningKey:
 
     @property
     def path(self) -> Path:
+        """Where the user's cache files it."""
         return cache_dir("tuning", create=False) / self.gpu / f"{self.digest}.json"
+
+    def shipped_path(self, library) -> Path:
+        """Where ``library`` ships it."""
+        return shipped_root(library) / self.gpu / f"{self.digest}.json"
+
+
+def shipped_root(library) -> Path:
+    """The folder of plans ``library`` ships."""
+    return Path(library.path) / SHIPPED
 
 
 def key(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str) -> TuningKey:
@@ -105,29 +127,46 @@ def store(entry: TuningEntry) -> Path:
     return path
 
 
+def ship(entry: TuningEntry, library) -> Path:
+    """Write ``entry`` into ``library``'s own folder, atomically, to be
+    committed with it; OSError when it cannot be written."""
+    path = entry.key.shipped_path(library)
+    atomic_write_text(path, entry.to_json())
+    return path
+
+
 def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
-    """The entry for these, or None. ``gpu`` is a slug or a slug's prefix
-    (``h100`` finds ``h100-80gb-hbm3``); None (no GPU known) is a miss. A cache
-    that cannot be read is a miss with a warning."""
+    """The entry for these, or None: the user's cache first, then the plans
+    ``library`` ships. ``gpu`` is a slug or a slug's prefix (``h100`` finds
+    ``h100-80gb-hbm3``); None (no GPU known) is a miss. A folder that cannot be
+    read is a miss with a warning."""
     if not gpu:
         return None
-    root = cache_dir("tuning", create=False)
+    roots = [(cache_dir("tuning", create=False), "the tuning cache")]
+    if os.environ.get("FUSEC_SHIPPED_TUNINGS", "1") != "0":
+        roots.append((shipped_root(library), "the library's tunings"))
+    for root, where in roots:
+        for slug in _slugs(root, gpu, where):
+            wanted = key(dag, library, dtype, sizes, slug)
+            entry = read(root / slug / f"{wanted.digest}.json", wanted, calls=len(dag.calls))
+            if entry is not None:
+                return entry
+    return None
+
+
+def _slugs(root: Path, gpu: str, where: str) -> list[str]:
+    """The GPU folders under ``root`` that ``gpu`` names, an exact name first."""
     try:
         if not root.is_dir():
-            return None
+            return []
         slugs = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(gpu))
     except OSError as exc:
-        warnings.warn(FusecWarning(f"cannot read the tuning cache {root}: {exc.strerror or exc}"))
-        return None
-    if gpu in slugs:  # an exact name first
+        warnings.warn(FusecWarning(f"cannot read {where} {root}: {exc.strerror or exc}"))
+        return []
+    if gpu in slugs:
         slugs.remove(gpu)
         slugs.insert(0, gpu)
-    for slug in slugs:
-        wanted = key(dag, library, dtype, sizes, slug)
-        entry = read(wanted.path, wanted, calls=len(dag.calls))
-        if entry is not None:
-            return entry
-    return None
+    return slugs
 
 
 def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry | None:
@@ -171,3 +210,72 @@ def _flag(data: dict, name: str) -> bool:
 def _bad(path: Path, why: str) -> None:
     warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {path}: it {why}"))
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Filed:
+    """An entry file as ``fusec tunings`` lists it, read without trusting it."""
+    path: Path
+    shipped: bool  # in the library's folder, else in the user's cache
+    gpu: str  # its folder
+    script: str
+    dtype: str
+    sizes: tuple[tuple[str, int], ...]
+    measured_us: float | None
+    date: str
+    why_unused: str  # why no lookup with this library and this fusec finds it; "" when one can
+    other_library: bool = False  # keyed on another library hash than the library's now
+
+    @property
+    def stale(self) -> bool:
+        """A shipped file keyed on the library as it was: no fusec can use it
+        with the library as it is. (The cache holds other libraries' entries,
+        and another fusec version's entries serve that version.)"""
+        return self.shipped and self.other_library
+
+
+def filed(library, gpu: str | None = None) -> list[Filed]:
+    """Every entry file of the user's cache and of ``library``'s folder (only
+    under GPU folders that ``gpu`` names, when given), cache first."""
+    found = []
+    for root, shipped in ((cache_dir("tuning", create=False), False), (shipped_root(library), True)):
+        where = "the library's tunings" if shipped else "the tuning cache"
+        for slug in _slugs(root, gpu or "", where):
+            found.extend(_filed(path, shipped, slug, library) for path in sorted((root / slug).glob("*.json")))
+    return found
+
+
+def _filed(path: Path, shipped: bool, slug: str, library) -> Filed:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        fields = data["key"]
+        sizes = tuple(sorted((str(k), int(v)) for k, v in fields["sizes"].items()))
+        digest = TuningKey(**{**fields, "sizes": sizes}).digest
+        measured = float(data["measured_us"])
+        script, dtype, date = str(data.get("script", "")), str(fields["dtype"]), str(data.get("date", ""))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return Filed(path, shipped, slug, "?", "?", (), None, "", f"does not parse ({type(exc).__name__})")
+    other_library = fields["library"] != library.content_hash
+    if other_library:
+        why = (f"keyed on the library as it was (hash {fields['library']}, now {library.content_hash})"
+               if shipped else f"keyed on another library, or this one as it was (hash {fields['library']})")
+    elif fields["fusec"] != __version__:
+        why = f"made by fusec {fields['fusec']}, this is {__version__}"
+    elif data.get("format") != FORMAT:
+        why = f"format {data.get('format')!r}, not {FORMAT}"
+    elif path.stem != digest:
+        why = "filed under a key its fields do not match"
+    else:
+        why = ""
+    return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library)
+
+
+def prune(library) -> list[Path]:
+    """Delete the stale files of ``library``'s folder (:attr:`Filed.stale`);
+    the paths deleted."""
+    gone = []
+    for entry in filed(library):
+        if entry.stale:
+            entry.path.unlink()
+            gone.append(entry.path)
+    return gone

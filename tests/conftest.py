@@ -25,11 +25,13 @@ def _gpu() -> str | None:
 
 
 def pytest_configure(config):
-    """Tests never see the user's caches: a tuned plan or a cubin from another
-    version would make them depend on what ran before. $FUSEC_TEST_CACHE_DIR
+    """Tests never see the user's caches, nor the tuned plans a library ships:
+    a tuned plan or a cubin from another version would make them depend on
+    what ran before. $FUSEC_TEST_CACHE_DIR
     lets several pytest runs of one session share compiled cubins."""
     os.environ["FUSEC_CACHE_DIR"] = (os.environ.get("FUSEC_TEST_CACHE_DIR")
                                      or tempfile.mkdtemp(prefix="fusec-test-cache-"))
+    os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans library/blas ships (tests of them set it)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,8 +16,10 @@ import dataclasses
 import json
 import multiprocessing
 import re
+import shutil
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -651,3 +653,108 @@ def test_the_kernel_that_empties_l2_writes_and_discards_whole_lines(tmp_path):
     ptx = (tmp_path / "t.ptx").read_text()
     body = ptx[ptx.index("fusec_empty_l2("):]
     assert "discard.global.L2" in body and body.count("st.global.v4") >= 1  # 16-byte stores, then the discard
+
+
+# -- plans a library ships ------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_library(tmp_path, monkeypatch):
+    """A copy of the bundled library, whose tunings/ folder a test may write."""
+    from fusec.library.loader import load_library
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")  # the suite ignores shipped plans elsewhere
+    folder = tmp_path / "blas"
+    shutil.copytree(LIBRARY, folder, ignore=shutil.ignore_patterns(tuning.SHIPPED))
+    copy = load_library(folder)
+    assert copy.content_hash == library().content_hash  # the folder's name is not hashed
+    return copy
+
+
+def test_a_shipped_plan_runs_where_the_cache_has_none_and_the_cache_wins(cache, own_library, monkeypatch):
+    dag = load_script(BICGK, own_library)
+    shipped = dataclasses.replace(planted(store=False, rank=3), script="bicgk (shipped)")
+    path = tuning.ship(shipped, own_library)
+    assert path == own_library.path / Path(tuning.SHIPPED) / SLUG / f"{shipped.key.digest}.json"
+    assert not (cache / "tuning").exists()  # shipping writes nothing into the cache
+    found = tuning.lookup(dag, own_library, "float32", SIZES, "h100")
+    assert found.plan == shipped.plan and found.path == path
+    program = fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100")
+    assert program.generated.plan == shipped.plan and program.tuned == shipped.describe()
+    assert tuning.lookup(dag, library(), "float32", SIZES, "h100") is None  # the bundled library ships none
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "0")
+    assert tuning.lookup(dag, own_library, "float32", SIZES, "h100") is None
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
+    # the user's own tuning of the same key wins
+    mine = planted(rank=4)
+    assert mine.plan != shipped.plan
+    assert tuning.lookup(dag, own_library, "float32", SIZES, "h100").path == mine.key.path
+    assert fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100").generated.plan == mine.plan
+    assert fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100", tuned=False).tuned is None
+
+
+def test_a_shipped_plan_keyed_on_the_library_as_it_was_is_never_used(cache, own_library):
+    entry = planted(store=False)
+    tuning.ship(entry, own_library)
+    (Path(own_library.path) / "sdot.cu").write_text((Path(own_library.path) / "sdot.cu").read_text() + "\n// edited\n")
+    from fusec.library.loader import load_library
+    edited = load_library(own_library.path)
+    assert edited.content_hash != own_library.content_hash
+    assert fusec.compile(BICGK, edited, sizes=SIZES, gpu="h100").tuned is None
+
+
+def test_fusec_compile_says_the_plan_is_shipped_with_the_library(capsys, tmp_path, own_library):
+    entry = planted(store=False)
+    path = tuning.ship(entry, own_library)
+    code, out, err = run_cli(capsys, "compile", BICGK, "--library", own_library.path, "-o", tmp_path / "out",
+                             "--no-nvcc", "--size", "m=300", "--size", "n=200", "--gpu", "h100")
+    assert code == 0, err
+    assert f"plan: shipped with the library ({entry.describe()}): {path}" in out
+
+
+def test_fusec_tune_ship_writes_the_winner_into_the_library(capsys, monkeypatch, cache, own_library):
+    import fusec.tune as tune_module
+    real_tune = tune_module.tune
+
+    def tune_with_a_fake_gpu(dag, library_, dtype, sizes, **kwargs):
+        measurer = fake(dag, top=2, times={1: 0.02, 2: 0.01})
+        return real_tune(dag, library_, dtype, sizes, top=2, predictor=DEFAULT, measurer=measurer, progress=False)
+
+    monkeypatch.setattr(tune_module, "tune", tune_with_a_fake_gpu)
+    argv = ["tune", BICGK, "--library", own_library.path, "--size", "m=300", "--size", "n=200", "-q"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert "shipped" not in out and not tuning.shipped_root(own_library).exists()
+    code, out, err = run_cli(capsys, *argv, "--ship")
+    assert code == 0, err
+    dag = load_script(BICGK, own_library)
+    key = tuning.key(dag, own_library, "float32", SIZES, SLUG)
+    assert f"shipped with the library: wrote {key.shipped_path(own_library)}" in out
+    assert key.shipped_path(own_library).read_text() == key.path.read_text()  # the same entry as the cache's
+
+
+def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(capsys, cache, own_library):
+    mine = planted()
+    current = planted(store=False, sizes={"m": 8192, "n": 8192})
+    tuning.ship(current, own_library)
+    as_it_was = dataclasses.replace(current, key=dataclasses.replace(current.key, library="0" * 16))
+    stale = tuning.ship(as_it_was, own_library)
+    newer = dataclasses.replace(current, key=dataclasses.replace(current.key, fusec="99.0"))
+    kept = tuning.ship(newer, own_library)
+    broken = tuning.shipped_root(own_library) / SLUG / "broken.json"
+    broken.write_text("{")
+    code, out, err = run_cli(capsys, "tunings", "--library", own_library.path)
+    assert code == 0, err
+    cached, shipped = out.split("in the tuning cache:")[1].split("shipped with the library:")
+    assert re.search(r"h100-80gb-hbm3\s+bicgk\s+float32\s+m=300,n=200\s+12\.5 us\s+2026-11-22\s+yes", cached)
+    assert len(re.findall(r"^  h100", shipped, re.M)) == 4
+    assert re.search(r"m=8192,n=8192\s+12\.5 us\s+2026-11-22\s+yes$", shipped, re.M)
+    assert "no: keyed on the library as it was (hash 0000000000000000, now" in shipped
+    assert "no: made by fusec 99.0, this is 0.1.0" in shipped
+    assert "no: does not parse (JSONDecodeError)" in shipped
+    assert "1 shipped file(s) are stale" in out
+    code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--prune")
+    assert code == 0, err
+    assert f"pruned 1 stale file(s) from the library's tunings:\n  {stale}" in out
+    assert not stale.exists() and kept.exists() and broken.exists() and mine.key.path.exists()
+    code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--gpu", "a100")
+    assert code == 0 and "no entries for GPUs named 'a100'" in out
