@@ -1,6 +1,6 @@
 """Tune every point bench.peers measures, and ship the winners with the library.
 
-    python -m bench.retune [--scripts atax,...] [--dtype float32|float64|both] [--size n=16384]
+    python -m bench.retune [--scripts atax,...] [--dtype float32|float64|both] [--size n=16384 ...]
                            [--vector-size N] [--top 10] [--layouts 60] [--again] [--no-ship]
                            [--budget SECONDS] [--out bench/results] [--name h100-retune]
 
@@ -9,7 +9,9 @@ bench.peers runs the plan the tuning cache or the library holds for each point
 with it; a plan shipped in the library's tunings/ folder (``fusec tune --ship``)
 travels with the repository. This command tunes each point of bench.peers
 (the same sizes: n = 16384 for float32 and 8192 for float64, the vector
-sequences' vectors n*n/4 or n*n/2, unless --size / --vector-size say) as
+sequences' vectors n*n/4 or n*n/2, unless --size / --vector-size say; --size
+may be given again, as for bench.sweeps's points: --scripts bicgk,gemver
+--size n=512 --size n=1024 ...) as
 ``fusec tune --top K --layouts L --ship`` does, and ships the winner.
 
 A point that already has a usable plan (in the cache or the library: keyed on
@@ -42,15 +44,16 @@ COLUMNS = ("script", "dtype", "sizes", "winner µs", "GB/s", "predicted rank", "
            "first / winner", "candidates", "tuned s", "when", "library")
 
 
-def points(scripts, dtypes, n_given: int | None, vector_given: int | None, library):
-    """(script, dtype, dag, sizes) for every point, as bench.peers sizes them."""
+def points(scripts, dtypes, ns: list[int], vector_given: int | None, library):
+    """(script, dtype, dag, sizes) for every point, as bench.peers sizes them
+    (each n of ``ns``; none given: bench.peers's default n for the precision)."""
     from fusec.script import load_script
     for dtype in dtypes:
-        n = n_given or P.DEFAULT_N[dtype]
-        vector = vector_given or P.default_vector_size(n, dtype)
-        for script in scripts:
-            dag = load_script(P.ROOT / "scripts" / f"{script}.script", library)
-            yield script, dtype, dag, P.script_sizes(dag, n, vector)
+        for n in ns or [P.DEFAULT_N[dtype]]:
+            vector = vector_given or P.default_vector_size(n, dtype)
+            for script in scripts:
+                dag = load_script(P.ROOT / "scripts" / f"{script}.script", library)
+                yield script, dtype, dag, P.script_sizes(dag, n, vector)
 
 
 def row_of(script: str, result, library) -> dict:
@@ -103,7 +106,8 @@ def main(argv=None, tune=None) -> int:
     parser.add_argument("--scripts", default=",".join(P.SCRIPTS), help="comma-separated (default: all eleven)")
     parser.add_argument("--dtype", default="both", choices=("float32", "float64", "both"))
     parser.add_argument("--size", action="append", default=[], metavar="n=VALUE",
-                        help="matrices n x n (default: 16384 for float32, 8192 for float64)")
+                        help="matrices n x n; repeatable, each n a point of every script (default: 16384"
+                             " for float32, 8192 for float64)")
     parser.add_argument("--vector-size", type=int, default=None,
                         help="length of the vector sequences' vectors (default: n*n/4 float32, n*n/2 float64)")
     parser.add_argument("--top", type=int, default=10, metavar="K", help="as 'fusec tune --top' (default: 10)")
@@ -125,7 +129,7 @@ def main(argv=None, tune=None) -> int:
     if args.top < 1 or args.layouts < 0:
         parser.error("--top must be at least 1 and --layouts at least 0")
     try:
-        n_given = P.parse_size(args.size)
+        ns = [P.parse_size([item]) for item in args.size]
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
 
@@ -144,7 +148,7 @@ def main(argv=None, tune=None) -> int:
         device = tune.device
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     start, rows, failed, left = time.perf_counter(), [], [], []
-    for script, dtype, dag, sizes in points(scripts, P.dtypes_of(args.dtype), n_given, args.vector_size, library):
+    for script, dtype, dag, sizes in points(scripts, P.dtypes_of(args.dtype), ns, args.vector_size, library):
         label = f"{script} {dtype} " + ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
         usable = None if args.again else tuning.lookup(dag, library, dtype, sizes, slug(device))
         if usable is not None:

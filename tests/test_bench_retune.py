@@ -119,3 +119,10 @@ def test_a_plan_the_cache_holds_is_shipped_without_tuning_again(own_library, tmp
     (path,) = (tuning.shipped_root(library) / "h100-80gb-hbm3").glob("*.json")
     cached = next((tmp_path / "cache" / "tuning" / "h100-80gb-hbm3").glob("*.json"))
     assert path.read_text() == cached.read_text()
+
+
+def test_several_sizes_are_several_points(own_library, tmp_path):
+    fake = FakeTune()
+    assert run(own_library, tmp_path, fake, "--scripts", "gemver", "--dtype", "float64",
+               "--size", "n=512", "--size", "n=1024") == 0
+    assert [c[2] for c in fake.calls] == [{"m": 512, "n": 512}, {"m": 1024, "n": 1024}]

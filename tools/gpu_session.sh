@@ -3,7 +3,9 @@
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
 # horizontal-bench, horizontal-sanitize, striped-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
-# tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning).
+# tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning), retune (bench.retune:
+# tune every bench.peers point without a usable plan, under $RETUNE_BUDGET seconds, shipping each winner
+# into library/blas/tunings; the folder comes back in the logs as tunings/, to commit).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files). SANITIZE_K: the tests sanitize runs (pytest -k;
 # default numpy_against_oracle), SANITIZE_SIZES their sizes.
@@ -91,6 +93,10 @@ for stage in "$@"; do
         compute-sanitizer --tool $tool --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider \
           tests/gpu/test_programs.py -k "prepared and cupy" 2>&1 | tee "$OUT/sanitize-prepared-$tool.log" | tail -4 || status=1
       done ;;
+    retune)
+      python3 -m bench.retune --out "$OUT/results" --budget ${RETUNE_BUDGET:-400} ${RETUNE_ARGS:-} 2>&1 \
+        | tee -a "$OUT/retune.log" || status=1
+      mkdir -p "$OUT/tunings" && cp -r library/blas/tunings/. "$OUT/tunings/" 2>/dev/null ;;
     save-cache)
       mkdir -p "$OUT/tuning" && cp -r "$FUSEC_CACHE_DIR"/tuning/. "$OUT/tuning/" ;;
     *) echo "unknown stage $stage"; status=2 ;;
