@@ -1,8 +1,9 @@
 """The ``fusec`` command line.
 
     fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
+                  [--reproducible]
     fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
-    fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20]
+    fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20] [--reproducible]
     fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60] [--ship]
     fusec tunings [--library DIR] [--gpu NAME] [--prune]
     fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
@@ -71,7 +72,8 @@ def _compile(args) -> int:
     from .api import build_program
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes) if args.size else None
-    program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, tuned=not args.no_tuned)
+    program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, tuned=not args.no_tuned,
+                                   reproducible=args.reproducible)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{program.dag.name}.{args.dtype}"
@@ -107,7 +109,8 @@ def _run(args) -> int:
     from .runtime import cuda
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes)
-    program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned)
+    program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
+                          reproducible=args.reproducible)
     rng = np.random.default_rng(args.seed)
     host = oracle.random_inputs(program.dag, sizes, program.dtype, rng)
     cuda.driver()  # a clear error when PyCUDA or the GPU is missing
@@ -125,7 +128,10 @@ def _run(args) -> int:
     print(f"{program.dag.name} ({program.dag.file}) {args.dtype}, {sizes_text},"
           f" {len(program.kernels)} kernel(s) on {name}")
     if program.tuned:
-        print(f"plan   from the tuning cache: {program.tuned}")
+        print(f"plan   {program.tuned}")
+    if not program.generated.reproducible:
+        print("bits   two runs may differ in the last bits: a band kernel adds its column sums with atomics"
+              " (--reproducible leaves such kernels out)")
     ok = all(c.passed for c in checks)
     for c in checks:
         verdict = "ok" if c.passed else f"FAILED: {c.reason}"
@@ -240,6 +246,12 @@ def parser() -> argparse.ArgumentParser:
                          help="the GPU to choose kernels for: its name or a prefix of it, e.g. h100"
                               " (default: $FUSEC_GPU, else the GPU present)")
 
+    def reproducible(sub):
+        sub.add_argument("--reproducible", action="store_true",
+                         help="only kernels whose every run gives the same bits: leaves out band kernels"
+                              " that add column sums with atomics (ATAX then runs striped, BiCGK as a"
+                              " tile kernel), a tuned plan with one included")
+
     def common(sub):
         sub.add_argument("script", metavar="SCRIPT", help="the script to compile (e.g. scripts/bicgk.script)")
         sub.add_argument("--library", metavar="DIR", default=None,
@@ -260,6 +272,7 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-tuned", action="store_true",
                       help="ignore the tuning cache: take the best-predicted combination even where"
                            " 'fusec tune' measured another faster")
+    reproducible(comp)
     gpu(comp)
     sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"
                 " n=VALUE sets every size; default 8192)")
@@ -299,6 +312,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     run.add_argument("--no-tuned", action="store_true",
                      help="ignore the tuning cache: run the best-predicted combination")
+    reproducible(run)
     run.set_defaults(handler=_run)
 
     tune = commands.add_parser(

@@ -329,3 +329,20 @@ def test_a_band_kernel_may_load_its_next_instance_ahead():
                 if p.geometry is Geometry.TILE)
     with pytest.raises(PlanError, match="only a band kernel loads"):
         build_kernel(dag, library(), dataclasses.replace(tile, ahead=True), "float32", 0)
+
+
+def test_fusec_compile_reproducible_leaves_them_out_and_the_plan_says_which(capsys, tmp_path):
+    from fusec import cli
+    args = ["compile", ROOT / "scripts" / "atax.script", "--no-nvcc", "--gpu", "h100", "--size", "n=16384",
+            "--no-tuned"]
+    assert cli.main([str(a) for a in args + ["-o", tmp_path / "band"]]) == 0
+    text = (tmp_path / "band" / "atax.float32.plan.txt").read_text()
+    assert "bits: two runs may differ in the last bits (a band kernel adds its column sums" in text
+    assert cli.main([str(a) for a in args + ["-o", tmp_path / "kept", "--reproducible"]]) == 0
+    text = (tmp_path / "kept" / "atax.float32.plan.txt").read_text()
+    assert "bits:" not in text and "band" not in text
+    capsys.readouterr()
+    for command in ("compile", "run"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        assert "--reproducible" in capsys.readouterr().out

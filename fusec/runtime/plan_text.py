@@ -35,6 +35,10 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
              f" (hash {generated.library.content_hash})"]
     if tuned:
         lines.append(f"plan: {tuned}")
+    if not generated.reproducible:
+        lines.append("bits: two runs may differ in the last bits (a band kernel adds its column sums with"
+                     " atomics; --reproducible / reproducible=True leaves such kernels out)")
+
     def show(value: int) -> str:
         v = dag.value(value)
         return f"{v.name}: {v.kind}" + (f"[{', '.join(v.dims)}]" if v.dims else "")

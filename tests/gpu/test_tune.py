@@ -85,3 +85,15 @@ def test_emptying_l2_leaves_every_array_as_it_was():
     for a, b in zip(before, after):
         np.testing.assert_array_equal(a, b)
     prog.release()
+
+
+def test_fusec_run_checks_and_says_whether_its_bits_repeat(capsys):
+    atax = ROOT / "scripts" / "atax.script"
+    for extra in ([], ["--reproducible"]):
+        code = cli.main(["run", str(atax), "--library", str(LIBRARY), "--size", "n=2048", "--repeat", "3", *extra])
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
+        assert "check  y: test ratio" in out and "FAILED" not in out
+        program = fusec.compile(atax, library(), sizes={"m": 2048, "n": 2048}, reproducible=bool(extra))
+        assert ("bits   two runs may differ" in out) == (not program.generated.reproducible), out
+    assert "bits " not in out  # --reproducible
