@@ -128,6 +128,10 @@ def main(argv=None, tune=None) -> int:
         parser.error(f"--scripts: no sequence {unknown[0]!r} (known: {', '.join(P.SCRIPTS)})")
     if args.top < 1 or args.layouts < 0:
         parser.error("--top must be at least 1 and --layouts at least 0")
+    if args.budget is not None and args.budget < 0:
+        parser.error(f"--budget {args.budget:g}: seconds, 0 or more")
+    if args.vector_size is not None and args.vector_size < 1:
+        parser.error(f"--vector-size {args.vector_size}: a length, at least 1")
     try:
         ns = [P.parse_size([item]) for item in args.size]
     except argparse.ArgumentTypeError as exc:

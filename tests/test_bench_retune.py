@@ -102,7 +102,8 @@ def test_a_point_where_nothing_passed_ships_nothing_and_fails_the_run(own_librar
 
 def test_bad_arguments_are_clear_errors(own_library, tmp_path, capsys):
     for argv, message in ((["--scripts", "nope"], "no sequence 'nope'"), (["--top", "0"], "--top must be"),
-                          (["--size", "m=3"], "expected n=VALUE")):
+                          (["--size", "m=3"], "expected n=VALUE"), (["--budget", "-1"], "--budget -1: seconds"),
+                          (["--vector-size", "0"], "--vector-size 0: a length")):
         with pytest.raises(SystemExit):
             run(own_library, tmp_path, FakeTune(), *argv)
         assert message in capsys.readouterr().err

@@ -758,3 +758,8 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     assert not stale.exists() and kept.exists() and broken.exists() and mine.key.path.exists()
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--gpu", "a100")
     assert code == 0 and "no entries for GPUs named 'a100'" in out
+
+
+def test_fusec_tunings_of_a_folder_that_is_no_library_is_a_clear_error(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "tunings", "--library", tmp_path / "nowhere")
+    assert code == 1 and f"fusec: error: library directory {str(tmp_path / 'nowhere')!r} does not exist" in err
