@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import warnings
@@ -441,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
             return args.handler(args)
         except FusecError as exc:
             print(f"fusec: error: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:  # `fusec tunings | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             return 1
         except OSError as exc:  # a missing script, an output path that is a file...
             where = f": {exc.filename}" if exc.filename else ""

@@ -236,12 +236,14 @@ class Filed:
 
 def filed(library, gpu: str | None = None) -> list[Filed]:
     """Every entry file of the user's cache and of ``library``'s folder (only
-    under GPU folders that ``gpu`` names, when given), cache first."""
+    under GPU folders that ``gpu`` names, when given), cache first, each
+    folder's by script, precision and sizes."""
     found = []
     for root, shipped in ((cache_dir("tuning", create=False), False), (shipped_root(library), True)):
         where = "the library's tunings" if shipped else "the tuning cache"
         for slug in _slugs(root, gpu or "", where):
-            found.extend(_filed(path, shipped, slug, library) for path in sorted((root / slug).glob("*.json")))
+            entries = (_filed(path, shipped, slug, library) for path in (root / slug).glob("*.json"))
+            found.extend(sorted(entries, key=lambda e: (e.script, e.dtype, e.sizes, e.path.name)))
     return found
 
 

@@ -345,3 +345,13 @@ def test_console_script(tmp_path):
     assert proc.stderr == "fusec: error: --size 'n=x': 'x' is not a whole number\n"
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "usage: fusec" in proc.stdout
+
+
+def test_a_reader_that_stops_early_gets_no_error_on_stderr():
+    # `fusec tunings | head -1`: the pipe closes under fusec, which stops quietly
+    proc = subprocess.run(f"{sys.executable} -m fusec.cli tunings --library {LIBRARY} | head -1",
+                          shell=True, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "FUSEC_SHIPPED_TUNINGS": "1"})
+    assert proc.stdout.startswith("library blas at ")
+    assert proc.stdout.count("\n") == 1
+    assert proc.stderr == ""

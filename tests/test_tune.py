@@ -763,3 +763,20 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
 def test_fusec_tunings_of_a_folder_that_is_no_library_is_a_clear_error(capsys, tmp_path):
     code, out, err = run_cli(capsys, "tunings", "--library", tmp_path / "nowhere")
     assert code == 1 and f"fusec: error: library directory {str(tmp_path / 'nowhere')!r} does not exist" in err
+
+
+def test_the_bundled_librarys_shipped_plans_parse_and_list_in_order():
+    # what bench.retune shipped for the H100: every file whole, keyed on a bundled script,
+    # and listed by script, precision and sizes (not by the digests that name the files)
+    blas = library()
+    digests = {tuning.key(load_script(path, blas), blas, "float32", {}, "").script
+               for path in sorted((ROOT / "scripts").glob("*.script"))}
+    shipped = [e for e in tuning.filed(blas, "h100") if e.shipped]
+    assert len(shipped) >= 33
+    for entry in shipped:
+        assert entry.script != "?", entry.path
+        key = json.loads(entry.path.read_text(encoding="utf-8"))["key"]
+        assert key["script"] in digests, entry.path
+        assert "does not parse" not in entry.why_unused and "do not match" not in entry.why_unused
+    order = [(e.script, e.dtype, e.sizes) for e in shipped]
+    assert order == sorted(order)
