@@ -301,9 +301,11 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
                  for v in matrices_reread(dag, kernel.plan)) * itemsize
-    streaming = sum(predictor.kernel_seconds(part, dag, sizes) for part in kernel.parts) - launch
-    unheld = 1.0 - kernel.held_fraction()
-    streaming -= (1.0 - unheld * STRIPE_REREAD_COST) * reread / bandwidth
+    streaming = sum(predictor.kernel_seconds(part, dag, sizes) - launch for part in kernel.parts)
+    unheld = (1.0 - kernel.held_fraction()) * reread
+    # the consumer starts after the producer's whole pass: L2 keeps only the last of it
+    in_l2 = min(unheld, STRIPE_L2_SHARE * L2_BYTES)
+    streaming -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / bandwidth
     return launch + streaming + GRID_BARRIER_SECONDS
 
 
@@ -323,7 +325,7 @@ def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launc
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
                  for v in matrices_reread(dag, kernel.plan)) * itemsize
-    streaming = sum(predictor.kernel_seconds(part, dag, sizes) for part in kernel.parts) - launch
+    streaming = sum(predictor.kernel_seconds(part, dag, sizes) - launch for part in kernel.parts)
     stripes = kernel.stripes(sizes)
     if (kernel.plan.lag + 1) * reread / stripes <= STRIPE_L2_SHARE * L2_BYTES:
         streaming -= (1 - STRIPE_REREAD_COST) * reread / bandwidth

@@ -255,3 +255,14 @@ def test_a_lag_whose_stripes_do_not_fit_in_l2_is_predicted_to_reread_from_dram()
                                                           "float32", 0, emit=False), space.dag, space.sizes)
                       for lag in (2, 4))
         assert (lag4 > lag2) == worse, (script, lag2, lag4)
+
+
+def test_a_fusion_of_two_parts_saves_one_of_their_two_launches():
+    # tiny: no wait, nothing to re-read worth a microsecond; what is left is the launch
+    # (the parts were summed with both launches, less one, plus the fusion's one: none saved)
+    space = space_of("sgemvt", n=64)
+    dag, sizes = space.dag, space.sizes
+    slot = next(s for s in space.options if isinstance(s, StripedFusion))
+    for plan, kernel, seconds in space.options[slot][:10]:
+        apart = sum(DEFAULT.kernel_seconds(p, dag, sizes) for p in kernel.parts)
+        assert apart - seconds == pytest.approx(DEFAULT.launch, rel=0.05)
