@@ -24,6 +24,7 @@ finish terms, which no routine measures.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Mapping
 
@@ -56,15 +57,17 @@ class PerfdbPredictor:
 
     def routine_seconds(self, kernel: Kernel, dag: Dag, blocks: float):
         """(per-iteration transfers, per-iteration compute, once per block) seconds,
-        or None when a routine was not measured in this environment."""
+        or None when a routine was not measured in this environment. Sums are
+        exact (math.fsum), so routine orders the model cannot tell apart tie
+        exactly and the space's tie-break decides between them."""
         timings = self.timings(kernel, dag)
         if timings is None:
             return None
         transfers = [t for op, t in timings if op.section == LOOP and op.step.kind is not RoutineKind.COMPUTE]
         computes = [t for op, t in timings if op.section == LOOP and op.step.kind is RoutineKind.COMPUTE]
-        transfer = max([t.at(blocks) for t in transfers] + [blocks * sum(t.memory_share for t in transfers)])
-        compute = sum(t.at(blocks) for t in computes)
-        once = sum(t.at(blocks) for op, t in timings if op.section != LOOP)
+        transfer = max([t.at(blocks) for t in transfers] + [blocks * math.fsum(t.memory_share for t in transfers)])
+        compute = math.fsum(t.at(blocks) for t in computes)
+        once = math.fsum(t.at(blocks) for op, t in timings if op.section != LOOP)
         return transfer, compute, once
 
     def timings(self, kernel: Kernel, dag: Dag):

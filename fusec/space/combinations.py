@@ -35,7 +35,7 @@ from ..library.model import Geometry, Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
-from .implementations import SMS, implementations, load_phases
+from .implementations import SMS, by_time, implementations
 from .points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
 from .striped import StripedFusion, striped_covers, striped_options
 
@@ -291,9 +291,7 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
                  for plan, kernel in implementations(dag, library, fusion, dtype, shapes, sizes,
                                                      getattr(predictor, "sms", SMS))]
-        # ties (the analytic model cannot tell routine orders apart) go to the
-        # order that waits for memory fewest times per iteration
-        options[fusion] = sorted(timed, key=lambda item: (item[2], load_phases(item[0]), item[0]))
+        options[fusion] = sorted(timed, key=by_time)
     plain = covers(dag, found)
     sideways = horizontal_covers(dag, plain, _kernel_order) if horizontal else []
     fused = sorted({slot for cover in sideways for slot in cover if isinstance(slot, HorizontalFusion)})
@@ -308,11 +306,10 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
             wider = [sorted(found + [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel
                                      in implementations(dag, library, part, dtype, HELD_SHAPES)
                                      if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms]  # else never held
-                            + _bands(options[part]),
-                            key=lambda item: (item[2], load_phases(item[0]), item[0]))
+                            + _bands(options[part]), key=by_time)
                      for part, found in zip(slot.parts, parts)] if shapes is None else parts
             both += held_options(dag, library, slot, wider, predictor, sizes)
-        options[slot] = sorted(both, key=lambda o: (o[2], type(o[0]).__name__, o[0]))
+        options[slot] = sorted(both, key=lambda o: (*by_time(o)[:2], type(o[0]).__name__, o[0]))
     return Space(dag, library, dtype, dict(sizes), predictor, found, options, plain + sideways + stripes, fused)
 
 

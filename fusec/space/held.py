@@ -23,6 +23,7 @@ from ..dag import Dag
 from ..errors import PlanError
 from ..geometry import Shape
 from ..library.model import Geometry, Library
+from .implementations import by_time
 from .points import HeldPlan, KernelPlan
 from .striped import StripedFusion
 
@@ -67,7 +68,7 @@ def held_options(dag: Dag, library: Library, fusion: StripedFusion,
                 except PlanError:
                     continue
                 out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))
-    return sorted(out, key=lambda o: (o[2], o[0]))
+    return sorted(out, key=by_time)
 
 
 def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], per_sm: int) -> list[tuple[int, int]]:

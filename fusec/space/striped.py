@@ -24,6 +24,7 @@ from ..dag import Dag
 from ..errors import PlanError
 from ..library.model import Kind, Library
 from .fusions import Fusion
+from .implementations import by_time
 from .points import COLS, LAGS, ROWS, KernelPlan, StripedPlan
 from .steps import function_of
 
@@ -110,4 +111,4 @@ def striped_options(dag: Dag, library: Library, fusion: StripedFusion,
             except PlanError:
                 continue
             out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))
-    return sorted(out, key=lambda o: (o[2], o[0]))
+    return sorted(out, key=by_time)
