@@ -23,11 +23,13 @@ from .resident import ROOT, Case, write
 CASES = ("float32:4096",)
 
 
-def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "all") -> tuple:
+def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "all",
+               stores_after: bool = False) -> tuple:
     """The best-predicted option of each held layout of the two-kernel cover, best
     first; with ``shapes`` (``Shape`` records), the parts' implementations of those
     shapes instead of the space's, each layout also with nothing held; ``geometry``
-    (tile, band or all): the parts' geometry."""
+    (tile, band or all): the parts' geometry; ``stores_after``: layouts whose held
+    instances are stored after the barrier too (else left out)."""
     import dataclasses
     from fusec.api import resolve_library
     from fusec.perfdb import predictor_for
@@ -65,6 +67,8 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
             if key in shaped:
                 continue
             shaped.add(key)
+        if plan.stores_after and not stores_after:
+            continue
         variants = [plan] + ([dataclasses.replace(plan, registers=0, shared=0)] if shapes else [])
         for variant in variants:
             if variant.layout() not in seen:
@@ -74,7 +78,7 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
 
 
 def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None, apart: bool = False,
-            geometry: str = "all") -> float:
+            geometry: str = "all", stores_after: bool = False) -> float:
     import cupy as cp
     from fusec import nvcc
     from fusec.codegen.program import generate
@@ -87,7 +91,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
     u1, v1, u2, v2, y, z = case.vectors
     programs = []
     for script, gemver in (("gemver", True), ("sgemvt", False)):
-        dag, library, options = held_plans(script, dtype, n, shapes, geometry)
+        dag, library, options = held_plans(script, dtype, n, shapes, geometry, stores_after)
         for plan, seconds in options[:most]:
             holds = plan.registers or plan.shared  # a plan that holds nothing has its sibling's parts
             twin = Program(generate(dag, library, ProgramPlan(plan.parts), dtype)) if apart and holds else None
@@ -101,7 +105,8 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
             inputs.update(u1=u1, v1=v1, u2=u2, v2=v2)
         shape = plan.producer.shape
         label = (f"held {plan.registers}r+{plan.shared}s, {shape.describe(dtype)}, {plan.producer.serial},"
-                 f" {plan.per_sm}/SM")
+                 f" {plan.per_sm}/SM" + (", stored after" if plan.stores_after else "")
+                 + (", finished after" if plan.finish_after else ""))
         held = program.kernels[0].held_fraction()
         detail = (f"{ProgramPlan((plan,)).summary(dag)}; {held:.0%} of the matrix held"
                   + (f"; predicted {seconds * 1e6:.1f} us" if seconds else ""))
@@ -149,6 +154,8 @@ def main() -> None:
     parser.add_argument("--apart", action="store_true", help="also time each plan's parts as two launches")
     parser.add_argument("--geometry", choices=("tile", "band", "all"), default="all",
                         help="only held plans whose parts are tile kernels or band kernels (default: all)")
+    parser.add_argument("--stores-after", action="store_true",
+                        help="also the layouts whose held instances are stored after the barrier")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--name", default="h100-held")
     args = parser.parse_args()
@@ -161,11 +168,12 @@ def main() -> None:
     for spec in cases:
         dtype, _, n = spec.partition(":")
         copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, args.most, args.shape, args.apart,
-                                             args.geometry)
+                                             args.geometry, args.stores_after)
     shapes = "".join(f" --shape {s.block}x{s.iters}x{s.tile_rows}" for s in args.shape or ())
     command = ("python -m bench.held " + " ".join(f"--case {c}" for c in cases)
                + f" --repeat {args.repeat} --most {args.most}{shapes}" + (" --apart" if args.apart else "")
-               + (f" --geometry {args.geometry}" if args.geometry != "all" else ""))
+               + (f" --geometry {args.geometry}" if args.geometry != "all" else "")
+               + (" --stores-after" if args.stores_after else ""))
     write(args, rows, copies, command=command, title="Held fusions (the matrix held on chip across one barrier)",
           kernels="fusec/codegen/held.py")
 

@@ -49,6 +49,12 @@ STRIPE_WAIT_SCALE = 33e-6  # seconds
 # and its own) fit in about half of it: lag 4 with 8 MB stripes (GEMVER, SGEMVT fp32
 # n = 16384) cost 7.5 %, with 4 MB stripes it gained 2-5 % (bench/results/h100-striped-variants.md).
 STRIPE_L2_SHARE = 0.5
+# A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
+# in its pass only what the consumer re-reads, past evict-first loads, so L2 keeps more of
+# it: bench.held (n = 4096, GEMVER's held band plans holding 38-44 %) measured it faster in
+# every pair, 0.9-3.4 us at fp32 (3.1 for the tuned plan's layout) and 1.9-8.4 at fp64
+# (bench/results/h100-held-after.md); this share gives that plan 1.8 us.
+STORES_AFTER_L2_SHARE = 0.75
 # A held fusion's blocks meet once: bench/one_barrier.cu's blocks (GEMVER fp32 n = 4096,
 # one per SM) left its grid barrier 2.8 us after the last one arrived (a scratch copy
 # that stamped %globaltimer at each phase; docs/striped-fusion.md).
@@ -282,11 +288,16 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
     waves = grid / slots
     streaming = traffic(kernel, dag, sizes) / (bandwidth * occupancy) * math.ceil(waves) / waves
-    finish = 0.0
-    for _ in kernel.reductions:
-        rounds = math.ceil(sizes[kernel.dims[1]] / (block * 8))
-        finish += analytic.finish_tile + rounds * analytic.finish_round
-    return launch + streaming + finish
+    return launch + streaming + band_finish_seconds(analytic, kernel, sizes)
+
+
+def band_finish_seconds(analytic, kernel, sizes: Mapping[str, int], *, after_barrier: bool = False) -> float:
+    """A band kernel's column sums' finish: per sum, the last block's ticket and pass
+    over its accumulator; ``after_barrier`` (HeldPlan.finish_after): every block's
+    pass over its own columns after a grid barrier it meets anyway, no ticket."""
+    rounds = math.ceil(sizes[kernel.dims[1]] / (kernel.plan.shape.block * 8))
+    tile = 0.0 if after_barrier else analytic.finish_tile
+    return len(kernel.reductions) * (tile + rounds * analytic.finish_round)
 
 
 def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
@@ -304,8 +315,14 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     streaming = sum(predictor.kernel_seconds(part, dag, sizes) - launch for part in kernel.parts)
     unheld = (1.0 - kernel.held_fraction()) * reread
     # the consumer starts after the producer's whole pass: L2 keeps only the last of it
-    in_l2 = min(unheld, STRIPE_L2_SHARE * L2_BYTES)
+    share = STORES_AFTER_L2_SHARE if kernel.plan.stores_after else STRIPE_L2_SHARE
+    in_l2 = min(unheld, share * L2_BYTES)
     streaming -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / bandwidth
+    if kernel.plan.finish_after:  # no ticket: the producer's finish is every block's, after the barrier
+        analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
+        producer = kernel.parts[0]
+        streaming -= (band_finish_seconds(analytic, producer, sizes)
+                      - band_finish_seconds(analytic, producer, sizes, after_barrier=True))
     return launch + streaming + GRID_BARRIER_SECONDS
 
 

@@ -390,6 +390,120 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
         from_l2 = min(unheld, STRIPE_L2_SHARE * L2_BYTES)
         expected = (DEFAULT.launch - GRID_BARRIER_SECONDS
                     + (matrix - unheld + from_l2 * (1 - STRIPE_REREAD_COST)) / DEFAULT.bandwidth)
+        if plan.finish_after:  # and the producer's ticket per column sum
+            expected += DEFAULT.finish_tile * len(kernel.parts[0].reductions)
         assert saved == pytest.approx(expected)
         if n == 16384:  # L2 is a small part of the matrix: little is saved
             assert saved < 0.1 * apart
+
+
+def tuned_gemver_with(**options) -> HeldPlan:
+    return dataclasses.replace(ProgramPlan.from_json(TUNED_GEMVER_4096).kernels[0], **options)
+
+
+def test_held_instances_may_be_stored_after_the_barrier():
+    """stores_after: the producer skips the store of each held instance of B, and the
+    consumer stores it from chip, evict-first, as it takes it; the rest as before."""
+    dag = dag_of("gemver")
+    plan = tuned_gemver_with(stores_after=True)
+    assert why_not_held(dag, plan) is None
+    generated = generate(dag, library(), ProgramPlan((plan,)), "float32")
+    producer, consumer = generated.source.split("namespace k0p1_", 1)
+    assert re.search(r"if \(!\(c\.full && it < 7\)\) \{\n\s*// [^\n]*store B \[band_store\]\n\s*band_store\(",
+                     producer)
+    taken = consumer.split("if (c.full && it < 7) {")[1].split("} else {")[0]
+    assert "fusec_store16<true>(const_cast<real*>(g_v10_B)" in taken
+    assert "fusec_store16<true>" not in generate(dag, library(), ProgramPlan((tuned_gemver_with(),)),
+                                                 "float32").source.split("namespace k0p1_", 1)[1]
+    text = ProgramPlan((plan,)).to_json()
+    assert json.loads(text)[0]["stores_after"] is True and ProgramPlan.from_json(text) == ProgramPlan((plan,))
+    assert "stores_after" not in ProgramPlan.from_json(TUNED_GEMVER_4096).to_json()  # as made before it
+    assert "stored after" in ProgramPlan((plan,)).summary(dag)
+
+
+def test_column_sums_may_be_finished_after_the_barrier():
+    """finish_after: no tickets and no last block; the producer adds into the half of a
+    doubled accumulator its launch's round picks and one block clears the other half;
+    after the barrier every block finishes its own columns of x, block 0 stores x, and
+    the consumer takes them instead of loading x."""
+    dag = dag_of("gemver")
+    plan = tuned_gemver_with(finish_after=True)
+    assert why_not_held(dag, plan) is None
+    generated = generate(dag, library(), ProgramPlan((plan,)), "float32")
+    source = generated.source
+    assert "fusec_came_last(cnt_" not in source and "atomicAdd(cnt_v11_x" not in source
+    assert "const unsigned long long launch_round = fusec_round(fusec_arrivals, gridDim.x);" in source
+    assert "band_cols_partial_store(r_v11_x, ws_v11_x + fusec_half, c);" in source
+    assert "ws_v11_x[other + i] = real(0);" in source
+    consumer = source.split("namespace k0p1_", 1)[1]
+    assert "r_v11_x[s] = given_v11_x[s];" in consumer and "band_cols_load(g_v11_x" not in consumer
+    sync = source.index("fusec_grid_sync(fusec_arrivals, gridDim.x);")
+    assert sync < source.index("::finish_sums(") < source.index("k0p1_sgemv_a::run(")
+    assert "if (item == 0) g_v11_x[i] = sums_v11_x[s];" in source
+    kernel = generated.kernels[0]
+    before = generate(dag, library(), ProgramPlan((tuned_gemver_with(),)), "float32").kernels[0]
+    sizes = dict(m=4096, n=4096)
+    reduction = kernel.reductions[0]
+    assert kernel.reduction_buffers(reduction, sizes)[0] == 2 * before.reduction_buffers(reduction, sizes)[0]
+    assert kernel.zeroed_workspace and not kernel.reproducible
+    assert DEFAULT.kernel_seconds(kernel, dag, sizes) == pytest.approx(
+        DEFAULT.kernel_seconds(before, dag, sizes) - DEFAULT.finish_tile)
+    assert ProgramPlan.from_json(ProgramPlan((plan,)).to_json()) == ProgramPlan((plan,))
+
+
+def test_the_options_after_the_barrier_are_refused_where_they_mean_nothing():
+    gemver, sgemvt, atax = dag_of("gemver"), dag_of("sgemvt"), dag_of("atax")
+    assert "nothing is held" in why_not_held(gemver, tuned_gemver_with(shared=0, stores_after=True))
+    tile = next(o[0] for o in held_options(space_of("gemver"))
+                if o[0].producer.geometry is Geometry.TILE and len(o[0].calls) == 4 and o[0].shared)
+    for option in ("stores_after", "finish_after"):
+        assert "band parts only" in why_not_held(gemver, dataclasses.replace(tile, **{option: True}))
+
+    def why(dag, plan):
+        return why_not_held(dag, plan, tuple(build_kernel(dag, library(), p, "float32", 0, emit=False)
+                                             for p in plan.parts))
+
+    band, _ = most_held_band("sgemvt")
+    assert "the producer stores no A" in why(sgemvt, dataclasses.replace(band, stores_after=True))
+    assert why(sgemvt, dataclasses.replace(band, finish_after=True)) is None
+    band, _ = most_held_band("atax")  # t = A x is a row sum, whole in the block: nothing to finish
+    assert "the producer has none" in why(atax, dataclasses.replace(band, finish_after=True))
+    with pytest.raises(PlanError, match="band parts only"):
+        generate(gemver, library(), ProgramPlan((dataclasses.replace(tile, stores_after=True),)), "float32")
+
+
+def test_the_space_offers_the_options_after_the_barrier():
+    options = [o[0] for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.BAND]
+    assert {(p.stores_after, p.finish_after) for p in options} == {(False, False), (True, False), (False, True),
+                                                                    (True, True)}
+    tile = [o[0] for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.TILE]
+    assert not any(p.stores_after or p.finish_after for p in tile)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_options_after_the_barrier_compile_without_spilling(dtype):
+    dag = dag_of("gemver")
+    bases = ((tuned_gemver_with(),) if dtype == "float32" else ()) + (most_held_band("gemver", dtype)[0],)
+    plans = [dataclasses.replace(base, stores_after=s, finish_after=f) for base in bases
+             for s in (False, True) for f in (False, True)]
+    sources = [generate(dag, library(), ProgramPlan((plan,)), dtype).source for plan in plans]
+    for compiled in nvcc.compile_many(sources, "sm_90"):
+        name = next(n for n in compiled.resources if "_b_" in n)
+        assert re.search(rf"Function properties for {name}\s+0 bytes stack frame, 0 bytes spill stores",
+                         compiled.log), compiled.log
+
+
+def test_held_stores_after_the_barrier_leave_more_of_the_reread_in_l2():
+    """Measured faster in every pair (bench/results/h100-held-after.md): the producer's
+    pass writes only what is re-read, so the model finds STORES_AFTER_L2_SHARE of L2
+    holding it, where it found STRIPE_L2_SHARE."""
+    from fusec.predict import L2_BYTES, STORES_AFTER_L2_SHARE, STRIPE_L2_SHARE, STRIPE_REREAD_COST
+    dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
+    kernels = [generate(dag, library(), ProgramPlan((tuned_gemver_with(stores_after=s),)), "float32").kernels[0]
+               for s in (False, True)]
+    unheld = (1 - kernels[0].held_fraction()) * 4096 * 4096 * 4
+    more = min(unheld, STORES_AFTER_L2_SHARE * L2_BYTES) - min(unheld, STRIPE_L2_SHARE * L2_BYTES)
+    assert more > 0
+    gained = DEFAULT.kernel_seconds(kernels[0], dag, sizes) - DEFAULT.kernel_seconds(kernels[1], dag, sizes)
+    assert gained == pytest.approx(more * (1 - STRIPE_REREAD_COST) / DEFAULT.bandwidth)

@@ -46,6 +46,9 @@ def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threa
     w("c.vec_ok = vec_ok;")
     w(f"c.row0 = {threads.item} * (ITERS * BAND_ROWS);")
     w(FULL + "  // no guards needed in this instance")
+    if kernel.sums_after_barrier:
+        w("// the column sums go to this launch's half of their accumulators (held.py: finish_after)")
+        w("const long long fusec_half = (long long)(launch_round & 1) * fusec_region(cols);")
     pre = [op for op in kernel.ops if op.section == PRE]
     loop = [op for op in kernel.ops if op.section == LOOP]
     post = [op for op in kernel.ops if op.section == POST]
@@ -53,6 +56,12 @@ def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threa
         w()
         w("// before the loop: invariant loads, clears of accumulated reductions")
         for op in pre:
+            if op.step is not None and op.step.kind is RoutineKind.LOAD and op.value in kernel.given:
+                e = by_value[op.value]
+                w(f"// {dag.value(op.value).label}: finished after the barrier by this thread, not loaded")
+                w("#pragma unroll")
+                w(f"for (int s = 0; s < {e.size_expr}; ++s) {e.var}[s] = given_{dag.value(op.value).c_name}[s];")
+                continue
             _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
     ahead = kernel.loaded_ahead() if kernel.plan.ahead else ()
     loads = [op for op in loop if op.step is not None and op.step.kind is RoutineKind.LOAD and op.value in ahead]
@@ -81,8 +90,63 @@ def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threa
         w("// after the loop: the block's column sums, into their accumulators")
         for op in post:
             _emit_op(w, op, kernel, dag, library, by_value, threads=threads)
-    if kernel.reductions:
+    if kernel.reductions and kernel.sums_after_barrier:
+        _emit_clear_other_halves(w, kernel, dag, threads)
+    elif kernel.reductions:
         _emit_column_finishes(w, kernel, dag, library, threads)
+
+
+def _emit_clear_other_halves(w: _Writer, kernel: Kernel, dag: Dag, threads: Threads) -> None:
+    """One block clears the halves the launch before read after its barrier: the
+    launch after adds into them."""
+    w()
+    w("// the other halves, read after the barrier by the launch before, cleared for the launch after")
+    w.open(f"if ({threads.item} == {threads.grid} - 1)")
+    w("const long long other = fusec_region(cols) - fusec_half;")
+    for reduction in kernel.reductions:
+        c = dag.value(reduction.value).c_name
+        w(f"for (long long i = {threads.tid}; i < cols; i += BLOCK) ws_{c}[other + i] = real(0);")
+    w.close()
+
+
+def finish_after_barrier(kernel: Kernel, dag: Dag, library: Library) -> tuple[str, ...]:
+    """The device function ``finish_sums`` of a producer whose column sums are
+    finished after the grid barrier (``Kernel.sums_after_barrier``): every thread
+    finishes its own columns of this launch's half of each accumulator into
+    ``sums_<c>`` (the consumer's ``given`` values), and block 0 stores the
+    outputs. Its parameters are ``run``'s, then the round and the arrays."""
+    names = [dag.value(r.value).c_name for r in kernel.reductions]
+    params = [a.decl for a in kernel.args] + ["const int item", "const unsigned long long launch_round"]
+    params += [f"real (&sums_{c})[PIECES * VEC]" for c in names]
+    w = _Writer()
+    w("// the column sums, finished after the grid barrier: this thread's columns of this launch's")
+    w("// half of each accumulator (every block has added into it), every load before any store")
+    joined = ",\n    ".join(params)
+    w(f"__device__ __forceinline__ void finish_sums(\n    {joined})")
+    w("{")
+    w.depth += 1
+    w("fusec_band c;")
+    w("c.t = threadIdx.x;")
+    w("c.cols = cols;")
+    w("const long long fusec_half = (long long)(launch_round & 1) * fusec_region(cols);")
+    for k, reduction in enumerate(kernel.reductions):
+        c = names[k]
+        call = dag.value(reduction.value).producer
+        w("#pragma unroll")
+        w.open("for (int s = 0; s < PIECES * VEC; ++s)")
+        w("const long long i = band_col(s / VEC, c) + s % VEC;")
+        w(f"sums_{c}[s] = i < cols ? __ldcg(ws_{c} + fusec_half + i) : real(0);")
+        w.close()
+        w("#pragma unroll")
+        w.open("for (int s = 0; s < PIECES * VEC; ++s)")
+        w("const long long i = band_col(s / VEC, c) + s % VEC;")
+        w("if (i >= cols) continue;")
+        w(f"const real acc = sums_{c}[s];")
+        w(f"sums_{c}[s] = {finish_expression(dag, library, call)};")
+        w(f"if (item == 0) g_{c}[i] = sums_{c}[s];")
+        w.close()
+    w.close()
+    return tuple(w.lines)
 
 
 def _taken(hold, value: int) -> int:

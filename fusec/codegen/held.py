@@ -47,7 +47,8 @@ from ..dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
 from ..space.points import HeldPlan
-from .barriers import LOOP
+from .band import finish_after_barrier
+from .barriers import LOOP, PRE
 from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
 from .kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
 from .striped import crossing, matrices_reread
@@ -87,6 +88,14 @@ class Hold:
     shared: int
     slots: int  # the element's slots per thread
     whole: str = WHOLE[Geometry.TILE]  # the condition that a unit is whole
+    # HeldPlan.stores_after: the matrix's output (its ``g_`` pointer), whose held units the
+    # producer does not store and the consumer stores as it takes them (band units only)
+    stored_after: str | None = None
+
+    @property
+    def held_units(self) -> str:
+        """The condition that this iteration's unit is held on chip."""
+        return f"{self.whole} && it < {self.registers + self.shared}"
 
     @property
     def unrolled(self) -> bool:
@@ -98,16 +107,17 @@ class Hold:
         70.2 / 70.2, bench in the 2026-11-23 session note), in a fraction of the code."""
         return self.registers > 0
 
-    def _where(self, w: _Writer, copy_registers: str, copy_shared: str) -> bool:
-        """The branches that copy a held unit; False when there are none."""
+    def _where(self, w: _Writer, copy_registers: str, copy_shared: str, after: tuple[str, ...] = ()) -> bool:
+        """The branches that copy a held unit (then ``after``); False when there are none."""
         whole = self.whole
         branches = []
         if self.registers:
-            branches.append((f"it < {self.registers}", [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};"]))
+            branches.append((f"it < {self.registers}",
+                             [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};", *after]))
         if self.shared:
             branches.append((f"it < {self.registers + self.shared}",
                              [f"real* const h = held_shared + (long long)(it - {self.registers}) * {self.slots} * BLOCK;",
-                              f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};"]))
+                              f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};", *after]))
         if not branches:
             return False
         w("// held: whole units only (the edges' values are the guarded routines' own)")
@@ -131,13 +141,28 @@ class Hold:
                     f"h[s * BLOCK + threadIdx.x] = {var}[s]")
 
     def emit_take(self, w: _Writer, var: str, emit_load) -> None:
-        if not self._where(w, f"{var}[s] = held_registers[it][s]", f"{var}[s] = h[s * BLOCK + threadIdx.x]"):
+        after = () if self.stored_after is None else _store_band_instance(var, self.stored_after)
+        if not self._where(w, f"{var}[s] = held_registers[it][s]", f"{var}[s] = h[s * BLOCK + threadIdx.x]",
+                           after):
             emit_load()
             return
         w.lines[-1] += " else {"
         w.depth += 1
         emit_load()
         w.close()
+
+
+def _store_band_instance(var: str, target: str) -> tuple[str, ...]:
+    """Lines that store a whole instance of rows the producer left unstored, from the
+    consumer's copy ``var`` (slot (u*PIECES + j)*VEC + k: row row0+u, column
+    band_col(j) + k), evict-first: L2 should keep the rows the consumer re-reads."""
+    return ("// the producer left this instance unstored (stores_after): stored from chip, evict-first",
+            "for (int s = 0; s < BAND_ROWS * PIECES; ++s) {",
+            "  fusec_vec v;",
+            "  for (int k = 0; k < VEC; ++k) v.v[k] = " + f"{var}[s * VEC + k];",
+            f"  fusec_store16<true>(const_cast<real*>({target}) + (long long)(c.row0 + s / PIECES) * c.cols"
+            " + band_col(s % PIECES, c), v);",
+            "}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +303,11 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
         return "instances held in registers beside a part that loads ahead: ptxas puts them on the stack"
     if not crossing(dag, producer.calls, consumer.calls):
         return "the consumer reads nothing the producer computes"
+    if (plan.stores_after or plan.finish_after) and producer.geometry is not Geometry.BAND:
+        # tile plans measured slower with their held stores moved (bench/results/h100-held-stores.md)
+        return "stores or finishes after the barrier: band parts only"
+    if plan.stores_after and not (plan.registers or plan.shared):
+        return "held stores after the barrier, but nothing is held"
     if parts is None:
         return None
     first, second = parts
@@ -285,6 +315,14 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
         return f"the parts' matrices are {first.dims} and {second.dims}: they need the same tiles"
     if (plan.registers or plan.shared) and held_matrix(dag, parts) is None:
         return "no matrix both parts hold in registers, tile by tile: nothing to hold"
+    if plan.stores_after:
+        why = _why_not_stored_after(dag, plan, parts)
+        if why:
+            return why
+    if plan.finish_after:
+        why = _why_not_finished_after(dag, plan, parts)
+        if why:
+            return why
     itemsize = geo.DTYPES[first.dtype].itemsize
     static = sum(p.shared_reals for p in parts) * itemsize
     if static > MAX_STATIC_SHARED:
@@ -299,6 +337,46 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
                 f" registers per thread, too near the {kernel.most_registers} of {plan.per_sm} blocks"
                 f" of {plan.block} per SM (they would spill)")
     return None
+
+
+def _why_not_stored_after(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel]) -> str | None:
+    """Why the held units' stores may not move after the barrier (None: they may)."""
+    held = held_matrix(dag, parts)
+    stores = [op for op in parts[0].ops if op.section == LOOP and op.step is not None
+              and op.step.kind is RoutineKind.STORE and op.value == held]
+    if not stores:
+        return f"held stores after the barrier, but the producer stores no {dag.value(held).label}"
+    if any(op.value == held and op.step is not None and op.step.kind is RoutineKind.STORE for op in parts[1].ops):
+        return f"held stores after the barrier, but the consumer stores {dag.value(held).label} too"
+    return None
+
+
+def _why_not_finished_after(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel]) -> str | None:
+    """Why the producer's column sums may not be finished after the barrier (None: they may)."""
+    producer, consumer = parts
+    if not producer.reductions:
+        return "column sums finished after the barrier, but the producer has none"
+    sums = {r.value for r in producer.reductions}
+    given = set(finished_sums_given(dag, parts))
+    for op in consumer.ops:
+        if op.step is not None and op.value in sums and op.value not in given:
+            # block 0 stores the outputs after the barrier, too late for other blocks' loads
+            return (f"column sums finished after the barrier, but the consumer reads"
+                    f" {dag.value(op.value).label} other than once before its loop, in its own columns")
+    return None
+
+
+def finished_sums_given(dag: Dag, parts: tuple[Kernel, Kernel]) -> tuple[int, ...]:
+    """The producer's column sums the consumer loads before its loop into its own
+    columns (mapping band_cols, registers): with ``finish_after`` it takes them
+    from the finish after the barrier instead."""
+    producer, consumer = parts
+    sums = {r.value for r in producer.reductions}
+    elements = {e.value: e for e in consumer.elements}
+    return tuple(sorted({op.value for op in consumer.ops
+                         if op.section == PRE and op.step is not None and op.step.kind is RoutineKind.LOAD
+                         and op.value in sums and elements[op.value].mapping == "band_cols"
+                         and elements[op.value].storage is Storage.REGISTERS}))
 
 
 def build_held(dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int,
@@ -337,8 +415,11 @@ def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) 
     # stripes ahead.
     consumed = {a.value for a in parts[1].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}
     inputs_only = all(dag.value(v).producer is None for v in consumed)
-    parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread),
-             dataclasses.replace(parts[1], stream_matrices=parts[1].stream_matrices and not inputs_only))
+    given = finished_sums_given(dag, parts) if plan.finish_after else ()
+    parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread,
+                                 sums_after_barrier=plan.finish_after),
+             dataclasses.replace(parts[1], stream_matrices=parts[1].stream_matrices and not inputs_only,
+                                 given=given))
     held = held_matrix(dag, parts) if plan.registers or plan.shared else None
     slots = next((e.size for e in parts[0].elements if e.value == held), 0) if held is not None else 0
     written = {a.value for a in parts[0].args if a.role == "out"}
@@ -378,16 +459,28 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     rows = max(plan.registers, 1)  # a C array has at least one row; none is used when 0 are held
     slots = max(kernel.slots, 1)
     extra = (f"real (&held_registers)[{rows}][{slots}]", "real* const held_shared")
+    producer, consumer = kernel.parts
+    sums = [dag.value(v).c_name for v in consumer.given]
+    sizes = {e.value: e.size for e in producer.elements}
+    finished = {r.value: sizes[r.value] for r in producer.reductions} if plan.finish_after else {}
     for p, part in enumerate(kernel.parts):
         role = "producer" if p == 0 else "consumer"
+        helpers = ()
+        part_extra = extra
+        if plan.finish_after and p == 0:
+            part_extra = extra + ("const unsigned long long launch_round",)
+            helpers = finish_after_barrier(part, dag, library)
+        elif plan.finish_after:
+            part_extra = extra + tuple(f"const real (&given_{c})[PIECES * VEC]" for c in sums)
         hold = None
         if kernel.held is not None:
+            stored_after = f"g_{dag.value(kernel.held).c_name}" if plan.stores_after else None
             hold = Hold(kernel.held, p == 0, plan.registers, plan.shared, kernel.slots,
-                        WHOLE[plan.producer.geometry])
+                        WHOLE[plan.producer.geometry], stored_after)
         emit_part(w, part, dag, library, Threads(item="item"),
                   f"// the {role}, as it runs alone, on the block `item`"
                   + (f"; {'keeps' if p == 0 else 'takes'} the held {unit}" if hold else ""),
-                  extra_params=extra, hold=hold)
+                  helpers=helpers, extra_params=part_extra, hold=hold)
     params = ",\n    ".join(a.decl for a in kernel.args)
     w(f"#define BLOCK {kernel.block}")
     w(f"// {plan.per_sm} block{'s' if plan.per_sm > 1 else ''} on each SM at once: every block is resident")
@@ -397,10 +490,20 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     w(f"extern __shared__ __align__(16) unsigned char fusec_dynamic[];  // the {unit} held in shared memory")
     w(f"real held_registers[{rows}][{slots}];  // the {unit} held in registers: constant indices only")
     w("real* const held_shared = reinterpret_cast<real*>(fusec_dynamic);")
+    if plan.finish_after:
+        w("// this launch's round picks the halves of the column sums' accumulators it adds into")
+        w("const unsigned long long launch_round = fusec_round(fusec_arrivals, gridDim.x);")
     for p, part in enumerate(kernel.parts):
         names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
-        w(f"{part.name}::run({', '.join(names + ['blockIdx.x', 'held_registers', 'held_shared'])});")
-        if p == 0:
+        more = ["launch_round"] if plan.finish_after and p == 0 else [f"sums_{c}" for c in sums] if p else []
+        w(f"{part.name}::run({', '.join(names + ['blockIdx.x', 'held_registers', 'held_shared'] + more)});")
+        if p == 0 and plan.finish_after:
+            w("fusec_grid_sync(fusec_arrivals, gridDim.x);  // every block's column sums added")
+            for value, size in finished.items():
+                w(f"real sums_{dag.value(value).c_name}[{size}];  // this thread's columns, finished")
+            w(f"{part.name}::finish_sums({', '.join(names + ['blockIdx.x', 'launch_round'])}"
+              + "".join(f", sums_{dag.value(v).c_name}" for v in finished) + ");")
+        elif p == 0:
             w("fusec_grid_sync(fusec_arrivals, gridDim.x);  // every block's producer done, its finishes too")
     w.close()
     w("#undef BLOCK")

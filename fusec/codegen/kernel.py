@@ -158,6 +158,12 @@ class Kernel:
     # 25.8 us against 21.9 from an empty L2, BiCGK 27.9 against 24.7; with the last 30 % of the
     # blocks plain, 21.5 / 21.0 and 24.2 / 23.4 (bench.l2_keep --l2 polluted / clean).
     keep_blocks: int = 0
+    # A held fusion's band parts with HeldPlan.finish_after (fusec/codegen/held.py). The
+    # producer adds its column sums into the half of a doubled accumulator that its launch's
+    # round picks, and leaves the finish to every block after the grid barrier; the consumer
+    # takes those finished values (`given`, value ids) as arguments instead of loading them.
+    sums_after_barrier: bool = False
+    given: tuple[int, ...] = ()
 
     @property
     def shape(self) -> geo.Shape:
@@ -294,8 +300,8 @@ class Kernel:
         """(reals of the workspace, counters) the reduction needs: a region of whole
         128-byte lines per output tile (fusec_region in support.cuh); in the band
         geometry one accumulator of the outputs and one counter."""
-        if self.plan.geometry is Geometry.BAND:
-            return partials_region(sizes[self.dims[1]], self.dtype), 1
+        if self.plan.geometry is Geometry.BAND:  # two halves, one per launch in turn, when finished after a barrier
+            return partials_region(sizes[self.dims[1]], self.dtype) * (2 if self.sums_after_barrier else 1), 1
         tiles, arrivals, width = self.reduction_tiles(reduction, sizes)
         return tiles * partials_region(arrivals * width, self.dtype), tiles
 
@@ -850,6 +856,12 @@ def emit_loop_ops(w: _Writer, loop: list[Op], kernel: Kernel, dag: Dag, library:
             hold.emit_take(w, by_value[op.value].var,
                            lambda: _emit_op(w, op, kernel, dag, library, by_value, threads=threads))
             continue
+        if held and hold.keep and hold.stored_after and op.step.kind is RoutineKind.STORE:
+            w("// held units are stored after the barrier, by the consumer (stores_after)")
+            w.open(f"if (!({hold.held_units}))")
+            _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
+            w.close()
+            continue
         _emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
         if held and hold.keep and op.step.kind in (RoutineKind.LOAD, RoutineKind.COMPUTE):
             hold.emit_keep(w, by_value[op.value].var)
@@ -908,6 +920,8 @@ def _emit_op(w: _Writer, op: Op, kernel: Kernel, dag: Dag, library: Library, by_
         if plan.geometry is Geometry.BAND:
             if function.hof.reduce and not whole_in_block(function, plan):
                 target = f"ws_{result.c_name}"  # the accumulator every block adds into
+                if kernel.sums_after_barrier:
+                    target += " + fusec_half"  # this launch's half of it
         elif function.hof.reduce:
             # partials go to the workspace: the region of this output tile, one slice of
             # it per block along the reduced axis (the store indexes it like the output)

@@ -246,6 +246,16 @@ __device__ __forceinline__ void fusec_stripe_leave(unsigned* schedule, int strip
 }
 
 // ---- held kernels: a producer and a consumer across one grid barrier ----
+// The round of a launch of resident blocks: the launches of `blocks` before it, read
+// from fusec_grid_sync's count of arrivals before this block arrives. Exact: every
+// block of the launches before has arrived (the launch boundary orders it), and no
+// block of this one passes the barrier before this block arrives.
+__device__ __forceinline__ unsigned long long fusec_round(const unsigned long long* arrivals, unsigned blocks) {
+  unsigned long long now;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(arrivals) : "memory");
+  return now / blocks;
+}
+
 // Every block of the launch is resident at once (the runtime checks the occupancy
 // before the first launch), so a block may wait for all the others. `arrivals` only
 // grows: each launch adds one per block, and a block waits until the count reaches the

@@ -97,6 +97,11 @@ def _held_lines(generated, kernel, sizes, resources) -> list[str]:
                      f" tiles in registers, the next {plan.shared} in shared memory"
                      f" ({kernel.dynamic_shared_bytes} bytes), {kernel.held_fraction():.0%} of its"
                      f" {kernel.tiles_per_block()}; the rest re-read")
+        if plan.stores_after:
+            lines.append("           the held ones stored after the barrier, by the consumer, from chip (evict-first)")
+    if plan.finish_after:
+        lines.append("  finish   the producer's column sums: into this launch's half of their accumulators, finished"
+                     " after the barrier by every block for its own columns")
     for role, part in zip(("producer", "consumer"), kernel.parts):
         lines.append(f"  {role}:")
         lines += _kernel_lines(generated, part, sizes, None, "    ")

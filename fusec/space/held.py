@@ -8,7 +8,11 @@ shape and serial axis (a few of each), paired where the grid fits on the GPU
 at one or two blocks per SM (a block waits for every other, so all must be
 resident; the SM's registers and shared memory are split between them), each
 with several counts of tiles held in registers (0, 2, 4, ... up to what a
-thread's registers allow) and as many in shared memory as fit.
+thread's registers allow) and as many in shared memory as fit; band parts
+whose producer stores the held matrix (GEMVER's B) also with its held
+instances stored after the barrier (``HeldPlan.stores_after``), and those
+whose producer has column sums (GEMVER's x, SGEMVT's) also with them finished
+after the barrier (``HeldPlan.finish_after``).
 """
 
 from __future__ import annotations
@@ -61,9 +65,10 @@ def held_options(dag: Dag, library: Library, fusion: StripedFusion,
     for key in sorted(set(mine) & set(theirs)):
         for (p, pk, _), (c, ck, _) in itertools.product(mine[key], theirs[key]):
             per_sm = -(-pk.grid(sizes) // predictor.sms)
-            for registers, shared in held_counts(dag, p, (pk, ck), per_sm):
-                plan = HeldPlan(p, c, registers, shared, per_sm)
-                try:
+            for (registers, shared), stores_after, finish_after in itertools.product(
+                    held_counts(dag, p, (pk, ck), per_sm), (False, True), (False, True)):
+                plan = HeldPlan(p, c, registers, shared, per_sm, stores_after, finish_after)
+                try:  # either option: band parts only, where there is something to store or finish
                     kernel = assemble(dag, library, plan, (pk, ck), 0, emit=False)
                 except PlanError:
                     continue

@@ -205,13 +205,25 @@ class HeldPlan:
     where they were the last ones touched). Both parts have the same shape
     and serial axis, so a block's n-th tile is the same in both. ``per_sm``:
     the blocks each SM must hold at once (the grid over the SMs, rounded up),
-    which divides an SM's registers and shared memory between them."""
+    which divides an SM's registers and shared memory between them.
+    ``stores_after``: the producer leaves the held tiles of a matrix it
+    computes unstored, and the consumer stores them from chip as it takes
+    them, evict-first (band parts only; bench/one_barrier.cu's DEFER): the
+    producer's pass then writes only the tiles the consumer re-reads, which
+    L2 keeps, and the held tiles' writes overlap the consumer's re-reads.
+    ``finish_after``: the producer's column sums (band parts: GEMVER's x) are
+    added into the half of a doubled accumulator that the launch's round
+    picks and finished after the barrier by every block for its own columns,
+    instead of by the last block to arrive before it (no tickets; the launch
+    clears the other half for the next one)."""
 
     producer: KernelPlan
     consumer: KernelPlan
     registers: int = 0  # tiles per block held in registers
     shared: int = 0  # tiles per block held in shared memory, after those
     per_sm: int = 1  # blocks resident on each SM
+    stores_after: bool = False  # the held tiles of a computed matrix stored after the barrier
+    finish_after: bool = False  # the producer's column sums finished after the barrier
 
     @property
     def parts(self) -> tuple[KernelPlan, KernelPlan]:
@@ -235,13 +247,18 @@ class HeldPlan:
         return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
 
     def to_json(self) -> dict:
-        return {"held": [p.to_json() for p in self.parts], "registers": self.registers, "shared": self.shared,
+        data = {"held": [p.to_json() for p in self.parts], "registers": self.registers, "shared": self.shared,
                 "per_sm": self.per_sm}
+        for option in ("stores_after", "finish_after"):  # absent from plans made before the options existed
+            if getattr(self, option):
+                data[option] = True
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "HeldPlan":
         producer, consumer = (KernelPlan.from_json(p) for p in data["held"])
-        return cls(producer, consumer, int(data["registers"]), int(data["shared"]), int(data["per_sm"]))
+        return cls(producer, consumer, int(data["registers"]), int(data["shared"]), int(data["per_sm"]),
+                   bool(data.get("stores_after", False)), bool(data.get("finish_after", False)))
 
 
 AcrossBarrierPlan = StripedPlan | HeldPlan  # a producer and its consumer in one launch
@@ -296,7 +313,9 @@ def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan | Hel
                 + f"; lag {kernel.lag}}}")
     if isinstance(kernel, HeldPlan):
         return ("B{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
-                + f"; held {kernel.registers} in registers, {kernel.shared} in shared, {kernel.per_sm}/SM}}")
+                + f"; held {kernel.registers} in registers, {kernel.shared} in shared, {kernel.per_sm}/SM"
+                + ("; stored after" if kernel.stores_after else "")
+                + ("; finished after" if kernel.finish_after else "") + "}")
     if isinstance(kernel, HorizontalPlan):
         bound = f", <={kernel.bound} regs" if kernel.bound else ""
         return "H{" + " || ".join(_kernel_summary(dag, p) for p in kernel.parts) + f"{bound}}}"

@@ -59,7 +59,10 @@ def dag_of(script):
 def held_plans(script: str, dtype: str) -> list[ProgramPlan]:
     """Of the tile kernels' held options: the best-predicted, the one that holds most,
     one with nothing in registers and the best with nothing held; then of the band
-    kernels' options the best-predicted and the one that holds most. Tile plans first."""
+    kernels' options the best-predicted, the one that holds most, and the
+    best-predicted with its held instances stored after the barrier, with its column
+    sums finished after it, with both and with neither (where the script has them). Tile plans first;
+    FUSEC_HELD_QUICK: two tile plans, the best band plan and the one with both options."""
     dag = dag_of(script)
     space = build_space(dag, library(), dtype, {s: 4096 for s in dag.sizes}, DEFAULT, horizontal=False)
     options = [o for slot in space.options if isinstance(slot, StripedFusion)
@@ -72,9 +75,15 @@ def held_plans(script: str, dtype: str) -> list[ProgramPlan]:
     bands = [o for o in options if o[0].producer.geometry is Geometry.BAND]
     band_picks = {bands[0][0]: None}
     band_picks[max(bands, key=lambda o: (o[1].held_fraction(), -o[2]))[0]] = None
+    options_after = {}
+    for stores, finish in ((True, True), (True, False), (False, True), (False, False)):
+        found = next((o[0] for o in bands if (o[0].stores_after, o[0].finish_after) == (stores, finish)), None)
+        if found is not None:
+            options_after[found] = None
     plans = [ProgramPlan((p,)) for p in picks]
     band_plans = [ProgramPlan((p,)) for p in band_picks]
-    return plans[:2] + band_plans[:1] if QUICK else plans + band_plans
+    after_plans = [ProgramPlan((p,)) for p in options_after]
+    return plans[:2] + band_plans[:1] + after_plans[:1] if QUICK else plans + band_plans + after_plans
 
 
 def apart(plan: ProgramPlan) -> ProgramPlan:
@@ -126,7 +135,15 @@ def test_every_held_plan(script, dtype, compiled):
                 if not check.passed:
                     failures.append(f"{label}: {check.name} {check.reason}")
             if not prog.generated.reproducible:
-                continue  # a band producer adds its column sums with atomics: the oracle judges it
+                # a band producer adds its column sums with atomics: the oracle judges it, on
+                # three launches in a row (accumulators cleared by the launch, or in halves
+                # that alternate between launches with finish_after)
+                for again in range(2):
+                    repeated = _host(prog.run(inputs, poison=True), prog)
+                    for check in oracle.check_outputs(dag, library(), inputs, repeated, dtype, expected=expected):
+                        if not check.passed:
+                            failures.append(f"{label}, run {again + 2}: {check.name} {check.reason}")
+                continue
             apart_outputs = _host(alone.run(inputs, poison=True), alone)
             for again in range(2):
                 repeated = _host(prog.run(inputs, poison=True), prog)
