@@ -2,7 +2,7 @@
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
-# horizontal-bench, horizontal-sanitize, striped-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
+# horizontal-bench, horizontal-sanitize, striped-sanitize, held-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning), retune (bench.retune:
 # tune every bench.peers point without a usable plan, under $RETUNE_BUDGET seconds, shipping each winner
 # into library/blas/tunings; the folder comes back in the logs as tunings/, to commit).
@@ -71,6 +71,12 @@ for stage in "$@"; do
         FUSEC_LINEINFO=1 FUSEC_STRIPED_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 1 \
           python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_striped.py -k every 2>&1 \
           | tee "$OUT/sanitize-striped-$tool.log" | tail -4 || status=1
+      done ;;
+    held-sanitize)  # the held plans' quick selection (both options after the barrier among them)
+      for tool in memcheck racecheck synccheck; do
+        FUSEC_LINEINFO=1 FUSEC_HELD_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 1 \
+          python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_held.py -k every_held 2>&1 \
+          | tee "$OUT/sanitize-held-$tool.log" | tail -4 || status=1
       done ;;
     peers)  # PEERS: runs of bench.peers, each "NAME:ARGS" with ARGS comma-separated
       for spec in ${PEERS:-h100-peers:}; do
