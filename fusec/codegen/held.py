@@ -34,6 +34,14 @@ producer then adds its partials of x with vector atomics, the last block to
 arrive finishes x before it arrives at the barrier, and the units held are
 instances of rows.
 
+Two options of band parts (``HeldPlan``): ``stores_after``, where the
+consumer, not the producer, stores the held instances of the matrix the
+producer computes (from chip, evict-first); ``finish_after``, where the
+producer's column sums go into the half of a doubled accumulator its launch's
+round picks and every block finishes its own columns after the barrier
+(:func:`.band.finish_after_barrier`), no tickets, the consumer taking them as
+arguments.
+
 Values that cross from the producer to the consumer lose ``__restrict__``,
 since one launch now writes and reads them.
 """
