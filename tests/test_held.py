@@ -253,16 +253,21 @@ def test_two_band_kernels_may_be_held(script):
     assert 0 < kernel.held_fraction() <= 1
     assert kernel.slots == plan.producer.shape.macros("float32")["BAND_ROWS"] * plan.producer.shape.pieces * 4
     source = generate(dag, library(), ProgramPlan((plan,)), "float32").kernels[0].source
-    # the instances are kept and taken only where whole, in unrolled loops over the rows
-    assert source.count("if (c.full && it < ") == 2 * bool(plan.registers) + 2 * bool(plan.shared)
-    assert len(re.findall(r"#pragma unroll\n\s*for \(int it = 0; it < ITERS; \+\+it, c\.row0 \+= BAND_ROWS\)",
-                          source)) == 2
+    # the instances are kept and taken only where whole: each part's first `registers`
+    # iterations unrolled (registers, then shared memory), the others rolled (shared memory)
+    assert plan.registers and plan.shared
+    assert source.count(f"if (c.full && it < {plan.registers}) {{") == 2
+    assert source.count(f"if (c.full && it < {plan.registers + plan.shared}) {{") == 4
+    assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers}; \+\+it, c\.row0 \+= BAND_ROWS\)"
+                          r"\s*\{\n\s*if \(c\.row0 >= rows\) continue;", source)) == 2
+    assert source.count(f"for (int it = {plan.registers}; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)") == 2
     assert "whole instances of rows held in registers" in source
 
 
 def test_only_a_kernel_holding_registers_unrolls_its_loops():
     """Held registers need constant indices; units held in shared memory do not, and
-    the loops stay rolled (the unrolled kernel is many times the code)."""
+    the loops stay rolled (the unrolled kernel is many times the code). A band part
+    unrolls only the iterations that hold registers."""
     dag = dag_of("gemver")
     unrolled = re.compile(r"#pragma unroll\n\s*for \(int it = 0; it < ITERS;")
     shared_only = ProgramPlan.from_json(TUNED_GEMVER_4096)
@@ -273,7 +278,9 @@ def test_only_a_kernel_holding_registers_unrolls_its_loops():
     assert "if (c.full && it < 7)" in source  # the shared instances found at run time
     plan, _ = most_held_band("gemver")
     assert plan.registers > 0
-    assert len(unrolled.findall(generate(dag, library(), ProgramPlan((plan,)), "float32").source)) == 2
+    source = generate(dag, library(), ProgramPlan((plan,)), "float32").source
+    assert not unrolled.search(source)
+    assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers};", source)) == 2
 
 
 def test_a_held_band_kernel_adds_with_atomics():
@@ -301,17 +308,25 @@ def test_a_tile_part_and_a_band_part_are_not_held():
     assert "both band kernels" in why_not_held(dag, mixed)
 
 
-def test_a_part_that_loads_ahead_holds_nothing_in_registers():
-    """ptxas keeps such held instances on the stack: the space offers none, and a
-    plan asking for them is refused with the reason."""
+def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
+    """Band parts loading ahead may hold instances in registers (their loops are
+    unrolled only over those); the space offers every count up to the band bounds,
+    and a plan past them is refused with the reason."""
+    from fusec.codegen.held import BAND_HELD_WORDS
     dag = dag_of("gemver")
-    options = [o[0] for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.BAND]
-    assert any(p.producer.ahead or p.consumer.ahead for p in options)
-    assert all(p.registers == 0 for p in options if p.producer.ahead or p.consumer.ahead)
-    plan = ProgramPlan.from_json(TUNED_GEMVER_4096).kernels[0]
-    assert "ptxas puts them on the stack" in why_not_held(dag, dataclasses.replace(plan, registers=2, shared=5))
-    with pytest.raises(PlanError, match="loads ahead"):
-        generate(dag, library(), ProgramPlan((dataclasses.replace(plan, registers=2, shared=5),)), "float32")
+    options = [o for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.BAND]
+    ahead = [(p, k) for p, k, _ in options if p.producer.ahead or p.consumer.ahead]
+    assert any(p.registers for p, _ in ahead)
+    assert all(k.held_words <= BAND_HELD_WORDS and k.estimated_registers + 8 <= k.most_registers
+               for _, k in ahead)
+    counts = {p.registers for p, _ in ahead}
+    assert counts == set(range(max(counts) + 1))  # every count, not every other
+    plan = ProgramPlan.from_json(TUNED_GEMVER_4096).kernels[0]  # 256 threads of 4 pieces, 1 row: 16 words
+    words = dataclasses.replace(plan, registers=4, shared=5)
+    parts = tuple(build_kernel(dag, library(), p, "float32", 0, emit=False) for p in words.parts)
+    assert f"more than {BAND_HELD_WORDS}" in why_not_held(dag, words, parts)
+    with pytest.raises(PlanError, match=f"more than {BAND_HELD_WORDS}"):
+        generate(dag, library(), ProgramPlan((words,)), "float32")
 
 
 def test_a_held_band_kernel_refuses_rows_wider_than_it_holds():

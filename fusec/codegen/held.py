@@ -71,6 +71,19 @@ REGISTERS_PER_SM = 65536
 # held, estimated 245 of 255, spilled 256 bytes; GEMVER fp64 in 512-thread blocks, two per SM,
 # nothing held in registers, 912), so the estimate must leave this much room.
 REGISTER_MARGIN = 16
+# A held kernel of band parts: the room its estimate must leave, and the most registers of
+# held instances a thread may keep. ptxas on the 877 held band options of GEMVER, SGEMVT and
+# ATAX at n = 4096 (fp32 and fp64, every count in registers the looser rule offered) spilled
+# or kept on the stack 2 of the 478 that leave 8 registers and hold at most 48 (1 row of 4
+# pieces, 2 blocks per SM, 3 instances: estimated 105 of 128, ptxas used all), against 14 of
+# 772 with no bound on the held registers (arrays of 64 to 192 words).
+BAND_REGISTER_MARGIN = 8
+BAND_HELD_WORDS = 48
+
+
+def register_margin(geometry: Geometry) -> int:
+    """Registers a held kernel's estimate must leave free (its parts' geometry)."""
+    return BAND_REGISTER_MARGIN if geometry is Geometry.BAND else REGISTER_MARGIN
 
 
 # The register mapping both parts must hold the matrix in, per geometry: a tile kernel's
@@ -99,6 +112,9 @@ class Hold:
     # HeldPlan.stores_after: the matrix's output (its ``g_`` pointer), whose held units the
     # producer does not store and the consumer stores as it takes them (band units only)
     stored_after: str | None = None
+    # False in the rolled loop after a band part's first ``registers`` iterations
+    # (:func:`.band.emit_band_body`): no unit there is in registers
+    registers_here: bool = True
 
     @property
     def held_units(self) -> str:
@@ -112,14 +128,16 @@ class Hold:
         rolled. Unrolled, GEMVER's held band kernel (fp32 n = 4096, 16 instances a
         block) was 9120 instructions, its warps stalled on instruction fetch in 17 %
         of ncu's samples; rolled, it took the same time (70.2 / 70.0 us against
-        70.2 / 70.2, bench in the 2026-11-23 session note), in a fraction of the code."""
+        70.2 / 70.2, bench in the 2026-11-23 session note), in a fraction of the code.
+        A band part unrolls only its first ``registers`` iterations
+        (:func:`.band.emit_band_body`); a tile part its whole loop."""
         return self.registers > 0
 
     def _where(self, w: _Writer, copy_registers: str, copy_shared: str, after: tuple[str, ...] = ()) -> bool:
         """The branches that copy a held unit (then ``after``); False when there are none."""
         whole = self.whole
         branches = []
-        if self.registers:
+        if self.registers and self.registers_here:
             branches.append((f"it < {self.registers}",
                              [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};", *after]))
         if self.shared:
@@ -206,9 +224,13 @@ class HeldKernel(PartsKernel):
         return self.plan.block
 
     @property
+    def held_words(self) -> int:
+        """32-bit registers a thread keeps its held units in."""
+        return self.plan.registers * self.slots * (geo.DTYPES[self.dtype].itemsize // 4)
+
+    @property
     def estimated_registers(self) -> int:
-        words = geo.DTYPES[self.dtype].itemsize // 4
-        held = self.plan.registers * self.slots * words
+        held = self.held_words
         producer, consumer = self.parts
         # A consumer loading ahead beside the instances it takes from chip needs its next
         # instance's copy about twice over (ptxas, fp32 n = 4096, 256 threads of 4 pieces:
@@ -305,10 +327,6 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
     if plan.registers + plan.shared > producer.shape.iters:
         return (f"{plan.registers + plan.shared} tiles held, more than the {producer.shape.iters}"
                 " of a block")
-    if plan.registers and (producer.ahead or consumer.ahead):
-        # ptxas, fp32 and fp64 n = 4096: 67 of 114 such held band plans of ATAX, SGEMVT and GEMVER
-        # kept their held instances on the stack (local memory, indexed at run time)
-        return "instances held in registers beside a part that loads ahead: ptxas puts them on the stack"
     if not crossing(dag, producer.calls, consumer.calls):
         return "the consumer reads nothing the producer computes"
     if (plan.stores_after or plan.finish_after) and producer.geometry is not Geometry.BAND:
@@ -340,7 +358,10 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
         return (f"{plan.shared} tiles held in shared memory: {static + kernel.dynamic_shared_bytes}"
                 f" bytes with the parts', more than a block may have ({kernel.most_shared},"
                 f" {plan.per_sm} per SM)")
-    if kernel.estimated_registers + REGISTER_MARGIN > kernel.most_registers:
+    if producer.geometry is Geometry.BAND and kernel.held_words > BAND_HELD_WORDS:
+        return (f"{plan.registers} instances held in registers: {kernel.held_words} registers a thread,"
+                f" more than {BAND_HELD_WORDS} (ptxas then spills, or keeps them on the stack)")
+    if kernel.estimated_registers + register_margin(producer.geometry) > kernel.most_registers:
         return (f"{plan.registers} tiles held in registers: about {kernel.estimated_registers}"
                 f" registers per thread, too near the {kernel.most_registers} of {plan.per_sm} blocks"
                 f" of {plan.block} per SM (they would spill)")

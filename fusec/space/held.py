@@ -20,8 +20,8 @@ from __future__ import annotations
 import itertools
 
 from .. import geometry as geo
-from ..codegen.held import (HeldKernel, assemble, held_matrix, REGISTER_MARGIN, registers_allowed,
-                            shared_allowed)
+from ..codegen.held import (BAND_HELD_WORDS, HeldKernel, assemble, held_matrix, register_margin,
+                            registers_allowed, shared_allowed)
 from ..codegen.kernel import Kernel
 from ..dag import Dag
 from ..errors import PlanError
@@ -38,7 +38,9 @@ PER_PART = 3  # implementations of each part per shape and serial axis that are 
 # and 64-row tiles, two per SM, 47.2; bench/results/h100-held-shapes.md).
 HELD_SHAPES = (Shape(Geometry.TILE, 512, 8, 128), Shape(Geometry.TILE, 512, 16, 64),
                Shape(Geometry.TILE, 1024, 16, 64))
-REGISTER_STEP = 2  # the counts of tiles held in registers the space offers: 0, 2, 4, ...
+# The counts of units held in registers the space offers: tiles 0, 2, 4, ...; instances of
+# rows (at most 16 a block) every count (GEMVER fp32 n = 4096: 3 instances 57.5 us, 2 58.4).
+REGISTER_STEP = {Geometry.TILE: 2, Geometry.BAND: 1}
 MAX_PER_SM = 2  # blocks resident on each SM at most: more would hold little each
 
 
@@ -87,11 +89,13 @@ def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], pe
     itemsize = geo.DTYPES[parts[0].dtype].itemsize
     slots = next(e.size for e in parts[0].elements if e.value == held)
     block, tiles = producer.shape.block, producer.shape.iters
-    spare = registers_allowed(block, per_sm) - max(k.estimated_registers for k in parts) - REGISTER_MARGIN
+    first, second = parts  # as HeldKernel.estimated_registers counts them, less the held
+    own = max(first.estimated_registers, second.estimated_registers + second.ahead_registers)
+    spare = registers_allowed(block, per_sm) - own - register_margin(producer.geometry)
+    if producer.geometry is Geometry.BAND:
+        spare = min(spare, BAND_HELD_WORDS)
     most_registers = max(0, min(tiles, spare // (slots * itemsize // 4)))
-    if any(k.plan.ahead for k in parts):
-        most_registers = 0  # ptxas keeps them on the stack (why_not_held)
     static = sum(k.shared_reals for k in parts) * itemsize
     fit_shared = max(0, (shared_allowed(per_sm) - static) // (slots * block * itemsize))
     return [(registers, min(fit_shared, tiles - registers))
-            for registers in range(0, most_registers + 1, REGISTER_STEP)]
+            for registers in range(0, most_registers + 1, REGISTER_STEP[producer.geometry])]
