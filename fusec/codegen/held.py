@@ -18,7 +18,8 @@ memory), the second read need not leave the chip. A
 - a block runs the producer on its tiles, its reductions' finishes
   included; keeps the element it computed or loaded of the first
   ``registers`` whole tiles in registers (the serial loop is unrolled, so the
-  iteration number that indexes them is a constant) and of the next
+  iteration number that indexes them is a constant; a band part unrolls only
+  those iterations) and of the next
   ``shared`` in dynamic shared memory, each thread its own slots (no bank
   conflicts); and arrives at the grid barrier (``fusec_grid_sync``);
 - after it, every reduction is finished, and the block runs the consumer on
