@@ -267,19 +267,22 @@ def is_held(kernel) -> bool:
 
 
 def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float, bandwidth: float,
-                 sms: int) -> float:
+                 sms: int, *, blocks_per_sm: int | None = None) -> float:
     """A band kernel: its bytes (:func:`traffic`: the column sums' atomics as L2
     traffic) over the copy bandwidth, slowed where too few bytes are requested
     at once (``band_in_flight``: a block's rows wait for all their loads before
     the block's sums, so only what is in flight streams) and by a partial last wave of
     blocks (each block has the same rows, so a wave ends together); one
     launch; and per column sum the last block's pass over its accumulator.
-    Fitted to tuning runs of ATAX and BiCGK only: ``fusec tune`` decides."""
+    ``blocks_per_sm``: the blocks an SM holds, where the kernel is part of one
+    that sets it (a held fusion's ``per_sm``); else what its registers and
+    shared memory allow. Fitted to tuning runs of ATAX and BiCGK only:
+    ``fusec tune`` decides."""
     analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     block = kernel.plan.shape.block
-    slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block)
+    slots = sms * (blocks_per_sm or natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block))
     grid = kernel.grid(sizes)
     resident = min(grid, slots) * block / sms
     # Loads issued one instance ahead (KernelPlan.ahead) are priced as without: in one tune
@@ -312,18 +315,39 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
                  for v in matrices_reread(dag, kernel.plan)) * itemsize
-    streaming = sum(predictor.kernel_seconds(part, dag, sizes) - launch for part in kernel.parts)
+    seconds = [held_part_seconds(predictor, kernel, part, dag, sizes, launch, bandwidth) - launch
+               for part in kernel.parts]
     unheld = (1.0 - kernel.held_fraction()) * reread
     # the consumer starts after the producer's whole pass: L2 keeps only the last of it
     share = STORES_AFTER_L2_SHARE if kernel.plan.stores_after else STRIPE_L2_SHARE
     in_l2 = min(unheld, share * L2_BYTES)
-    streaming -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / bandwidth
+    # Bytes the consumer takes from chip or L2 are bytes it no longer waits for: its time
+    # shrinks by them at the rate it streams alone, below the bandwidth where too few loads
+    # are in flight. (GEMVER fp32 n = 4096, held band plans holding 2-3 of 16 instances in
+    # registers and 7 in shared memory: priced 72-73 us when they went at the bandwidth,
+    # 62-63 at the consumer's rate; measured 57.5-58.8.)
+    consumer = kernel.parts[1]
+    rate = min(bandwidth, traffic(consumer, dag, sizes) / max(seconds[1], 1e-12))
+    streaming = sum(seconds) - (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / rate
     if kernel.plan.finish_after:  # no ticket: the producer's finish is every block's, after the barrier
         analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
         producer = kernel.parts[0]
         streaming -= (band_finish_seconds(analytic, producer, sizes)
                       - band_finish_seconds(analytic, producer, sizes, after_barrier=True))
     return launch + streaming + GRID_BARRIER_SECONDS
+
+
+def held_part_seconds(predictor, kernel, part, dag: Dag, sizes: Mapping[str, int], launch: float,
+                       bandwidth: float) -> float:
+    """A held fusion's part as it would run alone on the same grid, its blocks resident
+    as the fusion's are: ``per_sm`` to an SM, all in one wave. (Priced with the blocks
+    its own registers would allow, GEMVER's consumer at fp32 n = 4096, 128 blocks of
+    512 threads, left a second slot per SM empty and paid for a partial wave: 74.8 us
+    against 39.1 for the same consumer loading ahead, whose registers allow one.)"""
+    if part.plan.geometry is Geometry.BAND:
+        return band_seconds(predictor, part, dag, sizes, launch, bandwidth, predictor.sms,
+                            blocks_per_sm=kernel.plan.per_sm)
+    return predictor.kernel_seconds(part, dag, sizes)
 
 
 def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
