@@ -55,6 +55,15 @@ STRIPE_L2_SHARE = 0.5
 # every pair, 0.9-3.4 us at fp32 (3.1 for the tuned plan's layout) and 1.9-8.4 at fp64
 # (bench/results/h100-held-after.md); this share gives that plan 1.8 us.
 STORES_AFTER_L2_SHARE = 0.75
+# A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after)
+# moves their stores out of its pass into the consumer's, where they go to DRAM beside
+# the consumer's stream from chip and L2 and slow it by this share of their own time
+# (never finishing sooner than DRAM takes them). Fitted to 36 held GEMVER plans
+# measured with and without the option (fp32 n = 4096 and fp64 n = 2048, 0-3
+# instances in registers and 0-7 in shared memory; bench/results/h100-held-grid.md):
+# at fp32 the option gained 1.1-1.6 us holding 19 % and 8.6 us holding 62 %, which
+# pricing it by STORES_AFTER_L2_SHARE alone had put at 3.4 and 0 us.
+STORES_AFTER_EXPOSED = 0.6
 # A held fusion's blocks meet once: bench/one_barrier.cu's blocks (GEMVER fp32 n = 4096,
 # one per SM) left its grid barrier 2.8 us after the last one arrived (a scratch copy
 # that stamped %globaltimer at each phase; docs/striped-fusion.md).
@@ -305,11 +314,13 @@ def band_finish_seconds(analytic, kernel, sizes: Mapping[str, int], *, after_bar
 
 def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
                  bandwidth: float) -> float:
-    """A held fusion: its parts' times as they would run alone (the same grid),
-    one launch fewer, the grid barrier, and the consumer's reads of matrices
-    the producer touched: nothing for the share held on chip, STRIPE_REREAD_COST
-    of a DRAM byte for the rest (the tiles the producer touched last, which L2
-    may still hold)."""
+    """A held fusion: its parts' times as they would run alone (the same grid,
+    blocks resident as the fusion's are), one launch fewer, the grid barrier,
+    and the consumer's reads of matrices the producer touched: nothing for the
+    share held on chip, STRIPE_REREAD_COST of a DRAM byte for what L2 may
+    still hold of the rest (the tiles the producer touched last), a DRAM byte
+    beyond. With ``stores_after`` the held tiles' stores move from the
+    producer's pass into the consumer's (STORES_AFTER_EXPOSED)."""
     from .codegen.striped import matrices_reread
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
@@ -326,14 +337,19 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     # are in flight. (GEMVER fp32 n = 4096, held band plans holding 2-3 of 16 instances in
     # registers and 7 in shared memory: priced 72-73 us when they went at the bandwidth,
     # 62-63 at the consumer's rate; measured 57.5-58.8.)
-    consumer = kernel.parts[1]
-    rate = min(bandwidth, traffic(consumer, dag, sizes) / max(seconds[1], 1e-12))
-    streaming = sum(seconds) - (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / rate
+    producer, consumer = seconds
+    rate = min(bandwidth, traffic(kernel.parts[1], dag, sizes) / max(consumer, 1e-12))
+    consumer -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / rate
+    if kernel.plan.stores_after:  # the held tiles' stores leave the producer's pass for the consumer's
+        matrix = math.prod(sizes[d] for d in dag.value(kernel.held).dims) * itemsize
+        stores = kernel.held_fraction() * matrix / bandwidth
+        producer -= stores
+        consumer = max(consumer + STORES_AFTER_EXPOSED * stores, stores)
+    streaming = producer + consumer
     if kernel.plan.finish_after:  # no ticket: the producer's finish is every block's, after the barrier
         analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
-        producer = kernel.parts[0]
-        streaming -= (band_finish_seconds(analytic, producer, sizes)
-                      - band_finish_seconds(analytic, producer, sizes, after_barrier=True))
+        streaming -= (band_finish_seconds(analytic, kernel.parts[0], sizes)
+                      - band_finish_seconds(analytic, kernel.parts[0], sizes, after_barrier=True))
     return launch + streaming + GRID_BARRIER_SECONDS
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..codegen.held import BAND_REGISTER_MARGIN
 from ..codegen.kernel import Kernel, build_kernel
 from ..dag import Dag
 from ..errors import PlanError
@@ -120,12 +121,26 @@ def by_time(option) -> tuple:
     predictor cannot tell routine orders apart; on the H100, fp32 n = 8192, one
     load phase measured 0.1-5 % faster than three in all ten striped GEMVER pairs
     of bench.prediction's set, and than two in all ten GESUMMV pairs), then the plan.
-    Not for held plans, whose registers also hold tiles: loading everything at once
-    made GEMVER's fp64 held plan at n = 4096 spill (255 registers, 92 bytes)."""
-    plan, _, seconds = option
-    if isinstance(plan, HeldPlan):
+    A held plan's registers also hold tiles, and loading everything at once needs
+    more of them: its ties go by load phases only where :func:`_loads_at_once_fit`."""
+    plan, kernel, seconds = option
+    if isinstance(plan, HeldPlan) and not _loads_at_once_fit(plan, kernel):
         return seconds, 0, plan
     return seconds, sum(load_phases(part) for part in getattr(plan, "parts", (plan,))), plan
+
+
+def _loads_at_once_fit(plan: HeldPlan, kernel) -> bool:
+    """Whether a held plan may load all its calls' operands in one phase without
+    spilling: band parts whose estimate leaves more than BAND_REGISTER_MARGIN.
+    Among the 40 best-predicted held GEMVER options with such twins, one load phase
+    measured a median 0.991 of three at fp32 n = 4096 (32 of 40 faster) and 0.997
+    at fp64 n = 2048 (31 of 40; bench/results/h100-held-grid.md). ptxas spilled 4 of 16 one-phase band
+    plans whose estimate left just the margin (fp64 n = 2048), none of 8 three-phase
+    ones, and none of 376 that left more (the best-predicted held GEMVER options at
+    fp32 n = 1024 and 4096, fp64 n = 2048 and 4096); a tile plan whose estimate left 20 of 255 (fp64 n = 4096,
+    4 tiles in registers) spilled 92 bytes with one phase and none with three."""
+    return (plan.producer.geometry is Geometry.BAND
+            and kernel.most_registers - kernel.estimated_registers > BAND_REGISTER_MARGIN)
 
 
 def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
