@@ -379,6 +379,127 @@ def test_signature_steps_read_what_the_python_signers_read(extension, signer, ki
     assert len(made) == 2
 
 
+class CountedCupy:
+    """A CuPy-like array that counts every read of its signature's attributes."""
+
+    reads: list[str] = []
+
+    class Dtype:
+        char = "f"
+
+    def __init__(self, pointer, shape):
+        self._data, self._shape, self._dtype = CupyLike.Memory(pointer), shape, CountedCupy.Dtype()
+
+    def _read(self, name, value):
+        CountedCupy.reads.append(name)
+        return value
+
+    data = property(lambda self: self._read("data", self._data))
+    dtype = property(lambda self: self._read("dtype", self._dtype))
+    strides = property(lambda self: self._read("strides", tuple(4 * s for s in self._shape[1:]) + (4,)))
+
+    @property
+    def shape(self):
+        return self._read("shape", self._shape)
+
+    @shape.setter
+    def shape(self, shape):  # CuPy reshapes in place
+        self._shape = shape
+
+
+def fast_counted(extension, steady=(True, False, True, True)):
+    """A FastCall on one CountedCupy argument "A" of shape (3, 5) at POINTER, its
+    results made by ``made``; steady as SIGNATURE_STEADY gives CuPy's."""
+    from fusec.runtime import prepared as P
+    made = []
+    expected = P._cupy_signature(CupyLike(POINTER, (3, 5)))
+    call = extension.FastCall(
+        array_names=("A",), array_types=(CountedCupy,), signers=(P.SIGNATURE_STEPS[P._cupy_signature],),
+        signatures=(expected,), scalar_names=(), scalar_value=scalar_value,
+        make=lambda shape: made.append(Out(shape, "f", POINTER)) or made[-1], make_args=(), make_kwargs=None,
+        pointer=("data", "ptr"), output_shapes=((3,),), results=(0,), kernels=(), context=7,
+        hook=lambda *a: None, steady=None if steady is None else (steady,))
+    return call, made
+
+
+def test_the_same_cupy_array_again_reads_only_what_can_change(extension):
+    """Where the same object comes again (a weak reference says so), its steady
+    items (CuPy's data pointer, strides and dtype) are not read again; its shape
+    is, as CuPy reshapes in place. Another object, even an equal one, is read whole."""
+    call, made = fast_counted(extension)
+    array = CountedCupy(POINTER, (3, 5))
+    CountedCupy.reads.clear()
+    assert call({"A": array}) is made[-1]
+    assert sorted(CountedCupy.reads) == ["data", "dtype", "shape", "strides"]
+    CountedCupy.reads.clear()
+    assert call({"A": array}) is made[-1] and CountedCupy.reads == ["shape"]
+    array.shape = (5, 3)
+    assert call({"A": array}) is None and len(made) == 2  # declined, nothing made
+    array.shape = (3, 5)
+    assert call({"A": array}) is made[-1] and len(made) == 3
+    CountedCupy.reads.clear()
+    other = CountedCupy(POINTER, (3, 5))
+    assert call({"A": other}) is made[-1]
+    assert sorted(CountedCupy.reads) == ["data", "dtype", "shape", "strides"]
+    CountedCupy.reads.clear()
+    del other  # its weak reference dies with it: the next object is read whole
+    assert call({"A": CountedCupy(POINTER, (3, 5))}) is made[-1]
+    assert sorted(CountedCupy.reads) == ["data", "dtype", "shape", "strides"]
+    assert call({"A": CountedCupy(POINTER + 64, (3, 5))}) is None
+
+
+def test_without_steady_items_every_call_reads_the_whole_signature(extension):
+    call, made = fast_counted(extension, steady=None)
+    array = CountedCupy(POINTER, (3, 5))
+    for _ in range(2):
+        CountedCupy.reads.clear()
+        assert call({"A": array}) is made[-1]
+        assert sorted(CountedCupy.reads) == ["data", "dtype", "shape", "strides"]
+
+
+def test_an_array_that_takes_no_weak_reference_is_read_whole_each_time(extension):
+    class NoWeak:
+        __slots__ = ("data", "shape", "strides", "dtype")
+
+    from fusec.runtime import prepared as P
+    expected = P._cupy_signature(CupyLike(POINTER, (3, 5)))
+    array = NoWeak()
+    array.data, array.shape, array.strides, array.dtype = CupyLike.Memory(POINTER), (3, 5), (20, 4), CupyLike.Dtype()
+    made = []
+    call = extension.FastCall(
+        array_names=("A",), array_types=(NoWeak,), signers=(P.SIGNATURE_STEPS[P._cupy_signature],),
+        signatures=(expected,), scalar_names=(), scalar_value=scalar_value,
+        make=lambda shape: made.append(Out(shape, "f", POINTER)) or made[-1], make_args=(), make_kwargs=None,
+        pointer=("data", "ptr"), output_shapes=((3,),), results=(0,), kernels=(), context=7,
+        hook=lambda *a: None, steady=((True, False, True, True),))
+    assert call({"A": array}) is made[-1] and call({"A": array}) is made[-1]
+    array.data = CupyLike.Memory(POINTER + 64)  # read whole again: the change is seen
+    assert call({"A": array}) is None
+
+
+@pytest.mark.parametrize("steady, message", [
+    (((True, False),), "one truth value per path"),
+    (((True, False, True, True), None), "one item per array"),
+])
+def test_steady_items_that_do_not_match_the_signer_are_refused(extension, steady, message):
+    from fusec.runtime import prepared as P
+    with pytest.raises((ValueError, TypeError), match=message):
+        extension.FastCall(
+            array_names=("A",), array_types=(CupyLike,), signers=(P.SIGNATURE_STEPS[P._cupy_signature],),
+            signatures=(P._cupy_signature(CupyLike(POINTER, (3, 5))),), scalar_names=(), scalar_value=scalar_value,
+            make=lambda shape: None, make_args=(), make_kwargs=None, pointer=("data", "ptr"),
+            output_shapes=((3,),), results=(0,), kernels=(), context=7, hook=lambda *a: None, steady=steady)
+
+
+def test_steady_items_are_named_for_cupys_signature_only():
+    """One truth value per item of CuPy's signature; PyTorch's can all change in place."""
+    from fusec.runtime import prepared as P
+    assert set(P.SIGNATURE_STEADY) == {P._cupy_signature}
+    steps, steady = P.SIGNATURE_STEPS[P._cupy_signature], P.SIGNATURE_STEADY[P._cupy_signature]
+    assert len(steady) == len(steps)
+    assert [s for s, keep in zip(steps, steady) if not keep] == [("shape",)]
+
+
 def test_spares_are_the_next_calls_outputs_made_after_the_launches(extension):
     """With spares, a call's outputs were made by the call before, after its
     launches; each is handed out once, and drop_spares lets them go."""

@@ -333,6 +333,40 @@ def test_a_cupy_result_let_go_is_written_again():
         prog.release()
 
 
+def test_a_cupy_array_reshaped_in_place_is_not_taken_for_the_prepared_one():
+    """The C call reads a CuPy array's shape each time it comes again (its
+    pointer, strides and dtype it reads only for a new object): reshaped in
+    place, the same objects go the whole way, right for their new shape, or are
+    refused by name when they no longer fit together; reshaped back, warm again."""
+    cupy = pytest.importorskip("cupy")
+    from fusec.runtime import cuda, native
+    if native.fastcall() is None:
+        pytest.skip(f"no C extension: {native.unavailable()}")
+    prog = program("madd", "float32")
+    prog.release()
+    inputs = oracle.random_inputs(prog.dag, {"m": 300, "n": 520}, "float32", np.random.default_rng(5))
+    with cuda.context():
+        device = {k: cupy.asarray(v) for k, v in inputs.items()}
+        prog(**device)
+        _check(prog, inputs, prog(**device))  # warm
+        hot = prog._hot
+        assert hot is not None
+        device["A"].shape = (520, 300)
+        with pytest.raises(ArgumentError, match="'B'"):
+            prog(**device)
+        device["B"].shape = (520, 300)
+        reshaped = {k: v.reshape(520, 300) for k, v in inputs.items()}
+        result = prog(**device)
+        assert result.shape == (520, 300) and len(prog._prepared) == 2
+        _check(prog, reshaped, result)
+        for array in device.values():
+            array.shape = (300, 520)
+        result = prog(**device)
+        assert prog._hot is hot and result.shape == (300, 520)
+        _check(prog, inputs, result)
+        prog.release()
+
+
 @pytest.mark.parametrize("path", ["C", "Python"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("script", script_names())
