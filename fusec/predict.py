@@ -25,7 +25,7 @@ import math
 from typing import Mapping, Protocol
 
 from . import geometry as geo
-from .codegen.kernel import Kernel
+from .codegen.kernel import PARTIALS_LINE, Kernel
 from .dag import Dag
 from .library.model import Geometry
 from .space.points import COLS, ROWS, HeldPlan, StripedPlan
@@ -152,6 +152,12 @@ class AnalyticPredictor:
     # registers), at 3014
     band_in_flight: int = 46 * 1024
     atomic: float = 5e-9  # seconds per atomic on one counter: they queue at its L2 slice
+    # Seconds per atomic add into one 128-byte line of a band kernel's column-sum
+    # accumulator: the adds of every block into a line queue at its L2 slice (see
+    # band_atomic_seconds). 84 fp64 band plans of BiCGK and ATAX at n = 512-4096 (H100,
+    # 2026-11-23) ran a median 1.3 ns per queued add over their price without it; any
+    # value from 1 to 3 ns ranked those points' candidates alike.
+    atomic_line_add: float = 1.5e-9
     finish_tile: float = 1.5e-6  # seconds per output tile a block finishes: atomic, fence, barriers
     finish_round: float = 0.45e-6  # seconds per round of 8 dependent partial loads of the last block
     name: str = "analytic"
@@ -276,7 +282,7 @@ def is_held(kernel) -> bool:
 
 
 def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float, bandwidth: float,
-                 sms: int, *, blocks_per_sm: int | None = None) -> float:
+                 sms: int, *, blocks_per_sm: int | None = None, atomics: bool = True) -> float:
     """A band kernel: its bytes (:func:`traffic`: the column sums' atomics as L2
     traffic) over the copy bandwidth, slowed where too few bytes are requested
     at once (``band_in_flight``: a block's rows wait for all their loads before
@@ -285,7 +291,9 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     launch; and per column sum the last block's pass over its accumulator.
     ``blocks_per_sm``: the blocks an SM holds, where the kernel is part of one
     that sets it (a held fusion's ``per_sm``); else what its registers and
-    shared memory allow. Fitted to tuning runs of ATAX and BiCGK only:
+    shared memory allow. The column sums' atomics queue after the streaming
+    (:func:`band_atomic_seconds`; ``atomics=False`` leaves them to a caller
+    that adds them itself). Fitted to tuning runs of ATAX and BiCGK only:
     ``fusec tune`` decides."""
     analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
     sizes = dict(sizes)
@@ -300,7 +308,25 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
     waves = grid / slots
     streaming = traffic(kernel, dag, sizes) / (bandwidth * occupancy) * math.ceil(waves) / waves
+    if atomics:
+        streaming += band_atomic_seconds(analytic, kernel, sizes, slots)
     return launch + streaming + band_finish_seconds(analytic, kernel, sizes)
+
+
+def band_atomic_seconds(analytic, kernel, sizes: Mapping[str, int], slots: int) -> float:
+    """The column sums' atomics left queuing once the streaming is done. Every block
+    adds into every 128-byte line of each accumulator as it ends, one add per 16-byte
+    piece in fp32 (sm_90's vector atomics) and one per element in fp64, and a line
+    takes them one at a time (``atomic_line_add``). The blocks of one wave end
+    together, so the last wave's adds (``slots`` blocks at most) queue after the
+    streaming; earlier waves' adds overlap the later waves' loads. (BiCGK fp64
+    n = 1024, 256 blocks each adding 16 elements into every line: band plans
+    priced 10.4 us without them measured 16.3-18.4.)"""
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    adds_per_line = PARTIALS_LINE // (geo.VEC_BYTES if itemsize == 4 else itemsize)
+    sizes = dict(sizes)
+    return sum(min(kernel.reduction_tiles(r, sizes)[1], slots) * adds_per_line for r in kernel.reductions) \
+        * analytic.atomic_line_add
 
 
 def band_finish_seconds(analytic, kernel, sizes: Mapping[str, int], *, after_barrier: bool = False) -> float:
@@ -320,7 +346,12 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     share held on chip, STRIPE_REREAD_COST of a DRAM byte for what L2 may
     still hold of the rest (the tiles the producer touched last), a DRAM byte
     beyond. With ``stores_after`` the held tiles' stores move from the
-    producer's pass into the consumer's (STORES_AFTER_EXPOSED)."""
+    producer's pass into the consumer's (STORES_AFTER_EXPOSED). The consumer's
+    column-sum atomics queue at the end (:func:`band_atomic_seconds`); the
+    producer's are left unpriced, its blocks meeting at the grid barrier anyway:
+    priced, they ranked GEMVER's held band plans (whose column sums are the
+    producer's) below tile plans that measured slower (fp32 n = 1024 and 2048:
+    first choices 1.38 and 1.30 of the winner, against 1.03 and 1.11 without)."""
     from .codegen.striped import matrices_reread
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
@@ -346,8 +377,11 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
         producer -= stores
         consumer = max(consumer + STORES_AFTER_EXPOSED * stores, stores)
     streaming = producer + consumer
+    analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
+    consumer_part = kernel.parts[1]
+    if consumer_part.plan.geometry is Geometry.BAND:  # at the end, whole: bytes from chip do not shorten them
+        streaming += band_atomic_seconds(analytic, consumer_part, sizes, predictor.sms * kernel.plan.per_sm)
     if kernel.plan.finish_after:  # no ticket: the producer's finish is every block's, after the barrier
-        analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
         streaming -= (band_finish_seconds(analytic, kernel.parts[0], sizes)
                       - band_finish_seconds(analytic, kernel.parts[0], sizes, after_barrier=True))
     return launch + streaming + GRID_BARRIER_SECONDS
@@ -360,9 +394,9 @@ def held_part_seconds(predictor, kernel, part, dag: Dag, sizes: Mapping[str, int
     its own registers would allow, GEMVER's consumer at fp32 n = 4096, 128 blocks of
     512 threads, left a second slot per SM empty and paid for a partial wave: 74.8 us
     against 39.1 for the same consumer loading ahead, whose registers allow one.)"""
-    if part.plan.geometry is Geometry.BAND:
+    if part.plan.geometry is Geometry.BAND:  # held_seconds adds the atomics
         return band_seconds(predictor, part, dag, sizes, launch, bandwidth, predictor.sms,
-                            blocks_per_sm=kernel.plan.per_sm)
+                            blocks_per_sm=kernel.plan.per_sm, atomics=False)
     return predictor.kernel_seconds(part, dag, sizes)
 
 

@@ -346,3 +346,51 @@ def test_fusec_compile_reproducible_leaves_them_out_and_the_plan_says_which(caps
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         assert "--reproducible" in capsys.readouterr().out
+
+
+# -- the column sums' atomics, priced -----------------------------------------------------
+
+def _band_kernel(dtype: str, n: int):
+    """BiCGK's best-predicted band kernel (sgemv's row sums, sgemtv's column sums) at n."""
+    dag = dag_of("bicgk")
+    sizes = {s: n for s in dag.sizes}
+    plan = band_program("bicgk", dtype, sizes)
+    kernel = next(k for k in generate(dag, library(), plan, dtype).kernels if k.plan.geometry is Geometry.BAND)
+    return dag, sizes, kernel
+
+
+@pytest.mark.parametrize("dtype, adds_per_line", [("float32", 8), ("float64", 16)])
+def test_a_band_kernels_column_sum_atomics_queue_at_their_lines_after_the_streaming(dtype, adds_per_line):
+    """Every block adds into every 128-byte line of the accumulator as it ends: one add
+    per 16-byte piece in fp32 (vector atomics), per element in fp64; one wave's adds
+    queue after the streaming, atomic_line_add each. (Measured on the H100: BiCGK fp64
+    n = 1024's band plans, 256 blocks, took 16.3-18.4 us where 10.4 was priced.)"""
+    from fusec.predict import band_atomic_seconds, band_seconds
+    dag, sizes, kernel = _band_kernel(dtype, 1024)
+    grid = kernel.grid(sizes)
+    assert kernel.reductions and grid <= 8 * DEFAULT.sms  # one wave
+    queued = band_atomic_seconds(DEFAULT, kernel, sizes, slots=10 ** 6)
+    assert queued == pytest.approx(grid * adds_per_line * DEFAULT.atomic_line_add)
+    with_atomics, without = (band_seconds(DEFAULT, kernel, dag, sizes, DEFAULT.launch, DEFAULT.bandwidth,
+                                          DEFAULT.sms, atomics=a) for a in (True, False))
+    assert with_atomics - without == pytest.approx(queued)
+    # only the last wave's adds wait: earlier waves' overlap the later waves' loads
+    assert band_atomic_seconds(DEFAULT, kernel, sizes, slots=grid // 4) == pytest.approx(queued / 4)
+
+
+def test_a_kernel_without_column_sums_queues_no_atomics():
+    from fusec.predict import band_atomic_seconds
+    dag = dag_of("sgemv")
+    sizes = {s: 1024 for s in dag.sizes}
+    kernel = generate(dag, library(), band_program("sgemv", "float64", sizes), "float64").kernels[0]
+    assert kernel.plan.geometry is Geometry.BAND and not kernel.reductions
+    assert band_atomic_seconds(DEFAULT, kernel, sizes, slots=10 ** 6) == 0.0
+
+
+def test_small_fp64_bicgk_is_not_first_priced_as_a_band_kernel():
+    """With its atomics priced, BiCGK fp64 n = 1024's first choice is no longer a band
+    kernel (measured 16.3-18.4 us against the winner's 7.6, a kernel of tiles)."""
+    dag = dag_of("bicgk")
+    sizes = {s: 1024 for s in dag.sizes}
+    first = build_space(dag, library(), "float64", sizes, DEFAULT).top(1)[0]
+    assert all(k.geometry is not Geometry.BAND for k in first.plan.kernels if hasattr(k, "geometry"))
