@@ -347,11 +347,13 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     still hold of the rest (the tiles the producer touched last), a DRAM byte
     beyond. With ``stores_after`` the held tiles' stores move from the
     producer's pass into the consumer's (STORES_AFTER_EXPOSED). The consumer's
-    column-sum atomics queue at the end (:func:`band_atomic_seconds`); the
-    producer's are left unpriced, its blocks meeting at the grid barrier anyway:
-    priced, they ranked GEMVER's held band plans (whose column sums are the
-    producer's) below tile plans that measured slower (fp32 n = 1024 and 2048:
-    first choices 1.38 and 1.30 of the winner, against 1.03 and 1.11 without)."""
+    column-sum atomics queue at the end, whole (:func:`band_atomic_seconds`);
+    the producer's count only where they outlast the producer's pass. (Priced
+    whole, they ranked GEMVER's held band plans, whose column sums are the
+    producer's, below tile plans that measured slower: fp32 n = 1024 and 2048,
+    first choices 1.38 and 1.30 of the winner against 1.03 and 1.11. Left out,
+    GEMVER's and SGEMVT's fp64 n = 512 first choices were held band plans at
+    1.61 and 1.68 of the best measured; beyond the pass, 1.00 and 1.00.)"""
     from .codegen.striped import matrices_reread
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
@@ -378,9 +380,12 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
         consumer = max(consumer + STORES_AFTER_EXPOSED * stores, stores)
     streaming = producer + consumer
     analytic = predictor if isinstance(predictor, AnalyticPredictor) else DEFAULT
-    consumer_part = kernel.parts[1]
+    slots = predictor.sms * kernel.plan.per_sm
+    producer_part, consumer_part = kernel.parts
     if consumer_part.plan.geometry is Geometry.BAND:  # at the end, whole: bytes from chip do not shorten them
-        streaming += band_atomic_seconds(analytic, consumer_part, sizes, predictor.sms * kernel.plan.per_sm)
+        streaming += band_atomic_seconds(analytic, consumer_part, sizes, slots)
+    if producer_part.plan.geometry is Geometry.BAND:  # only what outlasts the producer's pass
+        streaming += max(0.0, band_atomic_seconds(analytic, producer_part, sizes, slots) - producer)
     if kernel.plan.finish_after:  # no ticket: the producer's finish is every block's, after the barrier
         streaming -= (band_finish_seconds(analytic, kernel.parts[0], sizes)
                       - band_finish_seconds(analytic, kernel.parts[0], sizes, after_barrier=True))

@@ -393,7 +393,8 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
     from L2 ranked a held band SGEMVT first at 566 us, which measured 714 (the tuned
     striped plan: 575). What is not read from DRAM is saved at the rate the consumer
     streams alone, the bandwidth at most. A band consumer's column-sum atomics come on
-    top, whole: bytes from chip do not shorten them."""
+    top, whole: bytes from chip do not shorten them; a band producer's where they
+    outlast its pass."""
     from fusec.predict import (GRID_BARRIER_SECONDS, L2_BYTES, STRIPE_L2_SHARE, STRIPE_REREAD_COST,
                                band_atomic_seconds, held_part_seconds, traffic)
     space = space_of("sgemvt", n)
@@ -412,9 +413,15 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
                     + (matrix - unheld + from_l2 * (1 - STRIPE_REREAD_COST)) / rate)
         if plan.finish_after:  # and the producer's ticket per column sum
             expected += DEFAULT.finish_tile * len(kernel.parts[0].reductions)
-        consumer = kernel.parts[1]
-        if consumer.plan.geometry is Geometry.BAND:
-            expected -= band_atomic_seconds(DEFAULT, consumer, sizes, DEFAULT.sms * plan.per_sm)
+        producer_part, consumer_part = kernel.parts
+        slots = DEFAULT.sms * plan.per_sm
+        if consumer_part.plan.geometry is Geometry.BAND:
+            expected -= band_atomic_seconds(DEFAULT, consumer_part, sizes, slots)
+        if producer_part.plan.geometry is Geometry.BAND:  # beyond the producer's pass only
+            producer = alone[0] - DEFAULT.launch
+            if plan.stores_after:
+                producer -= kernel.held_fraction() * matrix / DEFAULT.bandwidth
+            expected -= max(0.0, band_atomic_seconds(DEFAULT, producer_part, sizes, slots) - producer)
         assert saved == pytest.approx(expected)
         if n == 16384:  # L2 is a small part of the matrix: little is saved
             assert saved < 0.1 * sum(alone)
@@ -606,3 +613,26 @@ def test_a_held_fusion_s_band_parts_are_priced_resident_as_its_blocks_are():
     held = [held_part_seconds(DEFAULT, k, c, dag, sizes, DEFAULT.launch, DEFAULT.bandwidth)
             for k, c in zip(kernels, consumers)]
     assert held[0] == pytest.approx(held[1]) and held[1] == pytest.approx(alone[1])
+
+
+@pytest.mark.parametrize("n, shows", [(512, True), (4096, False)])
+def test_a_held_producers_column_sum_atomics_count_only_beyond_its_pass(n, shows):
+    """SGEMVT's held band plans: x's column sums are the producer's (w's row sums add
+    none), and their atomics cost the held kernel only what outlasts the producer's
+    pass: at fp64 n = 512 (a 2 MB matrix) they do, at n = 4096 its pass hides them."""
+    from fusec.predict import band_atomic_seconds, held_part_seconds
+    space = space_of("sgemvt", n, "float64")
+    dag, sizes = space.dag, space.sizes
+    options = [o for o in held_options(space) if len(o[0].calls) == len(dag.calls)
+               and all(p.plan.geometry is Geometry.BAND for p in o[1].parts) and not o[0].stores_after]
+    assert options
+    free = dataclasses.replace(DEFAULT, atomic_line_add=0.0)
+    for plan, kernel, _ in options[:10]:
+        producer_part, consumer_part = kernel.parts
+        assert producer_part.reductions and not consumer_part.reductions
+        queued = band_atomic_seconds(DEFAULT, producer_part, sizes, DEFAULT.sms * plan.per_sm)
+        producer = held_part_seconds(DEFAULT, kernel, producer_part, dag, sizes, DEFAULT.launch,
+                                     DEFAULT.bandwidth) - DEFAULT.launch
+        added = DEFAULT.kernel_seconds(kernel, dag, sizes) - free.kernel_seconds(kernel, dag, sizes)
+        assert added == pytest.approx(max(0.0, queued - producer))
+        assert (added > 0) == shows
