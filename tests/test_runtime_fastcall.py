@@ -743,3 +743,26 @@ def test_on_the_gpu_each_way_launches_with_the_kernels_dynamic_shared_bytes(exte
         assert alone.resident_blocks(plain, driver_api) >= per_sm
         alone.close()
         loaded.close()
+
+
+def test_native_call_names_steady_items_for_cupy_arrays_only():
+    """A prepared call hands the FastCall CuPy's steady items for each CuPy array,
+    and none for the other kinds (a PyTorch-like tensor here)."""
+    import types
+    from fusec.runtime import prepared as P
+    from fusec.runtime.cuda import Allocator
+
+    CupyArray = type("ndarray", (CupyLike,), {"__module__": "cupy._core.core", "data": None, "strides": None})
+    TorchTensor = type("Tensor", (TorchLike,), {"__module__": "torch"})
+    captured = {}
+    module = types.SimpleNamespace(FastCall=lambda **fields: captured.update(fields) or "fast call")
+    call = P.PreparedCall(launches=(), output_shapes=((3,),), results=(0,),
+                          allocate=Allocator(lambda shape: None, pointer=("data", "ptr")),
+                          scalar_names=(), keep_alive=None)
+    arrays = {"A": CupyArray(POINTER, (3, 5)), "x": TorchTensor(POINTER + 4096, (5,))}
+    key = P.signature(7, arrays, ("A", "x"), frozenset())
+    assert P.native_call(module, 7, key, ("A", "x"), (), call, (12,)) == "fast call"
+    assert captured["steady"] == (P.SIGNATURE_STEADY[P._cupy_signature], None)
+    torch_only = {"x": arrays["x"]}
+    P.native_call(module, 7, P.signature(7, torch_only, ("x",), frozenset()), ("x",), (), call, (12,))
+    assert captured["steady"] is None
