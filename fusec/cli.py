@@ -122,7 +122,9 @@ def _run(args) -> int:
         results = results if isinstance(results, tuple) else (results,)
         computed = {name: (r.get() if hasattr(r, "get") else r) for name, r in zip(program.outputs, results)}
         checks = oracle.check_outputs(program.dag, library, host, computed, program.dtype)
+        late_before = cuda.late_samples()
         times = program.time(device, warmup=args.warmup, repeat=args.repeat, host=False)
+        late = cuda.late_samples() - late_before
         with_host = program.time(device, warmup=1, repeat=args.repeat)
         name = cuda.device_name(ctx)
     sizes_text = " ".join(f"{k}={v}" for k, v in sizes.items())
@@ -143,6 +145,9 @@ def _run(args) -> int:
           f" max {max(times) * 1e3:.1f}) over {len(times)} runs;"
           f" {statistics.median(with_host) * 1e3:.1f} us for a whole call, the host's part in it")
     print(f"speed  {nbytes / (median * 1e-3) / 1e9:.1f} GB/s on {nbytes:,} minimum bytes")
+    if late:
+        print(f"late   {late} of {len(times)} runs were queued after the timing spin ended, even when taken"
+              " again: the host was busy, and their times count some of its wait")
     return 0 if ok else 1
 
 

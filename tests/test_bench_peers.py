@@ -219,6 +219,20 @@ def test_clock_spins_before_the_start_event_and_counts_late_samples():
     assert "spin" not in log and late == 0
 
 
+def test_fusec_reports_the_samples_its_clock_kept_late(monkeypatch):
+    from fusec.runtime import cuda
+
+    class Program:
+        def time(self, arrays, *, repeat, host):
+            assert host is False
+            clock.late_samples += 2  # what GpuClock.seconds counts when retakes stay late
+            return [1.0] * repeat
+
+    clock = types.SimpleNamespace(late_samples=5)  # late samples of earlier timings are not this one's
+    monkeypatch.setitem(cuda._CLOCKS, "fake context", clock)
+    assert P.fusec_gpu_times(Program(), {}, 3) == ([1.0, 1.0, 1.0], 2)
+
+
 # ---------------------------------------------------------------------------
 # Ratios, targets, tables
 # ---------------------------------------------------------------------------
