@@ -85,8 +85,11 @@ def markdown(report: dict) -> str:
     lines = [f"# `fusec tune` of every bench.peers point on {report['device']}", "",
              f"`{report['command']}` (last run); library hash {report['library']} (a row tuned with"
              " the library as it was says so). Each point is"
-             " tuned as `fusec tune --ship` does; the winner is shipped in the library's tunings/"
-             " folder. first / winner: what the predictor's first choice measured, over the"
+             + (" tuned as `fusec tune --ship` does; the winner is shipped in the library's tunings/"
+                " folder." if report.get("shipped", True) else
+                " tuned as `fusec tune` does (--no-ship: nothing shipped; the candidates include the"
+                " plan the library already ships for the point).")
+             + " first / winner: what the predictor's first choice measured, over the"
              " winner's time (1.00: the predictor chose right).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in report["rows"]:
@@ -182,7 +185,7 @@ def main(argv=None, tune=None) -> int:
     path = out / f"{name}.json"
     old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"rows": []}
     report = {"device": device, "command": P.command_line("bench.retune", argv),
-              "library": library.content_hash, "rows": merge(old["rows"], rows)}
+              "library": library.content_hash, "shipped": not args.no_ship, "rows": merge(old["rows"], rows)}
     if rows:
         path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         (out / f"{name}.md").write_text(markdown(report), encoding="utf-8")

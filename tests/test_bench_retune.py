@@ -114,6 +114,7 @@ def test_a_plan_the_cache_holds_is_shipped_without_tuning_again(own_library, tmp
     assert run(own_library, tmp_path, fake, "--scripts", "sgemv", "--dtype", "float64", "--no-ship") == 0
     library = load_library(own_library)
     assert len(fake.calls) == 1 and not tuning.shipped_root(library).exists()
+    assert "--no-ship: nothing shipped" in (tmp_path / "out" / "retune.md").read_text()
     assert run(own_library, tmp_path, fake, "--scripts", "sgemv", "--dtype", "float64") == 0
     assert len(fake.calls) == 1  # not tuned again
     assert "the tuning cache's plan, shipped:" in capsys.readouterr().err
