@@ -20,6 +20,10 @@ a peer that disagrees is reported WRONG, left untimed, and the command exits 1.
 A peer whose import fails, or that fails to run (torch.compile without
 triton, say), is reported skipped with the reason, not as an error.
 
+Before each sequence the last one's arrays are freed (a garbage collection
+first, then CuPy's pool and PyTorch's cache) and the GPU is left alone for
+SETTLE_S (0.2 s): fusec, timed first, had paid for the last sequence's frees.
+
 Times (median of --repeat, after 3 warm-ups), two for every contender:
 
 - the GPU's time: a spinning kernel (fusec.runtime.cuda.TIMING_KERNELS) goes
@@ -75,6 +79,7 @@ import argparse
 import dataclasses
 import datetime
 import functools
+import gc
 import importlib
 import importlib.util
 import json
@@ -98,6 +103,13 @@ MISMATCH = {"float32": 1e-3, "float64": 1e-9}  # largest relative difference a p
 SPEEDUP_TARGETS = {"bicgk": 1.8, "gemver": 1.15}  # over the best peer, at the large sizes
 SPIN_CYCLES = 1_000_000  # ~0.5 ms: longer than PyTorch eager takes to queue GEMVER's ~10 kernels
 DEPTH = 10  # calls queued back to back for the pipelined time
+# Seconds to wait after a sequence's arrays are freed, before the next one is timed. Timed
+# right after GEMVER's sequence (fp32 n = 16384, every peer), fusec's SGEMV fp64 n = 8192
+# took 199 us on the GPU for its first 20 samples and 169 after; 0.2 s of waiting, or a full
+# garbage collection, left it at 169 from the first sample (H100, two rounds each). What the
+# GPU does meanwhile was not found. fusec is the first contender timed on a sequence, so it
+# alone paid.
+SETTLE_S = 0.2
 
 
 # ---------------------------------------------------------------------------
@@ -542,6 +554,8 @@ def measure(script: str, dtype: str, n: int, vector: int, peers: list[Peer], rep
     from bench.fusion import device_inputs
     from fusec.script import load_script
     path = ROOT / "scripts" / f"{script}.script"
+    _free(cupy, peers)  # the last sequence's arrays (or the copy bandwidth's), and then a pause
+    time.sleep(SETTLE_S)
     library = _library()
     dag = load_script(path, library)
     sizes = script_sizes(dag, n, vector)
@@ -611,6 +625,7 @@ def _run_peer(peer: Peer, script, inputs, dtype, ours, repeat, nbytes, bandwidth
 
 
 def _free(cupy, peers) -> None:
+    gc.collect()  # arrays a framework keeps in reference cycles go now, not during the next timing
     cupy.cuda.runtime.deviceSynchronize()
     cupy.get_default_memory_pool().free_all_blocks()
     for peer in peers:

@@ -233,6 +233,18 @@ def test_fusec_reports_the_samples_its_clock_kept_late(monkeypatch):
     assert P.fusec_gpu_times(Program(), {}, 3) == ([1.0, 1.0, 1.0], 2)
 
 
+def test_freeing_collects_garbage_before_it_returns_the_pools(monkeypatch):
+    log = []
+    pool = types.SimpleNamespace(free_all_blocks=lambda: log.append("free CuPy's pool"))
+    cupy = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: log.append("sync"))),
+        get_default_memory_pool=lambda: pool)
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(empty_cache=lambda: log.append("empty torch's cache")))
+    monkeypatch.setattr(P.gc, "collect", lambda: log.append("collect"))
+    P._free(cupy, [types.SimpleNamespace(torch=torch), types.SimpleNamespace()])
+    assert log == ["collect", "sync", "free CuPy's pool", "empty torch's cache"]
+
+
 # ---------------------------------------------------------------------------
 # Ratios, targets, tables
 # ---------------------------------------------------------------------------
