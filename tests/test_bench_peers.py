@@ -210,10 +210,15 @@ def _fake_clock(log, spin_s):
 
 
 def test_clock_spins_before_the_start_event_and_counts_late_samples():
+    from fusec.runtime.cuda import RETAKES
     log = []
     times, late = _fake_clock(log, spin_s=0.0).times(lambda: log.append("run"), 2, gpu_only=True, warmup=1)
-    assert log == ["run"] + ["spin", "record", "run", "record", "sync"] * 2
-    assert times == [2.0, 2.0] and late == 2  # any queuing outlasts a spin of 0 s
+    # any queuing outlasts a spin of 0 s: each sample is taken again RETAKES times, then counted
+    assert log == ["run"] + ["spin", "record", "run", "record", "sync"] * 2 * (RETAKES + 1)
+    assert times == [2.0, 2.0] and late == 2
+    log.clear()
+    times, late = _fake_clock(log, spin_s=60.0).times(lambda: log.append("run"), 2, gpu_only=True, warmup=0)
+    assert log == ["spin", "record", "run", "record", "sync"] * 2 and late == 0  # queued within the spin
     log.clear()
     times, late = _fake_clock(log, spin_s=60.0).times(lambda: log.append("run"), 2, gpu_only=False, warmup=0)
     assert "spin" not in log and late == 0
