@@ -53,6 +53,7 @@ class Measurement:
     reason: str = ""  # why it failed
     fastest: float = math.inf  # seconds, of the timed runs
     slowest: float = math.inf
+    late: int = 0  # timed runs the host queued after the timing spin, even when taken again
 
     @property
     def passed(self) -> bool:
@@ -187,6 +188,11 @@ def report(result: TuneResult) -> str:
         lines.append("")
         for row in failed:
             lines.append(f"rank {row.rank} {row.measurement.verdict}: {headline(row.measurement.reason)}")
+    late = [r for r in result.rows if r.measurement.late]
+    if late:
+        lines += ["", "late: " + ", ".join(f"rank {r.rank} ({r.measurement.late} runs)" for r in late)
+                  + " queued after the timing spin ended, even when taken again: the host was busy, and"
+                  " those runs count some of its wait (tune again on a quieter machine to be sure)"]
     lines.append("")
     winner = result.winner
     if winner is None:
@@ -296,6 +302,10 @@ class Measurer:
     def release(self, program: Program) -> None:
         """Free what the program holds on the device."""
 
+    def late_samples(self) -> int:
+        """A running count of timed runs kept late (``GpuClock``): 0 unless timed on a GPU."""
+        return 0
+
     def measure(self, program: Program) -> Measurement:
         """Run, check against the oracle, then time; failures score inf."""
         try:
@@ -308,14 +318,16 @@ class Measurer:
             failed = [c for c in checks if not c.passed]
             if failed:
                 return Measurement(WRONG, reason="; ".join(f"{c.name}: {c.reason}" for c in failed))
+            late = self.late_samples()
             try:
                 times = self.time(program)
             except Exception as exc:
                 return Measurement(LAUNCH_FAILED, reason=_first_line(exc))
+            late = self.late_samples() - late
             if not times or not all(math.isfinite(t) and t >= 0 for t in times):
                 return Measurement(LAUNCH_FAILED, reason=f"no usable timings ({times[:3]})")
             return Measurement(OK, statistics.median(times) * 1e-3, fastest=min(times) * 1e-3,
-                               slowest=max(times) * 1e-3)
+                               slowest=max(times) * 1e-3, late=late)
         finally:
             self.release(program)
 
@@ -364,6 +376,10 @@ class GpuMeasurer(Measurer):
 
     def release(self, program):
         program.release()
+
+    def late_samples(self) -> int:
+        from .runtime import cuda
+        return cuda.late_samples()
 
 
 # ---------------------------------------------------------------------------- the tune

@@ -368,6 +368,30 @@ def fake(dag, dtype="float32", sizes=SIZES, top=6, **kwargs):
     return FakeMeasurer(dag, dtype, sizes, plans, **kwargs)
 
 
+def test_runs_kept_late_are_counted_per_candidate_and_reported():
+    dag = bicgk()
+
+    class LateMeasurer(FakeMeasurer):
+        count = 0
+
+        def late_samples(self):
+            return self.count
+
+        def time(self, program):
+            if self.rank[program.generated.plan] == 2:
+                self.count += 3  # the clock kept three of this candidate's runs late
+            return super().time(program)
+
+    measurer = LateMeasurer(dag, "float32", SIZES, [c.plan for c in candidates(dag, library(), "float32", SIZES, 3,
+                                                                                 DEFAULT)],
+                            times={1: 0.03, 2: 0.02, 3: 0.01})
+    result = tune(dag, library(), "float32", SIZES, top=3, predictor=DEFAULT, measurer=measurer, store=False)
+    assert {r.rank: r.measurement.late for r in result.rows[:3]} == {1: 0, 2: 3, 3: 0}
+    assert "late: rank 2 (3 runs) queued after the timing spin ended" in report(result)
+    assert "late:" not in report(tune(dag, library(), "float32", SIZES, top=3, predictor=DEFAULT, store=False,
+                                      measurer=fake(dag, top=3, times={1: 0.03, 2: 0.02, 3: 0.01})))
+
+
 def test_tune_chooses_the_fastest_correct_candidate_and_caches_it(capsys):
     dag = bicgk()
     # the fastest three are wrong, do not compile, do not launch
