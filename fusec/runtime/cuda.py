@@ -363,11 +363,11 @@ class GpuClock:
     That holds only while the host queues the work before the spin ends. A
     host stalled longer (another process on the CPU, a garbage collection)
     leaves the GPU idle after the start event, and the sample counts the
-    stall (likely what gave VADD at 4M elements 18.3 us in its first quartile
-    and 75.4 in its third, in a bench.peers run where every contender's host
-    times were up). So each sample also times the spin, a sample the host queued for
-    longer is *late* and taken again (``RETAKES``), and one still late then is
-    kept and counted in ``late_samples``, for the caller to report."""
+    stall (with 32 processes busy on a 16-core H100 host, VADD at 4M elements
+    had samples of up to 2 ms against a median of 18.3 us). So each sample
+    also times the spin, a sample the host queued for longer is *late* and
+    taken again (``RETAKES``), and one still late then is kept and counted in
+    ``late_samples``, for the caller to report."""
 
     def __init__(self, driver, arch: str):
         from .. import nvcc
