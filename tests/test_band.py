@@ -394,3 +394,45 @@ def test_small_fp64_bicgk_is_not_first_priced_as_a_band_kernel():
     sizes = {s: 1024 for s in dag.sizes}
     first = build_space(dag, library(), "float64", sizes, DEFAULT).top(1)[0]
     assert all(k.geometry is not Geometry.BAND for k in first.plan.kernels if hasattr(k, "geometry"))
+
+
+# -- registers: the matrices live at once ------------------------------------------------------
+
+def _gesummv_band_kernels(shape: tuple[int, int, int]):
+    """GESUMMV's fused t1 + t2 band kernels at fp32 n = 6000 of one (block, rows, pieces),
+    not loading ahead, by load phases."""
+    from fusec.space.implementations import load_phases
+    dag = dag_of("gesummv")
+    sizes = {s: 6000 for s in dag.sizes}
+    fused = next(f for f in fusions(dag, library()) if len(f.calls) == 2)
+    out = {}
+    for plan, kernel in implementations(dag, library(), fused, "float32", sizes=sizes):
+        if (plan.geometry is Geometry.BAND and not plan.ahead
+                and (plan.shape.block, plan.shape.tile_rows, plan.shape.pieces) == shape):
+            out.setdefault(load_phases(plan), (plan, kernel))
+    return dag, out
+
+
+def test_matrices_loaded_in_one_phase_are_all_counted_in_registers():
+    """GESUMMV loads A and B: in one phase both are in registers at once (ptxas, fp32
+    n = 6000, 512 threads of 3 pieces and 2 rows: 84 registers, 64 estimated when only
+    the widest matrix counted; loading ahead too, it spilled 224 bytes at the 128 a
+    thread may have), in two phases one at a time (64 registers)."""
+    dag, by_phases = _gesummv_band_kernels((512, 2, 3))
+    (one_plan, one), (two_plan, two) = by_phases[1], by_phases[2]
+    matrix = next(e.size for e in one.elements if e.mapping == "band")
+    assert (one.live_band_slots, two.live_band_slots) == (2 * matrix, matrix)
+    assert one.estimated_registers == two.estimated_registers + matrix  # fp32: a word a slot
+    assert one.estimated_registers >= 84  # what ptxas used
+    with pytest.raises(PlanError, match="registers per thread"):  # 136 of 128: it spilled
+        build_kernel(dag, library(), dataclasses.replace(one_plan, ahead=True), "float32", 0, emit=False)
+
+
+def test_a_computed_matrix_takes_the_registers_of_the_one_it_came_from():
+    """GEMVER's B1 = A + u1 v1^T and B = B1 + u2 v2^T, elementwise: one matrix at a time."""
+    dag = dag_of("gemver")
+    plan = band_program("gemver", "float32", {s: 4096 for s in dag.sizes})
+    heavy = next(k for k in generate(dag, library(), plan, "float32").kernels
+                 if k.plan.geometry is Geometry.BAND and len(k.plan.calls) == 3)
+    sizes = [e.size for e in heavy.elements if e.mapping == "band"]
+    assert len(sizes) == 3 and heavy.live_band_slots == max(sizes)  # A, B1, B

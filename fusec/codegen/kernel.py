@@ -164,6 +164,9 @@ class Kernel:
     # takes those finished values (`given`, value ids) as arguments instead of loading them.
     sums_after_barrier: bool = False
     given: tuple[int, ...] = ()
+    # Band kernels: the most register slots of whole-row matrix elements live at once in
+    # the loop (:func:`_live_band_slots`), which the register estimate counts.
+    live_band_slots: int = 0
 
     @property
     def shape(self) -> geo.Shape:
@@ -242,15 +245,19 @@ class Kernel:
         return min(255, round(22 + 0.47 * slots * words + 1.0 * kept * words))
 
     def _band_registers(self, by_value: dict, words: int) -> int:
-        """A band kernel's registers, roughly: 24 for indices and addresses, its
-        widest matrix element (the rows in flight; a computed matrix replaces the
-        one it came from) and every other register element whole (ptxas, fp32
-        n = 16384, 512 threads of 8 pieces: ATAX 126 registers against 121
-        estimated, BiCGK 120 against 122; GEMVER's first kernel, 152 estimated,
-        spilled at the 128 a block of 512 may have)."""
+        """A band kernel's registers, roughly: 24 for indices and addresses, the
+        matrix elements live at once (the rows in flight: a computed matrix
+        replaces the one it came from, but two matrices loaded in one phase are
+        both held; ``live_band_slots``) and every other register element whole
+        (ptxas, fp32 n = 16384, 512 threads of 8 pieces: ATAX 126 registers against
+        121 estimated, BiCGK 120 against 122; GEMVER's first kernel, 152 estimated,
+        spilled at the 128 a block of 512 may have; GESUMMV at fp32 n = 6000, 512
+        threads of 3 pieces and 2 rows, both matrices loaded at once: 84 against 88,
+        and with loads ahead it spilled 224 bytes, estimated 136)."""
         matrices = [e.size for e in by_value.values() if e.mapping == "band"]
+        live = max(self.live_band_slots, max(matrices, default=0))
         rest = sum(e.size for e in by_value.values() if e.mapping != "band")
-        return min(255, round(24 + words * (max(matrices, default=0) + rest) + self.ahead_registers))
+        return min(255, round(24 + words * (live + rest) + self.ahead_registers))
 
     @property
     def ahead_registers(self) -> int:
@@ -552,7 +559,7 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     stores_matrix = any(a.role == "out" and dag.value(a.value).kind is Kind.MATRIX for a in args)
     stream = plan.geometry is not Geometry.VECTOR and not stores_matrix
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
-                    total, "", stream_matrices=stream)
+                    total, "", stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements))
     if plan.geometry is Geometry.BAND and kernel.estimated_registers > min(255, REGISTERS_PER_SM // plan.shape.block):
         # a band keeps whole rows in registers: where they do not fit, they would spill
         raise PlanError(f"about {kernel.estimated_registers} registers per thread, more than a block of"
@@ -560,6 +567,32 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     if stream and turns:
         kernel = dataclasses.replace(kernel, keep_blocks=KEEP_L2_BYTES // _matrix_bytes_per_block(kernel, dag))
     return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+
+
+def _live_band_slots(dag: Dag, ops, elements) -> int:
+    """The most register slots of whole-row matrix elements (mapping ``band``) live at
+    once in the loop: a load makes its element live, a compute keeps its inputs live
+    until it has read them and then its result (an elementwise map's result takes its
+    dead input's registers), and an element dies after its last reader."""
+    band = {e.value: e.size for e in elements if e.mapping == "band" and e.storage is Storage.REGISTERS}
+    loop = [op for op in ops if op.section == LOOP and op.step is not None]
+    last_use: dict[int, int] = {}
+    for i, op in enumerate(loop):
+        if op.step.kind is RoutineKind.COMPUTE:
+            last_use.update((v, i) for v in dag.call(op.step.call).value_args())
+        elif op.step.kind is RoutineKind.STORE:
+            last_use[op.value] = i
+    live: set[int] = set()
+    peak = 0
+    for i, op in enumerate(loop):
+        if op.step.kind is RoutineKind.LOAD and op.value in band:
+            live.add(op.value)
+        peak = max(peak, sum(band[v] for v in live))
+        live = {v for v in live if last_use.get(v, -1) > i}
+        if op.step.kind is RoutineKind.COMPUTE and op.value in band:
+            live.add(op.value)
+        peak = max(peak, sum(band[v] for v in live))
+    return peak
 
 
 def _matrix_bytes_per_block(kernel: Kernel, dag: Dag) -> int:
