@@ -58,7 +58,7 @@ def points(scripts, dtypes, ns: list[int], vector_given: int | None, library):
 
 def row_of(script: str, result, library) -> dict:
     """One point's outcome, for the JSON."""
-    winner, first = result.winner, result.rows[0] if result.rows else None
+    winner, first = result.winner, result.first
     return {
         "script": script, "dtype": result.dtype, "sizes": dict(result.sizes), "gpu": result.gpu_name,
         "library": library.content_hash,

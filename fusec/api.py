@@ -19,6 +19,8 @@ from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
 from .space.points import ProgramPlan
 from . import geometry as geo
+from . import nvcc
+from .nvcc import DEFAULT_ARCH
 from . import tuning
 from .tuning import TuningEntry
 
@@ -84,10 +86,12 @@ def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, i
 
 def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                   plan: ProgramPlan | None = None, predictor: Predictor | None = None,
-                  gpu: str | None = None, tuned: bool = True,
-                  reproducible: bool = False) -> tuple[Program, TuningEntry | None]:
+                  gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
+                  spill_arch: str | None = DEFAULT_ARCH) -> tuple[Program, TuningEntry | None]:
     """:func:`compile_dag`, and the tuning-cache entry its plan came from (None
-    when the plan was imposed or predicted)."""
+    when the plan was imposed or predicted). A predicted plan's kernels are
+    compiled for ``spill_arch`` to check that they do not spill registers
+    (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = geo.dtype_name(dtype)
     if plan is not None:
         return Program(generate(dag, library, plan, dtype)), None
@@ -107,8 +111,54 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         from .perfdb import predictor_for  # the perfdb may import much; only when predicting
         predictor = predictor_for(library, gpu)
     space = build_space(dag, library, dtype, sizes, predictor)
-    best = space.best_where(lambda p: _reproducible(dag, library, p)) if reproducible else space.best()
-    return Program(generate(dag, library, best.plan, dtype)), None
+    keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
+    best = space.best_where(keep)
+    generated, predicted = _without_spills(dag, library, dtype, space.ranked(), keep, best, spill_arch)
+    return Program(generated, predicted=predicted), None
+
+
+# The predictor's register estimate is rough (Kernel.estimated_registers), and a kernel
+# that spills runs far slower than it was priced: GESUMMV at fp32 n = 6000, whose
+# best-predicted band kernel spilled 224 bytes, took 142.5 us against 95.3 for the best
+# of its space (fusec tune, 2026-11-24). So where nvcc is present the best-predicted
+# combination is compiled, and while a kernel of it spills the next one without that
+# kernel is taken, compiling at most this many.
+SPILL_CHECKS = 8
+RANKS_SEARCHED = 20000  # combinations looked at for one free of the spilling kernels
+
+
+def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch: str | None):
+    """(the generated program, how it was chosen): the best-ranked combination
+    ``keep`` accepts whose kernels ptxas compiles for ``arch`` without spilling
+    (``best``, the first accepted, when ``arch`` is None, nvcc is missing or
+    fails, or every one checked spills)."""
+    if arch is None:
+        return generate(dag, library, best.plan, dtype), "predicted (rank 1)"
+    if nvcc.nvcc_path() is None:
+        return generate(dag, library, best.plan, dtype), "predicted (rank 1; registers not checked: no nvcc)"
+    spilled: dict = {}  # kernel plan -> (kernel name, bytes spilled)
+    checked = 0
+    for rank, combination in enumerate(ranked, start=1):
+        if rank > RANKS_SEARCHED or checked == SPILL_CHECKS:
+            break
+        if not keep(combination.plan) or any(k in spilled for k in combination.plan.kernels):
+            continue
+        generated = generate(dag, library, combination.plan, dtype)
+        try:
+            compiled = nvcc.compile_cubin(generated.source, arch)
+        except Exception:  # nvcc's own error comes again, whole, when the program is loaded
+            return generate(dag, library, best.plan, dtype), "predicted (rank 1; registers not checked: nvcc failed)"
+        checked += 1
+        for plan, kernel in zip(combination.plan.kernels, generated.kernels):
+            used = compiled.resources.get(kernel.name)
+            if used is not None and used.spill_stores + used.spill_loads:
+                spilled[plan] = (kernel.name, used.spill_stores + used.spill_loads)
+        if not any(k in spilled for k in combination.plan.kernels):
+            if not spilled:
+                return generated, "predicted (rank 1)"
+            names = ", ".join(f"{name} {count} bytes" for name, count in spilled.values())
+            return generated, f"predicted rank {rank}: better-ranked combinations spill registers ({names})"
+    return generate(dag, library, best.plan, dtype), "predicted (rank 1; its kernels spill registers)"
 
 
 def _reproducible(dag, library: Library, plan: ProgramPlan) -> bool:

@@ -74,7 +74,7 @@ def _compile(args) -> int:
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes) if args.size else None
     program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, tuned=not args.no_tuned,
-                                   reproducible=args.reproducible)
+                                   reproducible=args.reproducible, spill_arch=None if args.no_nvcc else args.arch)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{program.dag.name}.{args.dtype}"
@@ -130,8 +130,8 @@ def _run(args) -> int:
     sizes_text = " ".join(f"{k}={v}" for k, v in sizes.items())
     print(f"{program.dag.name} ({program.dag.file}) {args.dtype}, {sizes_text},"
           f" {len(program.kernels)} kernel(s) on {name}")
-    if program.tuned:
-        print(f"plan   {program.tuned}")
+    if program.tuned or program.predicted:
+        print(f"plan   {program.tuned or program.predicted}")
     if not program.generated.reproducible:
         print("bits   two runs may differ in the last bits: a band kernel adds its column sums with atomics"
               " (--reproducible leaves such kernels out)")

@@ -101,6 +101,19 @@ class TuneResult:
     # the winner measured again with its kernels alone alternating their direction
     # and always forwards (Program.turning): {True: ..., False: ...}; empty when none turns
     directions: dict = dataclasses.field(default_factory=dict)
+    # the row of the plan fusec.compile takes untuned: the best-predicted whose kernels
+    # do not spill (fusec.api), rank 1 unless a better-ranked one spills; None if unmeasured
+    first: Row | None = None
+
+
+def untuned_choice(dag, library, dtype: str, sizes: Mapping[str, int], predictor, rows) -> Row | None:
+    """The row of the plan :func:`fusec.compile` takes without a tuned plan, if measured."""
+    from .api import build_program
+    try:
+        program, _ = build_program(dag, library, dtype, sizes=sizes, predictor=predictor, tuned=False)
+    except FusecError:
+        return None
+    return next((r for r in rows if r.plan == program.generated.plan), None)
 
 
 # ---------------------------------------------------------------------------- GPU-free parts
@@ -198,10 +211,11 @@ def report(result: TuneResult) -> str:
     if winner is None:
         lines.append("no candidate passed: nothing was chosen or cached")
     else:
-        first = result.rows[0]
-        versus = (f"; the predictor's first choice measured {first.measured * 1e6:.1f} us"
+        first = result.first
+        spilled = f" (rank {first.rank}: better-ranked ones spill registers)" if first and first.rank > 1 else ""
+        versus = (f"; the predictor's first choice{spilled} measured {first.measured * 1e6:.1f} us"
                   f" ({first.measured / winner.measured:.2f}x the winner's time)"
-                  if first.passed and first is not winner else "")
+                  if first is not None and first.passed and first is not winner else "")
         lines.append(f"winner: rank {winner.rank}, {winner.measured * 1e6:.1f} us,"
                      f" {winner.gbps:.0f} GB/s on {winner.nbytes:,} minimum bytes{versus}")
         if result.directions:
@@ -460,4 +474,4 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
             error = "not asked to"
     return TuneResult(dag, dtype, sizes, gpu_name, getattr(predictor, "name", type(predictor).__name__),
                       tuple(rows), winner, entry, path, error, time.perf_counter() - start,
-                      len(ranked), len(by_layout), ways)
+                      len(ranked), len(by_layout), ways, untuned_choice(dag, library, dtype, sizes, predictor, rows))

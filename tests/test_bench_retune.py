@@ -44,7 +44,8 @@ class FakeTune:
             entry = tuning.TuningEntry(tuning.key(dag, library, dtype, sizes, "h100-80gb-hbm3"), winner.plan, 20.0,
                                        11.0, 2, 2, H100, tuning.now(), dag.name)
             tuning.store(entry)
-        return TuneResult(dag, dtype, dict(sizes), H100, "fake", rows, winner, entry, None, "", self.seconds)
+        return TuneResult(dag, dtype, dict(sizes), H100, "fake", rows, winner, entry, None, "", self.seconds,
+                          first=rows[0])
 
 
 @pytest.fixture

@@ -28,13 +28,13 @@ def _call(dag: Dag, call: int) -> str:
             f"{dag.value(record.result).label} = {record.function}({args})")
 
 
-def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, tuned: str | None = None,
+def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, origin: str | None = None,
              turning: bool = True) -> str:
     dag = generated.dag
     lines = [f"program {dag.name} ({dag.file}), {generated.dtype}, library {generated.library.name}"
              f" (hash {generated.library.content_hash})"]
-    if tuned:
-        lines.append(f"plan: {tuned}")
+    if origin:  # where the plan came from: tuned, or how the predictor chose it
+        lines.append(f"plan: {origin}")
     if not generated.reproducible:
         lines.append("bits: two runs may differ in the last bits (a band kernel adds its column sums with"
                      " atomics; --reproducible / reproducible=True leaves such kernels out)")

@@ -128,7 +128,8 @@ def turn_groups(generated: GeneratedProgram) -> tuple[int | None, ...]:
 class Program:
     """The result of :func:`fusec.compile`."""
 
-    def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True):
+    def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True,
+                 predicted: str | None = None):
         self.generated = generated
         if not isinstance(turning, bool):
             raise TypeError(f"turning must be True or False, not {turning!r}")
@@ -137,6 +138,7 @@ class Program:
         self._turns = tuple(Turns() for _ in set(self.turn_groups) - {None})
         self.dtype = geo.DTYPES[generated.dtype]
         self.tuned = tuned  # where the plan came from, when a tuning cache supplied it
+        self.predicted = predicted  # how the predictor's plan was chosen, when it was
         dag = generated.dag
         # values that pass through memory without being results: between kernels, or
         # inside a striped kernel from its producer to its consumer
@@ -178,7 +180,7 @@ class Program:
         return tuple(self.dag.value(v).name for v in self.dag.outputs)
 
     def describe(self, sizes: Mapping[str, int] | None = None, resources=None) -> str:
-        return describe(self.generated, sizes, resources, tuned=self.tuned, turning=self.turning)
+        return describe(self.generated, sizes, resources, origin=self.tuned or self.predicted, turning=self.turning)
 
     def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
         """Bytes any implementation must move: each input read once, each output written once."""
