@@ -154,6 +154,29 @@ def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
     return None
 
 
+def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
+    """The plan ``library`` shipped for these when it was another version (a stale
+    file: keyed on the library's hash as it was), or None. ``fusec tune`` measures it
+    beside its candidates, so that tuning again after a library change never loses the
+    plan tuned before it where that plan still builds and still wins."""
+    if not gpu:
+        return None
+    root = shipped_root(library)
+    for slug in _slugs(root, gpu, "the library's tunings"):
+        now = key(dag, library, dtype, sizes, slug)
+        for path in sorted((root / slug).glob("*.json")):
+            try:
+                fields = json.loads(path.read_text(encoding="utf-8"))["key"]
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+                continue  # `fusec tunings` reports what does not parse
+            if not isinstance(fields, dict) or fields.get("library") == library.content_hash:
+                continue
+            was = dataclasses.replace(now, library=str(fields.get("library")))
+            if fields == was.fields():
+                return read(path, was, calls=len(dag.calls))
+    return None
+
+
 def _slugs(root: Path, gpu: str, where: str) -> list[str]:
     """The GPU folders under ``root`` that ``gpu`` names, an exact name first."""
     try:

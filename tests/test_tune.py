@@ -726,6 +726,30 @@ def test_a_shipped_plan_keyed_on_the_library_as_it_was_is_never_used(cache, own_
     assert fusec.compile(BICGK, edited, sizes=SIZES, gpu="h100").tuned is None
 
 
+def test_a_plan_shipped_for_the_library_as_it_was_is_measured_again_when_tuning(cache, own_library):
+    """After a library change its shipped plans are stale (never used), but fusec tune
+    measures the stale plan of the same point beside its candidates, so tuning again
+    keeps it where it still wins."""
+    dag = load_script(BICGK, own_library)
+    old = planted(store=False, rank=40)
+    old = dataclasses.replace(old, key=dataclasses.replace(old.key, library="0" * 16))
+    tuning.ship(old, own_library)
+    other_sizes = dataclasses.replace(old, key=dataclasses.replace(old.key, sizes=(("m", 64), ("n", 64))),
+                                      plan=planted(store=False, rank=5).plan)
+    tuning.ship(other_sizes, own_library)
+    assert tuning.lookup(dag, own_library, "float32", SIZES, SLUG) is None  # stale: never used
+    assert tuning.previous(dag, own_library, "float32", SIZES, SLUG).plan == old.plan
+    assert tuning.previous(dag, own_library, "float64", SIZES, SLUG) is None
+    assert tuning.previous(dag, own_library, "float32", SIZES, None) is None
+    plans = [c.plan for c in candidates(dag, own_library, "float32", SIZES, 6, DEFAULT)]
+    assert old.plan not in plans
+    measurer = FakeMeasurer(dag, "float32", SIZES, plans + [old.plan], times={1: 0.01, len(plans) + 1: 0.005})
+    result = tune(dag, own_library, "float32", SIZES, top=6, predictor=DEFAULT, measurer=measurer, progress=False)
+    assert [r.plan for r in result.rows] == plans + [old.plan]
+    assert result.winner.plan == old.plan
+    assert tuning.lookup(dag, own_library, "float32", SIZES, SLUG).plan == old.plan  # now under the new key
+
+
 def test_fusec_compile_says_the_plan_is_shipped_with_the_library(capsys, tmp_path, own_library):
     entry = planted(store=False)
     path = tuning.ship(entry, own_library)
