@@ -504,7 +504,7 @@ def test_kernel_arguments_in_order():
         ("scalar", "const real v4_beta"),
         ("size", "const int rows"),
         ("size", "const int cols"),
-        ("vec_ok", "const int vec_ok"),
+        ("aligned", "const int aligned"),
         ("direction", "const int backwards"),
     ]
 

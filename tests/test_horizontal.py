@@ -357,12 +357,12 @@ def test_generated_parts_see_their_own_threads_grid_and_barrier(script, dtype):
             assert f'__maxnreg__({plan.bound}) {kernel.name}(' in source
         else:
             assert f'__launch_bounds__(BLOCK, 1) {kernel.name}(' in source
-        # arguments: an array both parts read is passed once; sizes and vec_ok once per part
+        # arguments: an array both parts read is passed once; sizes and aligned once per part
         names = [a.name for a in kernel.args]
         assert len(names) == len(set(names))
         for p, part in enumerate(kernel.parts):
             for arg in part.args:
-                wanted = f"{arg.name}_{p}" if arg.role in ("size", "vec_ok") else arg.name
+                wanted = f"{arg.name}_{p}" if arg.role in ("size", "aligned") else arg.name
                 assert wanted in names
         if script == "bicgk":
             assert names.count("g_" + dag.value(dag.inputs[0]).c_name) == 1  # A, read by both parts
@@ -444,22 +444,27 @@ class _Binding:
         self.sizes, self.scalars = sizes, scalars or {}
 
 
-def test_vec_ok_is_per_part_and_shared_arrays_are_passed_once():
+def test_aligned_is_per_part_and_shared_arrays_are_passed_once():
     dag = dag_of("gemv_dot")
     parts = unfused_plan(dag, library()).kernels
     prog = Program(generate(dag, library(), ProgramPlan((HorizontalPlan(parts),)), "float32"))
     (kernel,) = prog.kernels
     pointers = {v.id: 0x10000 * (v.id + 1) for v in dag.values}
-    sizes = {"m": 100, "n": 33, "k": 64}  # rows of 33 reals: no 16-byte accesses for the gemv
-    args = dict(zip((a.name for a in kernel.args), prog._kernel_args(kernel, _Buffers(), pointers,
-                                                                    _Binding(sizes))))
-    assert args["vec_ok_0"] == 0 and args["vec_ok_1"] == 1
+    sizes = {"m": 100, "n": 33, "k": 64}  # rows of 33 reals: the gemv works out vec_ok itself
+
+    def flags():
+        args = dict(zip((a.name for a in kernel.args), prog._kernel_args(kernel, _Buffers(), pointers,
+                                                                        _Binding(sizes))))
+        return args, (args["aligned_0"], args["aligned_1"])
+
+    args, aligned = flags()
+    assert aligned == (1, 1)
     assert (args["rows_0"], args["cols_0"], args["n_1"]) == (100, 33, 64)
-    pointers[dag.inputs[2]] += 4  # u misaligned: the dot cannot use 16-byte accesses either
-    sizes["n"] = 32
-    args = dict(zip((a.name for a in kernel.args), prog._kernel_args(kernel, _Buffers(), pointers,
-                                                                    _Binding(sizes))))
-    assert args["vec_ok_0"] == 1 and args["vec_ok_1"] == 0
+    pointers[dag.inputs[0]] += 4  # A misaligned: no 16-byte accesses for the gemv, the dot keeps them
+    assert flags()[1] == (0, 1)
+    pointers[dag.inputs[0]] -= 4
+    pointers[dag.inputs[2]] += 4  # u misaligned: the dot's turn
+    assert flags()[1] == (1, 0)
     assert kernel.grid(sizes) == max(p.grid(sizes) for p in kernel.parts)
     from fusec.runtime.cuda import parameter_format
     assert parameter_format(kernel) == "PPPPPPPPPP" + "iii" + "qi"

@@ -43,7 +43,8 @@ def emit_band_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, threa
     w(f"c.t = {threads.tid};")
     w("c.rows = rows;")
     w("c.cols = cols;")
-    w("c.vec_ok = vec_ok;")
+    w("c.aligned = aligned;")
+    w("c.vec_ok = aligned && cols % VEC == 0;")
     w(f"c.row0 = {threads.item} * (ITERS * BAND_ROWS);")
     w(FULL + "  // no guards needed in this instance")
     if kernel.sums_after_barrier:

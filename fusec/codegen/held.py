@@ -524,7 +524,7 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
         w("// this launch's round picks the halves of the column sums' accumulators it adds into")
         w("const unsigned long long launch_round = fusec_round(fusec_arrivals, gridDim.x);")
     for p, part in enumerate(kernel.parts):
-        names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
+        names = [f"{a.name}_{p}" if a.role in ("size", "aligned") else a.name for a in part.args]
         more = ["launch_round"] if plan.finish_after and p == 0 else [f"sums_{c}" for c in sums] if p else []
         w(f"{part.name}::run({', '.join(names + ['blockIdx.x', 'held_registers', 'held_shared'] + more)});")
         if p == 0 and plan.finish_after:

@@ -20,7 +20,7 @@ kernel runs them side by side in every block (the paper's Fig. 5):
 - shared memory and the reductions' flags are declared in each part's body:
   separate for every part;
 - the kernel's parameters are the union of the parts', an array or scalar
-  that feeds several parts passed once; sizes and ``vec_ok`` are per part.
+  that feeds several parts passed once; sizes and ``aligned`` are per part.
 
 With ``bound`` the kernel is compiled with ``__maxnreg__(bound)`` instead of
 ``__launch_bounds__`` (HFuse's register bound, Fig. 6).
@@ -71,7 +71,7 @@ class PartsKernel:
         return False
 
     def owner(self, arg: Arg):
-        """The part a size or vec_ok argument is for; the kernel for shared ones."""
+        """The part a size or aligned argument is for; the kernel for shared ones."""
         return self.parts[arg.part] if arg.part is not None else self
 
     def part_of(self, reduction: Reduction) -> Kernel:
@@ -198,12 +198,12 @@ def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kern
 
 def union_args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
     """The parts' arguments (of a horizontal or a striped kernel): arrays and
-    scalars once (their names are the values'), sizes and vec_ok once per part, renamed ``NAME_p``."""
+    scalars once (their names are the values'), sizes and aligned once per part, renamed ``NAME_p``."""
     shared: dict[tuple, Arg] = {}
     own: list[Arg] = []
     for p, part in enumerate(parts):
         for arg in part.args:
-            if arg.role in ("size", "vec_ok"):
+            if arg.role in ("size", "aligned"):
                 own.append(dataclasses.replace(arg, decl=f"{arg.decl}_{p}", part=p))
             else:
                 shared.setdefault((arg.role, arg.value), arg)
@@ -248,7 +248,7 @@ def _emit(kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
         else:
             w.lines[-1] += " else {"
             w.depth += 1
-        names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
+        names = [f"{a.name}_{p}" if a.role in ("size", "aligned") else a.name for a in part.args]
         tid = "threadIdx.x" if offset == 0 else f"threadIdx.x - {offset}"
         w(f"{part.name}::run({', '.join(names + [tid])});")
         w.close()

@@ -60,13 +60,13 @@ class Element:
 class Arg:
     """A kernel parameter and what the host passes for it."""
 
-    role: str  # "in" | "out" | "workspace" | "counters" | "schedule" | "scalar" | "scalar_ptr" | "size" | "vec_ok"
+    role: str  # "in" | "out" | "workspace" | "counters" | "schedule" | "scalar" | "scalar_ptr" | "size" | "aligned"
     #            | "direction"
     decl: str
     value: int | None = None
     size: str | None = None  # size symbol, for role "size"
     axis: str | None = None  # tile geometry: ROWS or COLS for a vector
-    part: int | None = None  # a horizontal fusion's size or vec_ok: the part it is for
+    part: int | None = None  # a horizontal fusion's size or aligned flag: the part it is for
 
     @property
     def name(self) -> str:
@@ -639,7 +639,7 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
         sizes = [Arg("size", "const int rows", size=dims[0]), Arg("size", "const int cols", size=dims[1])]
     else:
         sizes = [Arg("size", "const long long n", size=dims[0])]
-    return tuple(ins + outs + scalars + sizes + [Arg("vec_ok", "const int vec_ok")])
+    return tuple(ins + outs + scalars + sizes + [Arg("aligned", "const int aligned")])
 
 
 # --------------------------------------------------------------------------- emission
@@ -711,15 +711,16 @@ def _emit(kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> st
 
 
 def _emit_keeping_load(w: _Writer, blocks: int) -> None:
-    """The kernel's own fusec_load16, which the library's routines in its namespace call instead
-    of support.cuh's: plain in the last ``blocks`` blocks (Kernel.keep_blocks)."""
+    """The kernel's own fusec_load16 and fusec_load1, which the library's routines in its
+    namespace call instead of support.cuh's: plain in the last ``blocks`` blocks (Kernel.keep_blocks)."""
     w(f"// The last {blocks} blocks to run load the matrix plainly, so that L2 keeps those tiles for the")
     w("// next launch, which starts on them (Kernel.keep_blocks); the others as the kernel's policy says.")
-    w("template <bool EVICT_FIRST>")
-    w("__device__ __forceinline__ fusec_vec fusec_load16(const real* p) {")
-    w(f"  if (EVICT_FIRST && blockIdx.x + {blocks}u >= gridDim.x) return ::fusec_load16<false>(p);")
-    w("  return ::fusec_load16<EVICT_FIRST>(p);")
-    w("}")
+    for name, kind in (("fusec_load16", "fusec_vec"), ("fusec_load1", "real")):
+        w("template <bool EVICT_FIRST>")
+        w(f"__device__ __forceinline__ {kind} {name}(const real* p) {{")
+        w(f"  if (EVICT_FIRST && blockIdx.x + {blocks}u >= gridDim.x) return ::{name}<false>(p);")
+        w(f"  return ::{name}<EVICT_FIRST>(p);")
+        w("}")
 
 
 def _library_sources(kernel: Kernel, dag: Dag, library: Library) -> list[tuple[str, str]]:
@@ -818,7 +819,8 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w(f"c.ty = {tid} / BLOCK_X;")
         w("c.rows = rows;")
         w("c.cols = cols;")
-        w("c.vec_ok = vec_ok;")
+        w("c.aligned = aligned;")
+        w("c.vec_ok = aligned && cols % VEC == 0;")
         w("c.row0 = block_row * " + ("ITERS * " if serial_rows else "") + "TILE_ROWS;")
         w("c.col0 = block_col * " + ("" if serial_rows else "ITERS * ") + "TILE_COLS;")
     else:
@@ -832,7 +834,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
         w("fusec_chunk c;")
         w(f"c.t = {tid};")
         w("c.n = n;")
-        w("c.vec_ok = vec_ok;")
+        w("c.vec_ok = aligned;")
         w("c.i = base + (long long)c.t * VEC;")
 
     full = ("c.full = c.vec_ok && c.row0 + TILE_ROWS <= rows && c.col0 + TILE_COLS <= cols;"
@@ -1013,7 +1015,7 @@ def probe_kernel(kernel: Kernel, step: Step, name: str, dag: Dag, library: Libra
 
 def _emit_probe_seed(w: _Writer, kernel: Kernel) -> None:
     w("// probe: elements start from a value nvcc cannot know; what routines write goes to a sink")
-    w("const real fusec_seed = real(vec_ok) * real(0.001);")
+    w("const real fusec_seed = real(aligned) * real(0.001);")
     w("real fusec_sink = real(0);")
     for e in kernel.elements:
         if e.storage is Storage.REGISTERS:

@@ -253,7 +253,7 @@ def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
     w(f"const fusec_stripe_item work = fusec_stripe_ticket(fusec_schedule, stripes, n0, n1, {plan.lag});")
     w("unsigned* const stripe_done = fusec_schedule + 2 + work.stripe;  // producer blocks done")
     for p, part in enumerate(kernel.parts):
-        names = [f"{a.name}_{p}" if a.role in ("size", "vec_ok") else a.name for a in part.args]
+        names = [f"{a.name}_{p}" if a.role in ("size", "aligned") else a.name for a in part.args]
         blocks = "n0" if p == 0 else "n1"
         item = (f"work.across * stripes + work.stripe" if axis == COLS
                 else f"work.stripe * {blocks} + work.across")  # as block_row, block_col of its own grid

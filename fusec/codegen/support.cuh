@@ -21,6 +21,17 @@ __device__ __forceinline__ fusec_vec fusec_load16(const real* p) {
   }
 }
 
+// One value, loaded as fusec_load16 loads 16 bytes (rows that are not whole 16-byte pieces
+// take a whole piece as VEC of these, under the same policy).
+template <bool EVICT_FIRST>
+__device__ __forceinline__ real fusec_load1(const real* p) {
+  if constexpr (EVICT_FIRST) {
+    return __ldcs(p);
+  } else {
+    return *p;
+  }
+}
+
 // One 16-byte store; STREAMING marks it evict-first (st.global.cs), so that L2 keeps
 // the kernel's inputs rather than its output (vector routines pass STREAM_STORES).
 template <bool STREAMING>
@@ -50,7 +61,8 @@ struct fusec_tile {
   int tx, ty;     // thread coordinates: tx < BLOCK_X (a warp), ty < BLOCK_Y
   int row0, col0; // first row and column of the tile
   int rows, cols; // matrix size; accesses at or past it are guarded
-  bool vec_ok;    // 16-byte accesses are aligned (cols % VEC == 0, bases aligned)
+  bool aligned;   // every base is 16-byte aligned: vectors move in 16-byte accesses
+  bool vec_ok;    // aligned and cols % VEC == 0: every row starts on a 16-byte boundary
   bool full;      // the whole tile lies inside and vec_ok: no guards needed
 };
 
@@ -60,7 +72,8 @@ struct fusec_band {
   int t;          // thread index in the block
   int row0;       // first row of the instance
   int rows, cols; // matrix size; accesses at or past it are guarded
-  bool vec_ok;    // 16-byte accesses are aligned (cols % VEC == 0, bases aligned)
+  bool aligned;   // every base is 16-byte aligned (as fusec_tile's)
+  bool vec_ok;    // aligned and cols % VEC == 0: every row starts on a 16-byte boundary
   bool full;      // all BAND_ROWS rows inside, cols == BAND_COLS and vec_ok: no guards needed
 };
 

@@ -205,7 +205,7 @@ def _arguments(driver, kernel, probe: Probe, sizes: dict[str, int]) -> list:
             args.append(np.dtype(kernel.dtype).type(1.0))
         elif arg.role == "size":
             args.append(sizes[arg.size])
-        elif arg.role == "vec_ok":
+        elif arg.role == "aligned":
             args.append(1)
         else:
             raise AssertionError(f"a probe has no {arg.role} argument")

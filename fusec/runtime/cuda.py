@@ -303,7 +303,7 @@ class Loaded:
 def parameter_format(kernel) -> str:
     """struct-module format of the kernel's parameters, for prepared calls."""
     codes = {"in": "P", "out": "P", "workspace": "P", "counters": "P", "schedule": "P", "scalar_ptr": "P",
-             "scalar": "f" if kernel.dtype == "float32" else "d", "vec_ok": "i", "direction": "i"}
+             "scalar": "f" if kernel.dtype == "float32" else "d", "aligned": "i", "direction": "i"}
     out = []
     for arg in kernel.args:
         if arg.role == "size":

@@ -404,18 +404,16 @@ class Program:
                 args.append(binding.sizes[arg.size])
             elif arg.role == "direction":
                 args.append(self._turns[self.turn_groups[kernel.index]]() if self.turning else 0)
-            else:  # vec_ok, of the kernel or of the part of a horizontal fusion it is for
+            else:  # aligned, of the kernel or of the part of a horizontal fusion it is for
                 args.append(int(self._aligned(kernel.owner(arg), pointers, binding)))
         return args
 
     def _aligned(self, kernel, pointers, binding: Binding) -> bool:
-        """16-byte accesses need aligned bases of every array a kernel touches,
-        and in the tile and band geometries rows of whole 16-byte pieces."""
-        aligned = all(pointers[a.value] % geo.VEC_BYTES == 0 for a in kernel.args
-                      if a.role in ("in", "out", "scalar_ptr"))
-        if kernel.plan.shape.geometry.value != "vector":
-            aligned &= binding.sizes[kernel.dims[1]] % geo.vec(self.dtype) == 0
-        return aligned
+        """Whether every array a kernel touches has a 16-byte aligned base: its vectors
+        may then move in 16-byte accesses (the kernel works out itself, from the row
+        width, whether its matrices' rows may too: ``c.vec_ok``)."""
+        return all(pointers[a.value] % geo.VEC_BYTES == 0 for a in kernel.args
+                   if a.role in ("in", "out", "scalar_ptr"))
 
     def _launches(self, buffers: _Buffers, pointers, binding: Binding) -> list[tuple]:
         """(kernel, grid, arguments) of every launch, in order: worked out once

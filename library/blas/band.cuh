@@ -32,11 +32,16 @@ __device__ __forceinline__ void band_load(const real* __restrict__ A, real* a, c
   #pragma unroll
   for (int u = 0; u < BAND_ROWS; ++u) {
     const int row = c.row0 + u;
+    const real* p = A + (long long)row * c.cols;
     #pragma unroll
     for (int j = 0; j < PIECES; ++j) {
       real* e = a + (u * PIECES + j) * VEC;
-      if (row < c.rows) {
-        load_values(A + (long long)row * c.cols, band_col(j, c), c.cols, c.vec_ok, e);
+      const long long col = band_col(j, c);
+      if (row < c.rows && !c.vec_ok && col + VEC <= c.cols) {  // a whole piece of a row off 16 bytes
+        #pragma unroll
+        for (int k = 0; k < VEC; ++k) e[k] = fusec_load1<STREAM_MATRIX>(p + col + k);
+      } else if (row < c.rows) {
+        load_values(p, col, c.cols, c.vec_ok, e);
       } else {
         #pragma unroll
         for (int k = 0; k < VEC; ++k) e[k] = real(0);
@@ -46,29 +51,34 @@ __device__ __forceinline__ void band_load(const real* __restrict__ A, real* a, c
 }
 
 __device__ __forceinline__ void band_store(const real* a, real* __restrict__ A, const fusec_band& c) {
+  if (c.full) {
+    #pragma unroll
+    for (int u = 0; u < BAND_ROWS; ++u) {
+      real* row = A + (long long)(c.row0 + u) * c.cols;
+      #pragma unroll
+      for (int j = 0; j < PIECES; ++j) {
+        fusec_vec v;
+        #pragma unroll
+        for (int k = 0; k < VEC; ++k) v.v[k] = a[(u * PIECES + j) * VEC + k];
+        *reinterpret_cast<fusec_vec*>(row + band_col(j, c)) = v;
+      }
+    }
+    return;
+  }
   #pragma unroll
   for (int u = 0; u < BAND_ROWS; ++u) {
     const int row = c.row0 + u;
-    if (!c.full && row >= c.rows) break;
+    if (row >= c.rows) break;
     #pragma unroll
-    for (int j = 0; j < PIECES; ++j) {
-      const real* e = a + (u * PIECES + j) * VEC;
-      if (c.full) {
-        fusec_vec v;
-        #pragma unroll
-        for (int k = 0; k < VEC; ++k) v.v[k] = e[k];
-        *reinterpret_cast<fusec_vec*>(A + (long long)row * c.cols + band_col(j, c)) = v;
-      } else {
-        store_values(A + (long long)row * c.cols, band_col(j, c), c.cols, c.vec_ok, e);
-      }
-    }
+    for (int j = 0; j < PIECES; ++j)
+      store_values(A + (long long)row * c.cols, band_col(j, c), c.cols, c.vec_ok, a + (u * PIECES + j) * VEC);
   }
 }
 
 // A vector indexed by column, in this thread's pieces (mapping `band_cols`).
 __device__ __forceinline__ void band_cols_load(const real* __restrict__ x, real* e, const fusec_band& c) {
   #pragma unroll
-  for (int j = 0; j < PIECES; ++j) load_values(x, band_col(j, c), c.cols, c.vec_ok, e + j * VEC);
+  for (int j = 0; j < PIECES; ++j) load_values(x, band_col(j, c), c.cols, c.aligned, e + j * VEC);
 }
 
 // A vector indexed by row: every thread holds the instance's rows (mapping `band_rows`).
@@ -90,7 +100,7 @@ __device__ __forceinline__ void band_cols_partial_store(const real* e, real* acc
   #pragma unroll
   for (int j = 0; j < PIECES; ++j) {
     const long long col = band_col(j, c);
-    if (c.vec_ok && col + VEC <= c.cols) {
+    if (c.aligned && col + VEC <= c.cols) {  // the accumulator is a vector: its base decides
       fusec_atomic_add16(acc + col, e + j * VEC);
     } else {
       #pragma unroll

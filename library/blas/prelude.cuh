@@ -3,12 +3,18 @@
 
 // Reads x[i .. i+VEC) into out; values at or past n read as 0, the padding
 // (0 is the identity of every reduction here, so padded lanes change nothing).
+// A whole piece that may not use a 16-byte access (a row that does not start on a
+// 16-byte boundary) takes VEC plain accesses behind one branch: guarding each value
+// instead made a matrix add 37 % slower on the H100 (docs/optimization-space.md).
 __device__ __forceinline__ void load_values(const real* __restrict__ x, long long i, long long n,
                                             bool vec_ok, real* out) {
   if (vec_ok && i + VEC <= n) {
     const fusec_vec v = *reinterpret_cast<const fusec_vec*>(x + i);
     #pragma unroll
     for (int k = 0; k < VEC; ++k) out[k] = v.v[k];
+  } else if (i + VEC <= n) {
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = x[i + k];
   } else {
     #pragma unroll
     for (int k = 0; k < VEC; ++k) out[k] = i + k < n ? x[i + k] : real(0);
@@ -23,6 +29,9 @@ __device__ __forceinline__ void store_values(real* __restrict__ x, long long i, 
     #pragma unroll
     for (int k = 0; k < VEC; ++k) v.v[k] = in[k];
     *reinterpret_cast<fusec_vec*>(x + i) = v;
+  } else if (i + VEC <= n) {  // a whole piece, as load_values
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) x[i + k] = in[k];
   } else {
     #pragma unroll
     for (int k = 0; k < VEC; ++k)

@@ -47,7 +47,7 @@ __device__ __forceinline__ void tile_smem_load(const real* __restrict__ A, real*
 
 // The tile's piece of a vector indexed by column, into shared memory (one warp).
 __device__ __forceinline__ void cols_smem_load(const real* __restrict__ x, real* s, const fusec_tile& c) {
-  load_values(x, c.col0 + c.tx * VEC, c.cols, c.vec_ok, s + c.tx * VEC);
+  load_values(x, c.col0 + c.tx * VEC, c.cols, c.aligned, s + c.tx * VEC);  // a vector: its base decides
 }
 
 // Thread tx < TILE_ROWS adds row tx of the tile times x to its row value.

@@ -10,7 +10,9 @@
 
 // Every routine has a straight-line path for full tiles (c.full: inside and
 // aligned, the same for the whole block), so all of a thread's loads leave at
-// once; the guarded path handles the edges.
+// once; the guarded path handles the edges, and rows that do not start on a
+// 16-byte boundary: a whole piece of such a row is VEC accesses behind one branch
+// (tile_load's go through the kernel's policy, fusec_load1<STREAM_MATRIX>).
 
 __device__ __forceinline__ void tile_load(const real* __restrict__ A, real* a, const fusec_tile& c) {
   const int col = c.col0 + c.tx * VEC;
@@ -27,8 +29,12 @@ __device__ __forceinline__ void tile_load(const real* __restrict__ A, real* a, c
   #pragma unroll
   for (int k = 0; k < ROWS_PER_THREAD; ++k) {
     const int row = c.row0 + c.ty + k * BLOCK_Y;
-    if (row < c.rows) {
-      load_values(A + (long long)row * c.cols, col, c.cols, c.vec_ok, a + k * VEC);
+    const real* p = A + (long long)row * c.cols;
+    if (row < c.rows && !c.vec_ok && col + VEC <= c.cols) {  // a whole piece of a row off 16 bytes
+      #pragma unroll
+      for (int v = 0; v < VEC; ++v) a[k * VEC + v] = fusec_load1<STREAM_MATRIX>(p + col + v);
+    } else if (row < c.rows) {
+      load_values(p, col, c.cols, c.vec_ok, a + k * VEC);
     } else {
       #pragma unroll
       for (int v = 0; v < VEC; ++v) a[k * VEC + v] = real(0);
@@ -58,7 +64,7 @@ __device__ __forceinline__ void tile_store(const real* a, real* __restrict__ A, 
 
 // A vector indexed by column: thread holds x[col0 + tx*VEC + v] (mapping `cols`).
 __device__ __forceinline__ void cols_load(const real* __restrict__ x, real* e, const fusec_tile& c) {
-  load_values(x, c.col0 + c.tx * VEC, c.cols, c.vec_ok, e);
+  load_values(x, c.col0 + c.tx * VEC, c.cols, c.aligned, e);  // a vector needs only its base aligned
 }
 
 // A vector indexed by row: thread holds y[row0 + ty + k*BLOCK_Y] (mapping `rows`).
