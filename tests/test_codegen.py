@@ -563,9 +563,10 @@ def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainl
         assert kernel.turns and kernel.stream_matrices
         assert kernel.keep_blocks == KEEP_L2_BYTES // per_block > 0, kernel.name
         namespace = kernel.source.split("using namespace", 1)[0]
-        assert (f"if (EVICT_FIRST && blockIdx.x + {kernel.keep_blocks}u >= gridDim.x)"
-                " return ::fusec_load16<false>(p);") in namespace
-        assert namespace.index("__device__ __forceinline__ fusec_vec fusec_load16(") < namespace.index("tile_load(")
+        for load, kind in (("fusec_load16", "fusec_vec"), ("fusec_load1", "real")):  # rows on and off 16 bytes
+            assert (f"if (EVICT_FIRST && blockIdx.x + {kernel.keep_blocks}u >= gridDim.x)"
+                    f" return ::{load}<false>(p);") in namespace
+            assert namespace.index(f"__device__ __forceinline__ {kind} {load}(") < namespace.index("tile_load(")
     for script in ("gemver", "madd", "vadd", "waxpby"):
         for kernel in unfused(script, "float32").kernels:
             if not kernel.stream_matrices:
