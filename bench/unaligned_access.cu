@@ -10,6 +10,9 @@
 #define BY 8
 #define TR (R * BY)
 #define TC 128
+// The block's place: its tile column (first column col0) and its run of tiles down the rows.
+__device__ __forceinline__ int block_row(int cols) { return blockIdx.x / ((cols + TC - 1) / TC); }
+__device__ __forceinline__ int block_col0(int cols) { return blockIdx.x % ((cols + TC - 1) / TC) * TC; }
 template <int MODE, bool GUARD>  // MODE 0 strided, 1 coalesced, 2 vec
 __device__ __forceinline__ int colof(int col0, int tx, int v) {
   return MODE == 1 ? col0 + v * 32 + tx : col0 + tx * 4 + v;
@@ -18,9 +21,7 @@ template <int MODE, bool GUARD>
 __device__ void madd(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
                      int rows, int cols, int iters) {
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int col_tiles = (cols + TC - 1) / TC;
-  const int bc = blockIdx.x % col_tiles, br = blockIdx.x / col_tiles;
-  const int col0 = bc * TC;
+  const int br = block_row(cols), col0 = block_col0(cols);
   for (int it = 0; it < iters; ++it) {
     const int row0 = (br * iters + it) * TR;
     if (row0 >= rows) return;
@@ -106,9 +107,7 @@ __device__ void gemv(const float* __restrict__ A, const float* __restrict__ x, f
                      int rows, int cols, int iters) {
   // y[row] partial over this tile's columns, one atomicAdd per row per tile (y zeroed first)
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int col_tiles = (cols + TC - 1) / TC;
-  const int bc = blockIdx.x % col_tiles, br = blockIdx.x / col_tiles;
-  const int col0 = bc * TC;
+  const int br = block_row(cols), col0 = block_col0(cols);
   float xv[4];
   for (int v = 0; v < 4; ++v) { const int col = colof<MODE, GUARD>(col0, tx, v); xv[v] = col < cols ? x[col] : 0.f; }
   for (int it = 0; it < iters; ++it) {

@@ -39,6 +39,18 @@ def tile_program(script: str, dtype: str):
     return fusec.compile(path, library(), dtype, plan=plan)
 
 
+def compile_for_this_gpu(sources) -> None:
+    """nvcc for the GPU present, in parallel, every distinct source once: a GPU test module
+    compiles its programs up front so that running them finds each in nvcc's cache. Line
+    information where FUSEC_LINEINFO is set (compute-sanitizer's reports)."""
+    import os
+    from fusec import nvcc
+    from fusec.runtime import cuda
+    with cuda.context() as ctx:
+        arch = cuda.arch_of(ctx)
+    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+
+
 def script_names() -> list[str]:
     return [p.stem for p in SCRIPTS]
 

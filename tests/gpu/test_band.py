@@ -25,11 +25,11 @@ import zlib
 import numpy as np
 import pytest
 
-from fusec import nvcc, oracle
+from fusec import oracle
 from fusec.codegen.program import generate
 from fusec.library.model import Geometry
 from fusec.runtime.program import Program
-from tests.helpers import DTYPES, library
+from tests.helpers import DTYPES, compile_for_this_gpu, library
 from tests.test_band import band_program, dag_of
 
 pytestmark = pytest.mark.gpu
@@ -47,9 +47,6 @@ def sizes_of(dag, sizes):
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(sizes, Program)], compiled up front in parallel."""
-    from fusec.runtime import cuda
-    with cuda.context() as ctx:
-        arch = cuda.arch_of(ctx)
     out, sources = {}, []
     for script in SCRIPTS:
         dag = dag_of(script)
@@ -66,7 +63,7 @@ def compiled():
                         cases.append((sizes, Program(generate(dag, library(), plan, dtype))))
             out[script, dtype] = cases
             sources += [p.source for _, p in cases]
-    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    compile_for_this_gpu(sources)
     return out
 
 

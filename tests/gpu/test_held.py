@@ -30,7 +30,7 @@ import zlib
 import numpy as np
 import pytest
 
-from fusec import nvcc, oracle
+from fusec import oracle
 from fusec.codegen.program import generate
 from fusec.errors import FusecError
 from fusec.predict import DEFAULT
@@ -40,7 +40,7 @@ from fusec.space.combinations import build_space
 from fusec.library.model import Geometry
 from fusec.space.points import HeldPlan, ProgramPlan
 from fusec.space.striped import StripedFusion
-from tests.helpers import DTYPES, ROOT, library
+from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu
 
@@ -96,9 +96,6 @@ def apart(plan: ProgramPlan) -> ProgramPlan:
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(Program, the same kernels apart)], compiled up front in parallel."""
-    from fusec.runtime import cuda
-    with cuda.context() as ctx:
-        arch = cuda.arch_of(ctx)
     out, sources = {}, []
     for script in SCRIPTS:
         for dtype in (("float32",) if QUICK else DTYPES):
@@ -108,7 +105,7 @@ def compiled():
                      for plan in held_plans(script, dtype)]
             out[script, dtype] = pairs
             sources += [p.source for pair in pairs for p in pair]
-    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    compile_for_this_gpu(sources)
     return out
 
 

@@ -29,7 +29,7 @@ import zlib
 import numpy as np
 import pytest
 
-from fusec import nvcc, oracle
+from fusec import oracle
 from fusec.codegen.program import generate
 from fusec.predict import DEFAULT
 from fusec.runtime.program import Program
@@ -37,7 +37,7 @@ from fusec.script import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.points import HorizontalPlan, ProgramPlan
-from tests.helpers import DTYPES, ROOT, library
+from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu
 
@@ -101,9 +101,6 @@ def twin(plan: ProgramPlan) -> ProgramPlan:
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(Program, its twin Program)], all compiled up front in parallel."""
-    from fusec.runtime import cuda
-    with cuda.context() as ctx:
-        arch = cuda.arch_of(ctx)
     out, sources = {}, []
     for script in SCRIPTS:
         for dtype in (("float32",) if QUICK else DTYPES):
@@ -113,7 +110,7 @@ def compiled():
                      for plan in horizontal_combinations(script, dtype)]
             out[script, dtype] = pairs
             sources += [p.source for pair in pairs for p in pair]
-    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    compile_for_this_gpu(sources)
     return out
 
 

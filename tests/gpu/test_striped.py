@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 import pytest
 
-from fusec import nvcc, oracle
+from fusec import oracle
 from fusec.codegen.program import generate
 from fusec.geometry import Shape
 from fusec.library.model import Geometry
@@ -37,7 +37,7 @@ from fusec.runtime.program import Program
 from fusec.script import load_script
 from fusec.space.combinations import build_space
 from fusec.space.points import ProgramPlan, StripedPlan
-from tests.helpers import DTYPES, ROOT, library
+from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu
 
@@ -86,9 +86,6 @@ def apart(plan: ProgramPlan) -> ProgramPlan:
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(Program, the same kernels apart)], compiled up front in parallel."""
-    from fusec.runtime import cuda
-    with cuda.context() as ctx:
-        arch = cuda.arch_of(ctx)
     out, sources = {}, []
     for script in SCRIPTS:
         for dtype in (("float32",) if QUICK else DTYPES):
@@ -98,7 +95,7 @@ def compiled():
                      for plan in striped_plans(script, dtype)]
             out[script, dtype] = pairs
             sources += [p.source for pair in pairs for p in pair]
-    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    compile_for_this_gpu(sources)
     return out
 
 

@@ -27,13 +27,14 @@ import zlib
 import numpy as np
 import pytest
 
-from fusec import nvcc, oracle
+from fusec import oracle
 from fusec.api import build_program
 from fusec.codegen.program import generate
 from fusec.perfdb import predictor_for
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
-from tests.helpers import DTYPES, library
+from tests.helpers import DTYPES, compile_for_this_gpu, library
+from tests.gpu.test_band import sizes_of
 from tests.test_band import band_program, dag_of
 
 pytestmark = pytest.mark.gpu
@@ -42,10 +43,6 @@ QUICK = bool(os.environ.get("FUSEC_UNALIGNED_QUICK"))
 SCRIPTS = ("atax", "bicgk", "gemver", "gesummv", "madd", "sgemv", "sgemvt")
 PLANNED = 1001  # the size the plans are chosen for: rows of every skew
 SIZES = [dict(m=1001, n=1001), dict(m=1000, n=777), dict(m=300, n=33), dict(m=7, n=5), dict(m=66, n=1000)]
-
-
-def sizes_of(dag, sizes):
-    return {s: sizes[s] if s in sizes else sizes["n"] for s in dag.sizes}
 
 
 def _plans(script: str, dtype: str):
@@ -61,9 +58,6 @@ def _plans(script: str, dtype: str):
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(label, Program)], compiled up front in parallel."""
-    from fusec.runtime import cuda
-    with cuda.context() as ctx:
-        arch = cuda.arch_of(ctx)
     out, sources = {}, []
     for script in SCRIPTS:
         dag = dag_of(script)
@@ -71,7 +65,7 @@ def compiled():
             out[script, dtype] = [(label, Program(generate(dag, library(), plan, dtype)))
                                   for label, plan in _plans(script, dtype)]
             sources += [p.source for _, p in out[script, dtype]]
-    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    compile_for_this_gpu(sources)
     return out
 
 
