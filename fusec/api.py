@@ -62,7 +62,9 @@ def compile(script: str | os.PathLike, library: str | os.PathLike | Library | No
     ``dtype`` is ``"float32"`` or ``"float64"``. The kernels are those
     ``fusec tune`` measured fastest for ``sizes`` on the target GPU when the
     tuning cache has them (``program.tuned`` then says so; ``tuned=False``
-    skips the cache), else the combination of fusions the predictor ranks
+    skips the cache), else the plan tuned for the nearest sizes (each within
+    a factor of 2) where the space at ``sizes`` offers that same plan
+    (``program.nearby`` says so), else the combination of fusions the predictor ranks
     first (a size not given is taken as 8192); the program runs correctly at
     any size. ``plan`` imposes a combination instead (a point of the space).
     ``gpu`` names the GPU to predict and look up tuning for (default:
@@ -88,8 +90,8 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                   plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                   gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
                   spill_arch: str | None = DEFAULT_ARCH) -> tuple[Program, TuningEntry | None]:
-    """:func:`compile_dag`, and the tuning-cache entry its plan came from (None
-    when the plan was imposed or predicted). A predicted plan's kernels are
+    """:func:`compile_dag`, and the tuning-cache entry its plan came from, of these
+    sizes or nearby ones (None when the plan was imposed or predicted). A predicted plan's kernels are
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = geo.dtype_name(dtype)
@@ -112,9 +114,38 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         predictor = predictor_for(library, gpu)
     space = build_space(dag, library, dtype, sizes, predictor)
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
+    if tuned:
+        borrowed = _nearby_plan(dag, library, dtype, sizes, target(gpu), space, keep)
+        if borrowed is not None:
+            return borrowed
     best = space.best_where(keep)
     generated, predicted = _without_spills(dag, library, dtype, space.ranked(), keep, best, spill_arch)
     return Program(generated, predicted=predicted), None
+
+
+def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, space, keep):
+    """(the program, its entry) of the plan tuned at the nearest size (tuning.nearby)
+    that ``space``, this size's, offers as it is and ``keep`` accepts; None if none does.
+    A tuned plan fixes the whole launch (shapes, serial iterations, lags, what is held),
+    so one offered here is one the predictor could have picked here too."""
+    offered = {plan for options in space.options.values() for plan, _, _ in options}
+    for entry in tuning.nearby(dag, library, dtype, sizes, gpu):
+        if not all(k in offered for k in entry.plan.kernels) or not keep(entry.plan):
+            continue
+        try:
+            generated = generate(dag, library, entry.plan, dtype)
+        except Exception as exc:  # never trust a cache file: whatever a bad plan breaks, go on
+            warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
+                                       f" its plan does not build ({type(exc).__name__}: {exc})"))
+            continue
+        return Program(generated, nearby=nearby_origin(entry), turning=entry.turning), entry
+    return None
+
+
+def nearby_origin(entry: TuningEntry) -> str:
+    """How a program says its plan was tuned at another size."""
+    sizes = ", ".join(f"{k}={v}" for k, v in entry.key.sizes)
+    return f"tuned for the nearest size, {sizes} ({entry.describe()})"
 
 
 # The predictor's register estimate is rough (Kernel.estimated_registers), and a kernel

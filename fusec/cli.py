@@ -97,7 +97,9 @@ def _compile(args) -> int:
     if entry is not None:
         source = ("shipped with the library" if entry.path.parent.parent == tuning.shipped_root(library)
                   else "from the tuning cache")
-        print(f"plan: {source} ({entry.describe()}): {entry.path}")
+        sizes_tuned = ", ".join(f"{k}={v}" for k, v in entry.key.sizes)
+        lent = f", tuned for the nearest size, {sizes_tuned}" if program.nearby else ""
+        print(f"plan: {source}{lent} ({entry.describe()}): {entry.path}")
     print(compiled_note)
     print(f"wrote {cu} and {out / (stem + '.plan.txt')}")
     return 0
@@ -130,8 +132,8 @@ def _run(args) -> int:
     sizes_text = " ".join(f"{k}={v}" for k, v in sizes.items())
     print(f"{program.dag.name} ({program.dag.file}) {args.dtype}, {sizes_text},"
           f" {len(program.kernels)} kernel(s) on {name}")
-    if program.tuned or program.predicted:
-        print(f"plan   {program.tuned or program.predicted}")
+    if program.origin:
+        print(f"plan   {program.origin}")
     if not program.generated.reproducible:
         print("bits   two runs may differ in the last bits: a band kernel adds its column sums with atomics"
               " (--reproducible leaves such kernels out)")
@@ -276,8 +278,9 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--arch", default="sm_90", help="nvcc target (default: sm_90, the H100)")
     comp.add_argument("--no-nvcc", action="store_true", help="only generate, do not run nvcc")
     comp.add_argument("--no-tuned", action="store_true",
-                      help="ignore the tuning cache: take the best-predicted combination even where"
-                           " 'fusec tune' measured another faster")
+                      help="ignore the tuning cache and the plans shipped with the library: take the"
+                           " best-predicted combination even where 'fusec tune' measured another faster,"
+                           " at these sizes or at the nearest tuned ones (within a factor of 2)")
     reproducible(comp)
     gpu(comp)
     sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"

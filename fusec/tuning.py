@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -175,6 +176,50 @@ def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None
             if fields == was.fields():
                 return read(path, was, calls=len(dag.calls))
     return None
+
+
+# A plan tuned at one size is usually faster a little way off than the predictor's first
+# choice there: `python -m bench.nearby` (H100, 2026-11-24; bench/results/h100-nearby*.md)
+# timed both at 36 untuned points (fp32 n = 3000-12000, fp64 n = 3000-6000): the borrowed
+# plan took 0.52-1.07x the predicted one's time, 0.90x on the geometric mean, slower by
+# more than 1 % only for GEMVER fp32's striped plans (1.02-1.07x). So an untuned size
+# borrows the plan of the nearest tuned one, within this factor of every size (fusec.api:
+# only where this size's space offers that same plan).
+NEARBY_FACTOR = 2.0
+
+
+def nearby(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> list[TuningEntry]:
+    """Entries for the same script, library, precision, GPU and fusec at other sizes,
+    each within NEARBY_FACTOR of every one of ``sizes``: nearest first (the largest
+    factor, then their product), the user's cache before the library's folder."""
+    if not gpu:
+        return []
+    wanted = {str(k): int(v) for k, v in sizes.items()}
+    found = []
+    roots = [cache_dir("tuning", create=False)]
+    if os.environ.get("FUSEC_SHIPPED_TUNINGS", "1") != "0":
+        roots.append(shipped_root(library))
+    for order, root in enumerate(roots):
+        where = "the tuning cache" if order == 0 else "the library's tunings"
+        for slug in _slugs(root, gpu, where):
+            same = key(dag, library, dtype, wanted, slug).fields()
+            for path in sorted((root / slug).glob("*.json")):
+                try:
+                    fields = json.loads(path.read_text(encoding="utf-8"))["key"]
+                    theirs = {str(k): int(v) for k, v in fields["sizes"].items()}
+                except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+                    continue  # lookup and `fusec tunings` report what does not parse
+                if ({k: v for k, v in fields.items() if k != "sizes"} != {k: v for k, v in same.items() if k != "sizes"}
+                        or theirs.keys() != wanted.keys() or theirs == wanted
+                        or min(list(theirs.values()) + list(wanted.values())) < 1):
+                    continue
+                factors = [max(theirs[k], wanted[k]) / min(theirs[k], wanted[k]) for k in wanted]
+                if max(factors) > NEARBY_FACTOR:
+                    continue
+                entry = read(path, key(dag, library, dtype, theirs, slug), calls=len(dag.calls))
+                if entry is not None:
+                    found.append(((max(factors), math.prod(factors), order, str(path)), entry))
+    return [entry for _, entry in sorted(found, key=lambda f: f[0])]
 
 
 def _slugs(root: Path, gpu: str, where: str) -> list[str]:

@@ -276,6 +276,111 @@ def test_compile_default_sizes_are_the_key_sizes():
     assert fusec.compile(BICGK, library(), gpu="h100").generated.plan == entry.plan
 
 
+# -- a size nothing was tuned for borrows the plan of the nearest tuned one ----------------
+
+
+def plant(plan, sizes, dtype="float32", gpu=SLUG) -> tuning.TuningEntry:
+    """An entry holding ``plan`` for ``sizes``, stored in the cache."""
+    entry = tuning.TuningEntry(tuning.key(bicgk(), library(), dtype, sizes, gpu), plan, 12.5, 10.0, 2, 10,
+                               H100, "2026-11-22T12:00:00+00:00", "bicgk")
+    tuning.store(entry)
+    return entry
+
+
+def h100():
+    """The predictor compile uses for gpu="h100" (options such as a fusion's register
+    bound come from it)."""
+    from fusec.perfdb import predictor_for
+    return predictor_for(library(), "h100")
+
+
+def offered(sizes) -> set:
+    """The kernel plans the space at ``sizes`` offers."""
+    space = build_space(bicgk(), library(), "float32", sizes, h100())
+    return {plan for options in space.options.values() for plan, _, _ in options}
+
+
+def tile_plan_offered_at(*all_sizes):
+    """A plan other than compile's own at the first sizes, every kernel of it offered at each of them."""
+    first = fusec.compile(BICGK, library(), sizes=all_sizes[0], gpu="h100", tuned=False).generated.plan
+    spaces = [offered(s) for s in all_sizes]
+    for combination in build_space(bicgk(), library(), "float32", all_sizes[0], h100()).ranked():
+        plan = combination.plan
+        if plan != first and all(k in space for space in spaces for k in plan.kernels):
+            return plan
+    raise AssertionError("no plan offered at every size")
+
+
+def test_nearby_finds_entries_within_a_factor_of_2_of_every_size_nearest_first():
+    near = plant(planted(store=False).plan, {"m": 300, "n": 200})
+    farther = plant(planted(store=False).plan, {"m": 600, "n": 400})
+    plant(planted(store=False).plan, {"m": 1000, "n": 1000})  # 2.9x and 4x: too far
+    plant(planted(store=False).plan, {"m": 350, "n": 250}, dtype="float64")  # another precision
+    plant(planted(store=False).plan, {"m": 350, "n": 260}, gpu="a100-sxm4-80gb")  # another GPU
+    found = tuning.nearby(bicgk(), library(), "float32", {"m": 350, "n": 250}, SLUG)
+    assert [e.key for e in found] == [near.key, farther.key]  # 1.25x before 1.71x
+    assert tuning.nearby(bicgk(), library(), "float32", {"m": 300, "n": 200}, SLUG)[0].key == farther.key
+    assert tuning.nearby(bicgk(), library(), "float32", {"m": 350, "n": 250}, None) == []
+    assert tuning.nearby(bicgk(), library(), "float32", {"m": 140, "n": 250}, SLUG) == []  # m: 300 is 2.1x
+
+
+def test_a_damaged_nearby_entry_is_skipped_with_a_warning_naming_the_file():
+    entry = plant(planted(store=False).plan, {"m": 300, "n": 200})
+    entry.key.path.write_text(_damage("bad plan", entry.key.path.read_text()))
+    with pytest.warns(FusecWarning, match=re.escape(str(entry.key.path))):
+        assert tuning.nearby(bicgk(), library(), "float32", {"m": 320, "n": 210}, SLUG) == []
+
+
+def test_compile_borrows_the_plan_tuned_at_the_nearest_size_and_says_so(capsys, tmp_path):
+    here, tuned_at = {"m": 320, "n": 210}, {"m": 300, "n": 200}
+    plan = tile_plan_offered_at(here, tuned_at)
+    entry = plant(plan, tuned_at)
+    program = fusec.compile(BICGK, library(), sizes=here, gpu="h100")
+    assert program.generated.plan == plan and program.tuned is None
+    assert program.nearby == f"tuned for the nearest size, m=300, n=200 ({entry.describe()})"
+    assert "plan: tuned for the nearest size, m=300, n=200" in program.describe(here)
+    assert fusec.compile(BICGK, library(), sizes=here, gpu="h100", tuned=False).generated.plan != plan
+    assert fusec.compile(BICGK, library(), sizes={"m": 320, "n": 420}, gpu="h100").nearby is None  # n: 2.1x
+    args = ["compile", BICGK, "--library", LIBRARY, "-o", tmp_path / "out", "--no-nvcc",
+            "--size", "m=320", "--size", "n=210", "--gpu", "h100"]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert (f"plan: from the tuning cache, tuned for the nearest size, m=300, n=200 ({entry.describe()}):"
+            f" {entry.key.path}") in out
+    code, out, err = run_cli(capsys, *args, "--no-tuned")
+    assert code == 0, err
+    assert "tuning cache" not in out and "nearest size" not in out
+
+
+def test_a_nearby_plan_the_space_here_does_not_offer_is_not_borrowed():
+    here, tuned_at = {"m": 300, "n": 390}, {"m": 300, "n": 513}  # 1.32x: bands of more columns
+    kernels_here = offered(here)
+    plan = next(c.plan for c in build_space(bicgk(), library(), "float32", tuned_at, h100()).ranked()
+                if any(k not in kernels_here for k in c.plan.kernels))
+    nearest = plant(plan, tuned_at)
+    program = fusec.compile(BICGK, library(), sizes=here, gpu="h100")
+    assert program.nearby is None and program.generated.plan != plan
+    # a farther one that the space does offer is taken instead
+    usable = tile_plan_offered_at(here, {"m": 300, "n": 256})  # 1.52x
+    plant(usable, {"m": 300, "n": 256})
+    assert nearest.key in [e.key for e in tuning.nearby(bicgk(), library(), "float32", here, SLUG)][:1]
+    assert fusec.compile(BICGK, library(), sizes=here, gpu="h100").generated.plan == usable
+
+
+def test_a_reproducible_compile_borrows_no_plan_that_adds_with_atomics():
+    here, tuned_at = {"m": 320, "n": 210}, {"m": 300, "n": 200}
+    spaces = [offered(here), offered(tuned_at)]
+    atomic = next((c.plan for c in build_space(bicgk(), library(), "float32", tuned_at, h100()).ranked()
+                   if all(k in s for s in spaces for k in c.plan.kernels)
+                   and not fusec.api._reproducible(bicgk(), library(), c.plan)), None)
+    if atomic is None:
+        pytest.skip("no plan with atomics offered at both sizes")
+    plant(atomic, tuned_at)
+    assert fusec.compile(BICGK, library(), sizes=here, gpu="h100").generated.plan == atomic
+    kept = fusec.compile(BICGK, library(), sizes=here, gpu="h100", reproducible=True)
+    assert kept.nearby is None and kept.generated.reproducible
+
+
 def run_cli(capsys, *argv):
     code = cli.main([str(a) for a in argv])
     out, err = capsys.readouterr()

@@ -129,7 +129,7 @@ class Program:
     """The result of :func:`fusec.compile`."""
 
     def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True,
-                 predicted: str | None = None):
+                 predicted: str | None = None, nearby: str | None = None):
         self.generated = generated
         if not isinstance(turning, bool):
             raise TypeError(f"turning must be True or False, not {turning!r}")
@@ -139,6 +139,7 @@ class Program:
         self.dtype = geo.DTYPES[generated.dtype]
         self.tuned = tuned  # where the plan came from, when a tuning cache supplied it
         self.predicted = predicted  # how the predictor's plan was chosen, when it was
+        self.nearby = nearby  # the tuning of another size that lent its plan, when one did
         dag = generated.dag
         # values that pass through memory without being results: between kernels, or
         # inside a striped kernel from its producer to its consumer
@@ -180,7 +181,12 @@ class Program:
         return tuple(self.dag.value(v).name for v in self.dag.outputs)
 
     def describe(self, sizes: Mapping[str, int] | None = None, resources=None) -> str:
-        return describe(self.generated, sizes, resources, origin=self.tuned or self.predicted, turning=self.turning)
+        return describe(self.generated, sizes, resources, origin=self.origin, turning=self.turning)
+
+    @property
+    def origin(self) -> str | None:
+        """Where the plan came from: tuned here, tuned nearby, or how it was predicted."""
+        return self.tuned or self.nearby or self.predicted
 
     def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
         """Bytes any implementation must move: each input read once, each output written once."""
