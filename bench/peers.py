@@ -581,11 +581,11 @@ def measure(script: str, dtype: str, n: int, vector: int, peers: list[Peer], rep
                                 host=lambda r: clock.times(whole_call, r, gpu_only=False)[0],
                                 pipelined=lambda r: pipelined_ms(whole_call, _cupy_wait(cupy), r),
                                 compile_s=fusec_compile_s), repeat, nbytes, bandwidth)
-    fusec_row.update(tuned=program.tuned, plan=program.generated.plan.summary(dag),
+    fusec_row.update(tuned=program.tuned, nearby=program.nearby, plan=program.generated.plan.summary(dag),
                      kernels=[[dag.call(c).function for c in k.plan.calls] for k in program.kernels])
     row["fusec"] = fusec_row
     log(f"{script:8s} {dtype}  fusec {fusec_row['gpu_us']:9.1f} us  (with host {fusec_row['host_us']:.1f})"
-        + ("  tuned" if program.tuned else ""))
+        + ("  tuned" if program.tuned else "  tuned nearby" if program.nearby else ""))
     row["peers"] = {}
     for peer in peers:
         row["peers"][peer.name] = result = _run_peer(peer, script, inputs, dtype, ours, repeat, nbytes,
@@ -735,6 +735,14 @@ def _peer_cell(result: dict, key: str, speedup: float | None) -> str:
     return f"{result[key]:.1f}{mark} ({speedup:.2f}×)"
 
 
+def _origin(fusec_row: dict) -> str:
+    """How fusec's plan was chosen, after the sequence's name: tuned at this size, tuned
+    at a nearby one (fusec.tuning.nearby), or predicted (nothing)."""
+    if fusec_row.get("tuned"):
+        return " (tuned)"
+    return " (tuned nearby)" if fusec_row.get("nearby") else ""
+
+
 def summary_table(rows: list[dict], peers: list[str]) -> str:
     """One line a sequence: fusec against its floor and every peer (GPU's time,
     then with host launching); a peer's cell is its µs (fusec's speed-up over it)."""
@@ -746,7 +754,7 @@ def summary_table(rows: list[dict], peers: list[str]) -> str:
                                                                           "---:", "---"]) + "|"]
     for r in rows:
         f = r["fusec"]
-        cells = [r["script"] + (" (tuned)" if f.get("tuned") else ""), _size(r), f"{f['gpu_us']:.1f}",
+        cells = [r["script"] + _origin(f), _size(r), f"{f['gpu_us']:.1f}",
                  f"{f['gbs']:.0f}", f"{100 * f['of_copy']:.0f}%", f"{r['of_floor']:.2f}"]
         for p in peers:
             result = r["peers"].get(p, {"status": "skipped"})
