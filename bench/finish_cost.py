@@ -65,7 +65,7 @@ def why_left_out(program) -> str | None:
     """Why a program's variants are not timed, or None: a striped kernel's consumers wait on
     the finish (without it they would wait forever); a program without a reduction across
     blocks has nothing to take out."""
-    from fusec.space.points import StripedPlan
+    from fusec.ir.plan import StripedPlan
     if any(isinstance(kernel, StripedPlan) for kernel in program.generated.plan.kernels):
         return "striped: its consumers wait on the finish"
     if FINISH not in program.source:

@@ -84,7 +84,7 @@ def measure(script: str, dtype: str, repeat: int, cupy, bandwidth: float) -> dic
     import fusec
     from bench.cublas import Blas, sequence
     from fusec.library.loader import load_library
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     path = ROOT / "scripts" / f"{script}.script"
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(path, library)

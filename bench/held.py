@@ -32,13 +32,13 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
     instances are stored after the barrier too (else left out)."""
     import dataclasses
     from fusec.api import resolve_library
-    from fusec.perfdb import predictor_for
-    from fusec.script import load_script
+    from fusec.cost.perfdb import predictor_for
+    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
     from fusec.space.fusions import Fusion
     from fusec.space.held import held_options
     from fusec.space.implementations import implementations
-    from fusec.space.points import HeldPlan
+    from fusec.ir.plan import HeldPlan
     from fusec.space.striped import StripedFusion
     library = resolve_library(None)
     dag = load_script(ROOT / "scripts" / f"{script}.script", library)
@@ -81,9 +81,9 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
             geometry: str = "all", stores_after: bool = False) -> float:
     import cupy as cp
     from fusec import nvcc
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.runtime.program import Program
-    from fusec.space.points import ProgramPlan
+    from fusec.ir.plan import ProgramPlan
     spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long cycles) {
         long long start = clock64(); while (clock64() - start < cycles) {} }''', "spin")
     case = Case(dtype, n, repeat, spin, rows)
@@ -130,7 +130,7 @@ def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None,
 def parse_shape(text: str):
     """BLOCKxITERSxROWS (e.g. 512x16x64): a tile shape of that many threads, serial
     iterations and tile rows."""
-    from fusec.geometry import Shape
+    from fusec.ir.geometry import Shape
     from fusec.library.model import Geometry
     try:
         block, iters, rows = (int(v) for v in text.split("x"))

@@ -1,5 +1,5 @@
 """GEMVER's held plan with its counts and options varied, on the GPU: what
-fusec.predict's pricing of held stores after the barrier (STORES_AFTER_EXPOSED)
+fusec.cost.analytic's pricing of held stores after the barrier (STORES_AFTER_EXPOSED)
 and fusec.space's tie rule for held plans (by_time) were fitted to.
 
     python -m bench.held_grid [--case float32:4096] [--case float64:2048]
@@ -14,14 +14,14 @@ and float64:2048):
   (--registers) and in shared memory (--shared), each with the held stores
   before and after the barrier (``stores_after``), as measured and predicted,
   and what storing after gained. A count the plan cannot take is listed with
-  why (fusec.codegen.held.why_not_held).
+  why (fusec.families.held.why_not_held).
 - load phases: the --pairs best-predicted held options of the space's
   two-kernel cover that have twins differing only in routine order (one load
   phase, or one per call), each timed: the one-phase plan's time over the
   other's.
 
 Every plan is measured as ``fusec tune`` measures a candidate
-(fusec.tune.GpuMeasurer: checked against the float64 oracle, then the median
+(fusec.tune.search.GpuMeasurer: checked against the float64 oracle, then the median
 of --repeat runs from an empty L2), in --rounds interleaved rounds, whose
 median counts. Writes <out>/<name>.md and <name>.json.
 """
@@ -60,8 +60,8 @@ def parse_counts(text: str) -> tuple[int, ...]:
 
 def _context(dtype: str, n: int):
     from fusec.api import resolve_library
-    from fusec.perfdb import predictor_for
-    from fusec.script import load_script
+    from fusec.cost.perfdb import predictor_for
+    from fusec.frontend import load_script
     library = resolve_library(None)
     dag = load_script(ROOT / "scripts" / f"{SCRIPT}.script", library)
     return dag, library, {s: n for s in dag.sizes}, predictor_for(library)
@@ -71,9 +71,9 @@ def grid_plans(dtype: str, n: int, registers, shared) -> tuple:
     """(dag, library, sizes, predictor, base, rows): fusec's held plan for the case and,
     per (registers, shared, stores_after), the plan (None where it cannot be) and why not."""
     import fusec
-    from fusec.codegen.held import why_not_held
+    from fusec.families.held import why_not_held
     from fusec.library.model import Geometry
-    from fusec.space.points import HeldPlan
+    from fusec.ir.plan import HeldPlan
     dag, library, sizes, predictor = _context(dtype, n)
     program = fusec.compile(ROOT / "scripts" / f"{SCRIPT}.script", library, dtype, sizes=sizes)
     base = program.generated.plan.kernels[0]
@@ -93,9 +93,9 @@ def grid_plans(dtype: str, n: int, registers, shared) -> tuple:
 
 
 def _why_not_generated(dag, library, plan, dtype: str) -> str | None:
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.errors import FusecError
-    from fusec.space.points import ProgramPlan
+    from fusec.ir.plan import ProgramPlan
     try:
         generate(dag, library, ProgramPlan((plan,)), dtype)
     except FusecError as exc:
@@ -109,7 +109,7 @@ def phase_pairs(dtype: str, n: int, count: int) -> tuple:
     phases, each group as [(plan, predicted seconds)], fewest phases first."""
     from fusec.space.combinations import build_space
     from fusec.space.implementations import load_phases
-    from fusec.space.points import HeldPlan
+    from fusec.ir.plan import HeldPlan
     from fusec.space.striped import StripedFusion
     dag, library, sizes, predictor = _context(dtype, n)
     space = build_space(dag, library, dtype, sizes, predictor, horizontal=False)
@@ -129,18 +129,18 @@ def phase_pairs(dtype: str, n: int, count: int) -> tuple:
 
 
 def predicted(dag, library, sizes, predictor, plan, dtype: str) -> float:
-    from fusec.codegen.program import generate
-    from fusec.space.points import ProgramPlan
+    from fusec.emit.program import generate
+    from fusec.ir.plan import ProgramPlan
     generated = generate(dag, library, ProgramPlan((plan,)), dtype)
     return sum(predictor.kernel_seconds(k, dag, sizes) for k in generated.kernels)
 
 
 def measure_all(dag, library, sizes, dtype: str, plans: list, repeat: int, rounds: int) -> list:
     """Per plan: (median µs of the rounds, or None) and why it failed ("" if it passed)."""
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.runtime.program import Program
-    from fusec.space.points import ProgramPlan
-    from fusec.tune import GpuMeasurer
+    from fusec.ir.plan import ProgramPlan
+    from fusec.tune.search import GpuMeasurer
     with GpuMeasurer(dag, library, dtype, sizes, repeat=repeat) as measurer:
         programs = [Program(generate(dag, library, ProgramPlan((p,)), dtype)) for p in plans]
         errors = measurer.compile(programs, lambda i: None)
@@ -160,7 +160,7 @@ def measure_all(dag, library, sizes, dtype: str, plans: list, repeat: int, round
 
 def run_case(dtype: str, n: int, args) -> dict:
     from fusec.space.implementations import load_phases
-    from fusec.space.points import ProgramPlan
+    from fusec.ir.plan import ProgramPlan
     dag, library, sizes, predictor, base, rows = grid_plans(dtype, n, args.registers, args.shared)
     *_, groups = phase_pairs(dtype, n, args.pairs)
     grid_plans_ok = [plan for *_, plan, _ in rows if plan is not None]
@@ -185,8 +185,8 @@ def run_case(dtype: str, n: int, args) -> dict:
 
 
 def _kernel(dag, library, plan, dtype: str):
-    from fusec.codegen.program import generate
-    from fusec.space.points import ProgramPlan
+    from fusec.emit.program import generate
+    from fusec.ir.plan import ProgramPlan
     return generate(dag, library, ProgramPlan((plan,)), dtype).kernels[0]
 
 
@@ -204,7 +204,7 @@ def report(cases: list[dict], command: str, when: str, gpu: str) -> str:
     lines = [f"# GEMVER's held plan varied, on {gpu}", "",
              f"{when}; `{command}`. GPU µs as `fusec tune` measures a candidate (checked against the"
              " float64 oracle, then the median of the runs from an empty L2), the median of the rounds."
-             " Predicted: fusec.predict with this GPU's performance database.", ""]
+             " Predicted: fusec.cost.analytic with this GPU's performance database.", ""]
     for case in cases:
         lines += [f"## {case['dtype']}, n = {case['n']}", "", f"fusec's plan: {case['base']}", "",
                   "| in registers | in shared | held | µs, stored before | µs, stored after | gain µs"

@@ -74,7 +74,7 @@ def time_us(clock, timed: Timed, repeat: int, streams=None, warmup: int = 3) -> 
 
 
 def twin(plan):
-    from fusec.space.points import HorizontalPlan, ProgramPlan
+    from fusec.ir.plan import HorizontalPlan, ProgramPlan
     kernels = []
     for kernel in plan.kernels:
         kernels += list(kernel.parts) if isinstance(kernel, HorizontalPlan) else [kernel]
@@ -85,12 +85,12 @@ def measure_pair(name: str, n: int, dtype: str, repeat: int, rotate: bool, libra
     import pycuda.driver as drv
     import pycuda.gpuarray as gpuarray
     from fusec import nvcc, oracle
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
-    from fusec.space.points import HorizontalPlan, ProgramPlan
+    from fusec.ir.plan import HorizontalPlan, ProgramPlan
     dag = load_script(PAIRS[name], library)
     sizes = {s: n for s in dag.sizes}
     space = build_space(dag, library, dtype, sizes, predictor)
@@ -147,11 +147,11 @@ def tuned(name: str, n: int, dtype: str, top: int, repeat: int, library) -> dict
     """fusec tune's winner (not cached) and, if horizontal, its twin timed the same way."""
     import pycuda.gpuarray as gpuarray
     from fusec import oracle
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.runtime.program import Program
-    from fusec.script import load_script
-    from fusec.space.points import HorizontalPlan
-    from fusec.tune import tune
+    from fusec.frontend import load_script
+    from fusec.ir.plan import HorizontalPlan
+    from fusec.tune.search import tune
     dag = load_script(PAIRS[name], library)
     sizes = {s: n for s in dag.sizes}
     result = tune(dag, library, dtype, sizes, top=top, repeat=repeat, progress=False, store=False)
@@ -250,13 +250,13 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="h100-horizontal")
     args = parser.parse_args(argv)
     from fusec.library.loader import load_library
-    from fusec.perfdb import predictor_for
+    from fusec.cost.perfdb import predictor_for
     from fusec.runtime import cuda
     library = load_library(ROOT / "library" / "blas")
     results, tunes = [], []
     with cuda.context() as ctx:
         device = cuda.device_name(ctx)
-        from fusec.gpu import slug
+        from fusec.target import slug
         predictor = predictor_for(library, slug(device))
         for name in args.pairs.split(","):
             for n in (int(s) for s in args.sizes.split(",")):

@@ -4,7 +4,7 @@
                            [--size n=10001 ...] [--rounds 5] [--out bench/results] [--name h100-nearby]
 
 At a size nothing was tuned for, fusec.compile runs the plan tuned for the
-nearest sizes where the space offers it (fusec.tuning.nearby); without one, the
+nearest sizes where the space offers it (fusec.tune.store.nearby); without one, the
 predictor's first choice. For every point (bench.peers's sizes for each --size)
 where a nearby plan applies, both plans are timed as ``fusec tune`` times
 candidates (checked against the float64 oracle first, L2 emptied, CUDA events,
@@ -40,7 +40,7 @@ def plans(dag, library, dtype: str, sizes) -> tuple | None:
 
 def measure(dag, library, dtype: str, sizes, programs, rounds: int) -> list[float | str]:
     """Each program's median over the rounds (µs), or why it failed."""
-    from fusec.tune import GpuMeasurer
+    from fusec.tune.search import GpuMeasurer
     times: list[list[float]] = [[] for _ in programs]
     failed: dict[int, str] = {}
     with GpuMeasurer(dag, library, dtype, sizes) as measurer:
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(P.ROOT / "bench" / "results"))
     parser.add_argument("--name", default="h100-nearby")
     args = parser.parse_args(argv)
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from fusec.runtime import cuda
     library = P._library()
     ns = [int(s.split("=", 1)[1]) for s in args.size] or [10001]

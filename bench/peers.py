@@ -558,7 +558,7 @@ def measure(script: str, dtype: str, n: int, vector: int, peers: list[Peer], rep
     """fusec and every peer on one sequence: a row of the report."""
     import fusec
     from bench.fusion import device_inputs
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     path = ROOT / "scripts" / f"{script}.script"
     _free(cupy, peers)  # the last sequence's arrays (or the copy bandwidth's), and then a pause
     time.sleep(SETTLE_S)
@@ -737,7 +737,7 @@ def _peer_cell(result: dict, key: str, speedup: float | None) -> str:
 
 def _origin(fusec_row: dict) -> str:
     """How fusec's plan was chosen, after the sequence's name: tuned at this size, tuned
-    at a nearby one (fusec.tuning.nearby), or predicted (nothing)."""
+    at a nearby one (fusec.tune.store.nearby), or predicted (nothing)."""
     if fusec_row.get("tuned"):
         return " (tuned)"
     return " (tuned nearby)" if fusec_row.get("nearby") else ""
@@ -902,7 +902,7 @@ def device_name(cupy) -> str:
 
 
 def default_name(device: str, what: str) -> str:
-    from fusec.gpu import slug
+    from fusec.target import slug
     return f"{slug(device).split('-')[0]}-{what}"
 
 

@@ -79,11 +79,11 @@ def kernel_times(program, arrays, repeat: int) -> list[float]:
 def study(script: str, library, dtype: str, sizes_given: dict, top: int, sample: int, repeat: int,
           predictor, seed: int = 0) -> dict:
     from fusec.api import compile_dag, default_sizes
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.runtime.program import Program
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
-    from fusec.tune import GpuMeasurer
+    from fusec.tune.search import GpuMeasurer
 
     path = ROOT / "scripts" / f"{script}.script"
     dag = load_script(path, library)
@@ -187,7 +187,7 @@ def markdown(results: list[dict], args, gpu: str) -> str:
 
 
 def write(results: list[dict], args) -> Path:
-    from fusec.gpu import present
+    from fusec.target import present
     info = present()
     gpu = info.slug if info else "gpu"
     out = Path(args.out)
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     args.n = int(args.size.partition("=")[2])
 
     from fusec.library.loader import load_library
-    from fusec.perfdb import predictor_for
+    from fusec.cost.perfdb import predictor_for
     library = load_library(ROOT / "library" / "blas")
     predictor = predictor_for(library, args.gpu)
     results = []

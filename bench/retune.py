@@ -47,7 +47,7 @@ COLUMNS = ("script", "dtype", "sizes", "winner µs", "GB/s", "predicted rank", "
 def points(scripts, dtypes, ns: list[int], vector_given: int | None, library):
     """(script, dtype, dag, sizes) for every point, as bench.peers sizes them
     (each n of ``ns``; none given: bench.peers's default n for the precision)."""
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     for dtype in dtypes:
         for n in ns or [P.DEFAULT_N[dtype]]:
             vector = vector_given or P.default_vector_size(n, dtype)
@@ -140,13 +140,13 @@ def main(argv=None, tune=None) -> int:
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
 
-    from fusec import tuning
+    from fusec.tune import store as tuning
     from fusec.api import resolve_library
-    from fusec.gpu import slug
+    from fusec.target import slug
     library = resolve_library(args.library)
     if tune is None:
-        from fusec.gpu import present
-        from fusec.tune import tune
+        from fusec.target import present
+        from fusec.tune.search import tune
         info = present()
         if info is None:
             parser.error("tuning needs a GPU, and PyCUDA to reach it: none is here")

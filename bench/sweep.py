@@ -38,22 +38,22 @@ def main(argv=None) -> int:
     from bench.fusion import _time, device_inputs
     from fusec import nvcc
     from fusec.cli import _sizes
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.library.loader import load_library
-    from fusec.predict import DEFAULT
+    from fusec.cost.analytic import DEFAULT
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
     from fusec.space.implementations import load_phases
-    from fusec.space.points import HorizontalPlan, ProgramPlan
+    from fusec.ir.plan import HorizontalPlan, ProgramPlan
 
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
     sizes = _sizes(args.size, dag.sizes)
     shapes = None
     if args.wide:
-        from fusec.geometry import Shape
+        from fusec.ir.geometry import Shape
         from fusec.library.model import Geometry
         shapes = tuple(Shape(Geometry.TILE, 32 * by, it, tr) for by, tr in ((4, 16), (8, 32), (8, 64), (16, 64))
                        for it in (1, 2, 4, 8))

@@ -188,8 +188,8 @@ def merge(paths: list[str]) -> dict:
 
 def tune_point(script: str, dtype: str, n: int, top: int, log=print) -> None:
     """Tune one point as ``fusec tune`` does (n x n matrices), the winner stored in the tuning cache."""
-    from fusec.script import load_script
-    from fusec.tune import tune
+    from fusec.frontend import load_script
+    from fusec.tune.search import tune
     library = P._library()
     dag = load_script(P.ROOT / "scripts" / f"{script}.script", library)
     result = tune(dag, library, dtype, P.script_sizes(dag, n, n), top=top, progress=False)

@@ -161,7 +161,7 @@ def tile_base(program, n: int, dtype: str, gpu: str | None = None):
     or where that runs a band kernel, which they do not know, the best-predicted plan of
     tile kernels."""
     import fusec
-    from fusec.perfdb import predictor_for
+    from fusec.cost.perfdb import predictor_for
     from fusec.space.combinations import build_space
     if not program.generated.plan.uses_band:
         return program

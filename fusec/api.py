@@ -7,22 +7,22 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
-from .codegen.program import generate
+from .emit.program import generate
 from .errors import ArgumentError, FusecWarning, LibraryFormatError
 from .library.loader import load_library
 from .library.model import Library
 from .runtime.program import Program
-from .script import load_script
-from .gpu import target
-from .predict import Predictor
+from .frontend import load_script
+from .target import target
+from .cost.analytic import Predictor
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
-from .space.points import ProgramPlan
-from . import geometry as geo
+from .ir.plan import ProgramPlan
+from .ir import geometry as geo
 from . import nvcc
 from .nvcc import DEFAULT_ARCH
-from . import tuning
-from .tuning import TuningEntry
+from .tune import store as tuning
+from .tune.store import TuningEntry
 
 BUNDLED_LIBRARY = Path(__file__).resolve().parent.parent / "library" / "blas"
 
@@ -68,7 +68,7 @@ def compile(script: str | os.PathLike, library: str | os.PathLike | Library | No
     first (a size not given is taken as 8192); the program runs correctly at
     any size. ``plan`` imposes a combination instead (a point of the space).
     ``gpu`` names the GPU to predict and look up tuning for (default:
-    ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.gpu.target`).
+    ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.target.target`).
     ``reproducible=True`` leaves out band kernels that add column sums with
     atomics, so that every run gives the same bits (a plan given is taken as it is;
     ``program.generated.reproducible`` says).
@@ -110,7 +110,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                 warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))
     if predictor is None:
-        from .perfdb import predictor_for  # the perfdb may import much; only when predicting
+        from .cost.perfdb import predictor_for  # the perfdb may import much; only when predicting
         predictor = predictor_for(library, gpu)
     space = build_space(dag, library, dtype, sizes, predictor)
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)

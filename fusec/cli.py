@@ -63,13 +63,14 @@ def _sizes(items: list[str], symbols: tuple[str, ...]) -> dict[str, int]:
 def _load(args):
     """The library and the checked script a command works on."""
     from .api import resolve_library
-    from .script import load_script
+    from .frontend import load_script
     library = resolve_library(args.library)
     return library, load_script(args.script, library)
 
 
 def _compile(args) -> int:
-    from . import nvcc, tuning
+    from . import nvcc
+    from .tune import store as tuning
     from .api import build_program
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes) if args.size else None
@@ -156,8 +157,8 @@ def _run(args) -> int:
 def _space(args) -> int:
     import time
     from .api import default_sizes
-    from .geometry import dtype_name
-    from .perfdb import predictor_for
+    from .ir.geometry import dtype_name
+    from .cost.perfdb import predictor_for
     from .space.combinations import build_space
     library, dag = _load(args)
     sizes = default_sizes(dag, _sizes(args.size, dag.sizes) if args.size else None)
@@ -193,8 +194,8 @@ def _space(args) -> int:
 
 
 def _tune(args) -> int:
-    from . import tuning
-    from .tune import report, tune
+    from .tune import store as tuning
+    from .tune.search import report, tune
     library, dag = _load(args)
     sizes = _sizes(args.size, dag.sizes)
     result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,
@@ -206,7 +207,7 @@ def _tune(args) -> int:
 
 
 def _tunings(args) -> int:
-    from . import tuning
+    from .tune import store as tuning
     from .api import resolve_library
     library = resolve_library(args.library)
     gone = tuning.prune(library) if args.prune else []
@@ -430,12 +431,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _perfdb_build(args) -> int:
-    from .perfdb.commands import build_command
+    from .cost.perfdb.commands import build_command
     return build_command(args)
 
 
 def _perfdb_show(args) -> int:
-    from .perfdb.commands import show_command
+    from .cost.perfdb.commands import show_command
     return show_command(args)
 
 

@@ -30,8 +30,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import geometry as geo
-from .dag import Constant, Dag
+from .ir import geometry as geo
+from .ir.dag import Constant, Dag
 from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFunctionError
 from .library.model import Function, Kind
 
@@ -218,7 +218,7 @@ def _parse(function: Function) -> ast.expr:
         raise LibraryValidationError(
             f"function {function.name!r} has no reference expression", function.coord)
     try:
-        with geo.AST_LOCK:  # the parser is not thread-safe (see fusec.geometry)
+        with geo.AST_LOCK:  # the parser is not thread-safe (see fusec.ir.geometry)
             tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
         raise LibraryValidationError(

@@ -29,8 +29,8 @@ def tile_program(script: str, dtype: str):
     tile geometry's code, which the predictor may rank below a band plan."""
     import fusec
     from fusec.api import default_sizes
-    from fusec.perfdb import predictor_for
-    from fusec.script import load_script
+    from fusec.cost.perfdb import predictor_for
+    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
     path = ROOT / "scripts" / f"{script}.script"
     dag = load_script(path, library())

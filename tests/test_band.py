@@ -13,20 +13,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fusec import geometry as geo
+from fusec.ir import geometry as geo
 from fusec import nvcc
-from fusec.codegen.kernel import build_kernel
-from fusec.codegen.program import generate
+from fusec.lower.kernel import build_kernel
+from fusec.emit.program import generate
 from fusec.errors import FusecError, LibraryValidationError, PlanError, RowWidthError
 from fusec.library.loader import load_library
 from fusec.library.model import Geometry
-from fusec.predict import DEFAULT
+from fusec.cost.analytic import DEFAULT
 from fusec.runtime.program import check_row_widths
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion, fusions, why_not_fusible
 from fusec.space.implementations import MAX_BAND_WORDS, band_shapes, implementations
-from fusec.space.points import KernelPlan, ProgramPlan
+from fusec.ir.plan import KernelPlan, ProgramPlan
 from tests.helpers import DTYPES, LIBRARY, ROOT, library
 
 NESTED = ("atax", "bicgk", "gemver", "gesummv", "madd", "sgemv", "sgemvt")
@@ -365,7 +365,7 @@ def test_a_band_kernels_column_sum_atomics_queue_at_their_lines_after_the_stream
     per 16-byte piece in fp32 (vector atomics), per element in fp64; one wave's adds
     queue after the streaming, atomic_line_add each. (Measured on the H100: BiCGK fp64
     n = 1024's band plans, 256 blocks, took 16.3-18.4 us where 10.4 was priced.)"""
-    from fusec.predict import band_atomic_seconds, band_seconds
+    from fusec.cost.analytic import band_atomic_seconds, band_seconds
     dag, sizes, kernel = _band_kernel(dtype, 1024)
     grid = kernel.grid(sizes)
     assert kernel.reductions and grid <= 8 * DEFAULT.sms  # one wave
@@ -379,7 +379,7 @@ def test_a_band_kernels_column_sum_atomics_queue_at_their_lines_after_the_stream
 
 
 def test_a_kernel_without_column_sums_queues_no_atomics():
-    from fusec.predict import band_atomic_seconds
+    from fusec.cost.analytic import band_atomic_seconds
     dag = dag_of("sgemv")
     sizes = {s: 1024 for s in dag.sizes}
     kernel = generate(dag, library(), band_program("sgemv", "float64", sizes), "float64").kernels[0]

@@ -77,10 +77,10 @@ def test_nvcc_compiles_every_variant_for_sm_90(script):
 
 
 def test_striped_plans_are_recognised_and_left_out():
-    from fusec.space.points import StripedPlan
-    from fusec.script import load_script
+    from fusec.ir.plan import StripedPlan
+    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
-    from fusec.predict import DEFAULT
+    from fusec.cost.analytic import DEFAULT
     from helpers import library
     dag = load_script(ROOT / "scripts" / "sgemvt.script", library())
     space = build_space(dag, library(), "float32", {s: 16384 for s in dag.sizes}, DEFAULT)

@@ -13,9 +13,9 @@ from helpers import ROOT
 @pytest.fixture(scope="module")
 def gemver():
     """GEMVER fp32 in two launches, as tuned at n = 4096."""
-    from fusec.predict import DEFAULT
+    from fusec.cost.analytic import DEFAULT
     from fusec.space.combinations import build_space
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from helpers import library
     dag = load_script(ROOT / "scripts" / "gemver.script", library())
     plan = build_space(dag, library(), "float32", {s: 1000 for s in dag.sizes}, DEFAULT, striped=False).best().plan

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from bench import held
-from fusec.space.points import HeldPlan
+from fusec.ir.plan import HeldPlan
 from helpers import ROOT
 
 

@@ -7,7 +7,7 @@ import sys
 
 from bench import held_grid
 from fusec.space.implementations import load_phases
-from fusec.space.points import HeldPlan
+from fusec.ir.plan import HeldPlan
 from helpers import ROOT
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bench import horizontal as H
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space import unfused_plan
-from fusec.space.points import HorizontalPlan, ProgramPlan
+from fusec.ir.plan import HorizontalPlan, ProgramPlan
 from tests.helpers import library
 
 

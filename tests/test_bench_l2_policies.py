@@ -23,9 +23,9 @@ def sgemv():
 @pytest.fixture(scope="module")
 def gemver():
     """GEMVER in two launches (its kernels' own policies; a striped kernel sets the producer's)."""
-    from fusec.predict import DEFAULT
+    from fusec.cost.analytic import DEFAULT
     from fusec.space.combinations import build_space
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from helpers import library
     dag = load_script(ROOT / "scripts" / "gemver.script", library())
     plan = build_space(dag, library(), "float64", {s: 1000 for s in dag.sizes}, DEFAULT, striped=False).best().plan

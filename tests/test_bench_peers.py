@@ -19,7 +19,7 @@ import pytest
 from bench import peers as P
 from bench import sweeps as S
 from fusec import oracle
-from fusec.script import load_script
+from fusec.frontend import load_script
 from tests.helpers import ROOT, library, script_names
 
 SIZE_CASES = ({"m": 33, "n": 17}, {"m": 17, "n": 33}, {"m": 1, "n": 1})
@@ -441,7 +441,7 @@ def test_sweep_tunes_a_point_as_fusec_tune_does(script, monkeypatch):
     def fake_tune(dag, library, dtype, point_sizes, **options):
         seen.update(calls=len(dag.calls), dtype=dtype, sizes=dict(point_sizes), options=options)
         return types.SimpleNamespace(winner=None)
-    monkeypatch.setattr("fusec.tune.tune", fake_tune)
+    monkeypatch.setattr("fusec.tune.search.tune", fake_tune)
     lines = []
     S.tune_point(script, "float64", 512, 7, log=lines.append)
     assert seen["dtype"] == "float64" and set(seen["sizes"].values()) == {512} and seen["calls"] >= 2

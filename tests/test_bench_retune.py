@@ -11,11 +11,11 @@ import shutil
 import pytest
 
 from bench import retune
-from fusec import tuning
+from fusec.tune import store as tuning
 from fusec.library.loader import load_library
-from fusec.predict import DEFAULT
+from fusec.cost.analytic import DEFAULT
 from fusec.space.combinations import build_space
-from fusec.tune import OK, WRONG, Measurement, Row, TuneResult
+from fusec.tune.search import OK, WRONG, Measurement, Row, TuneResult
 from helpers import LIBRARY
 
 H100 = "NVIDIA H100 80GB HBM3"

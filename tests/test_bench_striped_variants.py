@@ -8,11 +8,11 @@ import pytest
 
 from bench import striped_variants
 from fusec import nvcc
-from fusec.codegen.program import generate
-from fusec.predict import DEFAULT
-from fusec.script import load_script
+from fusec.emit.program import generate
+from fusec.cost.analytic import DEFAULT
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
-from fusec.space.points import StripedPlan
+from fusec.ir.plan import StripedPlan
 from helpers import ROOT, library
 
 SCRIPTS = ("gemver", "sgemvt", "atax")

@@ -9,10 +9,10 @@ import pytest
 
 from fusec import api, nvcc
 from fusec.api import build_program
-from fusec.codegen.program import generate
+from fusec.emit.program import generate
 from fusec.nvcc import Compiled, Resources
-from fusec.perfdb import predictor_for
-from fusec.script import load_script
+from fusec.cost.perfdb import predictor_for
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
 from tests.helpers import ROOT, library
 
@@ -96,7 +96,7 @@ def test_gesummv_at_n_6000_compiles_without_spills(dtype):
 def test_fusec_tune_reports_the_untuned_choice_not_a_spilling_rank_1(monkeypatch):
     """``fusec tune``'s 'first choice' is what fusec.compile takes untuned: where rank 1
     spills, the next without its kernel, and the report says why."""
-    from fusec.tune import OK, Measurement, Row, TuneResult, report, untuned_choice
+    from fusec.tune.search import OK, Measurement, Row, TuneResult, report, untuned_choice
     dag = _dag("sgemv")
     sizes = {s: 6000 for s in dag.sizes}
     predictor = predictor_for(library(), GPU)

@@ -22,13 +22,13 @@ from fusec.errors import FusecWarning
 
 import fusec
 from fusec import nvcc
-from fusec.space.points import HeldPlan, HorizontalPlan
-from fusec.codegen.barriers import LOOP, POST, PRE
+from fusec.ir.plan import HeldPlan, HorizontalPlan
+from fusec.lower.barriers import LOOP, POST, PRE
 from fusec.errors import CompileError
 from fusec.library.model import Geometry, RoutineKind
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space import COLS, ROWS, unfused_plan
-from fusec.space.points import ProgramPlan
+from fusec.ir.plan import ProgramPlan
 from helpers import DTYPES, ROOT, library, program, script_names, tile_program
 
 CASES = [(s, d) for s in script_names() for d in DTYPES]
@@ -195,7 +195,7 @@ def test_each_l2_policy_of_a_vector_kernel_compiles_to_its_cache_hints(dtype, tm
     """A vector kernel's L2 policy reaches its full chunks' 16-byte accesses: evict-first
     loads are ld.global.cs, streaming stores st.global.cs, plain neither; nvcc compiles
     each without spills."""
-    from fusec.space.points import L2_NAMES, ProgramPlan
+    from fusec.ir.plan import L2_NAMES, ProgramPlan
     base = program("waxpby", dtype)
     for l2, name in L2_NAMES.items():
         plan = ProgramPlan(tuple(dataclasses.replace(k, l2=l2) for k in base.generated.plan.kernels))
@@ -364,9 +364,9 @@ def staged_bicgk(serial: str):
 def test_a_kernel_declaring_more_static_shared_memory_than_a_block_may_is_refused():
     """A staged 128x128 tile is 66 KB of shared memory: nvcc would refuse it, so
     the plan is refused first (the space and the perfdb's probes skip it)."""
-    from fusec.codegen.kernel import MAX_STATIC_SHARED, build_kernel
+    from fusec.lower.kernel import MAX_STATIC_SHARED, build_kernel
     from fusec.errors import PlanError
-    from fusec.geometry import Shape
+    from fusec.ir.geometry import Shape
     lib = library()
     dag = load_script(path_of("bicgk"), lib)
     plan = unfused("bicgk", "float32").generated.plan
@@ -550,7 +550,7 @@ def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainl
     matrix a block loads (GESUMMV's fused kernel loads two); the kernel's namespace declares
     its own fusec_load16, which the library's tile_load there calls. Kernels that store a
     matrix (GEMVER's sger) and vector kernels keep the kernel's policy in every block."""
-    from fusec.codegen.kernel import KEEP_L2_BYTES, build_kernel
+    from fusec.lower.kernel import KEEP_L2_BYTES, build_kernel
     from fusec.space.fusions import Fusion
     from fusec.space.implementations import implementations
     gesummv = load_script(path_of("gesummv"), library())

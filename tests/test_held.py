@@ -18,16 +18,16 @@ import re
 import pytest
 
 from fusec import nvcc
-from fusec.codegen.held import BAND_REGISTER_MARGIN, HeldKernel, held_matrix, why_not_held
-from fusec.codegen.kernel import build_kernel
-from fusec.codegen.program import generate
+from fusec.families.held import BAND_REGISTER_MARGIN, HeldKernel, held_matrix, why_not_held
+from fusec.lower.kernel import build_kernel
+from fusec.emit.program import generate
 from fusec.errors import PlanError
-from fusec.predict import DEFAULT
-from fusec.script import load_script
+from fusec.cost.analytic import DEFAULT
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
 from fusec.space.implementations import TILE_SHAPES, by_time, load_phases
 from fusec.library.model import Geometry
-from fusec.space.points import HeldPlan, ProgramPlan, kernel_plan_from_json
+from fusec.ir.plan import HeldPlan, ProgramPlan, kernel_plan_from_json
 from fusec.space.striped import StripedFusion
 from helpers import DTYPES, ROOT, library, script_names
 
@@ -312,7 +312,7 @@ def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
     """Band parts loading ahead may hold instances in registers (their loops are
     unrolled only over those); the space offers every count up to the band bounds,
     and a plan past them is refused with the reason."""
-    from fusec.codegen.held import BAND_HELD_WORDS
+    from fusec.families.held import BAND_HELD_WORDS
     dag = dag_of("gemver")
     options = [o for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.BAND]
     ahead = [(p, k) for p, k, _ in options if p.producer.ahead or p.consumer.ahead]
@@ -395,7 +395,7 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
     streams alone, the bandwidth at most. A band consumer's column-sum atomics come on
     top, whole: bytes from chip do not shorten them; a band producer's where they
     outlast its pass."""
-    from fusec.predict import (GRID_BARRIER_SECONDS, L2_BYTES, STRIPE_L2_SHARE, STRIPE_REREAD_COST,
+    from fusec.cost.analytic import (GRID_BARRIER_SECONDS, L2_BYTES, STRIPE_L2_SHARE, STRIPE_REREAD_COST,
                                band_atomic_seconds, held_part_seconds, traffic)
     space = space_of("sgemvt", n)
     dag, sizes = space.dag, space.sizes
@@ -550,7 +550,7 @@ def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
     finds STORES_AFTER_L2_SHARE of L2 holding it, where it found STRIPE_L2_SHARE; and
     the held tiles' stores leave the producer's pass for the consumer's, where they
     cost STORES_AFTER_EXPOSED of their DRAM time beside its stream."""
-    from fusec.predict import (L2_BYTES, STORES_AFTER_EXPOSED, STORES_AFTER_L2_SHARE, STRIPE_L2_SHARE,
+    from fusec.cost.analytic import (L2_BYTES, STORES_AFTER_EXPOSED, STORES_AFTER_L2_SHARE, STRIPE_L2_SHARE,
                                STRIPE_REREAD_COST, held_part_seconds, traffic)
     dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
     kernels = [generate(dag, library(), ProgramPlan((tuned_gemver_with(stores_after=s),)), "float32").kernels[0]
@@ -575,7 +575,7 @@ def test_held_stores_after_the_barrier_take_at_least_their_dram_time():
     lasts as long as DRAM takes the held stores (fp64 n = 2048, GEMVER's B of 32 MB all
     held, 1 instance in registers and 7 in shared memory: measured 32.4 us with the
     stores after, 36.8 without; bench/results/h100-held-grid.md)."""
-    from fusec.predict import GRID_BARRIER_SECONDS, held_part_seconds
+    from fusec.cost.analytic import GRID_BARRIER_SECONDS, held_part_seconds
     dag, sizes = dag_of("gemver"), dict(m=2048, n=2048)
     plan, _ = most_held_band("gemver", "float64", 2048)
     plan = dataclasses.replace(plan, stores_after=True, finish_after=False)
@@ -595,7 +595,7 @@ def test_a_held_fusion_s_band_parts_are_priced_resident_as_its_blocks_are():
     (74.8 against 39.1 us with the H100's database), and plans holding 3 instances in
     registers beside it (measured 57.5-58.4 us, the best) went unmeasured. In the
     fusion both cost the same."""
-    from fusec.predict import held_part_seconds, natural_blocks
+    from fusec.cost.analytic import held_part_seconds, natural_blocks
     dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
     shipped = json.loads(TUNED_GEMVER_4096)  # as tuned on 2026-11-23: 512 threads of 2 pieces, 2 rows
     for part in shipped[0]["held"]:
@@ -620,7 +620,7 @@ def test_a_held_producers_column_sum_atomics_count_only_beyond_its_pass(n, shows
     """SGEMVT's held band plans: x's column sums are the producer's (w's row sums add
     none), and their atomics cost the held kernel only what outlasts the producer's
     pass: at fp64 n = 512 (a 2 MB matrix) they do, at n = 4096 its pass hides them."""
-    from fusec.predict import band_atomic_seconds, held_part_seconds
+    from fusec.cost.analytic import band_atomic_seconds, held_part_seconds
     space = space_of("sgemvt", n, "float64")
     dag, sizes = space.dag, space.sizes
     options = [o for o in held_options(space) if len(o[0].calls) == len(dag.calls)

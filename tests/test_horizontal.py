@@ -25,21 +25,22 @@ import numpy as np
 import pytest
 
 import fusec
-from fusec import nvcc, perfdb
-from fusec.codegen.horizontal import HorizontalKernel, register_bound
-from fusec.codegen.kernel import build_kernel
-from fusec.codegen.program import generate
+from fusec import nvcc
+from fusec.cost import perfdb
+from fusec.families.horizontal import HorizontalKernel, register_bound
+from fusec.lower.kernel import build_kernel
+from fusec.emit.program import generate
 from fusec.errors import PlanError
 from fusec.library.model import Geometry
-from fusec.predict import DEFAULT
+from fusec.cost.analytic import DEFAULT
 from fusec.runtime.program import Program
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion
 from fusec.space.horizontal import HorizontalFusion, best_per_block, independent
 from fusec.space.implementations import TILE_SHAPES, VECTOR_SHAPES
-from fusec.space.points import HorizontalPlan, KernelPlan, ProgramPlan
+from fusec.ir.plan import HorizontalPlan, KernelPlan, ProgramPlan
 from helpers import DTYPES, ROOT, library, script_names
 
 HORIZONTAL = ("two_gemv", "gemv_dot")

@@ -679,9 +679,9 @@ def test_readme_example_error(example):
 
 def _fused_plan(dag, library):
     """Both calls of wdot in one kernel, in the simplest valid routine order."""
-    from fusec.geometry import Shape
-    from fusec.space.points import KernelPlan, ProgramPlan
-    from fusec.space.steps import canonical_steps
+    from fusec.ir.geometry import Shape
+    from fusec.ir.plan import KernelPlan, ProgramPlan
+    from fusec.ir.steps import canonical_steps
     calls = tuple(c.id for c in dag.calls)
     plan = KernelPlan(calls, ("default",) * len(calls), canonical_steps(dag, library, calls),
                       Shape(Geometry.VECTOR, block=256, iters=4), None)
@@ -689,9 +689,9 @@ def _fused_plan(dag, library):
 
 
 def _unfused_plan(dag, library):
-    from fusec.geometry import Shape
-    from fusec.space.points import KernelPlan, ProgramPlan
-    from fusec.space.steps import canonical_steps
+    from fusec.ir.geometry import Shape
+    from fusec.ir.plan import KernelPlan, ProgramPlan
+    from fusec.ir.steps import canonical_steps
     return ProgramPlan(tuple(
         KernelPlan((c.id,), ("default",), canonical_steps(dag, library, (c.id,)),
                    Shape(Geometry.VECTOR, block=256, iters=4), None) for c in dag.calls))
@@ -706,7 +706,7 @@ def test_readme_example_compiles(example):
 
 def test_readme_example_fuses(example):
     """svmul's result t stays in registers and never reaches global memory."""
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     lib = load_library(example)
     dag = load_script(example.parent / "wdot.script", lib)
     program = fusec.compile(example.parent / "wdot.script", library=lib, plan=_fused_plan(dag, lib))
@@ -723,7 +723,7 @@ def test_readme_example_fuses(example):
 
 
 def test_prelude_is_emitted_once_and_routine_files_per_kernel(example):
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     lib = load_library(example)
     dag = load_script(example.parent / "wdot.script", lib)
     source = fusec.compile(example.parent / "wdot.script", library=lib,
@@ -737,7 +737,7 @@ def test_prelude_is_emitted_once_and_routine_files_per_kernel(example):
 @pytest.mark.parametrize("shape", ["default", "fused", "unfused"])
 def test_readme_example_compiles_with_nvcc(example, shape):
     from fusec import nvcc
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     lib = load_library(example)
     dag = load_script(example.parent / "wdot.script", lib)
     plan = {"default": None, "fused": _fused_plan, "unfused": _unfused_plan}[shape]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.dag import Call, Constant, Dag, Value
+from fusec.ir.dag import Call, Constant, Dag, Value
 from fusec.errors import ArgumentError, Coord, LibraryValidationError
 from fusec.library.model import Function, Hof, Kind, Param
 

@@ -8,16 +8,16 @@ import warnings
 
 import pytest
 
-from fusec import perfdb
-from fusec.codegen.kernel import build_kernel
+from fusec.cost import perfdb
+from fusec.lower.kernel import build_kernel
 from fusec.errors import FusecWarning
-from fusec.perfdb import probes as P
-from fusec.perfdb import store
-from fusec.perfdb.build import limiting_shared, problem_sizes
-from fusec.predict import natural_blocks
-from fusec.perfdb.predictor import PerfdbPredictor
-from fusec.predict import DEFAULT
-from fusec.script import load_script
+from fusec.cost.perfdb import probes as P
+from fusec.cost.perfdb import store
+from fusec.cost.perfdb.build import limiting_shared, problem_sizes
+from fusec.cost.analytic import natural_blocks
+from fusec.cost.perfdb.model import PerfdbPredictor
+from fusec.cost.analytic import DEFAULT
+from fusec.frontend import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.held import HELD_SHAPES
@@ -228,7 +228,7 @@ def test_cli_show(tmp_path, found, capsys):
 
 def test_cli_build_needs_a_gpu(capsys):
     from fusec.cli import main
-    from fusec.gpu import present
+    from fusec.target import present
     if present() is not None:
         pytest.skip("a GPU is present")
     assert main(["perfdb", "build", "-q"]) == 1
@@ -239,8 +239,8 @@ def test_cli_build_needs_a_gpu(capsys):
 def test_build_missing_refuses_without_a_usable_database(tmp_path, monkeypatch, found, stale):
     """--missing keeps a database's timings: there must be one, of this library."""
     from fusec.errors import FusecError
-    from fusec.gpu import GpuInfo
-    from fusec.perfdb import build as B
+    from fusec.target import GpuInfo
+    from fusec.cost.perfdb import build as B
     monkeypatch.setattr(B, "present", lambda: GpuInfo("NVIDIA Fake 1", 132, "9.0", "13.0"))
     if stale:
         db = fake_database(found)
@@ -274,7 +274,7 @@ def test_routine_orders_the_model_cannot_tell_apart_tie_and_fewest_load_phases_g
     import dataclasses
     import random
     from fusec.space.implementations import load_phases
-    from fusec.space.points import KernelPlan
+    from fusec.ir.plan import KernelPlan
     draw = random.Random(5)
     base = fake_database(found)
     timings = {key: dataclasses.replace(t, seconds={b: s * draw.uniform(0.5, 2.0) for b, s in t.seconds.items()})

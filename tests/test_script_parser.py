@@ -8,12 +8,12 @@ import pathlib
 import pytest
 from ply import yacc
 
-import fusec.script.parser as parser_module
+import fusec.frontend.parser as parser_module
 from fusec.errors import Coord, ScriptLexError, ScriptSyntaxError
 from fusec.library.model import Kind
-from fusec.script import ast, parse
-from fusec.script.lexer import tokenize
-from fusec.script.parser import ScriptParser
+from fusec.frontend import ast, parse
+from fusec.frontend.lexer import tokenize
+from fusec.frontend.parser import ScriptParser
 
 F = "t.script"
 

@@ -13,9 +13,9 @@ import itertools
 import numpy as np
 import pytest
 
-from fusec.codegen.kernel import build_kernel
+from fusec.lower.kernel import build_kernel
 from fusec.library.model import Geometry
-from fusec.predict import DEFAULT
+from fusec.cost.analytic import DEFAULT
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion, fusions, why_not_fusible
 from fusec.space.implementations import load_phases
@@ -207,7 +207,7 @@ def test_vector_kernels_offer_each_l2_policy_and_tile_kernels_only_the_rule():
     """A vector kernel's plans come in the three L2 policies, the same shapes and orders
     in each, plain ranked first where the prediction ties; tile kernels keep L2_PLAIN
     (their STREAM_MATRIX is set by rule). The policy reaches the kernel as its macros."""
-    from fusec.space.points import L2_EVICT_LOADS, L2_NAMES, L2_PLAIN, L2_STREAM_STORES
+    from fusec.ir.plan import L2_EVICT_LOADS, L2_NAMES, L2_PLAIN, L2_STREAM_STORES
     dag = dag_of("waxpby")
     space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
     plans = [p for p, _, _ in space.options[Fusion((0, 1))]]
@@ -223,7 +223,7 @@ def test_vector_kernels_offer_each_l2_policy_and_tile_kernels_only_the_rule():
 
 
 def test_a_plan_keeps_its_l2_policy_through_json():
-    from fusec.space.points import L2_STREAM_STORES, KernelPlan, ProgramPlan
+    from fusec.ir.plan import L2_STREAM_STORES, KernelPlan, ProgramPlan
     dag = dag_of("vadd")
     space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
     plan = next(p for options in space.options.values() for p, _, _ in options if p.l2 == L2_STREAM_STORES)

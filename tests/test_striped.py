@@ -16,17 +16,17 @@ import re
 import pytest
 
 from fusec import nvcc
-from fusec.codegen.kernel import build_kernel
-from fusec.codegen.program import generate
-from fusec.codegen.striped import StripedKernel, why_not_striped
+from fusec.lower.kernel import build_kernel
+from fusec.emit.program import generate
+from fusec.families.striped import StripedKernel, why_not_striped
 from fusec.errors import PlanError
-from fusec.geometry import Shape
+from fusec.ir.geometry import Shape
 from fusec.library.model import Geometry
-from fusec.predict import DEFAULT
+from fusec.cost.analytic import DEFAULT
 from fusec.runtime.program import Program
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
-from fusec.space.points import COLS, ROWS, ProgramPlan, StripedPlan, kernel_plan_from_json
+from fusec.ir.plan import COLS, ROWS, ProgramPlan, StripedPlan, kernel_plan_from_json
 from fusec.space.striped import StripedFusion
 from helpers import DTYPES, ROOT, library, script_names
 
@@ -218,7 +218,7 @@ def test_prediction_counts_the_reread_and_the_wait():
 
 def test_a_tuned_striped_plan_is_used_and_a_bad_one_is_ignored(monkeypatch, tmp_path):
     import fusec
-    from fusec import tuning
+    from fusec.tune import store as tuning
     from fusec.errors import FusecWarning
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("FUSEC_GPU", raising=False)

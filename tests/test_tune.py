@@ -26,13 +26,14 @@ import pytest
 
 import fusec
 import fusec.api
-from fusec import cli, oracle, tuning
+from fusec import cli, oracle
+from fusec.tune import store as tuning
 from fusec.errors import FusecWarning
-from fusec.predict import DEFAULT
-from fusec.script import load_script
+from fusec.cost.analytic import DEFAULT
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
-from fusec.space.points import HorizontalPlan
-from fusec.tune import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidate_groups, candidates,
+from fusec.ir.plan import HorizontalPlan
+from fusec.tune.search import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidate_groups, candidates,
                         choose, report, tune)
 from helpers import LIBRARY, ROOT, library
 
@@ -290,7 +291,7 @@ def plant(plan, sizes, dtype="float32", gpu=SLUG) -> tuning.TuningEntry:
 def h100():
     """The predictor compile uses for gpu="h100" (options such as a fusion's register
     bound come from it)."""
-    from fusec.perfdb import predictor_for
+    from fusec.cost.perfdb import predictor_for
     return predictor_for(library(), "h100")
 
 
@@ -640,7 +641,7 @@ def test_past_the_top_k_the_best_of_each_layout_of_the_heaviest_kernel():
 def test_the_default_layouts_reach_gesummvs_fastest_plan_on_the_h100(dtype, n):
     """Measured on the H100 (README, Tuning): the fused [256t,2it,32r] gemv pair, which the H100's
     predictor ranks past 1,500th, beat every plan of the top 150; the default --layouts reaches it."""
-    from fusec.perfdb import predictor_for
+    from fusec.cost.perfdb import predictor_for
     from fusec.space.combinations import LAYOUTS
     dag = load_script(GESUMMV, library())
     sizes = {"n": n}
@@ -653,7 +654,7 @@ def test_the_default_layouts_reach_gesummvs_fastest_plan_on_the_h100(dtype, n):
 
 
 def test_choose_breaks_ties_by_predicted_rank():
-    from fusec.tune import Measurement, Row
+    from fusec.tune.search import Measurement, Row
     plan = candidates(bicgk(), library(), "float32", SIZES, 1, DEFAULT)[0].plan
     rows = [Row(1, plan, 1e-5, Measurement(WRONG), 100), Row(2, plan, 2e-5, Measurement(OK, 3e-5), 100),
             Row(3, plan, 3e-5, Measurement(OK, 3e-5), 100)]
@@ -676,9 +677,9 @@ def test_check_outputs_with_the_expectation_computed_once(rng=np.random.default_
 
 @pytest.mark.nvcc
 def test_the_gpu_measurer_compiles_in_parallel_and_scores_a_failure():
-    from fusec.codegen.program import generate
+    from fusec.emit.program import generate
     from fusec.runtime.program import Program
-    from fusec.tune import GpuMeasurer
+    from fusec.tune.search import GpuMeasurer
     dag = bicgk()
     plans = [c.plan for c in candidates(dag, library(), "float32", SIZES, 2, DEFAULT)]
     programs = [Program(generate(dag, library(), p, "float32")) for p in plans]
@@ -749,7 +750,7 @@ def test_each_candidate_is_timed_from_an_empty_l2(monkeypatch):
     one before left (evict-first loads never displace them)."""
     import contextlib
     from fusec.runtime import cuda
-    from fusec.tune import GpuMeasurer
+    from fusec.tune.search import GpuMeasurer
     events = []
 
     class Clock:
@@ -867,7 +868,7 @@ def test_fusec_compile_says_the_plan_is_shipped_with_the_library(capsys, tmp_pat
 
 
 def test_fusec_tune_ship_writes_the_winner_into_the_library(capsys, monkeypatch, cache, own_library):
-    import fusec.tune as tune_module
+    import fusec.tune.search as tune_module
     real_tune = tune_module.tune
 
     def tune_with_a_fake_gpu(dag, library_, dtype, sizes, **kwargs):

@@ -57,7 +57,7 @@ def main():
     from bench import peers
     from bench.fusion import device_inputs
     from fusec.runtime import cuda, native
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     peers.make_peers(list(peers.PEER_CLASSES))
     print(f"C extension: {native.fastcall() is not None} ({native.unavailable() or 'built'})")
     ctx = cuda.primary_context()

@@ -44,16 +44,16 @@ def main() -> int:
     import cupy
     from bench.fusion import device_inputs
     from fusec import nvcc
-    from fusec.codegen.program import generate
-    from fusec.geometry import Shape
+    from fusec.emit.program import generate
+    from fusec.ir.geometry import Shape
     from fusec.library.loader import load_library
     from fusec.library.model import Geometry
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    from fusec.script import load_script
+    from fusec.frontend import load_script
     from fusec.space.fusions import Fusion
     from fusec.space.implementations import steps_in_order
-    from fusec.space.points import KernelPlan, ProgramPlan
+    from fusec.ir.plan import KernelPlan, ProgramPlan
 
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
-from .. import geometry as geo
+from ..ir import geometry as geo
 from .model import (Access, Finish, Function, Geometry, Hof, Implementation, Kind, Library,
                     Param, Routine, RoutineKind, SourceFile, Storage, ThreadMapping)
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..dag import Dag
+from ..ir.dag import Dag
 from ..errors import ArgumentError
 from ..library.model import Kind
 

@@ -7,9 +7,9 @@ from typing import Mapping
 
 import numpy as np
 
-from ..dag import Constant, Dag
+from ..ir.dag import Constant, Dag
 from ..library.model import Geometry, Kind
-from ..space.points import ROWS, HeldPlan, StripedPlan
+from ..ir.plan import ROWS, HeldPlan, StripedPlan
 
 
 def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:

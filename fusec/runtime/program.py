@@ -32,8 +32,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..codegen.program import GeneratedProgram
-from .. import geometry as geo
+from ..emit.program import GeneratedProgram
+from ..ir import geometry as geo
 from ..errors import RowWidthError
 from ..library.model import Geometry, Kind
 from . import cuda  # PyCUDA itself is imported on the first call

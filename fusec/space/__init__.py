@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..dag import Dag
-from ..geometry import Shape
+from ..ir.dag import Dag
+from ..ir.geometry import Shape
 from ..library.model import Geometry, Library
-from .points import COLS, ROWS, HorizontalPlan, KernelPlan, ProgramPlan, Step
-from .steps import canonical_steps, function_of
+from ..ir.plan import COLS, ROWS, HorizontalPlan, KernelPlan, ProgramPlan, Step
+from ..ir.steps import canonical_steps, function_of
 
 DEFAULT_VECTOR_SHAPE = Shape(Geometry.VECTOR, block=256, iters=4)
 DEFAULT_TILE_SHAPE = Shape(Geometry.TILE, block=256, iters=8, tile_rows=32)

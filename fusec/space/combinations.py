@@ -28,15 +28,15 @@ import itertools
 import math
 from typing import Callable, Iterator, Mapping
 
-from ..codegen.kernel import Kernel, build_kernel
-from ..dag import Dag
+from ..lower.kernel import Kernel, build_kernel
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
 from .implementations import SMS, by_time, implementations
-from .points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from ..ir.plan import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
 from .striped import StripedFusion, striped_covers, striped_options
 
 Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover

@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..dag import Dag
+from ..ir.dag import Dag
 from ..library.model import Geometry, Library
-from .steps import array_args, call_dims, function_of
+from ..ir.steps import array_args, call_dims, function_of
 
 
 @dataclasses.dataclass(frozen=True, order=True)

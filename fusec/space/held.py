@@ -1,7 +1,7 @@
 """Held fusions: the pairs a striped fusion would run in stripes
 (:mod:`fusec.space.striped`), run instead as one launch of resident blocks
 with one grid barrier, the tiles the consumer reads again held on chip
-(:mod:`fusec.codegen.held`).
+(:mod:`fusec.families.held`).
 
 The options of a pair: each part's best-predicted implementations of one
 shape and serial axis (a few of each), paired where the grid fits on the GPU
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import itertools
 
-from .. import geometry as geo
-from ..codegen.held import (BAND_HELD_WORDS, HeldKernel, assemble, held_matrix, register_margin,
+from ..ir import geometry as geo
+from ..families.held import (BAND_HELD_WORDS, HeldKernel, assemble, held_matrix, register_margin,
                             registers_allowed, shared_allowed)
-from ..codegen.kernel import Kernel
-from ..dag import Dag
+from ..lower.kernel import Kernel
+from ..ir.dag import Dag
 from ..errors import PlanError
-from ..geometry import Shape
+from ..ir.geometry import Shape
 from ..library.model import Geometry, Library
 from .implementations import by_time
-from .points import HeldPlan, KernelPlan
+from ..ir.plan import HeldPlan, KernelPlan
 from .striped import StripedFusion
 
 PER_PART = 3  # implementations of each part per shape and serial axis that are paired

@@ -15,7 +15,7 @@ The options of a pair are HFuse's search (its Fig. 6), over fusec's shapes:
   implementation for that many threads (HFuse keeps each kernel's code and
   searches the split only);
 - the register bound: each split also with HFuse's bound
-  (:func:`~fusec.codegen.horizontal.register_bound`), where it is below the
+  (:func:`~fusec.families.horizontal.register_bound`), where it is below the
   registers the kernel is estimated to need (above, it changes nothing).
 
 Splits whose shared memory exceeds what a block may declare are left out.
@@ -26,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..codegen.horizontal import HorizontalKernel, assemble, register_bound
-from ..codegen.kernel import Kernel
-from ..dag import Dag
+from ..families.horizontal import HorizontalKernel, assemble, register_bound
+from ..lower.kernel import Kernel
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Library
 from .fusions import Fusion
-from .points import HorizontalPlan, KernelPlan
+from ..ir.plan import HorizontalPlan, KernelPlan
 
 
 @dataclasses.dataclass(frozen=True, order=True)

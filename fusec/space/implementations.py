@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import itertools
 
-from ..codegen.held import BAND_REGISTER_MARGIN
-from ..codegen.kernel import Kernel, build_kernel
-from ..dag import Dag
+from ..families.held import BAND_REGISTER_MARGIN
+from ..lower.kernel import Kernel, build_kernel
+from ..ir.dag import Dag
 from ..errors import PlanError
-from .. import geometry as geo
-from ..geometry import Shape
+from ..ir import geometry as geo
+from ..ir.geometry import Shape
 from ..library.model import Geometry, Library, RoutineKind
 from .fusions import Fusion, why_not_fusible
-from .points import COLS, L2_NAMES, L2_PLAIN, ROWS, HeldPlan, KernelPlan, Step
-from .steps import array_args, call_dims, function_of, leaves_kernel
+from ..ir.plan import COLS, L2_NAMES, L2_PLAIN, ROWS, HeldPlan, KernelPlan, Step
+from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
 
 # The block shapes searched: threads per block, and for tiles the rows of a tile
 # (rows per thread = TILE_ROWS / BLOCK_Y), with a few serial iteration counts.

@@ -1,5 +1,5 @@
 """Striped fusions: a kernel of a cover and the next one, which needs its
-reductions' results, in one launch (:mod:`fusec.codegen.striped`).
+reductions' results, in one launch (:mod:`fusec.families.striped`).
 
 In a cover's launch order, two adjacent kernels, both fusions of tile
 calls, where the second reads a vector the first finishes by a reduction,
@@ -10,7 +10,7 @@ pairs, one per cover: the three sequences that need it have one barrier each.
 The options of a pair: each part's best-predicted implementations whose
 serial loop walks across the stripe axis, a few per block size (and, for
 stripes of rows, per tile height, which the parts must share), paired at equal
-blocks, each with every lag of :data:`~fusec.space.points.LAGS`.
+blocks, each with every lag of :data:`~fusec.ir.plan.LAGS`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..codegen.kernel import Kernel
-from ..codegen.striped import StripedKernel, assemble, crossing, stripe_axis
-from ..dag import Dag
+from ..lower.kernel import Kernel
+from ..families.striped import StripedKernel, assemble, crossing, stripe_axis
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Kind, Library
 from .fusions import Fusion
 from .implementations import by_time
-from .points import COLS, LAGS, ROWS, KernelPlan, StripedPlan
-from .steps import function_of
+from ..ir.plan import COLS, LAGS, ROWS, KernelPlan, StripedPlan
+from ..ir.steps import function_of
 
 PER_PART = 6  # implementations of each part per block size that are paired
 

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.codegen.program import generate
+from fusec.emit.program import generate
 from fusec.library.model import Geometry
 from fusec.runtime.program import Program
 from tests.helpers import DTYPES, compile_for_this_gpu, library

@@ -30,13 +30,13 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.codegen.program import generate
-from fusec.predict import DEFAULT
+from fusec.emit.program import generate
+from fusec.cost.analytic import DEFAULT
 from fusec.runtime.program import Program
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
-from fusec.space.points import HorizontalPlan, ProgramPlan
+from fusec.ir.plan import HorizontalPlan, ProgramPlan
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu

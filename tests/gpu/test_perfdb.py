@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fusec.perfdb import store
-from fusec.perfdb.build import build
-from fusec.perfdb.predictor import PerfdbPredictor
-from fusec.perfdb.probes import probes
-from fusec.script import load_script
+from fusec.cost.perfdb import store
+from fusec.cost.perfdb.build import build
+from fusec.cost.perfdb.model import PerfdbPredictor
+from fusec.cost.perfdb.probes import probes
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
 from tests.helpers import ROOT, library
 

@@ -86,7 +86,7 @@ def test_each_l2_policy_against_oracle(script, dtype):
     and bit for bit the plain plan's (a cache hint changes no value)."""
     import dataclasses
     from fusec import compile as compile_script
-    from fusec.space.points import L2_NAMES, ProgramPlan
+    from fusec.ir.plan import L2_NAMES, ProgramPlan
     from tests.helpers import ROOT
     base = program(script, dtype)
     for sizes in size_cases(base.dag, [k for k in (33, 4097, 1 << 20) if k in BASE_SIZES or k == 1 << 20]):
@@ -140,7 +140,7 @@ def test_a_block_with_several_tickets(dtype, iters):
     import dataclasses
     from fusec import compile as compile_script
     from fusec.space import ROWS
-    from fusec.space.points import ProgramPlan
+    from fusec.ir.plan import ProgramPlan
     from tests.helpers import ROOT
     (fused,) = tile_program("bicgk", dtype).generated.plan.kernels  # tickets: a tile kernel's
     plan = ProgramPlan((dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=iters)),))

@@ -29,14 +29,14 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.codegen.program import generate
-from fusec.geometry import Shape
+from fusec.emit.program import generate
+from fusec.ir.geometry import Shape
 from fusec.library.model import Geometry
-from fusec.predict import DEFAULT
+from fusec.cost.analytic import DEFAULT
 from fusec.runtime.program import Program
-from fusec.script import load_script
+from fusec.frontend import load_script
 from fusec.space.combinations import build_space
-from fusec.space.points import ProgramPlan, StripedPlan
+from fusec.ir.plan import ProgramPlan, StripedPlan
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu

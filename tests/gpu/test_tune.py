@@ -13,8 +13,8 @@ import pytest
 
 import fusec
 from fusec import cli, oracle
-from fusec.script import load_script
-from fusec.tune import OK, report, tune
+from fusec.frontend import load_script
+from fusec.tune.search import OK, report, tune
 from tests.helpers import DTYPES, LIBRARY, ROOT, library
 
 pytestmark = pytest.mark.gpu

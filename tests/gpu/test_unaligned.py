@@ -29,8 +29,8 @@ import pytest
 
 from fusec import oracle
 from fusec.api import build_program
-from fusec.codegen.program import generate
-from fusec.perfdb import predictor_for
+from fusec.emit.program import generate
+from fusec.cost.perfdb import predictor_for
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, compile_for_this_gpu, library

@@ -9,7 +9,7 @@ all but the last; the build measures each key at several blocks per SM.
 
 Each key is probed by the single-call kernel of a library function that
 calls the routine, with every other routine left out
-(:func:`fusec.codegen.kernel.probe_kernel`). Probes are grouped into modules
+(:func:`fusec.lower.kernel.probe_kernel`). Probes are grouped into modules
 so nvcc compiles them in parallel, a few dozen kernels each.
 """
 
@@ -18,18 +18,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from .. import geometry as geo
-from ..codegen.kernel import Kernel, Reduction, build_kernel, probe_kernel
-from ..codegen.program import common_code
-from ..dag import Dag
-from ..errors import PlanError
-from ..geometry import Shape
-from ..library.model import Function, Geometry, Kind, Library
-from ..script import check, parse
-from ..space.held import HELD_SHAPES
-from ..space.implementations import TILE_SHAPES, VECTOR_SHAPES
-from ..space.points import COLS, ROWS, KernelPlan
-from ..space.steps import canonical_steps
+from ...ir import geometry as geo
+from ...lower.kernel import Kernel, Reduction, build_kernel, probe_kernel
+from ...emit.program import common_code
+from ...ir.dag import Dag
+from ...errors import PlanError
+from ...ir.geometry import Shape
+from ...library.model import Function, Geometry, Kind, Library
+from ...frontend import check, parse
+from ...space.held import HELD_SHAPES
+from ...space.implementations import TILE_SHAPES, VECTOR_SHAPES
+from ...ir.plan import COLS, ROWS, KernelPlan
+from ...ir.steps import canonical_steps
 
 MODULE_KERNELS = 48  # probes per nvcc run
 # the tile shapes timed: the space's, and the wider ones only held fusions use
@@ -45,7 +45,7 @@ class RoutineKey:
     """One routine in one environment (less the blocks per SM)."""
 
     routine: str
-    section: str  # "pre", "loop" or "post" (fusec.codegen.barriers)
+    section: str  # "pre", "loop" or "post" (fusec.lower.barriers)
     geometry: str
     block: int
     iters: int
@@ -123,7 +123,7 @@ def probes(library: Library, dtypes=("float32", "float64")) -> list[Probe]:
 
 
 def _routine_name(library: Library, dag: Dag, plan: KernelPlan, step) -> str:
-    from ..codegen.kernel import _routine
+    from ...lower.kernel import _routine
     return _routine(library, dag, plan, step).name
 
 

@@ -8,9 +8,9 @@ only when the script returns it or a call in another kernel reads it.
 
 from __future__ import annotations
 
-from ..dag import Dag
+from .dag import Dag
 from ..library.model import Function, Kind, Library, RoutineKind
-from .points import Step
+from .plan import Step
 
 
 def function_of(dag: Dag, library: Library, call: int) -> Function:

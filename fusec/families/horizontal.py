@@ -1,8 +1,8 @@
 """Horizontal fusion (HFuse, Li et al. 2020, §III): independent kernels in one launch.
 
-A :class:`~fusec.space.points.HorizontalPlan` holds kernel plans whose calls
+A :class:`~fusec.ir.plan.HorizontalPlan` holds kernel plans whose calls
 have no path between them in the DAG. Each part is analysed exactly as if it
-ran alone (:func:`~fusec.codegen.kernel.build_kernel`), then the horizontal
+ran alone (:func:`~fusec.lower.kernel.build_kernel`), then the horizontal
 kernel runs them side by side in every block (the paper's Fig. 5):
 
 - threads ``[offset_p, offset_p + BLOCK_p)`` of a block run part ``p``; the
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..dag import Dag
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Library
-from ..space.points import HorizontalPlan
-from .kernel import (MAX_STATIC_SHARED, Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body,
+from ..ir.plan import HorizontalPlan
+from ..lower.kernel import (MAX_STATIC_SHARED, Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body,
                      _library_sources, _Writer, build_kernel)
-from .. import geometry as geo
+from ..ir import geometry as geo
 
 MAX_THREADS = 1024  # per block
 MAX_PARTS = 15  # named barriers 1-15; 0 is the block's

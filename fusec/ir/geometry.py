@@ -40,7 +40,7 @@ import threading
 
 import numpy as np
 
-from .library.model import Geometry
+from ..library.model import Geometry
 
 VEC_BYTES = 16
 WARP = 32

@@ -3,7 +3,7 @@
 Every node is a frozen dataclass with the :class:`~fusec.errors.Coord` of its
 first character, so the checker can point at any name, number or statement.
 Meaning (declared or not, kinds, sizes) is the checker's business
-(:mod:`fusec.script.check`).
+(:mod:`fusec.frontend.check`).
 """
 
 from __future__ import annotations

@@ -18,14 +18,14 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
-from ..cache import atomic_write_text
-from ..errors import FusecWarning
-from ..gpu import slug
-from ..library.model import Library
+from ...cache import atomic_write_text
+from ...errors import FusecWarning
+from ...target import slug
+from ...library.model import Library
 from .probes import RoutineKey
 
 FORMAT = 1
-BUNDLED = Path(__file__).resolve().parent.parent.parent / "perfdb"
+BUNDLED = Path(__file__).resolve().parents[3] / "perfdb"
 
 
 class PerfdbWarning(FusecWarning):

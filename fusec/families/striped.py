@@ -7,13 +7,13 @@ A reduction's result cannot be used in the kernel that computes it: GEMVER's
 the second read comes from DRAM when the two run as two launches. But ``x``
 is finished one tile of columns at a time (the last block to arrive at the
 tile sums it), and ``w``'s blocks of one column tile need only that tile of
-``x``. So the :class:`~fusec.space.points.StripedPlan` runs both kernels'
+``x``. So the :class:`~fusec.ir.plan.StripedPlan` runs both kernels'
 blocks in one launch, a *stripe* at a time, a stripe being one tile of the
 *stripe axis* (the axis the crossing vectors run along) and every tile along
 the other:
 
 - each part is analysed exactly as if it ran alone
-  (:func:`~fusec.codegen.kernel.build_kernel`); its serial loop must walk
+  (:func:`~fusec.lower.kernel.build_kernel`); its serial loop must walk
   across the stripe axis, so that each of its blocks lies in one stripe;
 - a block takes a ticket (``fusec_stripe_ticket``) and runs the work it names:
   the producer's first ``lag`` stripes, then for every stripe J the
@@ -28,7 +28,7 @@ the other:
 - the last block to leave clears the schedule (``fusec_stripe_leave``).
 
 Each part's body is a device function in its own namespace with its own
-macros, as in a horizontal fusion (:mod:`fusec.codegen.horizontal`), but on
+macros, as in a horizontal fusion (:mod:`fusec.families.horizontal`), but on
 whole blocks: the block size is both parts'. Values that cross from the
 producer to the consumer lose ``__restrict__``, since one launch now writes
 and reads them.
@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import geometry as geo
-from ..dag import Dag
+from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Kind, Library
-from ..space.points import COLS, ROWS, StripedPlan
+from ..ir.plan import COLS, ROWS, StripedPlan
 from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
-from .kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
+from ..lower.kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
 
 SCHEDULE_COUNTERS = 2  # the ticket counter and the blocks-done counter, before the stripes' counters
 

@@ -11,7 +11,7 @@ that fails to compile, to launch or to check scores infinitely slow, with the
 reason kept; it never stops the tune. The plan the tuning cache already holds
 for the same key is measured again beside them (the incumbent), so tuning anew
 never replaces a plan with a slower one. The fastest correct one goes into the
-tuning cache (:mod:`fusec.tuning`), where :func:`fusec.compile` finds it.
+tuning cache (:mod:`fusec.tune.store`), where :func:`fusec.compile` finds it.
 
 The GPU work is behind :class:`Measurer`; ranking, choosing, the table and the
 cache write do not touch the GPU, so tests drive them with a fake measurer.
@@ -29,15 +29,16 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from . import geometry as geo
-from . import oracle, tuning
-from .cache import cache_dir
-from .errors import CompileError, FusecError, FusecWarning
-from .gpu import slug
-from .progress import Progress
-from .runtime.program import Program
-from .space.combinations import LAYOUTS, Combination, build_space
-from .space.points import ProgramPlan
+from ..ir import geometry as geo
+from .. import oracle
+from . import store as tuning
+from ..cache import cache_dir
+from ..errors import CompileError, FusecError, FusecWarning
+from ..target import slug
+from ..progress import Progress
+from ..runtime.program import Program
+from ..space.combinations import LAYOUTS, Combination, build_space
+from ..ir.plan import ProgramPlan
 
 OK = "ok"
 WRONG = "wrong"
@@ -108,7 +109,7 @@ class TuneResult:
 
 def untuned_choice(dag, library, dtype: str, sizes: Mapping[str, int], predictor, rows) -> Row | None:
     """The row of the plan :func:`fusec.compile` takes without a tuned plan, if measured."""
-    from .api import build_program
+    from ..api import build_program
     try:
         program, _ = build_program(dag, library, dtype, sizes=sizes, predictor=predictor, tuned=False)
     except FusecError:
@@ -155,7 +156,7 @@ def _incumbent(dag, library, dtype: str, sizes, gpu_slug: str, predictor, chosen
     """The tuning cache's plan for this key (else the one the library shipped for its
     previous version: tuning.previous), with its predicted time, unless it is among
     the candidates already (or there is none, or it no longer builds)."""
-    from .codegen.program import generate
+    from ..emit.program import generate
     entry = (tuning.lookup(dag, library, dtype, sizes, gpu_slug)  # warns about a damaged entry
              or tuning.previous(dag, library, dtype, sizes, gpu_slug))
     if entry is None or any(c.plan == entry.plan for c in chosen):
@@ -354,7 +355,7 @@ class GpuMeasurer(Measurer):
 
     def __enter__(self) -> "GpuMeasurer":
         import contextlib
-        from .runtime import cuda
+        from ..runtime import cuda
         cuda.driver()  # a clear error when PyCUDA or the GPU is missing
         self._stack = contextlib.ExitStack()
         ctx = self._stack.enter_context(cuda.context())
@@ -375,7 +376,7 @@ class GpuMeasurer(Measurer):
         self._stack.close()
 
     def compile(self, programs, done) -> list[str]:
-        from . import nvcc
+        from .. import nvcc
         compiled = nvcc.compile_many([p.source for p in programs], self.arch, return_errors=True, done=done)
         return [str(c) if isinstance(c, CompileError) else "" for c in compiled]
 
@@ -386,7 +387,7 @@ class GpuMeasurer(Measurer):
 
     def time(self, program):
         # from an empty L2: no candidate inherits the lines the one before left (GpuClock.empty_l2)
-        from .runtime import cuda
+        from ..runtime import cuda
         with cuda.context() as ctx:
             cuda.gpu_clock(ctx).empty_l2()
         return program.time(self.device, warmup=self.warmup, repeat=self.repeat, host=False)
@@ -395,7 +396,7 @@ class GpuMeasurer(Measurer):
         program.release()
 
     def late_samples(self) -> int:
-        from .runtime import cuda
+        from ..runtime import cuda
         return cuda.late_samples()
 
 
@@ -408,11 +409,11 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
     """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``,
     and the best of each of the ``layouts`` best-predicted layouts of the
     heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the fastest correct one (unless ``store`` is
-    false). ``predictor`` defaults to :func:`fusec.perfdb.predictor_for` of
+    false). ``predictor`` defaults to :func:`fusec.cost.perfdb.predictor_for` of
     this GPU. Progress goes to stderr when ``progress``."""
-    from .api import default_sizes
-    from .codegen.program import generate
-    from .perfdb import predictor_for
+    from ..api import default_sizes
+    from ..emit.program import generate
+    from ..cost.perfdb import predictor_for
     dtype = geo.dtype_name(dtype)
     sizes = default_sizes(dag, sizes)
     if repeat < 1 or warmup < 0:

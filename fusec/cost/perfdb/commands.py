@@ -5,12 +5,12 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from ..errors import FusecError
+from ...errors import FusecError
 from . import store
 
 
 def build_command(args) -> int:
-    from ..api import resolve_library
+    from ...api import resolve_library
     from .build import build
     library = resolve_library(args.library)
     dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)
@@ -25,7 +25,7 @@ def build_command(args) -> int:
 
 
 def show_command(args) -> int:
-    from ..gpu import target
+    from ...target import target
     folder = Path(args.dir) if args.dir else None
     wanted = target(args.gpu)
     if wanted is None:

@@ -36,10 +36,10 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
-from . import __version__
-from .cache import atomic_write_text, cache_dir
-from .errors import FusecWarning
-from .space.points import ProgramPlan
+from .. import __version__
+from ..cache import atomic_write_text, cache_dir
+from ..errors import FusecWarning
+from ..ir.plan import ProgramPlan
 
 FORMAT = 1  # of an entry file; another format is a miss
 SHIPPED = "tunings"  # a library's folder of plans tuned for it

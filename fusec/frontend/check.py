@@ -1,7 +1,7 @@
 """Semantic checks of a parsed script, and the DAG they produce.
 
 One pass over the statements in source order, so the first error reported is
-the first one in the text. Each name gets a new :class:`~fusec.dag.Value` at
+the first one in the text. Each name gets a new :class:`~fusec.ir.dag.Value` at
 every input or assignment (versions 1, 2, ...); a read sees the newest one.
 
 Sizes are unified with union-find: a declared size symbol (``m`` in
@@ -23,7 +23,7 @@ import pathlib
 import warnings
 from typing import Mapping, Protocol
 
-from ..dag import Argument, Call, Constant, Dag, Value
+from ..ir.dag import Argument, Call, Constant, Dag, Value
 from ..errors import (ArityError, Coord, DuplicateDeclarationError, KindError,
                       ScriptSemanticError, ScriptWarning, SizeMismatchError,
                       UnassignedNameError, UndefinedNameError, UnknownFunctionError)

@@ -12,14 +12,14 @@ import hashlib
 from pathlib import Path
 
 from .. import __version__
-from .. import geometry as geo
-from ..dag import Dag
+from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..library.model import Library
-from ..space.points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
-from .held import HeldKernel
-from .horizontal import HorizontalKernel
-from .kernel import Kernel, build_kernel
-from .striped import StripedKernel
+from ..ir.plan import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from ..families.held import HeldKernel
+from ..families.horizontal import HorizontalKernel
+from ..lower.kernel import Kernel, build_kernel
+from ..families.striped import StripedKernel
 
 SUPPORT = Path(__file__).with_name("support.cuh")
 

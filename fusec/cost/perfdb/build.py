@@ -1,6 +1,6 @@
 """``fusec perfdb build``: time every routine of a library on the GPU present.
 
-For each routine key (:mod:`fusec.perfdb.probes`) the probe kernel runs on a
+For each routine key (:mod:`fusec.cost.perfdb.probes`) the probe kernel runs on a
 problem big enough for several waves of blocks, at each number of blocks per
 SM from 1 up to what the probe itself allows; extra dynamic shared memory
 holds the SM to that many blocks, as a fusion's footprint would. A run's time
@@ -16,14 +16,14 @@ import math
 import statistics
 from pathlib import Path
 
-from .. import __version__, nvcc
-from ..errors import FusecError, GPUUnavailableError
-from ..gpu import present
-from ..library.model import Geometry, Kind, Library
-from ..progress import Progress
+from ... import __version__, nvcc
+from ...errors import FusecError, GPUUnavailableError
+from ...target import present
+from ...library.model import Geometry, Kind, Library
+from ...progress import Progress
 from . import store
-from ..predict import SHARED_PER_SM, SHARED_RESERVED, natural_blocks
-from .predictor import iterations
+from ..analytic import SHARED_PER_SM, SHARED_RESERVED, natural_blocks
+from .model import iterations
 from .probes import Probe, RoutineKey, modules, probes
 
 SHARED_PER_BLOCK = 232448  # the most one block may ask for (227 KB)
@@ -66,7 +66,7 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
 
     Timings of a precision not measured now are kept from the existing file,
     when it is usable for this library and GPU."""
-    from ..runtime import cuda
+    from ...runtime import cuda
     info = present()
     if info is None:
         raise GPUUnavailableError("'fusec perfdb build' times routines on the GPU: none found"
@@ -156,7 +156,7 @@ _ARENAS: dict[int, _Arena] = {}
 
 
 def _time_probe(driver, clock, module, probe: Probe, sms: int, launch: float) -> store.Timing:
-    from ..runtime.cuda import parameter_format
+    from ...runtime.cuda import parameter_format
     kernel = probe.kernel
     function = module.get_function(kernel.name)
     function.prepare(parameter_format(kernel))

@@ -1,7 +1,7 @@
 """The script front end: text -> tokens -> syntax tree -> checked DAG.
 
 ``lexer`` (tokens), ``parser`` (the PLY grammar, building ``ast`` nodes),
-``check`` (names, kinds, sizes; builds a :class:`fusec.dag.Dag`). The language
+``check`` (names, kinds, sizes; builds a :class:`fusec.ir.dag.Dag`). The language
 is described in ``docs/script-language.md``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..dag import Dag
+from ..ir.dag import Dag
 from ..errors import ScriptLexError, coord_at
 from . import ast
 from .ast import source_line

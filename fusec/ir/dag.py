@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from .errors import Coord
-from .library.model import Kind
+from ..errors import Coord
+from ..library.model import Kind
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..geometry import Shape
+from .geometry import Shape
 from ..library.model import Geometry, RoutineKind
 
 ROWS, COLS = "rows", "cols"  # the axes serial iterations can walk in the tile geometry

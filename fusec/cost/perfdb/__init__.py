@@ -14,14 +14,14 @@ import functools
 import warnings
 from pathlib import Path
 
-from ..gpu import target
-from ..library.model import Library
-from ..predict import DEFAULT, Predictor
+from ...target import target
+from ...library.model import Library
+from ..analytic import DEFAULT, Predictor
 from . import store
 
 
 def predictor_for(library: Library, gpu: str | None = None) -> Predictor:
-    """The predictor for ``library`` on the target GPU (:func:`fusec.gpu.target`:
+    """The predictor for ``library`` on the target GPU (:func:`fusec.target.target`:
     ``gpu``, else $FUSEC_GPU, else the GPU present)."""
     wanted = target(gpu)
     if wanted is None:
@@ -41,6 +41,6 @@ def predictor_for(library: Library, gpu: str | None = None) -> Predictor:
 
 @functools.lru_cache(maxsize=8)
 def _load(path: Path, mtime: int, library: Library):
-    from .predictor import PerfdbPredictor
+    from .model import PerfdbPredictor
     database = store.load(path, library)
     return PerfdbPredictor(database, library) if database is not None else None

@@ -24,11 +24,11 @@ import dataclasses
 import math
 from typing import Mapping, Protocol
 
-from . import geometry as geo
-from .codegen.kernel import PARTIALS_LINE, Kernel
-from .dag import Dag
-from .library.model import Geometry
-from .space.points import COLS, ROWS, HeldPlan, StripedPlan
+from ..ir import geometry as geo
+from ..lower.kernel import PARTIALS_LINE, Kernel
+from ..ir.dag import Dag
+from ..library.model import Geometry
+from ..ir.plan import COLS, ROWS, HeldPlan, StripedPlan
 
 L2_BYTES = 50 * 2 ** 20  # H100
 L2_REREAD_COST = 0.25  # a re-read from L2 costs about a quarter of a DRAM byte
@@ -354,7 +354,7 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     first choices 1.38 and 1.30 of the winner against 1.03 and 1.11. Left out,
     GEMVER's and SGEMVT's fp64 n = 512 first choices were held band plans at
     1.61 and 1.68 of the best measured; beyond the pass, 1.00 and 1.00.)"""
-    from .codegen.striped import matrices_reread
+    from ..families.striped import matrices_reread
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
@@ -416,7 +416,7 @@ def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launc
     not fit in STRIPE_L2_SHARE of L2, the re-read is a DRAM read. Occupancy
     (the combined kernel has the registers of the hungrier part) is left to
     the tuner."""
-    from .codegen.striped import matrices_reread
+    from ..families.striped import matrices_reread
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)

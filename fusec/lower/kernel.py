@@ -22,14 +22,14 @@ import dataclasses
 import re
 from pathlib import Path
 
-from ..dag import Constant, Dag
+from ..ir.dag import Constant, Dag
 from ..errors import PlanError
-from .. import geometry as geo
+from ..ir import geometry as geo
 from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
                              Storage)
-from ..space.points import (COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, HeldPlan, HorizontalPlan, KernelPlan,
+from ..ir.plan import (COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, HeldPlan, HorizontalPlan, KernelPlan,
                             Step, StripedPlan)
-from ..space.steps import array_args, call_dims, function_of, leaves_kernel
+from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
 from .barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, place_barriers
 
 MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
@@ -412,17 +412,17 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     not for the parts of horizontal or striped fusions, whose blocks take their
     items otherwise). Raises PlanError when
     the plan cannot be built (e.g. routines disagree on where an element lives).
-    A horizontal fusion's plan gives its :class:`~fusec.codegen.horizontal.HorizontalKernel`,
-    a striped fusion's its :class:`~fusec.codegen.striped.StripedKernel`, a held
-    fusion's its :class:`~fusec.codegen.held.HeldKernel`."""
+    A horizontal fusion's plan gives its :class:`~fusec.families.horizontal.HorizontalKernel`,
+    a striped fusion's its :class:`~fusec.families.striped.StripedKernel`, a held
+    fusion's its :class:`~fusec.families.held.HeldKernel`."""
     if isinstance(plan, HorizontalPlan):
-        from .horizontal import build_horizontal  # which builds each part with this function
+        from ..families.horizontal import build_horizontal  # which builds each part with this function
         return build_horizontal(dag, library, plan, dtype, index, emit)
     if isinstance(plan, StripedPlan):
-        from .striped import build_striped
+        from ..families.striped import build_striped
         return build_striped(dag, library, plan, dtype, index, emit)
     if isinstance(plan, HeldPlan):
-        from .held import build_held
+        from ..families.held import build_held
         return build_held(dag, library, plan, dtype, index, emit)
     dtype = geo.dtype_name(dtype)
     macros = plan.shape.macros(dtype)
@@ -796,7 +796,7 @@ def _emit_body(w: _Writer, kernel: Kernel, dag: Dag, library: Library, probe: bo
     # 3: indices
     w()
     if plan.geometry is Geometry.BAND:
-        from .band import emit_band_body
+        from ..families.band import emit_band_body
         emit_band_body(w, kernel, dag, library, threads, by_value, hold)
         return
     if tile:

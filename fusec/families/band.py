@@ -3,7 +3,7 @@
 A block walks ITERS instances of BAND_ROWS whole rows (block b: rows from
 ``b * ITERS * BAND_ROWS``); thread t holds the 16-byte pieces ``j * BLOCK + t``
 of every row (``library/blas/band.cuh``). The analysis is the tile geometry's
-with the serial loop along the rows (:func:`~fusec.codegen.kernel.build_kernel`):
+with the serial loop along the rows (:func:`~fusec.lower.kernel.build_kernel`):
 vectors indexed by column are loaded once before the loop, column sums
 accumulate over it. What differs is in two places:
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..dag import Dag
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Library, RoutineKind
-from ..space.steps import function_of
-from .barriers import LOOP, POST, PRE
-from .kernel import Kernel, Threads, _emit_op, _Writer, emit_loop_ops, finish_expression, whole_in_block
+from ..ir.steps import function_of
+from ..lower.barriers import LOOP, POST, PRE
+from ..lower.kernel import Kernel, Threads, _emit_op, _Writer, emit_loop_ops, finish_expression, whole_in_block
 
 FULL = "c.full = c.vec_ok && cols == BAND_COLS && c.row0 + BAND_ROWS <= rows;"
 

@@ -28,13 +28,13 @@ import math
 import warnings
 from typing import Mapping
 
-from .. import geometry as geo
-from ..codegen.barriers import LOOP
-from ..codegen.kernel import Kernel, _routine
-from ..dag import Dag
-from ..errors import FusecWarning
-from ..library.model import Geometry, Library, RoutineKind
-from ..predict import (AnalyticPredictor, band_seconds, held_seconds, is_held, is_horizontal, is_striped, natural_blocks,
+from ...ir import geometry as geo
+from ...lower.barriers import LOOP
+from ...lower.kernel import Kernel, _routine
+from ...ir.dag import Dag
+from ...errors import FusecWarning
+from ...library.model import Geometry, Library, RoutineKind
+from ..analytic import (AnalyticPredictor, band_seconds, held_seconds, is_held, is_horizontal, is_striped, natural_blocks,
                        striped_seconds, traffic)
 from .probes import RoutineKey
 from .store import Database
@@ -161,7 +161,7 @@ def horizontal_seconds(predictor: PerfdbPredictor, kernel, dag: Dag, sizes: Mapp
     The parts share DRAM, so the kernel also takes at least all their bytes
     over the copy bandwidth (the analytic model's traffic). One launch; the
     reductions' terms of the part that finishes last. The register bound is
-    not modelled (see :meth:`fusec.predict.AnalyticPredictor.horizontal_seconds`).
+    not modelled (see :meth:`fusec.cost.analytic.AnalyticPredictor.horizontal_seconds`).
     """
     sizes = dict(sizes)
     sms = predictor.database.sms

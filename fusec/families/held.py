@@ -6,10 +6,10 @@ GEMVER's ``w = alpha B x`` needs all of ``x = beta B^T y + z``, so B is read
 twice. Where the matrix is about the chip's size (fp32 n = 4096: 64 MB, past
 L2's 50 MB, but the H100 also has 33 MB of registers and 30 MB of shared
 memory), the second read need not leave the chip. A
-:class:`~fusec.space.points.HeldPlan` runs both parts on the same tiles:
+:class:`~fusec.ir.plan.HeldPlan` runs both parts on the same tiles:
 
 - each part is analysed exactly as if it ran alone
-  (:func:`~fusec.codegen.kernel.build_kernel`), with the same shape and
+  (:func:`~fusec.lower.kernel.build_kernel`), with the same shape and
   serial axis, so the grid is the same and a block's n-th tile is the same
   tile in both;
 - the launch is the parts' grid, every block resident at once (the runtime
@@ -51,15 +51,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import geometry as geo
-from ..dag import Dag
+from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
-from ..space.points import HeldPlan
+from ..ir.plan import HeldPlan
 from .band import finish_after_barrier
-from .barriers import LOOP, PRE
+from ..lower.barriers import LOOP, PRE
 from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
-from .kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
+from ..lower.kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
 from .striped import crossing, matrices_reread
 
 MAX_SHARED = 227 * 1024  # bytes of shared memory a block may have on sm_90 (static and dynamic)
