@@ -5,10 +5,8 @@
     q, s = prog(A=A, p=p, r=r)
 """
 
-__version__ = "0.1.0"
-
-from .errors import (ArgumentError, FusecError, FusecWarning, LibraryError,  # noqa: E402
-                     ScriptError)
+from .errors import ArgumentError, FusecError, FusecWarning, LibraryError, ScriptError
+from .version import __version__
 
 
 def compile(script, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,

@@ -14,7 +14,7 @@ from .library.model import Library
 from .runtime.program import Program
 from .frontend import load_script
 from .target import target
-from .cost.analytic import Predictor
+from .cost.model import Predictor
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
 from .ir.plan import ProgramPlan

@@ -19,7 +19,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 from .errors import FusecError, FusecWarning
 
 DESCRIPTION = """\

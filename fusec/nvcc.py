@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from . import __version__
+from .version import __version__
 from .cache import atomic_write_bytes, cache_dir
 from .errors import CompileError, FusecWarning, GPUUnavailableError
 

@@ -15,7 +15,7 @@ import pytest
 
 from fusec.ir import geometry as geo
 from fusec import nvcc
-from fusec.lower.kernel import build_kernel
+from fusec.families import build_kernel, emit
 from fusec.emit.program import generate
 from fusec.errors import FusecError, LibraryValidationError, PlanError, RowWidthError
 from fusec.library.loader import load_library
@@ -170,10 +170,10 @@ def test_a_row_sum_is_finished_in_the_block_and_a_column_sum_with_atomics():
     assert ("workspace", s) in roles and ("workspace", q) not in roles and ("out", q) in roles
     assert kernel.zeroed_workspace
     assert kernel.reduction_buffers(kernel.reductions[0], dict(m=4096, n=4096)) == (4096, 1)
-    assert "band_cols_partial_store(r_v4_s, ws_v4_s, c);" in kernel.source
-    assert "band_rows_store(r_v3_q, g_v3_q, c);" in kernel.source
-    assert "fusec_last[0] = fusec_came_last(cnt_v4_s, got[0], gridDim.x);" in kernel.source
-    assert "tile_load" not in kernel.source  # the tile routines beside the band ones stay out
+    assert "band_cols_partial_store(r_v4_s, ws_v4_s, c);" in emit(kernel, dag, library())
+    assert "band_rows_store(r_v3_q, g_v3_q, c);" in emit(kernel, dag, library())
+    assert "fusec_last[0] = fusec_came_last(cnt_v4_s, got[0], gridDim.x);" in emit(kernel, dag, library())
+    assert "tile_load" not in emit(kernel, dag, library())  # the tile routines beside the band ones stay out
 
 
 def test_the_last_block_loads_every_column_sum_before_it_stores():
@@ -182,7 +182,7 @@ def test_the_last_block_loads_every_column_sum_before_it_stores():
     columns, all loads first."""
     dag = dag_of("bicgk")
     plan = band_program("bicgk", "float32", dict(m=4096, n=4096)).kernels[0]
-    source = build_kernel(dag, library(), plan, "float32", 0).source
+    source = emit(build_kernel(dag, library(), plan, "float32", 0), dag, library())
     finish = source[source.index("if (fusec_last[0])"):]
     loads, clears = finish.index("__ldcg(ws_v4_s + i)"), finish.index("ws_v4_s[i] = real(0);")
     assert loads < clears
@@ -204,7 +204,7 @@ def test_a_band_kernel_whose_rows_would_not_fit_in_registers_is_refused():
     plan = implementations(dag, library(), Fusion(calls), "float32", sizes=dict(m=4096, n=4096))[0][0]
     wide = dataclasses.replace(plan, shape=geo.Shape(Geometry.BAND, 1024, 4, 2, 8))
     with pytest.raises(PlanError, match="registers per thread"):
-        build_kernel(dag, library(), wide, "float32", 0, emit=False)
+        build_kernel(dag, library(), wide, "float32", 0)
 
 
 def test_a_band_plan_round_trips_through_json():
@@ -316,7 +316,7 @@ def test_a_band_kernel_may_load_its_next_instance_ahead():
     assert early.loaded_ahead() and set(early.loaded_ahead()) <= {e.value for e in early.elements}
     extra = sum(e.size for e in early.elements if e.value in early.loaded_ahead())
     assert early.estimated_registers == min(255, plain.estimated_registers + extra)
-    source = early.source
+    source = emit(early, dag, library())
     body = source[source.index("for (int it = 0;"):]
     for value in early.loaded_ahead():
         var = next(e.var for e in early.elements if e.value == value)
@@ -365,7 +365,7 @@ def test_a_band_kernels_column_sum_atomics_queue_at_their_lines_after_the_stream
     per 16-byte piece in fp32 (vector atomics), per element in fp64; one wave's adds
     queue after the streaming, atomic_line_add each. (Measured on the H100: BiCGK fp64
     n = 1024's band plans, 256 blocks, took 16.3-18.4 us where 10.4 was priced.)"""
-    from fusec.cost.analytic import band_atomic_seconds, band_seconds
+    from fusec.families.band import band_atomic_seconds, band_seconds
     dag, sizes, kernel = _band_kernel(dtype, 1024)
     grid = kernel.grid(sizes)
     assert kernel.reductions and grid <= 8 * DEFAULT.sms  # one wave
@@ -379,7 +379,7 @@ def test_a_band_kernels_column_sum_atomics_queue_at_their_lines_after_the_stream
 
 
 def test_a_kernel_without_column_sums_queues_no_atomics():
-    from fusec.cost.analytic import band_atomic_seconds
+    from fusec.families.band import band_atomic_seconds
     dag = dag_of("sgemv")
     sizes = {s: 1024 for s in dag.sizes}
     kernel = generate(dag, library(), band_program("sgemv", "float64", sizes), "float64").kernels[0]
@@ -425,7 +425,7 @@ def test_matrices_loaded_in_one_phase_are_all_counted_in_registers():
     assert one.estimated_registers == two.estimated_registers + matrix  # fp32: a word a slot
     assert one.estimated_registers >= 84  # what ptxas used
     with pytest.raises(PlanError, match="registers per thread"):  # 136 of 128: it spilled
-        build_kernel(dag, library(), dataclasses.replace(one_plan, ahead=True), "float32", 0, emit=False)
+        build_kernel(dag, library(), dataclasses.replace(one_plan, ahead=True), "float32", 0)
 
 
 def test_a_computed_matrix_takes_the_registers_of_the_one_it_came_from():

@@ -54,7 +54,7 @@ def test_evict_first_follows_what_a_kernel_stores(sgemv, gemver):
     for name, kernel in kernels.items():
         if kernel.plan.geometry.value == "tile":
             assert kernel.stream_matrices == (name not in stores_matrix)
-            assert f"#define STREAM_MATRIX {int(kernel.stream_matrices)}" in kernel.source
+            assert f"#define STREAM_MATRIX {int(kernel.stream_matrices)}" in gemver.generated.sources[kernel.index]
     off = l2_policies.variant(sgemv.source, "no evict-first")
     assert "#define STREAM_MATRIX 1" not in off and "#define STREAM_MATRIX 0" in off
     on = l2_policies.variant(gemver.source, "evict-first everywhere")

@@ -23,7 +23,7 @@ from fusec.errors import FusecWarning
 import fusec
 from fusec import nvcc
 from fusec.ir.plan import HeldPlan, HorizontalPlan
-from fusec.lower.barriers import LOOP, POST, PRE
+from fusec.ir.barriers import LOOP, POST, PRE
 from fusec.errors import CompileError
 from fusec.library.model import Geometry, RoutineKind
 from fusec.frontend import load_script
@@ -44,7 +44,7 @@ def path_of(script: str) -> Path:
 def unfused(script: str, dtype: str):
     lib = library()
     plan = unfused_plan(load_script(path_of(script), lib), lib)
-    return fusec.compile(path_of(script), lib, dtype, plan=plan)
+    return compile_program(path_of(script), lib, dtype, plan=plan)
 
 
 def compiled(plan: str, script: str, dtype: str):
@@ -54,6 +54,29 @@ def compiled(plan: str, script: str, dtype: str):
 def kernel_named(prog, function: str):
     (kernel,) = [k for k in prog.kernels if k.name.endswith("_" + function)]
     return kernel
+
+
+_SOURCES: dict = {}  # kernel -> its CUDA, for every program the tests here compiled
+
+
+def remembered(make):
+    """``make`` (a function returning a program), remembering each kernel's source."""
+    @functools.wraps(make)
+    def wrapper(*args, **kwargs):
+        prog = make(*args, **kwargs)
+        _SOURCES.update(zip(prog.generated.kernels, prog.generated.sources))
+        return prog
+    return wrapper
+
+
+compile_program = remembered(fusec.compile)
+program = remembered(program)
+tile_program = remembered(tile_program)
+
+
+def source_of(kernel) -> str:
+    """A kernel's CUDA, as its program printed it."""
+    return _SOURCES[kernel]
 
 
 def routine_of(prog, kernel, step):
@@ -74,7 +97,7 @@ def body(source: str, kernel) -> str:
 
 def split_at_loop(kernel) -> tuple[str, str, str]:
     """Kernel text before the serial loop, inside it, and after it."""
-    text = body(kernel.source, kernel)
+    text = body(source_of(kernel), kernel)
     head, rest = text.split("  for (int it = 0; it < ITERS", 1)
     loop, tail = rest.split("\n  }\n", 1)
     return head, loop, tail
@@ -120,21 +143,21 @@ def test_generated_source(script, dtype, plan):
         if isinstance(kernel.plan, HeldPlan):  # every block resident: per_sm of them on each SM
             bounds = f"__launch_bounds__(BLOCK, {kernel.plan.per_sm})"
         assert f'extern "C" __global__ void {bounds} {kernel.name}(' in source
-        assert kernel.source in source
+        assert source_of(kernel) in source
 
     # Comments name each call's script line and the routine behind every step.
     name = Path(dag.file).name
     for kernel in prog.kernels:
         for call in map(dag.call, kernel.plan.calls):
             assert (f"{name}:{call.coord.line}  {dag.value(call.result).label} = {call.function}("
-                    in kernel.source), (kernel.name, call)
+                    in source_of(kernel)), (kernel.name, call)
         for op in kernel.ops:
             if op.step is not None:
                 routine = routine_of(prog, kernel, op.step)
                 line = dag.call(op.step.call).coord.line
-                assert re.search(rf"// {re.escape(name)}:{line} .*\[{routine.name}\]", kernel.source), \
+                assert re.search(rf"// {re.escape(name)}:{line} .*\[{routine.name}\]", source_of(kernel)), \
                     (kernel.name, op.step)
-                assert f"{routine.name}(" in kernel.source
+                assert f"{routine.name}(" in source_of(kernel)
 
     # Library code may only synchronise through BARRIER(), which fusec defines once.
     lines = [line for line in source.splitlines() if "__syncthreads" in line]
@@ -251,7 +274,7 @@ def test_sgemv_walks_columns_and_accumulates(script, dtype):
     assert [(r.value, r.axis) for r in kernel.reductions] == [(result, COLS)]
 
     head, loop, tail = split_at_loop(kernel)
-    assert "along columns (n)" in kernel.source
+    assert "along columns (n)" in source_of(kernel)
     assert "c.col0 += TILE_COLS)" in loop.splitlines()[0]
     q = prog.dag.value(result).c_name
     assert f"r_{q}[s] = real(0);" in head
@@ -273,7 +296,7 @@ def test_sgemtv_walks_rows_and_accumulates(script):
     assert describe_ops(kernel, LOOP) == [("load", "A"), ("load", "x"), ("compute", None)]
     assert describe_ops(kernel, POST) == [("store", "y")]
     head, loop, tail = split_at_loop(kernel)
-    assert "along rows (m)" in kernel.source
+    assert "along rows (m)" in source_of(kernel)
     assert "c.row0 += TILE_ROWS)" in loop.splitlines()[0]
     assert "rows_load(" in loop and "rows_load(" not in head
     s = prog.dag.value(result).c_name
@@ -297,7 +320,7 @@ def test_sger_loads_its_column_vector_before_a_row_loop():
         head, loop, _ = split_at_loop(kernel)
         assert "cols_load(" in head and "cols_load(" not in loop
         assert "rows_load(" in loop and "tile_store(" in loop
-        assert "fusec_arrive" not in kernel.source and "__shared__" not in kernel.source
+        assert "fusec_arrive" not in source_of(kernel) and "__shared__" not in source_of(kernel)
 
 
 def swapped(script: str, dtype: str = "float32"):
@@ -371,10 +394,10 @@ def test_a_kernel_declaring_more_static_shared_memory_than_a_block_may_is_refuse
     dag = load_script(path_of("bicgk"), lib)
     plan = unfused("bicgk", "float32").generated.plan
     staged = dataclasses.replace(plan.kernels[0], implementations=("staged",))
-    assert build_kernel(dag, lib, staged, "float32", 0, emit=False)  # the default shape fits
+    assert build_kernel(dag, lib, staged, "float32", 0)  # the default shape fits
     wide = dataclasses.replace(staged, shape=Shape(Geometry.TILE, 512, 8, 128))
     with pytest.raises(PlanError, match=f"more than a block may declare \\({MAX_STATIC_SHARED} bytes\\)"):
-        build_kernel(dag, lib, wide, "float32", 0, emit=False)
+        build_kernel(dag, lib, wide, "float32", 0)
 
 
 @pytest.mark.parametrize("serial", [COLS, ROWS])
@@ -419,7 +442,7 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
     assert roles["out"].decl == f"real* __restrict__ g_{var}"
     assert roles["workspace"].decl == f"real* __restrict__ ws_{var}"
     assert roles["counters"].decl == f"unsigned* __restrict__ cnt_{var}"
-    text = body(kernel.source, kernel)
+    text = body(source_of(kernel), kernel)
     finish = text[text.index("// finish "):]
     # after the block's last store, before every finish: the barrier, then thread 0's fence
     fence = text.index("BARRIER();\n  if (threadIdx.x == 0) __threadfence();")
@@ -453,7 +476,7 @@ def test_a_block_takes_all_its_tickets_before_it_waits_for_any():
     prog = fusec.compile(path_of("bicgk"), library(), "float32", plan=ProgramPlan((fused,)))
     (kernel,) = prog.kernels
     assert kernel.plan.serial == ROWS and {r.axis for r in kernel.reductions} == {ROWS, COLS}
-    text = body(kernel.source, kernel)
+    text = body(source_of(kernel), kernel)
     assert "__shared__ bool fusec_last[1 + ITERS];" in text
     tickets = text[text.index("__threadfence();"):text.index("// finish ")]
     atomics = [m.start() for m in re.finditer(r"atomicAdd\(", tickets)]
@@ -476,11 +499,11 @@ def test_vector_reduction_finish_counts_every_block():
     assert [r.axis for r in kernel.reductions] == [None]
     assert describe_ops(kernel, PRE) == [("clear", None)]
     assert describe_ops(kernel, POST) == [("store", "r")]
-    assert "got[0] = atomicAdd(cnt_v5_r, 1u);" in kernel.source
-    assert "fusec_last[0] = fusec_came_last(cnt_v5_r, got[0], gridDim.x);" in kernel.source
-    assert "if (fusec_last[0]) {" in kernel.source
+    assert "got[0] = atomicAdd(cnt_v5_r, 1u);" in source_of(kernel)
+    assert "fusec_last[0] = fusec_came_last(cnt_v5_r, got[0], gridDim.x);" in source_of(kernel)
+    assert "if (fusec_last[0]) {" in source_of(kernel)
     # a block's partial goes to its work item's slot, whichever way the launch walks
-    assert "partial_store(r_v5_r, ws_v5_r + fusec_item, smem + 0, c);" in kernel.source
+    assert "partial_store(r_v5_r, ws_v5_r + fusec_item, smem + 0, c);" in source_of(kernel)
 
 
 def test_maps_have_no_finish_and_no_workspace():
@@ -488,7 +511,7 @@ def test_maps_have_no_finish_and_no_workspace():
         for kernel in unfused(script, "float32").kernels:
             assert kernel.reductions == ()
             assert not {"workspace", "counters"} & {a.role for a in kernel.args}
-            assert "atomicAdd" not in kernel.source and kernel.shared_reals == 0
+            assert "atomicAdd" not in source_of(kernel) and kernel.shared_reals == 0
 
 
 def test_kernel_arguments_in_order():
@@ -534,7 +557,7 @@ def test_kernels_alone_take_their_items_in_the_direction_the_launch_says():
             prog.turning = False
         for kernel in prog.kernels:
             assert kernel.turns and kernel.args[-1].role == "direction"
-            body = kernel.source.split("using namespace", 1)[1]
+            body = source_of(kernel).split("using namespace", 1)[1]
             assert ("const int fusec_item = backwards ? (int)(gridDim.x - 1 - blockIdx.x)"
                     " : (int)blockIdx.x;") in body
             # every use of the block's index goes through the item but the item's own line
@@ -562,7 +585,7 @@ def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainl
         per_block = matrices * m["TILE_ROWS"] * m["TILE_COLS"] * m["ITERS"] * itemsize
         assert kernel.turns and kernel.stream_matrices
         assert kernel.keep_blocks == KEEP_L2_BYTES // per_block > 0, kernel.name
-        namespace = kernel.source.split("using namespace", 1)[0]
+        namespace = source_of(kernel).split("using namespace", 1)[0]
         for load, kind in (("fusec_load16", "fusec_vec"), ("fusec_load1", "real")):  # rows on and off 16 bytes
             assert (f"if (EVICT_FIRST && blockIdx.x + {kernel.keep_blocks}u >= gridDim.x)"
                     f" return ::{load}<false>(p);") in namespace
@@ -570,7 +593,7 @@ def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainl
     for script in ("gemver", "madd", "vadd", "waxpby"):
         for kernel in unfused(script, "float32").kernels:
             if not kernel.stream_matrices:
-                assert kernel.keep_blocks == 0 and "::fusec_load16<false>" not in kernel.source, script
+                assert kernel.keep_blocks == 0 and "::fusec_load16<false>" not in source_of(kernel), script
     assert any(k.keep_blocks for k in unfused("gemver", "float32").kernels)  # w = alpha B x streams B
 
 # -- launch arithmetic ------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 
 from fusec import nvcc
 from fusec.families.held import BAND_REGISTER_MARGIN, HeldKernel, held_matrix, why_not_held
-from fusec.lower.kernel import build_kernel
+from fusec.families import build_kernel
 from fusec.emit.program import generate
 from fusec.errors import PlanError
 from fusec.cost.analytic import DEFAULT
@@ -126,7 +126,7 @@ def test_a_staged_producer_holds_nothing():
     dag = dag_of("atax")
     plan, kernel = most_held("atax")
     staged = dataclasses.replace(plan.producer, implementations=("staged",))
-    parts = (build_kernel(dag, library(), staged, "float32", 0, emit=False), kernel.parts[1])
+    parts = (build_kernel(dag, library(), staged, "float32", 0), kernel.parts[1])
     assert held_matrix(dag, parts) is None
     assert "nothing to hold" in why_not_held(dag, dataclasses.replace(plan, producer=staged), parts)
     assert why_not_held(dag, dataclasses.replace(plan, producer=staged, registers=0, shared=0), parts) is None
@@ -137,7 +137,7 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     plan, _ = most_held("gemver")
     program = generate(dag, library(), ProgramPlan((plan,)), "float32")
     kernel = program.kernels[0]
-    source = kernel.source
+    source = program.sources[0]
     slots = kernel.slots
     assert f"real held_registers[{plan.registers}][{slots}];" in source
     assert f"__launch_bounds__(BLOCK, {plan.per_sm})" in source
@@ -167,7 +167,7 @@ def test_l2_keeps_what_is_read_again_in_the_launch_or_by_the_next_call(
     producer, consumer = kernel.parts
     assert producer.stream_matrices == producer_streams
     assert consumer.stream_matrices == consumer_streams
-    source = generate(dag_of(script), library(), ProgramPlan((plan,)), "float32").kernels[0].source
+    source = generate(dag_of(script), library(), ProgramPlan((plan,)), "float32").sources[0]
     assert re.findall(r"#define STREAM_MATRIX (\d)", source) == [
         str(int(producer_streams)), str(int(consumer_streams))]
 
@@ -181,7 +181,7 @@ def test_prediction_rewards_the_held_share():
     for registers in (0, plan.registers):
         for shared in (0, plan.shared):
             k = build_kernel(dag, library(), dataclasses.replace(plan, registers=registers, shared=shared),
-                             "float32", 0, emit=False)
+                             "float32", 0)
             times.append(DEFAULT.kernel_seconds(k, dag, sizes))
     assert times[0] > times[1] > times[3] and times[0] > times[2] > times[3]
     apart = sum(DEFAULT.kernel_seconds(p, dag, sizes) for p in kernel.parts)
@@ -252,7 +252,7 @@ def test_two_band_kernels_may_be_held(script):
     assert dag.value(kernel.held).label == HELD[script]
     assert 0 < kernel.held_fraction() <= 1
     assert kernel.slots == plan.producer.shape.macros("float32")["BAND_ROWS"] * plan.producer.shape.pieces * 4
-    source = generate(dag, library(), ProgramPlan((plan,)), "float32").kernels[0].source
+    source = generate(dag, library(), ProgramPlan((plan,)), "float32").sources[0]
     # the instances are kept and taken only where whole: each part's first `registers`
     # iterations unrolled (registers, then shared memory), the others rolled (shared memory)
     assert plan.registers and plan.shared
@@ -323,7 +323,7 @@ def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
     assert counts == set(range(max(counts) + 1))  # every count, not every other
     plan = ProgramPlan.from_json(TUNED_GEMVER_4096).kernels[0]  # 256 threads of 4 pieces, 1 row: 16 words
     words = dataclasses.replace(plan, registers=4, shared=5)
-    parts = tuple(build_kernel(dag, library(), p, "float32", 0, emit=False) for p in words.parts)
+    parts = tuple(build_kernel(dag, library(), p, "float32", 0) for p in words.parts)
     assert f"more than {BAND_HELD_WORDS}" in why_not_held(dag, words, parts)
     with pytest.raises(PlanError, match=f"more than {BAND_HELD_WORDS}"):
         generate(dag, library(), ProgramPlan((words,)), "float32")
@@ -395,8 +395,10 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
     streams alone, the bandwidth at most. A band consumer's column-sum atomics come on
     top, whole: bytes from chip do not shorten them; a band producer's where they
     outlast its pass."""
-    from fusec.cost.analytic import (GRID_BARRIER_SECONDS, L2_BYTES, STRIPE_L2_SHARE, STRIPE_REREAD_COST,
-                               band_atomic_seconds, held_part_seconds, traffic)
+    from fusec.cost.model import L2_BYTES, traffic
+    from fusec.families.band import band_atomic_seconds
+    from fusec.families.held import GRID_BARRIER_SECONDS, held_part_seconds
+    from fusec.families.striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST
     space = space_of("sgemvt", n)
     dag, sizes = space.dag, space.sizes
     options = [o for o in held_options(space) if len(o[0].calls) == len(dag.calls)]
@@ -490,7 +492,7 @@ def test_the_options_after_the_barrier_are_refused_where_they_mean_nothing():
         assert "band parts only" in why_not_held(gemver, dataclasses.replace(tile, **{option: True}))
 
     def why(dag, plan):
-        return why_not_held(dag, plan, tuple(build_kernel(dag, library(), p, "float32", 0, emit=False)
+        return why_not_held(dag, plan, tuple(build_kernel(dag, library(), p, "float32", 0)
                                              for p in plan.parts))
 
     band, _ = most_held_band("sgemvt")
@@ -550,8 +552,9 @@ def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
     finds STORES_AFTER_L2_SHARE of L2 holding it, where it found STRIPE_L2_SHARE; and
     the held tiles' stores leave the producer's pass for the consumer's, where they
     cost STORES_AFTER_EXPOSED of their DRAM time beside its stream."""
-    from fusec.cost.analytic import (L2_BYTES, STORES_AFTER_EXPOSED, STORES_AFTER_L2_SHARE, STRIPE_L2_SHARE,
-                               STRIPE_REREAD_COST, held_part_seconds, traffic)
+    from fusec.cost.model import L2_BYTES, traffic
+    from fusec.families.held import STORES_AFTER_EXPOSED, STORES_AFTER_L2_SHARE, held_part_seconds
+    from fusec.families.striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST
     dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
     kernels = [generate(dag, library(), ProgramPlan((tuned_gemver_with(stores_after=s),)), "float32").kernels[0]
                for s in (False, True)]
@@ -575,7 +578,7 @@ def test_held_stores_after_the_barrier_take_at_least_their_dram_time():
     lasts as long as DRAM takes the held stores (fp64 n = 2048, GEMVER's B of 32 MB all
     held, 1 instance in registers and 7 in shared memory: measured 32.4 us with the
     stores after, 36.8 without; bench/results/h100-held-grid.md)."""
-    from fusec.cost.analytic import GRID_BARRIER_SECONDS, held_part_seconds
+    from fusec.families.held import GRID_BARRIER_SECONDS, held_part_seconds
     dag, sizes = dag_of("gemver"), dict(m=2048, n=2048)
     plan, _ = most_held_band("gemver", "float64", 2048)
     plan = dataclasses.replace(plan, stores_after=True, finish_after=False)
@@ -595,7 +598,8 @@ def test_a_held_fusion_s_band_parts_are_priced_resident_as_its_blocks_are():
     (74.8 against 39.1 us with the H100's database), and plans holding 3 instances in
     registers beside it (measured 57.5-58.4 us, the best) went unmeasured. In the
     fusion both cost the same."""
-    from fusec.cost.analytic import held_part_seconds, natural_blocks
+    from fusec.cost.model import natural_blocks
+    from fusec.families.held import held_part_seconds
     dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
     shipped = json.loads(TUNED_GEMVER_4096)  # as tuned on 2026-11-23: 512 threads of 2 pieces, 2 rows
     for part in shipped[0]["held"]:
@@ -620,7 +624,8 @@ def test_a_held_producers_column_sum_atomics_count_only_beyond_its_pass(n, shows
     """SGEMVT's held band plans: x's column sums are the producer's (w's row sums add
     none), and their atomics cost the held kernel only what outlasts the producer's
     pass: at fp64 n = 512 (a 2 MB matrix) they do, at n = 4096 its pass hides them."""
-    from fusec.cost.analytic import band_atomic_seconds, held_part_seconds
+    from fusec.families.band import band_atomic_seconds
+    from fusec.families.held import held_part_seconds
     space = space_of("sgemvt", n, "float64")
     dag, sizes = space.dag, space.sizes
     options = [o for o in held_options(space) if len(o[0].calls) == len(dag.calls)

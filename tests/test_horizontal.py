@@ -28,7 +28,7 @@ import fusec
 from fusec import nvcc
 from fusec.cost import perfdb
 from fusec.families.horizontal import HorizontalKernel, register_bound
-from fusec.lower.kernel import build_kernel
+from fusec.families import build_kernel
 from fusec.emit.program import generate
 from fusec.errors import PlanError
 from fusec.library.model import Geometry
@@ -197,7 +197,7 @@ def test_splits_are_whole_warps_from_the_routines_shapes(script):
 def test_register_bound_follows_hfuse_fig6():
     dag = dag_of("two_gemv")
     plan = unfused_plan(dag, library())
-    parts = tuple(build_kernel(dag, library(), k, "float32", 0, emit=False) for k in plan.kernels)
+    parts = tuple(build_kernel(dag, library(), k, "float32", 0) for k in plan.kernels)
     # 256 + 256 threads: b_p = 65536 / (256 x 80) = 3, threads allow 2048 / 512 = 4, so b_0 = 3 and
     # r_0 = 65536 / (3 x 512) = 42, rounded down to 40
     assert register_bound(parts, (80, 40)) == 40
@@ -334,7 +334,7 @@ def test_generated_parts_see_their_own_threads_grid_and_barrier(script, dtype):
     for plan in horizontal_plans(script, dtype):
         prog = fusec.compile(path_of(script), library(), dtype, plan=ProgramPlan((plan,)))
         (kernel,) = prog.kernels
-        source = kernel.source
+        (source,) = prog.generated.sources
         pieces = source.split("__device__ __forceinline__ void run(")[1:]
         # the parts split blockIdx.x among themselves: none turns (Kernel.turns)
         assert not any(part.turns for part in kernel.parts) and "fusec_item" not in source

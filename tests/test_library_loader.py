@@ -712,7 +712,7 @@ def test_readme_example_fuses(example):
     program = fusec.compile(example.parent / "wdot.script", library=lib, plan=_fused_plan(dag, lib))
     (kernel,) = program.generated.kernels
     assert kernel.name == "k0_svmul_sdot"
-    source = kernel.source
+    (source,) = program.generated.sources
     assert "real r_v3_t[VEC];  // t, mapping vec" in source
     assert "g_v3_t" not in source  # t is neither a kernel argument nor stored
     assert "BARRIER();" not in source.split("for (int it")[1].split("// after the loop")[0]

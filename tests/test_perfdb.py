@@ -9,12 +9,12 @@ import warnings
 import pytest
 
 from fusec.cost import perfdb
-from fusec.lower.kernel import build_kernel
+from fusec.families import build_kernel
 from fusec.errors import FusecWarning
 from fusec.cost.perfdb import probes as P
 from fusec.cost.perfdb import store
 from fusec.cost.perfdb.build import limiting_shared, problem_sizes
-from fusec.cost.analytic import natural_blocks
+from fusec.cost.model import natural_blocks
 from fusec.cost.perfdb.model import PerfdbPredictor
 from fusec.cost.analytic import DEFAULT
 from fusec.frontend import load_script
@@ -170,7 +170,7 @@ def test_predictor_for_falls_back_with_a_warning(tmp_path, monkeypatch, found):
 def kernel_of(script, plan_index=0, dtype="float32"):
     dag = load_script(ROOT / "scripts" / f"{script}.script", library())
     plan = unfused_plan(dag, library())
-    return dag, build_kernel(dag, library(), plan.kernels[plan_index], dtype, 0, emit=False)
+    return dag, build_kernel(dag, library(), plan.kernels[plan_index], dtype, 0)
 
 
 def test_prediction_is_max_of_transfers_and_compute(found):

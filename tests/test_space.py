@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fusec.lower.kernel import build_kernel
+from fusec.families import build_kernel
 from fusec.library.model import Geometry
 from fusec.cost.analytic import DEFAULT
 from fusec.space.combinations import build_space

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from fusec import nvcc
-from fusec.lower.kernel import build_kernel
+from fusec.families import build_kernel
 from fusec.emit.program import generate
 from fusec.families.striped import StripedKernel, why_not_striped
 from fusec.errors import PlanError
@@ -210,7 +210,7 @@ def test_prediction_counts_the_reread_and_the_wait():
     assert seconds < apart  # B re-read from L2, one launch fewer
     longer = dataclasses.replace(plan, producer=dataclasses.replace(
         plan.producer, shape=dataclasses.replace(plan.producer.shape, iters=32)))
-    long_kernel = build_kernel(dag, library(), longer, "float32", 0, emit=False)
+    long_kernel = build_kernel(dag, library(), longer, "float32", 0)
     long_apart = sum(DEFAULT.kernel_seconds(p, dag, sizes) for p in long_kernel.parts)
     # longer producer blocks keep consumers waiting: that costs more than it saves apart
     assert DEFAULT.kernel_seconds(long_kernel, dag, sizes) - long_apart > seconds - apart
@@ -252,7 +252,7 @@ def test_a_lag_whose_stripes_do_not_fit_in_l2_is_predicted_to_reread_from_dram()
         slot = next(s for s in space.options if isinstance(s, StripedFusion))
         plan, kernel, _ = space.options[slot][0]
         lag2, lag4 = (DEFAULT.kernel_seconds(build_kernel(space.dag, library(), dataclasses.replace(plan, lag=lag),
-                                                          "float32", 0, emit=False), space.dag, space.sizes)
+                                                          "float32", 0), space.dag, space.sizes)
                       for lag in (2, 4))
         assert (lag4 > lag2) == worse, (script, lag2, lag4)
 

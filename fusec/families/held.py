@@ -50,17 +50,45 @@ since one launch now writes and reads them.
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Mapping
 
+from ..cost.model import L2_BYTES, traffic
+from ..emit.plan_text import kernel_lines, nvcc_line
 from ..ir import geometry as geo
+from .band import band_atomic_seconds, band_finish_seconds, band_seconds
+from .base import register
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
 from ..ir.plan import HeldPlan
-from .band import finish_after_barrier
-from ..lower.barriers import LOOP, PRE
-from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
-from ..lower.kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
-from .striped import crossing, matrices_reread
+from ..emit.band import finish_after_barrier
+from ..ir.barriers import LOOP, PRE
+from .horizontal import emit_part, union_args
+from ..emit.writer import CudaWriter, call_text
+from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
+from ..lower.kernel import build_kernel
+from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_reread
+
+# A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
+# in its pass only what the consumer re-reads, past evict-first loads, so L2 keeps more of
+# it: bench.held (n = 4096, GEMVER's held band plans holding 38-44 %) measured it faster in
+# every pair, 0.9-3.4 us at fp32 (3.1 for the tuned plan's layout) and 1.9-8.4 at fp64
+# (bench/results/h100-held-after.md); this share gives that plan 1.8 us.
+STORES_AFTER_L2_SHARE = 0.75
+# A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after)
+# moves their stores out of its pass into the consumer's, where they go to DRAM beside
+# the consumer's stream from chip and L2 and slow it by this share of their own time
+# (never finishing sooner than DRAM takes them). Fitted to 36 held GEMVER plans
+# measured with and without the option (fp32 n = 4096 and fp64 n = 2048, 0-3
+# instances in registers and 0-7 in shared memory; bench/results/h100-held-grid.md):
+# at fp32 the option gained 1.1-1.6 us holding 19 % and 8.6 us holding 62 %, which
+# pricing it by STORES_AFTER_L2_SHARE alone had put at 3.4 and 0 us.
+STORES_AFTER_EXPOSED = 0.6
+# A held fusion's blocks meet once: bench/one_barrier.cu's blocks (GEMVER fp32 n = 4096,
+# one per SM) left its grid barrier 2.8 us after the last one arrived (a scratch copy
+# that stamped %globaltimer at each phase; docs/striped-fusion.md).
+GRID_BARRIER_SECONDS = 2.8e-6
 
 MAX_SHARED = 227 * 1024  # bytes of shared memory a block may have on sm_90 (static and dynamic)
 SHARED_PER_SM = 228 * 1024  # bytes an SM gives its blocks
@@ -100,7 +128,7 @@ ARRIVALS = 2  # 32-bit words of the schedule: one 64-bit count of arrivals at th
 
 @dataclasses.dataclass(frozen=True)
 class Hold:
-    """What a part's body does with the held tiles (``_emit_body``'s ``hold``):
+    """What a part's body does with the held tiles (``emit_body``'s ``hold``):
     the producer keeps its element of ``value`` after the op that writes it,
     the consumer takes it instead of loading it."""
 
@@ -134,7 +162,7 @@ class Hold:
         (:func:`.band.emit_band_body`); a tile part its whole loop."""
         return self.registers > 0
 
-    def _where(self, w: _Writer, copy_registers: str, copy_shared: str, after: tuple[str, ...] = ()) -> bool:
+    def _where(self, w: CudaWriter, copy_registers: str, copy_shared: str, after: tuple[str, ...] = ()) -> bool:
         """The branches that copy a held unit (then ``after``); False when there are none."""
         whole = self.whole
         branches = []
@@ -163,11 +191,11 @@ class Hold:
             w("}")
         return True
 
-    def emit_keep(self, w: _Writer, var: str) -> None:
+    def emit_keep(self, w: CudaWriter, var: str) -> None:
         self._where(w, f"held_registers[it][s] = {var}[s]",
                     f"h[s * BLOCK + threadIdx.x] = {var}[s]")
 
-    def emit_take(self, w: _Writer, var: str, emit_load) -> None:
+    def emit_take(self, w: CudaWriter, var: str, emit_load) -> None:
         after = () if self.stored_after is None else _store_band_instance(var, self.stored_after)
         if not self._where(w, f"{var}[s] = held_registers[it][s]", f"{var}[s] = h[s * BLOCK + threadIdx.x]",
                            after):
@@ -206,7 +234,6 @@ class HeldKernel(PartsKernel):
     held: int | None  # the matrix whose tiles are held (None: nothing held)
     slots: int  # its slots per thread per tile
     args: tuple[Arg, ...]
-    source: str = dataclasses.field(repr=False)
 
     all_resident = True  # a block waits for every other at the grid barrier
 
@@ -409,19 +436,17 @@ def finished_sums_given(dag: Dag, parts: tuple[Kernel, Kernel]) -> tuple[int, ..
                          and elements[op.value].storage is Storage.REGISTERS}))
 
 
-def build_held(dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int,
-               emit: bool = True) -> HeldKernel:
-    """Analyse a held fusion into a kernel and print its source (unless
-    ``emit`` is false). Raises PlanError when the parts cannot be held."""
+def build_held(dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int) -> HeldKernel:
+    """Analyse a held fusion into a kernel. Raises PlanError when the parts cannot be held."""
     why = why_not_held(dag, plan)
     if why:
         raise PlanError(f"held fusion of calls {plan.calls}: {why}")
-    parts = tuple(build_kernel(dag, library, p, dtype, index, emit=False) for p in plan.parts)
-    return assemble(dag, library, plan, parts, index, emit)
+    parts = tuple(build_kernel(dag, library, p, dtype, index) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index)
 
 
 def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) -> HeldKernel:
-    """The kernel of parts already analysed, its source not printed."""
+    """The kernel of parts already analysed."""
     shared_values = set(crossing(dag, plan.producer.calls, plan.consumer.calls))
 
     def unrestricted(arg: Arg) -> Arg:  # one launch writes and reads it now
@@ -456,21 +481,20 @@ def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) 
     args = tuple(a for a in union_args(parts) if not (a.role == "in" and a.value in written))
     args += (Arg("schedule", "unsigned long long* __restrict__ fusec_arrivals"),)
     name = f"k{index}_b_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
-    return HeldKernel(index, name, plan, parts[0].dtype, parts, held, slots, args, "")
+    return HeldKernel(index, name, plan, parts[0].dtype, parts, held, slots, args)
 
 
-def assemble(dag: Dag, library: Library, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int,
-             emit: bool = True) -> HeldKernel:
+def assemble(dag: Dag, library: Library, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) -> HeldKernel:
     """The held kernel of parts already analysed (any index)."""
     why = why_not_held(dag, plan, parts)
     if why:
         raise PlanError(f"held fusion of calls {plan.calls}: {why}")
     kernel = _kernel(dag, plan, parts, index)
-    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+    return kernel
 
 
-def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
-    w = _Writer()
+def emit_kernel(kernel: HeldKernel, dag: Dag, library: Library) -> str:
+    w = CudaWriter()
     plan = kernel.plan
     words = {"rows": "rows", "cols": "columns"}
     w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
@@ -484,7 +508,7 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
         w(f"//   {role}:")
         for call in part.plan.calls:
             impl = part.plan.implementation_of(call)
-            w(f"//     {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+            w(f"//     {call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
         w(f"//     {part.plan.shape.describe(part.dtype)} along the {words[part.plan.serial]}")
     rows = max(plan.registers, 1)  # a C array has at least one row; none is used when 0 are held
     slots = max(kernel.slots, 1)
@@ -538,3 +562,118 @@ def _emit(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     w.close()
     w("#undef BLOCK")
     return "\n".join(w.lines) + "\n"
+
+
+class HeldFamily:
+    name = "held"
+    joint = " -> "
+    note = "  (held across one grid barrier)"
+
+    def build(self, dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int, *,
+              alone: bool = False) -> HeldKernel:
+        return build_held(dag, library, plan, dtype, index)
+
+    def emit(self, kernel: HeldKernel, dag: Dag, library: Library) -> str:
+        return emit_kernel(kernel, dag, library)
+
+    def analytic_seconds(self, model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        return held_seconds(model, kernel, dag, sizes, model.launch, model.bandwidth)
+
+    def perfdb_seconds(self, model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        return held_seconds(model, kernel, dag, sizes, model.database.launch, model.analytic.bandwidth)
+
+    def plan_text(self, generated, kernel, sizes, resources, turning: bool) -> list[str]:
+        return held_lines(generated, kernel, sizes, resources)
+
+
+def held_lines(generated, kernel, sizes, resources) -> list[str]:
+    plan = kernel.plan
+    lines = [f"  held fusion across one grid barrier: every block runs the producer on its tiles, waits for"
+             " all the others, then the consumer on the same tiles",
+             f"  launch   {kernel.block} threads per block; grid: the parts' grid, every block resident"
+             f" ({plan.per_sm} per SM)" + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else "")]
+    if kernel.held is not None:
+        lines.append(f"  held     {generated.dag.value(kernel.held).label}: a block's first {plan.registers} whole"
+                     f" tiles in registers, the next {plan.shared} in shared memory"
+                     f" ({kernel.dynamic_shared_bytes} bytes), {kernel.held_fraction():.0%} of its"
+                     f" {kernel.tiles_per_block()}; the rest re-read")
+        if plan.stores_after:
+            lines.append("           the held ones stored after the barrier, by the consumer, from chip (evict-first)")
+    if plan.finish_after:
+        lines.append("  finish   the producer's column sums: into this launch's half of their accumulators, finished"
+                     " after the barrier by every block for its own columns")
+    for role, part in zip(("producer", "consumer"), kernel.parts):
+        lines.append(f"  {role}:")
+        lines += kernel_lines(generated, part, sizes, None, "    ")
+    if resources and kernel.name in resources:
+        lines.append("  " + nvcc_line(resources[kernel.name]))
+    return lines
+
+
+def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
+                 bandwidth: float) -> float:
+    """A held fusion: its parts' times as they would run alone (the same grid,
+    blocks resident as the fusion's are), one launch fewer, the grid barrier,
+    and the consumer's reads of matrices the producer touched: nothing for the
+    share held on chip, STRIPE_REREAD_COST of a DRAM byte for what L2 may
+    still hold of the rest (the tiles the producer touched last), a DRAM byte
+    beyond. With ``stores_after`` the held tiles' stores move from the
+    producer's pass into the consumer's (STORES_AFTER_EXPOSED). The consumer's
+    column-sum atomics queue at the end, whole (:func:`band_atomic_seconds`);
+    the producer's count only where they outlast the producer's pass. (Priced
+    whole, they ranked GEMVER's held band plans, whose column sums are the
+    producer's, below tile plans that measured slower: fp32 n = 1024 and 2048,
+    first choices 1.38 and 1.30 of the winner against 1.03 and 1.11. Left out,
+    GEMVER's and SGEMVT's fp64 n = 512 first choices were held band plans at
+    1.61 and 1.68 of the best measured; beyond the pass, 1.00 and 1.00.)"""
+    sizes = dict(sizes)
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
+                 for v in matrices_reread(dag, kernel.plan)) * itemsize
+    seconds = [held_part_seconds(predictor, kernel, part, dag, sizes, launch, bandwidth) - launch
+               for part in kernel.parts]
+    unheld = (1.0 - kernel.held_fraction()) * reread
+    # the consumer starts after the producer's whole pass: L2 keeps only the last of it
+    share = STORES_AFTER_L2_SHARE if kernel.plan.stores_after else STRIPE_L2_SHARE
+    in_l2 = min(unheld, share * L2_BYTES)
+    # Bytes the consumer takes from chip or L2 are bytes it no longer waits for: its time
+    # shrinks by them at the rate it streams alone, below the bandwidth where too few loads
+    # are in flight. (GEMVER fp32 n = 4096, held band plans holding 2-3 of 16 instances in
+    # registers and 7 in shared memory: priced 72-73 us when they went at the bandwidth,
+    # 62-63 at the consumer's rate; measured 57.5-58.8.)
+    producer, consumer = seconds
+    rate = min(bandwidth, traffic(kernel.parts[1], dag, sizes) / max(consumer, 1e-12))
+    consumer -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / rate
+    if kernel.plan.stores_after:  # the held tiles' stores leave the producer's pass for the consumer's
+        matrix = math.prod(sizes[d] for d in dag.value(kernel.held).dims) * itemsize
+        stores = kernel.held_fraction() * matrix / bandwidth
+        producer -= stores
+        consumer = max(consumer + STORES_AFTER_EXPOSED * stores, stores)
+    streaming = producer + consumer
+    analytic = predictor.analytic
+    slots = predictor.sms * kernel.plan.per_sm
+    producer_part, consumer_part = kernel.parts
+    if consumer_part.plan.geometry is Geometry.BAND:  # at the end, whole: bytes from chip do not shorten them
+        streaming += band_atomic_seconds(analytic, consumer_part, sizes, slots)
+    if producer_part.plan.geometry is Geometry.BAND:  # only what outlasts the producer's pass
+        streaming += max(0.0, band_atomic_seconds(analytic, producer_part, sizes, slots) - producer)
+    if kernel.plan.finish_after:  # no ticket: the producer's finish is every block's, after the barrier
+        streaming -= (band_finish_seconds(analytic, kernel.parts[0], sizes)
+                      - band_finish_seconds(analytic, kernel.parts[0], sizes, after_barrier=True))
+    return launch + streaming + GRID_BARRIER_SECONDS
+
+
+def held_part_seconds(predictor, kernel, part, dag: Dag, sizes: Mapping[str, int], launch: float,
+                       bandwidth: float) -> float:
+    """A held fusion's part as it would run alone on the same grid, its blocks resident
+    as the fusion's are: ``per_sm`` to an SM, all in one wave. (Priced with the blocks
+    its own registers would allow, GEMVER's consumer at fp32 n = 4096, 128 blocks of
+    512 threads, left a second slot per SM empty and paid for a partial wave: 74.8 us
+    against 39.1 for the same consumer loading ahead, whose registers allow one.)"""
+    if part.plan.geometry is Geometry.BAND:  # held_seconds adds the atomics
+        return band_seconds(predictor, part, dag, sizes, launch, bandwidth, predictor.sms,
+                            blocks_per_sm=kernel.plan.per_sm, atomics=False)
+    return predictor.kernel_seconds(part, dag, sizes)
+
+
+FAMILY = register(HeldFamily())

@@ -29,14 +29,20 @@ With ``bound`` the kernel is compiled with ``__maxnreg__(bound)`` instead of
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping
 
 from ..ir.dag import Dag
 from ..errors import PlanError
-from ..library.model import Library
+from ..library.model import Geometry, Library
 from ..ir.plan import HorizontalPlan
-from ..lower.kernel import (MAX_STATIC_SHARED, Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body,
-                     _library_sources, _Writer, build_kernel)
+from ..emit.kernel import emit_body, library_sources
+from ..emit.writer import CudaWriter, call_text
+from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
+from ..lower.kernel import build_kernel
+from ..cost.model import iterations, natural_blocks, traffic, warn_unmeasured
+from ..emit.plan_text import kernel_lines, nvcc_line
 from ..ir import geometry as geo
+from .base import register
 
 MAX_THREADS = 1024  # per block
 MAX_PARTS = 15  # named barriers 1-15; 0 is the block's
@@ -44,44 +50,6 @@ REGISTERS_PER_SM = 65536
 THREADS_PER_SM = 2048
 SHARED_PER_SM = 228 * 1024
 
-
-class PartsKernel:
-    """What a kernel made of analysed parts (a horizontal or a striped fusion)
-    answers from its parts: their schedules, reductions and shared memory, and
-    the part an argument or a reduction belongs to."""
-
-    parts: tuple[Kernel, ...]
-
-    @property
-    def ops(self) -> tuple[Op, ...]:
-        """Every part's schedule, part after part."""
-        return tuple(op for p in self.parts for op in p.ops)
-
-    @property
-    def reductions(self) -> tuple[Reduction, ...]:
-        return tuple(r for p in self.parts for r in p.reductions)
-
-    @property
-    def shared_reals(self) -> int:
-        return sum(p.shared_reals for p in self.parts)
-
-    @property
-    def turns(self) -> bool:
-        """Never (Kernel.turns): the parts split the blocks, or take them by ticket."""
-        return False
-
-    def owner(self, arg: Arg):
-        """The part a size or aligned argument is for; the kernel for shared ones."""
-        return self.parts[arg.part] if arg.part is not None else self
-
-    def part_of(self, reduction: Reduction) -> Kernel:
-        return next(p for p in self.parts if reduction in p.reductions)
-
-    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
-        return self.part_of(reduction).reduction_buffers(reduction, sizes)
-
-    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
-        return self.part_of(reduction).reduction_tiles(reduction, sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +64,6 @@ class HorizontalKernel(PartsKernel):
     dtype: str
     parts: tuple[Kernel, ...]
     args: tuple[Arg, ...]
-    source: str = dataclasses.field(repr=False)
 
     @property
     def block(self) -> int:
@@ -170,20 +137,17 @@ def why_not_horizontal(dag: Dag, plan: HorizontalPlan, parts: tuple[Kernel, ...]
     return None
 
 
-def build_horizontal(dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int,
-                     emit: bool = True) -> HorizontalKernel:
-    """Analyse a horizontal fusion into a kernel and print its source (unless
-    ``emit`` is false). Raises PlanError when the parts cannot share a kernel."""
+def build_horizontal(dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int) -> HorizontalKernel:
+    """Analyse a horizontal fusion into a kernel. Raises PlanError when the parts cannot share a kernel."""
     dtype = geo.dtype_name(dtype)
     why = why_not_horizontal(dag, plan)
     if why:
         raise PlanError(f"horizontal fusion of calls {plan.calls}: {why}")
-    parts = tuple(build_kernel(dag, library, p, dtype, index, emit=False) for p in plan.parts)
-    return assemble(dag, library, plan, parts, index, emit)
+    parts = tuple(build_kernel(dag, library, p, dtype, index) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index)
 
 
-def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kernel, ...], index: int,
-             emit: bool = True) -> HorizontalKernel:
+def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kernel, ...], index: int) -> HorizontalKernel:
     """The horizontal kernel of parts already analysed (``parts[p]`` is
     ``plan.parts[p]``'s kernel, any index)."""
     why = why_not_horizontal(dag, plan, parts)
@@ -192,8 +156,8 @@ def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kern
     parts = tuple(dataclasses.replace(k, index=index, name=f"k{index}p{p}_" + k.name.split("_", 1)[1])
                   for p, k in enumerate(parts))
     name = f"k{index}_h_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
-    kernel = HorizontalKernel(index, name, plan, parts[0].dtype, parts, union_args(parts), "")
-    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+    kernel = HorizontalKernel(index, name, plan, parts[0].dtype, parts, union_args(parts))
+    return kernel
 
 
 def union_args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
@@ -211,8 +175,8 @@ def union_args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
     return tuple(sorted(shared.values(), key=lambda a: order[a.role])) + tuple(own)
 
 
-def _emit(kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
-    w = _Writer()
+def emit_kernel(kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
+    w = CudaWriter()
     plan = kernel.plan
     w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
     w(f"//   horizontal fusion (HFuse) of {len(plan.parts)} independent kernels, {plan.block} threads"
@@ -221,7 +185,7 @@ def _emit(kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
         w(f"//   part {p}: threads {offset}-{offset + part.block - 1}, named barrier {p + 1}")
         for call in part.plan.calls:
             impl = part.plan.implementation_of(call)
-            w(f"//     {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+            w(f"//     {call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
         w(f"//     {_shape_text(part)}")
     if plan.bound:
         w(f"//   registers: at most {plan.bound} per thread (HFuse's register bound)")
@@ -265,18 +229,18 @@ def _shape_text(part: Kernel) -> str:
     return text
 
 
-def _emit_part(w: _Writer, part: Kernel, p: int, dag: Dag, library: Library) -> None:
+def _emit_part(w: CudaWriter, part: Kernel, p: int, dag: Dag, library: Library) -> None:
     emit_part(w, part, dag, library, Threads("tid", "part_grid", p + 1),
               f"// part {p}: the kernel as it runs alone, on the part's thread index `tid`")
 
 
-def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Threads, note: str,
+def emit_part(w: CudaWriter, part: Kernel, dag: Dag, library: Library, threads: Threads, note: str,
               helpers: tuple[str, ...] = (), extra_params: tuple[str, ...] = (), hold=None) -> None:
     """A part's namespace: its macros, its instance of the library routines, any
     ``helpers`` (lines of C that need the macros), and its body as the device
     function ``run``, handed the part's thread index (a horizontal part, whose
     BARRIER() is its named barrier) or its work item (a striped or held part),
-    then any ``extra_params`` (declarations); ``hold``: see ``_emit_body``."""
+    then any ``extra_params`` (declarations); ``hold``: see ``emit_body``."""
     macros = part.macros()
     namespace = part.name
     w(f"namespace {namespace} {{")
@@ -289,7 +253,7 @@ def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Thr
         w('#pragma push_macro("BARRIER")')
         w("#undef BARRIER")
         w(f"#define BARRIER() fusec_barrier<{threads.barrier}, BLOCK>()")
-    for path, text in _library_sources(part, dag, library):
+    for path, text in library_sources(part, dag, library):
         w(f"// ---- {path}")
         for line in text.strip("\n").split("\n"):
             w(line)
@@ -302,7 +266,7 @@ def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Thr
     w(f"__device__ __forceinline__ void run(\n    {params})")
     w("{")
     w.depth += 1
-    _emit_body(w, part, dag, library, threads=threads, hold=hold)
+    emit_body(w, part, dag, library, threads=threads, hold=hold)
     w.close()
     if threads.part:
         w('#pragma pop_macro("BARRIER")')
@@ -311,3 +275,117 @@ def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Thr
             w(f"#undef {macro}")
     w(f"}}  // namespace {namespace}")
     w()
+
+
+class HorizontalFamily:
+    name = "horizontal"
+    joint = " || "
+    note = "  (side by side)"
+
+    def build(self, dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int, *,
+              alone: bool = False) -> HorizontalKernel:
+        return build_horizontal(dag, library, plan, dtype, index)
+
+    def emit(self, kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
+        return emit_kernel(kernel, dag, library)
+
+    def analytic_seconds(self, model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        return analytic_horizontal_seconds(model, kernel, dag, sizes)
+
+    def perfdb_seconds(self, model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        return perfdb_horizontal_seconds(model, kernel, dag, sizes)
+
+    def plan_text(self, generated, kernel, sizes, resources, turning: bool) -> list[str]:
+        lines, parts = [], kernel.parts
+        bound = (f"; at most {kernel.plan.bound} registers per thread" if kernel.plan.bound
+                 else "")
+        lines.append(f"  horizontal fusion of {len(parts)} independent kernels side by side{bound}")
+        lines.append(f"  launch   {kernel.block} threads per block; grid: the largest part's (a part skips"
+                     " the blocks past its own)" + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else ""))
+        for p, (part, offset) in enumerate(zip(parts, kernel.offsets)):
+            lines.append(f"  part {p}: threads {offset}-{offset + part.block - 1}, named barrier {p + 1}")
+            lines += kernel_lines(generated, part, sizes, None, "    ")
+        if resources and kernel.name in resources:
+            lines.append("  " + nvcc_line(resources[kernel.name]))
+        return lines
+
+
+def analytic_horizontal_seconds(model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+    """A horizontal fusion: its parts run side by side in every block, sharing
+    the SMs and DRAM, after one launch.
+
+    The combined block (the parts' threads together, the most registers any
+    part needs, their shared memory together) sets the blocks per SM, so
+    each part keeps fewer of its own blocks resident than it would alone.
+    Each part streams its bytes at the efficiency its own bytes in flight
+    allow at that occupancy (the slowest part bounds the kernel), and all
+    parts' bytes together at the efficiency of all bytes in flight (DRAM is
+    shared): the kernel takes the longer of the two. Then the ragged end of
+    the part with the longest blocks, and the reductions' terms of the part
+    that finishes last (parts finish in parallel, on their own threads).
+
+    The register bound is not modelled: what spills cost against the
+    occupancy it buys cannot be told without running, so a bounded kernel is
+    predicted as the unbounded one and the tuner decides (HFuse profiles both).
+    """
+    sizes = dict(sizes)
+    registers = max(p.estimated_registers for p in kernel.parts)  # the bound left out
+    slots = model.sms * model.blocks_per_sm(kernel, registers)
+    moved_all, demand, slowest, tail, counters, finish = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for part in kernel.parts:
+        grid = part.grid(sizes)
+        resident = min(grid, slots) * part.block / model.sms
+        target = model.tile_in_flight if part.plan.geometry is Geometry.TILE else model.vector_in_flight
+        share = resident * max(part.loop_bytes, geo.VEC_BYTES) / target  # of DRAM's need, from this part
+        moved = traffic(part, dag, sizes)
+        moved_all += moved
+        demand += share
+        slowest = max(slowest, moved / (model.bandwidth * max(min(1.0, share), 1e-3)))
+        tail = max(tail, moved / grid * min(grid, slots) / model.bandwidth)
+        part_counters, part_finish = model.reduction_seconds(part, sizes)
+        counters, finish = max(counters, part_counters), max(finish, part_finish)
+    streaming = max(slowest, moved_all / (model.bandwidth * max(min(1.0, demand), 1e-3)))
+    return model.launch + max(streaming, counters) + 0.5 * tail + finish
+
+
+def perfdb_horizontal_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+    """A horizontal fusion (HFuse): its parts run side by side in every block.
+
+    The combined block (the parts' threads together, the most registers any
+    part needs or its probes used, the parts' shared memory together) sets
+    the blocks per SM. Each part's blocks run in waves at that many blocks per
+    SM, each routine at its measured time for that level, as in
+    the tile family's perfdb price; the slowest part bounds the kernel.
+    The parts share DRAM, so the kernel also takes at least all their bytes
+    over the copy bandwidth (the analytic model's traffic). One launch; the
+    reductions' terms of the part that finishes last. The register bound is
+    not modelled (see :func:`analytic_horizontal_seconds`).
+    """
+    sizes = dict(sizes)
+    sms = predictor.database.sms
+    registers = max(max([p.estimated_registers] + [t.registers for _, t in predictor.timings(p, dag) or []])
+                    for p in kernel.parts)
+    blocks = natural_blocks(registers, kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block)
+    slowest, moved, counters, finish = 0.0, 0.0, 0.0, 0.0
+    for part in kernel.parts:
+        grid = part.grid(sizes)
+        iters = iterations(part, sizes, grid)
+        full, rest = divmod(grid, sms * blocks)
+        streaming = 0.0
+        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
+            if count:
+                times = predictor.routine_seconds(part, dag, max(level, 1.0))
+                if times is None:
+                    warn_unmeasured(predictor.database, part)
+                    return predictor.analytic.kernel_seconds(kernel, dag, sizes)
+                transfer, compute, once = times
+                streaming += count * (max(transfer, compute) * iters + once)
+        slowest = max(slowest, streaming)
+        moved += traffic(part, dag, sizes)
+        part_counters, part_finish = predictor.analytic.reduction_seconds(part, sizes)
+        counters, finish = max(counters, part_counters), max(finish, part_finish)
+    streaming = max(slowest, moved / predictor.analytic.bandwidth)
+    return predictor.database.launch + max(streaming, counters) + finish
+
+
+FAMILY = register(HorizontalFamily())

@@ -37,14 +37,39 @@ and reads them.
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Mapping
 
+from ..cost.model import L2_BYTES, natural_blocks, traffic
+from ..emit.plan_text import kernel_lines, nvcc_line
 from ..ir import geometry as geo
+from .base import register
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Kind, Library
 from ..ir.plan import COLS, ROWS, StripedPlan
-from .horizontal import MAX_STATIC_SHARED, PartsKernel, emit_part, union_args
-from ..lower.kernel import Arg, Kernel, Threads, _call_text, _Writer, build_kernel
+from .horizontal import emit_part, union_args
+from ..emit.writer import CudaWriter, call_text
+from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
+from ..lower.kernel import build_kernel
+
+# A striped consumer's read of a tile its producer read or wrote a stripe or two
+# before costs about half a DRAM byte: the consumer sits in the same launch behind
+# the producer's stream (GEMVER on the H100, scratch measurement: the striped kernel
+# saved 185 of the 373 us its w = B x would spend reading B from DRAM at fp32
+# n = 16384, and 105 of 193 at fp64 n = 8192).
+STRIPE_REREAD_COST = 0.5
+# A consumer block waits for the producer's blocks of its stripe, holding its slot;
+# they finish about one block's time (its bytes at its share of DRAM) after their
+# tickets, which a lag of L stripes covers for L stripes' time. What the rest costs
+# grows with its square: fitted on the H100 to `fusec tune` of GEMVER, SGEMVT and
+# ATAX (fp32 n = 16384: producer blocks of 32 serial iterations waited ~80-180 us
+# and lost 200-1000 us; those of 8 waited ~15-30 us and lost next to nothing).
+STRIPE_WAIT_SCALE = 33e-6  # seconds
+# The consumer finds a stripe's tiles in L2 only while the stripes in flight (the lag's
+# and its own) fit in about half of it: lag 4 with 8 MB stripes (GEMVER, SGEMVT fp32
+# n = 16384) cost 7.5 %, with 4 MB stripes it gained 2-5 % (bench/results/h100-striped-variants.md).
+STRIPE_L2_SHARE = 0.5
 
 SCHEDULE_COUNTERS = 2  # the ticket counter and the blocks-done counter, before the stripes' counters
 
@@ -62,7 +87,6 @@ class StripedKernel(PartsKernel):
     parts: tuple[Kernel, Kernel]  # producer, consumer
     axis: str  # the stripe axis: ROWS or COLS
     args: tuple[Arg, ...]
-    source: str = dataclasses.field(repr=False)
 
     @property
     def block(self) -> int:
@@ -170,19 +194,16 @@ def stripe_axis(dag: Dag, plan: StripedPlan, producer: Kernel) -> str:
     return axes.pop()
 
 
-def build_striped(dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int,
-                  emit: bool = True) -> StripedKernel:
-    """Analyse a striped fusion into a kernel and print its source (unless
-    ``emit`` is false). Raises PlanError when the parts cannot be striped."""
+def build_striped(dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int) -> StripedKernel:
+    """Analyse a striped fusion into a kernel. Raises PlanError when the parts cannot be striped."""
     why = why_not_striped(dag, plan)
     if why:
         raise PlanError(f"striped fusion of calls {plan.calls}: {why}")
-    parts = tuple(build_kernel(dag, library, p, dtype, index, emit=False) for p in plan.parts)
-    return assemble(dag, library, plan, parts, index, emit)
+    parts = tuple(build_kernel(dag, library, p, dtype, index) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index)
 
 
-def assemble(dag: Dag, library: Library, plan: StripedPlan, parts: tuple[Kernel, Kernel], index: int,
-             emit: bool = True) -> StripedKernel:
+def assemble(dag: Dag, library: Library, plan: StripedPlan, parts: tuple[Kernel, Kernel], index: int) -> StripedKernel:
     """The striped kernel of parts already analysed (any index)."""
     why = why_not_striped(dag, plan, parts)
     if why:
@@ -209,12 +230,12 @@ def assemble(dag: Dag, library: Library, plan: StripedPlan, parts: tuple[Kernel,
     args = tuple(a for a in union_args(parts) if not (a.role == "in" and a.value in written))
     args += (Arg("schedule", "unsigned* __restrict__ fusec_schedule"),)
     name = f"k{index}_s_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
-    kernel = StripedKernel(index, name, plan, parts[0].dtype, parts, axis, args, "")
-    return dataclasses.replace(kernel, source=_emit(kernel, dag, library)) if emit else kernel
+    kernel = StripedKernel(index, name, plan, parts[0].dtype, parts, axis, args)
+    return kernel
 
 
-def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
-    w = _Writer()
+def emit_kernel(kernel: StripedKernel, dag: Dag, library: Library) -> str:
+    w = CudaWriter()
     plan, axis = kernel.plan, kernel.axis
     other = ROWS if axis == COLS else COLS
     words = {ROWS: "rows", COLS: "columns"}
@@ -227,7 +248,7 @@ def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
         w(f"//   {role}:")
         for call in part.plan.calls:
             impl = part.plan.implementation_of(call)
-            w(f"//     {_call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
+            w(f"//     {call_text(dag, call)}" + (f"   [implementation {impl}]" if impl != "default" else ""))
         w(f"//     {part.plan.shape.describe(part.dtype)} along the {words[part.plan.serial]}")
     tile = "TILE_COLS" if axis == COLS else "TILE_ROWS"
     across = ("((rows + TILE_ROWS - 1) / TILE_ROWS + ITERS - 1) / ITERS" if axis == COLS
@@ -271,3 +292,69 @@ def _emit(kernel: StripedKernel, dag: Dag, library: Library) -> str:
     w.close()
     w("#undef BLOCK")
     return "\n".join(w.lines) + "\n"
+
+
+class StripedFamily:
+    name = "striped"
+    joint = " -> "
+    note = "  (striped)"
+
+    def build(self, dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int, *,
+              alone: bool = False) -> StripedKernel:
+        return build_striped(dag, library, plan, dtype, index)
+
+    def emit(self, kernel: StripedKernel, dag: Dag, library: Library) -> str:
+        return emit_kernel(kernel, dag, library)
+
+    def analytic_seconds(self, model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        return striped_seconds(model, kernel, dag, sizes, model.launch, model.bandwidth, model.sms)
+
+    def perfdb_seconds(self, model, kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        return striped_seconds(model, kernel, dag, sizes, model.database.launch, model.analytic.bandwidth,
+                               model.database.sms)
+
+    def plan_text(self, generated, kernel, sizes, resources, turning: bool) -> list[str]:
+        return striped_lines(generated, kernel, sizes, resources)
+
+
+def striped_lines(generated, kernel, sizes, resources) -> list[str]:
+    axis = "rows" if kernel.axis == ROWS else "columns"
+    lines = [f"  striped fusion across a global barrier: stripes of the {axis}, the producer"
+             f" {kernel.plan.lag} ahead; a consumer block waits for its stripe's producer blocks",
+             f"  launch   {kernel.block} threads per block; grid: both parts' blocks, in tickets of stripe order"
+             + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else "")]
+    for role, part in zip(("producer", "consumer"), kernel.parts):
+        lines.append(f"  {role}:")
+        lines += kernel_lines(generated, part, sizes, None, "    ")
+    if resources and kernel.name in resources:
+        lines.append("  " + nvcc_line(resources[kernel.name]))
+    return lines
+
+
+def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float,
+                    bandwidth: float, sms: int) -> float:
+    """A striped fusion: its parts' times as they would run alone, one launch
+    fewer, the consumer's reads of matrices the producer touched at
+    STRIPE_REREAD_COST of a DRAM byte, and the consumer's waits: a producer
+    block takes its bytes over its share of DRAM (every resident block has
+    one), of which a lag of L stripes hides L stripes' time; the rest costs
+    its square over STRIPE_WAIT_SCALE. Where the L + 1 stripes in flight do
+    not fit in STRIPE_L2_SHARE of L2, the re-read is a DRAM read. Occupancy
+    (the combined kernel has the registers of the hungrier part) is left to
+    the tuner."""
+    sizes = dict(sizes)
+    itemsize = geo.DTYPES[kernel.dtype].itemsize
+    reread = sum(math.prod(sizes[d] for d in dag.value(v).dims)
+                 for v in matrices_reread(dag, kernel.plan)) * itemsize
+    streaming = sum(predictor.kernel_seconds(part, dag, sizes) - launch for part in kernel.parts)
+    stripes = kernel.stripes(sizes)
+    if (kernel.plan.lag + 1) * reread / stripes <= STRIPE_L2_SHARE * L2_BYTES:
+        streaming -= (1 - STRIPE_REREAD_COST) * reread / bandwidth
+    producer = kernel.parts[0]
+    slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, kernel.block)
+    block_seconds = traffic(producer, dag, sizes) / producer.grid(sizes) * slots / bandwidth
+    wait = max(0.0, block_seconds - kernel.plan.lag * streaming / stripes)
+    return launch + streaming + wait * wait / STRIPE_WAIT_SCALE
+
+
+FAMILY = register(StripedFamily())

@@ -45,8 +45,29 @@ class Step:
         return f"{self.kind}({self.call}{', ' + self.param if self.param else ''})"
 
 
+class Plan:
+    """What every kernel plan answers, whatever its family: the calls it covers,
+    the kernel plans it is made of (itself alone for one), which family builds
+    it (:mod:`fusec.families`), and its JSON form."""
+
+    # each plan class gives ``parts``: the kernel plans it is made of (itself, for one)
+    family: str  # the name its family is registered under
+    across_barrier = False  # a producer and a consumer of its reductions in one launch
+
+    @property
+    def composite(self) -> bool:
+        """Whether it fuses several kernel plans (a horizontal, striped or held fusion)."""
+        return True
+
+    def part_of(self, call: int) -> "KernelPlan":
+        return next(p for p in self.parts if call in p.calls)
+
+    def implementation_of(self, call: int) -> str:
+        return self.part_of(call).implementation_of(call)
+
+
 @dataclasses.dataclass(frozen=True, order=True)
-class KernelPlan:
+class KernelPlan(Plan):
     calls: tuple[int, ...]  # DAG call ids, in DAG order
     implementations: tuple[str, ...]  # implementation name per call
     steps: tuple[Step, ...]  # routine calling order
@@ -61,8 +82,23 @@ class KernelPlan:
     def geometry(self) -> Geometry:
         return self.shape.geometry
 
+    @property
+    def family(self) -> str:
+        return "band" if self.shape.geometry is Geometry.BAND else "tile"
+
+    @property
+    def parts(self) -> tuple["KernelPlan", ...]:
+        return (self,)
+
+    @property
+    def composite(self) -> bool:
+        return False
+
     def implementation_of(self, call: int) -> str:
         return self.implementations[self.calls.index(call)]
+
+    def summary(self, dag) -> str:
+        return _kernel_summary(dag, self)
 
     def layout(self) -> "KernelPlan":
         """This plan without its routine order: the calls, implementations,
@@ -92,7 +128,7 @@ class KernelPlan:
 
 
 @dataclasses.dataclass(frozen=True, order=True)
-class HorizontalPlan:
+class HorizontalPlan(Plan):
     """Independent kernel plans fused horizontally (HFuse): one kernel whose
     block is the parts' blocks side by side, part 0 on the first threads. Each
     part keeps its own shape (the split of the thread space is the parts'
@@ -106,6 +142,7 @@ class HorizontalPlan:
 
     parts: tuple[KernelPlan, ...]
     bound: int = 0
+    family = "horizontal"
 
     @property
     def calls(self) -> tuple[int, ...]:
@@ -116,14 +153,12 @@ class HorizontalPlan:
     def block(self) -> int:
         return sum(p.shape.block for p in self.parts)
 
-    def part_of(self, call: int) -> KernelPlan:
-        return next(p for p in self.parts if call in p.calls)
-
-    def implementation_of(self, call: int) -> str:
-        return self.part_of(call).implementation_of(call)
-
     def layout(self) -> "HorizontalPlan":
         return dataclasses.replace(self, parts=tuple(p.layout() for p in self.parts))
+
+    def summary(self, dag) -> str:
+        bound = f", <={self.bound} regs" if self.bound else ""
+        return "H{" + " || ".join(p.summary(dag) for p in self.parts) + f"{bound}}}"
 
     def offsets(self) -> tuple[int, ...]:
         """The first thread of each part."""
@@ -145,23 +180,13 @@ LAGS = (1, 2, 3, 4)  # stripes the producer runs ahead of the consumer (the spac
 
 
 @dataclasses.dataclass(frozen=True, order=True)
-class StripedPlan:
-    """Two dependent kernel plans in one launch, across the global barrier
-    between them (cuSync's tile semaphores, KTILER's L2 reuse).
-
-    The consumer reads results of the producer's reductions, vectors along one
-    axis (the *stripe axis*); a stripe is one tile of that axis, every tile
-    along the other. Blocks take tickets in the order: the producer's first
-    ``lag`` stripes, then for each stripe J the producer's stripe J + lag and
-    the consumer's stripe J. A consumer block waits until the producer's blocks
-    of its stripe have finished (their reductions included), so it reads the
-    matrix tiles they just read or wrote from L2, not from DRAM; it waits only
-    for blocks with earlier tickets, which are running, so it cannot deadlock.
-    """
+class TwoPartPlan(Plan):
+    """A producer and a consumer that needs its reductions' results, in one launch
+    across the global barrier between them (a striped or a held fusion)."""
 
     producer: KernelPlan
     consumer: KernelPlan
-    lag: int = 1
+    across_barrier = True
 
     @property
     def parts(self) -> tuple[KernelPlan, KernelPlan]:
@@ -175,14 +200,30 @@ class StripedPlan:
     def block(self) -> int:
         return self.producer.shape.block
 
-    def part_of(self, call: int) -> KernelPlan:
-        return next(p for p in self.parts if call in p.calls)
-
-    def implementation_of(self, call: int) -> str:
-        return self.part_of(call).implementation_of(call)
-
-    def layout(self) -> "StripedPlan":
+    def layout(self):
         return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class StripedPlan(TwoPartPlan):
+    """Two dependent kernel plans in one launch, across the global barrier
+    between them (cuSync's tile semaphores, KTILER's L2 reuse).
+
+    The consumer reads results of the producer's reductions, vectors along one
+    axis (the *stripe axis*); a stripe is one tile of that axis, every tile
+    along the other. Blocks take tickets in the order: the producer's first
+    ``lag`` stripes, then for each stripe J the producer's stripe J + lag and
+    the consumer's stripe J. A consumer block waits until the producer's blocks
+    of its stripe have finished (their reductions included), so it reads the
+    matrix tiles they just read or wrote from L2, not from DRAM; it waits only
+    for blocks with earlier tickets, which are running, so it cannot deadlock.
+    """
+
+    lag: int = 1
+    family = "striped"
+
+    def summary(self, dag) -> str:
+        return "S{" + " -> ".join(p.summary(dag) for p in self.parts) + f"; lag {self.lag}}}"
 
     def to_json(self) -> dict:
         return {"striped": [p.to_json() for p in self.parts], "lag": self.lag}
@@ -194,7 +235,7 @@ class StripedPlan:
 
 
 @dataclasses.dataclass(frozen=True, order=True)
-class HeldPlan:
+class HeldPlan(TwoPartPlan):
     """Two dependent kernel plans of the same tiles in one launch whose blocks
     are all resident at once, with one grid barrier between them: every block
     runs the producer on its tiles, waits at the barrier (the producer's
@@ -217,34 +258,18 @@ class HeldPlan:
     instead of by the last block to arrive before it (no tickets; the launch
     clears the other half for the next one)."""
 
-    producer: KernelPlan
-    consumer: KernelPlan
     registers: int = 0  # tiles per block held in registers
     shared: int = 0  # tiles per block held in shared memory, after those
     per_sm: int = 1  # blocks resident on each SM
     stores_after: bool = False  # the held tiles of a computed matrix stored after the barrier
     finish_after: bool = False  # the producer's column sums finished after the barrier
+    family = "held"
 
-    @property
-    def parts(self) -> tuple[KernelPlan, KernelPlan]:
-        return (self.producer, self.consumer)
-
-    @property
-    def calls(self) -> tuple[int, ...]:
-        return tuple(sorted(self.producer.calls + self.consumer.calls))
-
-    @property
-    def block(self) -> int:
-        return self.producer.shape.block
-
-    def part_of(self, call: int) -> KernelPlan:
-        return next(p for p in self.parts if call in p.calls)
-
-    def implementation_of(self, call: int) -> str:
-        return self.part_of(call).implementation_of(call)
-
-    def layout(self) -> "HeldPlan":
-        return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
+    def summary(self, dag) -> str:
+        return ("B{" + " -> ".join(p.summary(dag) for p in self.parts)
+                + f"; held {self.registers} in registers, {self.shared} in shared, {self.per_sm}/SM"
+                + ("; stored after" if self.stores_after else "")
+                + ("; finished after" if self.finish_after else "") + "}")
 
     def to_json(self) -> dict:
         data = {"held": [p.to_json() for p in self.parts], "registers": self.registers, "shared": self.shared,
@@ -261,10 +286,7 @@ class HeldPlan:
                    bool(data.get("stores_after", False)), bool(data.get("finish_after", False)))
 
 
-AcrossBarrierPlan = StripedPlan | HeldPlan  # a producer and its consumer in one launch
-
-
-def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan | StripedPlan | HeldPlan:
+def kernel_plan_from_json(data: dict) -> Plan:
     if "horizontal" in data:
         return HorizontalPlan.from_json(data)
     if "striped" in data:
@@ -276,7 +298,7 @@ def kernel_plan_from_json(data: dict) -> KernelPlan | HorizontalPlan | StripedPl
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ProgramPlan:
-    kernels: tuple[KernelPlan | HorizontalPlan | StripedPlan | HeldPlan, ...]
+    kernels: tuple[Plan, ...]
 
     def to_json(self) -> str:
         return json.dumps([k.to_json() for k in self.kernels], sort_keys=True)
@@ -289,15 +311,14 @@ class ProgramPlan:
     def uses_band(self) -> bool:
         """Whether a kernel of the plan, or a part of a held fusion, is in the band
         geometry (band kernels are never parts of horizontal or striped fusions)."""
-        return any(getattr(k, "geometry", None) is Geometry.BAND
-                   for whole in self.kernels for k in getattr(whole, "parts", None) or (whole,))
+        return any(part.geometry is Geometry.BAND for whole in self.kernels for part in whole.parts)
 
     def summary(self, dag) -> str:
         """One line: each kernel's calls (with their implementation where the
         function has several) and shape, and for a fusion the order of its
         computes and how many groups of loads wait for memory, e.g.
         ``q=sgemv(registers)+s=sgemtv [256t,8it,16r,rows; q>s, 1 load phase]``."""
-        return " | ".join(_kernel_summary(dag, k) for k in self.kernels)
+        return " | ".join(k.summary(dag) for k in self.kernels)
 
 
 def _l2_code(name: str) -> int:
@@ -307,19 +328,7 @@ def _l2_code(name: str) -> int:
     return codes[name]
 
 
-def _kernel_summary(dag, kernel: KernelPlan | HorizontalPlan | StripedPlan | HeldPlan) -> str:
-    if isinstance(kernel, StripedPlan):
-        return ("S{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
-                + f"; lag {kernel.lag}}}")
-    if isinstance(kernel, HeldPlan):
-        return ("B{" + " -> ".join(_kernel_summary(dag, p) for p in kernel.parts)
-                + f"; held {kernel.registers} in registers, {kernel.shared} in shared, {kernel.per_sm}/SM"
-                + ("; stored after" if kernel.stores_after else "")
-                + ("; finished after" if kernel.finish_after else "") + "}")
-    if isinstance(kernel, HorizontalPlan):
-        bound = f", <={kernel.bound} regs" if kernel.bound else ""
-        return "H{" + " || ".join(_kernel_summary(dag, p) for p in kernel.parts) + f"{bound}}}"
-
+def _kernel_summary(dag, kernel: KernelPlan) -> str:
     def label(call: int) -> str:
         return dag.value(dag.call(call).result).label
     calls = "+".join(f"{label(c)}={dag.call(c).function}" + (f"({i})" if i != "default" else "")

@@ -210,18 +210,6 @@ def allocator(family: str, dtype: np.dtype, reference) -> Allocator:
     return Allocator(gpuarray.empty, (dtype,), pointer=("gpudata", "__int__()"))
 
 
-def dynamic_shared_bytes(kernel) -> int:
-    """Bytes of dynamic shared memory (``extern __shared__``) each launch of the
-    kernel passes; 0 for the kernel classes that have none."""
-    return int(getattr(kernel, "dynamic_shared_bytes", 0))
-
-
-def all_resident(kernel) -> bool:
-    """Whether the kernel waits at a grid-wide barrier, so that all its blocks
-    must be resident at once; False for the kernel classes that have none."""
-    return bool(getattr(kernel, "all_resident", False))
-
-
 def check_resident(name: str, grid: int, per_sm: int, sms: int, block: int, shared: int) -> None:
     """Raise :class:`ResidencyError` unless the ``grid`` blocks of kernel ``name``
     fit on the GPU at once: ``per_sm`` blocks (of ``block`` threads and ``shared``
@@ -253,7 +241,7 @@ class Loaded:
         for kernel in kernels:
             function = self.module.get_function(kernel.name)
             function.prepare(parameter_format(kernel))
-            self.shared[kernel.name] = dynamic_shared_bytes(kernel)
+            self.shared[kernel.name] = kernel.dynamic_shared_bytes
             if self.shared[kernel.name]:  # past 48 KB a launch fails without the function's leave
                 function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        self.shared[kernel.name])

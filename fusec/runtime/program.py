@@ -49,9 +49,8 @@ def check_row_widths(kernels, sizes: dict[str, int]) -> None:
     """Raise :class:`~fusec.errors.RowWidthError` where a band kernel's rows are wider
     at these sizes than the rows it holds (``BAND_COLS``): it was compiled for
     narrower matrices."""
-    for kernel in (k for whole in kernels for k in getattr(whole, "parts", None) or (whole,)):
-        plan = getattr(kernel, "plan", None)
-        if getattr(plan, "geometry", None) is not Geometry.BAND:
+    for kernel in (k for whole in kernels for k in whole.leaves()):
+        if kernel.plan.geometry is not Geometry.BAND:
             continue
         widest, cols = kernel.macros()["BAND_COLS"], sizes[kernel.dims[1]]
         if cols > widest:
@@ -72,13 +71,13 @@ class _Buffers:
             for reduction in kernel.reductions:
                 partials, counters = kernel.reduction_buffers(reduction, sizes)
                 workspace = cuda.DeviceBuffer(partials * itemsize)
-                if getattr(kernel, "zeroed_workspace", False):  # atomics add into it; the last block clears it
+                if kernel.zeroed_workspace:  # atomics add into it; the last block clears it
                     cuda.fill_zero(workspace.pointer, workspace.nbytes)
                 self.items[("ws", kernel.index, reduction.value)] = workspace
                 counter = cuda.DeviceBuffer(counters * 4)
                 cuda.fill_zero(counter.pointer, counter.nbytes)  # the last block resets them after use
                 self.items[("cnt", kernel.index, reduction.value)] = counter
-            if hasattr(kernel, "schedule_counters"):  # a striped kernel's tickets and stripes
+            if kernel.schedule_counters(sizes):  # a striped or held kernel's tickets, stripes or arrivals
                 schedule = cuda.DeviceBuffer(kernel.schedule_counters(sizes) * 4)
                 cuda.fill_zero(schedule.pointer, schedule.nbytes)  # the last block clears it after use
                 self.items[("schedule", kernel.index)] = schedule
@@ -354,7 +353,7 @@ class Program:
         at a grid barrier has more blocks at these sizes than the GPU of ``ctx``
         holds at once (the driver's occupancy for its block and dynamic shared
         memory, on fusec's own copy of its function): launched, it would hang."""
-        waiting = [kernel for kernel in self.kernels if cuda.all_resident(kernel)]
+        waiting = [kernel for kernel in self.kernels if kernel.all_resident]
         if not waiting:
             return
         loaded, loader = self._load(ctx), native.fastcall() or driver_api
@@ -388,7 +387,7 @@ class Program:
     def _poison(self, pointers, buffers: _Buffers, sizes) -> None:
         for value in list(self.intermediates) + list(self.dag.outputs):
             cuda.fill_nan(pointers[value], self.value_nbytes(value, sizes) or self.dtype.itemsize)
-        zeroed = {k.index for k in self.kernels if getattr(k, "zeroed_workspace", False)}
+        zeroed = {k.index for k in self.kernels if k.zeroed_workspace}
         for key, buffer in buffers.items.items():
             if key[0] == "ws" and key[1] not in zeroed:  # an accumulator's zeros are state, kept between launches
                 cuda.fill_nan(buffer.pointer, buffer.nbytes)

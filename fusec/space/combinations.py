@@ -28,7 +28,8 @@ import itertools
 import math
 from typing import Callable, Iterator, Mapping
 
-from ..lower.kernel import Kernel, build_kernel
+from ..families import build_kernel
+from ..ir.kernel import Kernel
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Geometry, Library
@@ -159,7 +160,7 @@ class Space:
         predicted time."""
         plans, times = [], []
         for plan, seconds in zip(combination.plan.kernels, combination.kernel_times):
-            if not isinstance(plan, (HorizontalPlan, StripedPlan, HeldPlan)):
+            if not plan.composite:
                 plans.append(plan)
                 times.append(seconds)
                 continue
@@ -168,7 +169,7 @@ class Space:
                 plans.append(part)
                 found = next((t for p, _, t in options if p == part), None)
                 if found is None:  # a held part of a shape the space offers only to held fusions
-                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0, emit=False)
+                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0)
                     found = self.predictor.kernel_seconds(kernel, self.dag, self.sizes)
                 times.append(found)
         return Combination(ProgramPlan(tuple(plans)), sum(times), tuple(times))
@@ -187,7 +188,7 @@ class Space:
                     out.append(c)
         if twins:  # and the best without a barrier inside: such a kernel must beat those at their best
             unstriped = (c for c in self.ranked()
-                         if not any(isinstance(k, (StripedPlan, HeldPlan)) for k in c.plan.kernels))
+                         if not any(k.across_barrier for k in c.plan.kernels))
             for c in itertools.islice(unstriped, max(1, count // 4)):
                 if c.plan not in seen:
                     seen.add(c.plan)
@@ -214,7 +215,7 @@ class Space:
                 continue
             for position, slot in enumerate(cover):
                 for i, option in enumerate(self.options[slot]):
-                    if isinstance(option[0], HeldPlan):
+                    if option[0].family == "held":
                         index = tuple(i if p == position else 0 for p in range(len(cover)))
                         found.append(self._combination(cover, index))
         return iter(sorted(found, key=lambda c: c.predicted))
@@ -321,7 +322,7 @@ def _tiles(options: list) -> list:
 
 def _held_geometry(plan: ProgramPlan) -> Geometry | None:
     """The geometry of the parts of a plan's held fusion (None: it has none)."""
-    return next((k.producer.geometry for k in plan.kernels if isinstance(k, HeldPlan)), None)
+    return next((k.producer.geometry for k in plan.kernels if k.family == "held"), None)
 
 
 def _bands(options: list) -> list:

@@ -80,9 +80,9 @@ def adds_with_atomics(dag: Dag, library: Library, plan) -> bool:
     """Whether a kernel plan is a band kernel with a sum down its columns (a result
     indexed by columns), which its blocks add with atomics in the order they arrive,
     so that two runs may differ in the last bits (:attr:`Kernel.reproducible`)."""
-    if getattr(plan, "parts", None):  # a held fusion's band parts
+    if plan.composite:  # a held fusion's band parts
         return any(adds_with_atomics(dag, library, part) for part in plan.parts)
-    if getattr(plan, "geometry", None) is not Geometry.BAND:
+    if plan.geometry is not Geometry.BAND:
         return False
     for call in plan.calls:
         hof = function_of(dag, library, call).hof

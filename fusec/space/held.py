@@ -22,7 +22,7 @@ import itertools
 from ..ir import geometry as geo
 from ..families.held import (BAND_HELD_WORDS, HeldKernel, assemble, held_matrix, register_margin,
                             registers_allowed, shared_allowed)
-from ..lower.kernel import Kernel
+from ..ir.kernel import Kernel
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..ir.geometry import Shape
@@ -71,7 +71,7 @@ def held_options(dag: Dag, library: Library, fusion: StripedFusion,
                     held_counts(dag, p, (pk, ck), per_sm), (False, True), (False, True)):
                 plan = HeldPlan(p, c, registers, shared, per_sm, stores_after, finish_after)
                 try:  # either option: band parts only, where there is something to store or finish
-                    kernel = assemble(dag, library, plan, (pk, ck), 0, emit=False)
+                    kernel = assemble(dag, library, plan, (pk, ck), 0)
                 except PlanError:
                     continue
                 out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))

@@ -27,7 +27,7 @@ import dataclasses
 import itertools
 
 from ..families.horizontal import HorizontalKernel, assemble, register_bound
-from ..lower.kernel import Kernel
+from ..ir.kernel import Kernel
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..library.model import Library
@@ -111,7 +111,7 @@ def horizontal_options(dag: Dag, library: Library, fusion: HorizontalFusion,
             variants.append(HorizontalPlan(plans, bound))
         for plan in variants:
             try:
-                kernel = assemble(dag, library, plan, kernels, 0, emit=False)
+                kernel = assemble(dag, library, plan, kernels, 0)
             except PlanError:
                 continue  # too many threads or too much shared memory for one block
             out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))

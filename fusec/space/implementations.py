@@ -15,7 +15,8 @@ from __future__ import annotations
 import itertools
 
 from ..families.held import BAND_REGISTER_MARGIN
-from ..lower.kernel import Kernel, build_kernel
+from ..families import build_kernel
+from ..ir.kernel import Kernel
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..ir import geometry as geo
@@ -124,9 +125,9 @@ def by_time(option) -> tuple:
     A held plan's registers also hold tiles, and loading everything at once needs
     more of them: its ties go by load phases only where :func:`_loads_at_once_fit`."""
     plan, kernel, seconds = option
-    if isinstance(plan, HeldPlan) and not _loads_at_once_fit(plan, kernel):
+    if plan.family == "held" and not _loads_at_once_fit(plan, kernel):
         return seconds, 0, plan
-    return seconds, sum(load_phases(part) for part in getattr(plan, "parts", (plan,))), plan
+    return seconds, sum(load_phases(part) for part in plan.parts), plan
 
 
 def _loads_at_once_fit(plan: HeldPlan, kernel) -> bool:
@@ -195,7 +196,7 @@ def _implement(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry:
             for steps in orders:
                 plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2, ahead)
                 try:
-                    kernel = build_kernel(dag, library, plan, dtype, 0, emit=False)
+                    kernel = build_kernel(dag, library, plan, dtype, 0)
                 except PlanError:
                     continue
                 group.append((plan, kernel))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..lower.kernel import Kernel
+from ..ir.kernel import Kernel
 from ..families.striped import StripedKernel, assemble, crossing, stripe_axis
 from ..ir.dag import Dag
 from ..errors import PlanError
@@ -107,7 +107,7 @@ def striped_options(dag: Dag, library: Library, fusion: StripedFusion,
         for (p, pk, _), (c, ck, _), lag in itertools.product(mine[key], theirs[key], LAGS):
             plan = StripedPlan(p, c, lag)
             try:
-                kernel = assemble(dag, library, plan, (pk, ck), 0, emit=False)
+                kernel = assemble(dag, library, plan, (pk, ck), 0)
             except PlanError:
                 continue
             out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))

@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
-from .. import __version__
+from ..version import __version__
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
 from ..ir.plan import ProgramPlan

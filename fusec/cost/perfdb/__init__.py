@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ...target import target
 from ...library.model import Library
-from ..analytic import DEFAULT, Predictor
+from ..analytic import DEFAULT
+from ..model import Predictor
 from . import store
 
 

@@ -16,14 +16,15 @@ import math
 import statistics
 from pathlib import Path
 
-from ... import __version__, nvcc
+from ... import nvcc
+from ...version import __version__
 from ...errors import FusecError, GPUUnavailableError
 from ...target import present
 from ...library.model import Geometry, Kind, Library
 from ...progress import Progress
 from . import store
-from ..analytic import SHARED_PER_SM, SHARED_RESERVED, natural_blocks
-from .model import iterations
+from ..model import SHARED_PER_SM, SHARED_RESERVED, natural_blocks
+from ..model import iterations
 from .probes import Probe, RoutineKey, modules, probes
 
 SHARED_PER_BLOCK = 232448  # the most one block may ask for (227 KB)

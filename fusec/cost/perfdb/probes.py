@@ -19,7 +19,9 @@ import dataclasses
 from typing import Iterator
 
 from ...ir import geometry as geo
-from ...lower.kernel import Kernel, Reduction, build_kernel, probe_kernel
+from ...emit.kernel import emit_kernel, probe_kernel
+from ...ir.kernel import Kernel, Reduction
+from ...lower.kernel import build_kernel, routine_of
 from ...emit.program import common_code
 from ...ir.dag import Dag
 from ...errors import PlanError
@@ -45,7 +47,7 @@ class RoutineKey:
     """One routine in one environment (less the blocks per SM)."""
 
     routine: str
-    section: str  # "pre", "loop" or "post" (fusec.lower.barriers)
+    section: str  # "pre", "loop" or "post" (fusec.ir.barriers)
     geometry: str
     block: int
     iters: int
@@ -107,7 +109,7 @@ def probes(library: Library, dtypes=("float32", "float64")) -> list[Probe]:
                         plan = KernelPlan((call,), (impl.name,), canonical_steps(dag, library, (call,)),
                                           shape, serial)
                         try:
-                            kernel = build_kernel(dag, library, plan, dtype, 0, emit=False)
+                            kernel = build_kernel(dag, library, plan, dtype, 0)
                         except PlanError:
                             continue
                         for op in kernel.ops:
@@ -116,15 +118,14 @@ def probes(library: Library, dtypes=("float32", "float64")) -> list[Probe]:
                             routine = _routine_name(library, dag, plan, op.step)
                             key = RoutineKey.of(routine, op.section, plan, dtype)
                             if key not in found:
-                                probe = probe_kernel(kernel, op.step, f"p{len(found)}_{routine}", dag, library)
+                                probe = probe_kernel(kernel, op.step, f"p{len(found)}_{routine}", dag)
                                 found[key] = Probe(key, op.step.kind.value, function.name, probe, dag,
                                                    kernel.reductions)
     return list(found.values())
 
 
 def _routine_name(library: Library, dag: Dag, plan: KernelPlan, step) -> str:
-    from ...lower.kernel import _routine
-    return _routine(library, dag, plan, step).name
+    return routine_of(library, dag, plan, step).name
 
 
 def modules(library: Library, found: list[Probe]) -> Iterator[tuple[str, list[Probe]]]:
@@ -136,7 +137,7 @@ def modules(library: Library, found: list[Probe]) -> Iterator[tuple[str, list[Pr
             lines = [f"// fusec perfdb probes ({dtype}) for library {library.name}"
                      f" (hash {library.content_hash})", ""]
             lines += common_code(library, dtype)
-            lines += [p.kernel.source for p in group]
+            lines += [emit_kernel(p.kernel, p.dag, library, probe=True) for p in group]
             yield "\n".join(lines), group
 
 

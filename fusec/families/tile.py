@@ -1,0 +1,82 @@
+"""The tile/vector family (paper Algorithm 1): one kernel plan in the vector
+geometry (unnested functions, chunks of consecutive values) or the tile
+geometry (nested functions, tiles of the matrix), its serial loop along one
+axis, reductions finished across blocks by the last block to arrive."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..cost.model import iterations, traffic, warn_unmeasured
+from ..emit.kernel import emit_kernel
+from ..emit.plan_text import kernel_lines
+from ..ir import geometry as geo
+from ..ir.dag import Dag
+from ..ir.kernel import Kernel
+from ..ir.plan import KernelPlan
+from ..library.model import Geometry, Library
+from ..lower.kernel import build_kernel
+from .base import register
+
+
+class TileFamily:
+    name = "tile"
+    joint = ""
+    note = ""
+
+    def build(self, dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int, *,
+              alone: bool = False) -> Kernel:
+        # a kernel alone turns (Kernel.turns); the parts of fusions take their items otherwise
+        return build_kernel(dag, library, plan, dtype, index, turns=alone)
+
+    def emit(self, kernel: Kernel, dag: Dag, library: Library) -> str:
+        return emit_kernel(kernel, dag, library)
+
+    def analytic_seconds(self, model, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        block = kernel.plan.shape.block
+        blocks_per_sm = model.blocks_per_sm(kernel)
+        grid = kernel.grid(dict(sizes))
+        slots = model.sms * blocks_per_sm
+        resident = min(grid, slots) * block / model.sms  # threads per SM
+        # DRAM stays busy when enough bytes are requested at once (loads and stores
+        # per thread per iteration, times resident threads): Nsight Compute on the
+        # H100 showed a lone gemv at 47 warps x 80 B per thread (120 KB per SM) at
+        # 91% of DRAM peak and fused BiCGK at 40 warps (102 KB) at 82%; vector
+        # kernels with 61-123 KB ran at 90-100% of the copy bandwidth.
+        in_flight = resident * max(kernel.loop_bytes, geo.VEC_BYTES)
+        target = model.tile_in_flight if kernel.plan.geometry is not Geometry.VECTOR else model.vector_in_flight
+        occupancy = max(min(1.0, in_flight / target), 1e-3)
+        moved = traffic(kernel, dag, sizes)
+        streaming = moved / (model.bandwidth * occupancy)
+        # Blocks do not finish together: at the end, SMs idle for about half the
+        # time one block takes (its bytes, shared with the blocks beside it).
+        block_seconds = moved / grid * min(grid, slots) / model.bandwidth
+        counters, finish = model.reduction_seconds(kernel, sizes)
+        return model.launch + max(streaming, counters) + 0.5 * block_seconds + finish
+
+    def perfdb_seconds(self, model, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
+        sizes = dict(sizes)
+        sms = model.database.sms
+        grid = kernel.grid(sizes)
+        blocks = model.blocks_per_sm(kernel, dag)
+        iters = iterations(kernel, sizes, grid)
+        # Blocks run in waves of sms x blocks; the last, partial wave has fewer
+        # blocks per SM, each of which then runs faster (less contention).
+        full, rest = divmod(grid, sms * blocks)
+        streaming = 0.0
+        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
+            if count:
+                times = model.routine_seconds(kernel, dag, max(level, 1.0))
+                if times is None:
+                    warn_unmeasured(model.database, kernel)
+                    return model.analytic.kernel_seconds(kernel, dag, sizes)
+                transfer, compute, once = times
+                streaming += count * (max(transfer, compute) * iters + once)
+        counters, finish = model.analytic.reduction_seconds(kernel, sizes)
+        return model.database.launch + max(streaming, counters) + finish
+
+    def plan_text(self, generated, kernel: Kernel, sizes, resources, turning: bool) -> list[str]:
+        return kernel_lines(generated, kernel, sizes, resources, "  ", turning)
+
+
+FAMILY = register(TileFamily())

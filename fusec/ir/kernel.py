@@ -1,0 +1,371 @@
+"""The kernel IR: what the analysis of one fusion implementation decides.
+
+A :class:`Kernel` is frozen: the elements and where they live, the schedule of
+routine calls with their barriers, the arguments, the reductions finished
+across blocks. ``fusec.lower`` builds it; ``fusec.emit`` prints it; the cost
+models and the runtime read it. Nothing fills a field in later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..library.model import Geometry, RoutineKind, Storage
+from . import geometry as geo
+from .barriers import LOOP, Region
+from .plan import COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, KernelPlan, Step
+
+MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
+CLEAR_MAPPING = "<clear>"  # the compiler's own clearing loop: thread t clears words t, t+BLOCK, ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Element:
+    """A value that lives on chip in this kernel."""
+
+    value: int
+    var: str  # C name of the register array or shared pointer
+    storage: Storage
+    mapping: str
+    size_expr: str  # C expression (registers: slots per thread; shared: reals)
+    size: int
+    region: Region | None  # shared only
+    reduction: bool
+    accumulated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """A kernel parameter and what the host passes for it."""
+
+    role: str  # "in" | "out" | "workspace" | "counters" | "schedule" | "scalar" | "scalar_ptr" | "size" | "aligned"
+    #            | "direction"
+    decl: str
+    value: int | None = None
+    size: str | None = None  # size symbol, for role "size"
+    axis: str | None = None  # tile geometry: ROWS or COLS for a vector
+    part: int | None = None  # a horizontal fusion's size or aligned flag: the part it is for
+
+    @property
+    def name(self) -> str:
+        """The parameter's C name."""
+        return self.decl.split()[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduction:
+    """Buffers of a reduction finished across blocks."""
+
+    value: int
+    axis: str | None  # ROWS/COLS: the axis it sums along; None: a whole vector
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One line of the schedule: a routine call, a clear, with a barrier before it or not."""
+
+    section: str
+    step: Step | None  # None: clear of `clear`
+    clear: int | None
+    barrier: bool
+    scratch: Region | None
+    value: int | None = None  # the element a load writes, a compute or store handles
+
+
+@dataclasses.dataclass(frozen=True)
+class Threads:
+    """How a kernel body names its thread index, its work item and grid size,
+    and which barrier BARRIER() is: the whole block's when the kernel runs
+    alone, one part's when it is a part of a horizontal fusion (HFuse: the part
+    sees its own thread index and grid, and syncs on its own named barrier). A
+    part of a striped kernel runs on whole blocks, but its work item is the one
+    the block's ticket names, not the block's index, and its grid is its own.
+
+    ``tickets_at_once``: a block with reductions takes all its tickets before
+    it sums any tile (one round trip to L2; BiCGK fp32 n = 4096 2.3 % faster),
+    or each tile's ticket just before that tile's sum, fusec's earlier order,
+    which striped parts keep: at once took ATAX fp32 n = 16384 3.4 % and
+    SGEMVT 1.6 % longer there, and so did the earlier order written any other
+    way (see _emit_finish_in_turn)."""
+
+    tid: str = "threadIdx.x"
+    grid: str = "gridDim.x"
+    barrier: int = 0  # 0: __syncthreads(); 1-15: bar.sync of the part's threads
+    item: str = "blockIdx.x"
+    tickets_at_once: bool = True
+
+    @property
+    def part(self) -> bool:
+        return self.barrier != 0
+
+    @property
+    def own_grid(self) -> bool:
+        """The body works out its grid from the sizes (gridDim is not its)."""
+        return self.part or self.grid != "gridDim.x"
+
+
+ALONE = Threads()
+# A kernel alone whose launches alternate the way its blocks walk the grid (Kernel.turns).
+TURNING = Threads(item="fusec_item")
+TURN_ARG = Arg("direction", "const int backwards")
+
+
+class LaunchNeeds:
+    """What the runtime asks of every kernel, whatever its family: a family's
+    kernel class overrides what it needs beyond a plain launch."""
+
+    all_resident = False  # its blocks meet at a grid barrier: all must be resident at once
+    dynamic_shared_bytes = 0  # bytes of ``extern __shared__`` each launch passes
+    zeroed_workspace = False  # its reductions' workspaces must start at zero
+    reproducible = True  # every run gives the same bits
+
+    def schedule_counters(self, sizes: dict[str, int]) -> int:
+        """32-bit words of zeroed schedule (tickets, stripes, arrivals) a launch needs."""
+        return 0
+
+    def leaves(self) -> tuple["Kernel", ...]:
+        """The analysed kernels it is made of: itself, or a fusion's parts."""
+        return (self,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel(LaunchNeeds):
+    index: int
+    name: str
+    plan: KernelPlan
+    dtype: str
+    dims: tuple[str, ...]  # size symbols: (rows, cols) or (n,)
+    elements: tuple[Element, ...]
+    ops: tuple[Op, ...]
+    args: tuple[Arg, ...]
+    reductions: tuple[Reduction, ...]
+    shared_reals: int
+    # Tile kernels that store no matrix read their matrices once and re-read only
+    # vectors and partials: their matrix loads are marked evict-first (STREAM_MATRIX),
+    # so the stream leaves those in L2: 3.4% / 4.5% on BiCGK (fp32 / fp64); a kernel that
+    # stores a matrix (GEMVER's sger, MADD) is slower with it (bench/results/h100-l2-policies.md).
+    stream_matrices: bool = False
+    # Of a kernel that turns and streams its matrices: the blocks at the end of the grid (the
+    # last to run) whose matrix loads are plain, not evict-first, about KEEP_L2_BYTES of them.
+    # The next launch walks the other way and starts on those tiles, so it finds them in L2.
+    # Evict-first alone never displaces what L2 already holds: after other work had filled L2
+    # with its lines (generating the inputs on the GPU is enough) fp32 n = 4096 SGEMV took
+    # 25.8 us against 21.9 from an empty L2, BiCGK 27.9 against 24.7; with the last 30 % of the
+    # blocks plain, 21.5 / 21.0 and 24.2 / 23.4 (bench.l2_keep --l2 polluted / clean).
+    keep_blocks: int = 0
+    # A held fusion's band parts with HeldPlan.finish_after (fusec/codegen/held.py). The
+    # producer adds its column sums into the half of a doubled accumulator that its launch's
+    # round picks, and leaves the finish to every block after the grid barrier; the consumer
+    # takes those finished values (`given`, value ids) as arguments instead of loading them.
+    sums_after_barrier: bool = False
+    given: tuple[int, ...] = ()
+    # Band kernels: the most register slots of whole-row matrix elements live at once in
+    # the loop (:func:`_live_band_slots`), which the register estimate counts.
+    live_band_slots: int = 0
+
+    @property
+    def shape(self) -> geo.Shape:
+        return self.plan.shape
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether every run gives the same bits: all but a band kernel with a column
+        sum, whose blocks add their sums with atomics in the order they arrive."""
+        return not (self.plan.geometry is Geometry.BAND and self.reductions)
+
+    @property
+    def turns(self) -> bool:
+        """Whether a launch says which way its blocks walk the grid (``backwards``):
+        the runtime alternates it, so a launch starts on the tiles the launch
+        before ended on, whose lines L2 still holds (BiCGK fp32 n = 4096: 29.8 ->
+        27.2 us when calls repeat). Block i takes item i or the last but i; the
+        work of an item, and so every result bit, is the same either way."""
+        return TURN_ARG in self.args
+
+    @property
+    def block(self) -> int:
+        """Threads per block of the launch."""
+        return self.plan.shape.block
+
+    def owner(self, arg: Arg) -> "Kernel":
+        """The kernel an argument is for (a horizontal fusion answers with a part)."""
+        return self
+
+    def macros(self) -> dict[str, int]:
+        macros = self.plan.shape.macros(self.dtype)
+        if self.plan.geometry is not Geometry.VECTOR:
+            macros["STREAM_MATRIX"] = int(self.stream_matrices)
+        else:
+            macros["STREAM_LOADS"] = int(self.plan.l2 == L2_EVICT_LOADS)
+            macros["STREAM_STORES"] = int(self.plan.l2 == L2_STREAM_STORES)
+        return macros
+
+    # Host-side arithmetic: the same formulas the kernel uses for its indices.
+    def grid_extent(self, sizes: dict[str, int]) -> tuple[int, int]:
+        """Blocks along (rows, cols) in the tile geometry, (blocks, 1) for vectors."""
+        m = self.macros()
+        if self.plan.geometry is Geometry.VECTOR:
+            chunks = -(-sizes[self.dims[0]] // (m["BLOCK"] * m["VEC"]))
+            return -(-chunks // m["ITERS"]), 1
+        if self.plan.geometry is Geometry.BAND:  # a block walks ITERS instances of BAND_ROWS rows
+            return -(-sizes[self.dims[0]] // (m["BAND_ROWS"] * m["ITERS"])), 1
+        rows = -(-sizes[self.dims[0]] // m["TILE_ROWS"])
+        cols = -(-sizes[self.dims[1]] // m["TILE_COLS"])
+        if self.plan.serial == ROWS:
+            rows = -(-rows // m["ITERS"])
+        else:
+            cols = -(-cols // m["ITERS"])
+        return rows, cols
+
+    def grid(self, sizes: dict[str, int]) -> int:
+        rows, cols = self.grid_extent(sizes)
+        return rows * cols
+
+    @property
+    def estimated_registers(self) -> int:
+        """Registers per thread, roughly: 22 for indices and addresses, about half
+        a register per word of register elements (nvcc reuses a loop's
+        temporaries), and a whole one per word the serial loop carries (invariant
+        loads and accumulated reductions stay live throughout). Fitted to ptxas on
+        312 kernels of the space (mean error 6.6 registers, from 9.2 without the
+        carried term); nvcc tells the truth."""
+        words = geo.DTYPES[self.dtype].itemsize // 4
+        by_value = {e.value: e for e in self.elements if e.storage is Storage.REGISTERS}
+        if self.plan.geometry is Geometry.BAND:
+            return self._band_registers(by_value, words)
+        carried = {op.value for op in self.ops if op.section != LOOP and op.value in by_value}
+        carried |= {e.value for e in by_value.values() if e.accumulated}
+        slots = sum(e.size for e in by_value.values())
+        kept = sum(by_value[v].size for v in carried)
+        return min(255, round(22 + 0.47 * slots * words + 1.0 * kept * words))
+
+    def _band_registers(self, by_value: dict, words: int) -> int:
+        """A band kernel's registers, roughly: 24 for indices and addresses, the
+        matrix elements live at once (the rows in flight: a computed matrix
+        replaces the one it came from, but two matrices loaded in one phase are
+        both held; ``live_band_slots``) and every other register element whole
+        (ptxas, fp32 n = 16384, 512 threads of 8 pieces: ATAX 126 registers against
+        121 estimated, BiCGK 120 against 122; GEMVER's first kernel, 152 estimated,
+        spilled at the 128 a block of 512 may have; GESUMMV at fp32 n = 6000, 512
+        threads of 3 pieces and 2 rows, both matrices loaded at once: 84 against 88,
+        and with loads ahead it spilled 224 bytes, estimated 136)."""
+        matrices = [e.size for e in by_value.values() if e.mapping == "band"]
+        live = max(self.live_band_slots, max(matrices, default=0))
+        rest = sum(e.size for e in by_value.values() if e.mapping != "band")
+        return min(255, round(24 + words * (live + rest) + self.ahead_registers))
+
+    @property
+    def ahead_registers(self) -> int:
+        """Registers of the second copy a band kernel loading ahead holds (0 without)."""
+        if not self.plan.ahead:
+            return 0
+        words = geo.DTYPES[self.dtype].itemsize // 4
+        by_value = {e.value: e for e in self.elements}
+        return words * sum(by_value[v].size for v in self.loaded_ahead())
+
+    def loaded_ahead(self) -> tuple[int, ...]:
+        """The values a band kernel's loop loads into registers: with ``ahead``, each
+        has a second copy, the next instance's, loaded before this one's computes."""
+        registers = {e.value for e in self.elements if e.storage is Storage.REGISTERS}
+        return tuple(dict.fromkeys(op.value for op in self.ops
+                                   if op.section == LOOP and op.step is not None
+                                   and op.step.kind is RoutineKind.LOAD and op.value in registers))
+
+    @property
+    def loop_bytes(self) -> int:
+        """Bytes one thread loads and stores in an iteration: what keeps DRAM busy."""
+        itemsize = geo.DTYPES[self.dtype].itemsize
+        by_value = {e.value: e for e in self.elements}
+        total = 0.0
+        for op in self.ops:
+            if op.section == LOOP and op.step and op.step.kind in (RoutineKind.LOAD, RoutineKind.STORE):
+                e = by_value[op.value]
+                shared = e.storage is not Storage.REGISTERS or e.mapping == "band_rows"  # a band's row values:
+                total += e.size / self.plan.shape.block if shared else e.size  # every thread the same
+        return int(total * itemsize)
+
+    @property
+    def onchip_bytes(self) -> int:
+        """On-chip memory of one block: shared memory plus every thread's register elements."""
+        itemsize = geo.DTYPES[self.dtype].itemsize
+        registers = sum(e.size for e in self.elements if e.storage is Storage.REGISTERS)
+        return (self.shared_reals + registers * self.plan.shape.block) * itemsize
+
+    @property
+    def zeroed_workspace(self) -> bool:
+        """Whether the reductions' workspaces must start at zero: a band kernel adds
+        its column sums into one accumulator with atomics (the block that finishes
+        clears it again for the next launch)."""
+        return self.plan.geometry is Geometry.BAND
+
+    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
+        """(reals of the workspace, counters) the reduction needs: a region of whole
+        128-byte lines per output tile (fusec_region in support.cuh); in the band
+        geometry one accumulator of the outputs and one counter."""
+        if self.plan.geometry is Geometry.BAND:  # two halves, one per launch in turn, when finished after a barrier
+            return partials_region(sizes[self.dims[1]], self.dtype) * (2 if self.sums_after_barrier else 1), 1
+        tiles, arrivals, width = self.reduction_tiles(reduction, sizes)
+        return tiles * partials_region(arrivals * width, self.dtype), tiles
+
+    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
+        """(output tiles, blocks that store partials of each, outputs per tile)."""
+        m = self.macros()
+        if reduction.axis is None:
+            return 1, self.grid(sizes), 1
+        if self.plan.geometry is Geometry.BAND:  # column sums: every block adds into one accumulator
+            return 1, self.grid(sizes), sizes[self.dims[1]]
+        rows, cols = self.grid_extent(sizes)
+        if reduction.axis == COLS:  # partials along the columns; outputs are rows
+            return -(-sizes[self.dims[0]] // m["TILE_ROWS"]), cols, m["TILE_ROWS"]
+        return -(-sizes[self.dims[1]] // m["TILE_COLS"]), rows, m["TILE_COLS"]
+
+
+PARTIALS_LINE = 128  # bytes: FUSEC_LINE in support.cuh
+
+
+def partials_region(reals: int, dtype: str) -> int:
+    """fusec_region of support.cuh: reals rounded up to whole 128-byte lines."""
+    itemsize = geo.DTYPES[dtype].itemsize
+    return -(-reals * itemsize // PARTIALS_LINE) * (PARTIALS_LINE // itemsize)
+
+
+class PartsKernel(LaunchNeeds):
+    """What a kernel made of analysed parts (a horizontal or a striped fusion)
+    answers from its parts: their schedules, reductions and shared memory, and
+    the part an argument or a reduction belongs to."""
+
+    parts: tuple[Kernel, ...]
+
+    def leaves(self) -> tuple[Kernel, ...]:
+        return self.parts
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """Every part's schedule, part after part."""
+        return tuple(op for p in self.parts for op in p.ops)
+
+    @property
+    def reductions(self) -> tuple[Reduction, ...]:
+        return tuple(r for p in self.parts for r in p.reductions)
+
+    @property
+    def shared_reals(self) -> int:
+        return sum(p.shared_reals for p in self.parts)
+
+    @property
+    def turns(self) -> bool:
+        """Never (Kernel.turns): the parts split the blocks, or take them by ticket."""
+        return False
+
+    def owner(self, arg: Arg):
+        """The part a size or aligned argument is for; the kernel for shared ones."""
+        return self.parts[arg.part] if arg.part is not None else self
+
+    def part_of(self, reduction: Reduction) -> Kernel:
+        return next(p for p in self.parts if reduction in p.reductions)
+
+    def reduction_buffers(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int]:
+        return self.part_of(reduction).reduction_buffers(reduction, sizes)
+
+    def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
+        return self.part_of(reduction).reduction_tiles(reduction, sizes)
