@@ -44,8 +44,9 @@ def test_a_combination_whose_kernel_spills_gives_way_to_the_next_without_it(monk
     sizes = {s: 6000 for s in dag.sizes}
     space = build_space(dag, library(), "float32", sizes, predictor_for(library(), GPU))
     first = space.best()
-    spilling = generate(dag, library(), first.plan, "float32").kernels[0]
-    seen = _fake_nvcc(monkeypatch, lambda source, name: name == spilling.name and spilling.source in source)
+    first_program = generate(dag, library(), first.plan, "float32")
+    spilling, spilling_source = first_program.kernels[0], first_program.sources[0]
+    seen = _fake_nvcc(monkeypatch, lambda source, name: name == spilling.name and spilling_source in source)
     program, entry = build_program(dag, library(), "float32", sizes=sizes, gpu=GPU)
     assert entry is None
     assert first.plan.kernels[0] not in program.generated.plan.kernels  # the spilling kernel is gone
@@ -103,8 +104,8 @@ def test_fusec_tune_reports_the_untuned_choice_not_a_spilling_rank_1(monkeypatch
     plans = [c.plan for c in build_space(dag, library(), "float32", sizes, predictor).top(3)]
     rows = tuple(Row(i + 1, p, 1e-5, Measurement(OK, t), 1_000_000) for i, (p, t) in
                  enumerate(zip(plans, (30e-6, 25e-6, 20e-6))))
-    first_kernel = generate(dag, library(), plans[0], "float32").kernels[0]
-    _fake_nvcc(monkeypatch, lambda source, name: first_kernel.source in source)
+    first_source = generate(dag, library(), plans[0], "float32").sources[0]
+    _fake_nvcc(monkeypatch, lambda source, name: first_source in source)
     first = untuned_choice(dag, library(), "float32", sizes, predictor, rows)
     assert first is rows[1]
     result = TuneResult(dag, "float32", sizes, "H100", "fake", rows, rows[2], None, None, "not asked to", 1.0,

@@ -166,10 +166,10 @@ def test_generated_source(script, dtype, plan):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_generated_source_is_deterministic(dtype):
-    a = fusec.compile(path_of("gemver"), library(), dtype)
+    a = compile_program(path_of("gemver"), library(), dtype)
     assert a.source == program("gemver", dtype).source
     assert a.generated.source_hash == program("gemver", dtype).generated.source_hash
-    b = fusec.compile(path_of("gemver"), library(), dtype, plan=unfused("gemver", dtype).generated.plan)
+    b = compile_program(path_of("gemver"), library(), dtype, plan=unfused("gemver", dtype).generated.plan)
     assert b.source == unfused("gemver", dtype).source
 
 
@@ -222,7 +222,7 @@ def test_each_l2_policy_of_a_vector_kernel_compiles_to_its_cache_hints(dtype, tm
     base = program("waxpby", dtype)
     for l2, name in L2_NAMES.items():
         plan = ProgramPlan(tuple(dataclasses.replace(k, l2=l2) for k in base.generated.plan.kernels))
-        prog = fusec.compile(path_of("waxpby"), library(), dtype, plan=plan)
+        prog = compile_program(path_of("waxpby"), library(), dtype, plan=plan)
         assert f"#define STREAM_LOADS {int(name == 'ld.cs')}" in prog.source
         assert f"#define STREAM_STORES {int(name == 'st.cs')}" in prog.source
         source = tmp_path / f"{name}.cu"
@@ -330,7 +330,7 @@ def swapped(script: str, dtype: str = "float32"):
     plan = prog.generated.plan
     other = {ROWS: COLS, COLS: ROWS, None: None}
     plan = ProgramPlan(tuple(dataclasses.replace(k, serial=other[k.serial]) for k in plan.kernels))
-    return fusec.compile(path_of(script), lib, dtype, plan=plan)
+    return compile_program(path_of(script), lib, dtype, plan=plan)
 
 
 def test_row_loop_hoists_the_column_vector_and_stores_the_reduction_every_iteration():
@@ -381,7 +381,7 @@ def staged_bicgk(serial: str):
         pytest.skip("the library has no staged sgemv")
     plan = unfused("bicgk", "float32").generated.plan
     first = dataclasses.replace(plan.kernels[0], implementations=("staged",), serial=serial)
-    return fusec.compile(path_of("bicgk"), lib, "float32", plan=ProgramPlan((first,) + plan.kernels[1:]))
+    return compile_program(path_of("bicgk"), lib, "float32", plan=ProgramPlan((first,) + plan.kernels[1:]))
 
 
 def test_a_kernel_declaring_more_static_shared_memory_than_a_block_may_is_refused():
@@ -473,7 +473,7 @@ def test_a_block_takes_all_its_tickets_before_it_waits_for_any():
     (fused,) = tile_program("bicgk", "float32").generated.plan.kernels
     assert fused.calls == (0, 1)
     fused = dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=2))
-    prog = fusec.compile(path_of("bicgk"), library(), "float32", plan=ProgramPlan((fused,)))
+    prog = compile_program(path_of("bicgk"), library(), "float32", plan=ProgramPlan((fused,)))
     (kernel,) = prog.kernels
     assert kernel.plan.serial == ROWS and {r.axis for r in kernel.reductions} == {ROWS, COLS}
     text = body(source_of(kernel), kernel)
@@ -573,12 +573,14 @@ def test_a_turning_kernel_that_streams_its_matrices_loads_its_last_blocks_plainl
     matrix a block loads (GESUMMV's fused kernel loads two); the kernel's namespace declares
     its own fusec_load16, which the library's tile_load there calls. Kernels that store a
     matrix (GEMVER's sger) and vector kernels keep the kernel's policy in every block."""
+    from fusec.emit.kernel import emit_kernel
     from fusec.lower.kernel import KEEP_L2_BYTES, build_kernel
     from fusec.space.fusions import Fusion
     from fusec.space.implementations import implementations
     gesummv = load_script(path_of("gesummv"), library())
     plan, _ = implementations(gesummv, library(), Fusion((0, 1)), "float32")[0]
     both = build_kernel(gesummv, library(), plan, "float32", 0, turns=True)  # t1 = A x, t2 = B x: loads A and B
+    _SOURCES[both] = emit_kernel(both, gesummv, library())
     for kernel, dtype, matrices in ((tile_program("bicgk", "float32").kernels[0], "float32", 1),  # A once, for both
                                     (tile_program("sgemv", "float64").kernels[0], "float64", 1), (both, "float32", 2)):
         m, itemsize = kernel.macros(), 4 if dtype == "float32" else 8

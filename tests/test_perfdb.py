@@ -15,6 +15,7 @@ from fusec.cost.perfdb import probes as P
 from fusec.cost.perfdb import store
 from fusec.cost.perfdb.build import limiting_shared, problem_sizes
 from fusec.cost.model import natural_blocks
+from fusec.emit.kernel import emit_kernel
 from fusec.cost.perfdb.model import PerfdbPredictor
 from fusec.cost.analytic import DEFAULT
 from fusec.frontend import load_script
@@ -67,7 +68,7 @@ def test_every_routine_of_every_function_is_probed(found):
 
 def test_probe_keeps_only_its_routine(found):
     probe = next(p for p in found if p.key.routine == "gemv_compute" and p.key.serial == "rows")
-    body = probe.kernel.source.split("extern \"C\"", 1)[1]
+    body = emit_kernel(probe.kernel, probe.dag, library(), probe=True).split("extern \"C\"", 1)[1]
     assert "gemv_compute(" in body
     assert "tile_load(" not in body and "cols_load(" not in body and "rows_partial_store(" not in body
     assert "fusec_arrive" not in body  # no finish

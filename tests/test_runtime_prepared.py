@@ -220,10 +220,12 @@ def test_the_residency_check_names_the_kernel_its_grid_and_what_fits(grid, per_s
 
 
 def _kernel(name, **held):
-    """A kernel as the runtime reads it: one output pointer; held kernels add
-    ``dynamic_shared_bytes`` and ``all_resident``, other classes have neither."""
+    """A kernel as the runtime reads it: one output pointer, and the launch needs
+    every kernel class has (:class:`fusec.ir.kernel.LaunchNeeds`); held kernels set
+    ``dynamic_shared_bytes`` and ``all_resident``."""
     from types import SimpleNamespace
-    return SimpleNamespace(name=name, block=512, dtype="float32", args=(SimpleNamespace(role="out"),), **held)
+    needs = {"dynamic_shared_bytes": 0, "all_resident": False, **held}
+    return SimpleNamespace(name=name, block=512, dtype="float32", args=(SimpleNamespace(role="out"),), **needs)
 
 
 class _FakeFunction:
@@ -358,7 +360,7 @@ class _Residency:
 
     def __init__(self, kernels, per_sm):
         self.per_sm, self.asked, self.launched = per_sm, [], []
-        self.shared = {k.name: getattr(k, "dynamic_shared_bytes", 0) for k in kernels}
+        self.shared = {k.name: k.dynamic_shared_bytes for k in kernels}
 
     def resident_blocks(self, kernel, loader):
         self.asked.append((kernel.name, loader))
