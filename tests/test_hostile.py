@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import fusec
-from fusec.errors import ScriptLexError
+from fusec.errors import Coord, FusecError, ScriptLexError, ScriptWarning
+from fusec.script.check import MAX_WARNINGS
 from fusec.space import unfused_plan
 from fusec.script import load_script
 from helpers import library
@@ -47,3 +48,26 @@ def test_a_leading_zero_is_a_located_error(tmp_path, text, column):
         load_script(path, library())
     assert info.value.coord.line == 3 and info.value.coord.column == column
     assert "leading zero" in info.value.message
+
+
+# -- warnings stay small ------------------------------------------------------
+
+def test_thousands_of_unused_names_give_a_few_short_warnings(tmp_path):
+    names = [f"v{i}" for i in range(2000)]
+    text = ("vector x[n], y[n], " + ", ".join(f"{v}[n]" for v in names) + ";\n"
+            "input x;\ny = sscal(2.0, x);\nreturn y;\n")
+    path = write(tmp_path, "many.script", text)
+    with pytest.warns(ScriptWarning) as caught:
+        load_script(path, library())
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == MAX_WARNINGS + 1
+    assert "1980 more warning(s)" in messages[-1]
+    assert sum(len(m) for m in messages) < 20 * 400  # the 17 KB line shows once, clipped
+    assert sum(m.count("\n") for m in messages) == 2  # one line each; the source line (and caret) once
+
+
+def test_a_long_line_is_shown_as_a_window_around_the_column():
+    line = "x" * 5000 + "$" + "y" * 5000
+    text = FusecError("bad", Coord("f", 1, 5001), line).render()
+    shown, caret = text.split("\n")[1:]
+    assert len(shown) < 140 and shown[caret.index("^")] == "$"
