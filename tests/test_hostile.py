@@ -71,3 +71,73 @@ def test_a_long_line_is_shown_as_a_window_around_the_column():
     text = FusecError("bad", Coord("f", 1, 5001), line).render()
     shown, caret = text.split("\n")[1:]
     assert len(shown) < 140 and shown[caret.index("^")] == "$"
+
+
+# -- performance databases ----------------------------------------------------
+
+import json  # noqa: E402
+
+from fusec.perfdb import store  # noqa: E402
+
+BUNDLED_DB = store.BUNDLED / "h100-80gb-hbm3.json"
+
+
+def _first_routine(data, field, value):
+    data["routines"][0][field] = value
+
+
+def _device(field, value):
+    return lambda data: data["device"].__setitem__(field, value)
+
+
+DB_MUTANTS = {
+    "seconds null": lambda d: _first_routine(d, "seconds", None),
+    "seconds string": lambda d: _first_routine(d, "seconds", "fast"),
+    "seconds list": lambda d: _first_routine(d, "seconds", [1e-6]),
+    "zero blocks per SM": lambda d: _first_routine(d, "seconds", {"0": 1e-6}),
+    "huge seconds": lambda d: _first_routine(d, "seconds", {"1": 1e308}),
+    "infinite seconds": lambda d: _first_routine(d, "seconds", {"1": float("inf")}),
+    "sms 0": _device("sms", 0),
+    "sms -1": _device("sms", -1),
+    "sms 2.5": _device("sms", 2.5),
+    "device a list": lambda d: d.__setitem__("device", ["h100"]),
+    "launch NaN": lambda d: d.__setitem__("launch_seconds", float("nan")),
+    "launch -1": lambda d: d.__setitem__("launch_seconds", -1),
+    "iters a string": lambda d: _first_routine(d, "iters", "4"),
+    "routines an object": lambda d: d.__setitem__("routines", {}),
+}
+
+
+def mutated_database(tmp_path, mutate) -> Path:
+    data = json.loads(BUNDLED_DB.read_text())
+    mutate(data)
+    path = tmp_path / BUNDLED_DB.name
+    path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes them
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(DB_MUTANTS))
+def test_a_damaged_database_is_a_warning_and_not_used(tmp_path, name):
+    path = mutated_database(tmp_path, DB_MUTANTS[name])
+    with pytest.warns(store.PerfdbWarning, match=rf"performance database {path} is damaged"):
+        assert store.load(path, library()) is None
+
+
+@pytest.mark.parametrize("name", ["huge seconds", "sms 0", "device a list", "launch NaN"])
+def test_commands_on_a_damaged_database_warn_and_fall_back(tmp_path, monkeypatch, capsys, name):
+    from fusec.cli import main
+    mutated_database(tmp_path, DB_MUTANTS[name])
+    monkeypatch.setenv("FUSEC_PERFDB", str(tmp_path))
+    script = str(Path(__file__).resolve().parent.parent / "scripts" / "bicgk.script")
+    assert main(["space", script, "--gpu", "h100", "--top", "2"]) == 0
+    assert "is damaged" in capsys.readouterr().err
+    assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path)]) == 1
+    assert "is damaged" in capsys.readouterr().err
+    assert main(["compile", script, "--gpu", "h100", "--no-nvcc", "-o", str(tmp_path / "out")]) == 0
+
+
+def test_a_database_nested_50000_deep_is_damaged(tmp_path):
+    path = tmp_path / "h100-80gb-hbm3.json"
+    path.write_text("[" * 50000 + "]" * 50000)
+    with pytest.warns(store.PerfdbWarning, match="is damaged"):
+        assert store.load(path) is None
