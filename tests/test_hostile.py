@@ -141,3 +141,46 @@ def test_a_database_nested_50000_deep_is_damaged(tmp_path):
     path.write_text("[" * 50000 + "]" * 50000)
     with pytest.warns(store.PerfdbWarning, match="is damaged"):
         assert store.load(path) is None
+
+
+# -- two perfdb builds at once --------------------------------------------------
+
+def _split_by_dtype():
+    import dataclasses
+    whole = store.load(BUNDLED_DB, library())
+    assert whole is not None, "the bundled database times the bundled library"
+    part = {d: dataclasses.replace(whole, timings={k: t for k, t in whole.timings.items() if k.dtype == d})
+            for d in ("float32", "float64")}
+    assert all(part[d].timings for d in part)
+    return whole, part
+
+
+@pytest.mark.parametrize("first", ["float32", "float64"])
+def test_builds_of_each_precision_finishing_in_turn_keep_both(tmp_path, first):
+    from fusec.perfdb.build import save_merged
+    whole, part = _split_by_dtype()
+    path = tmp_path / BUNDLED_DB.name
+    second = "float64" if first == "float32" else "float32"
+    # both builds started on no file; each writes when it is done
+    save_merged(part[first], path, library(), (first,), missing=False)
+    save_merged(part[second], path, library(), (second,), missing=False)
+    assert set(store.load(path, library()).timings) == set(whole.timings)
+
+
+def test_a_build_waits_for_the_lock_of_another(tmp_path):
+    import fcntl
+    import threading
+    from fusec.perfdb.build import save_merged
+    _, part = _split_by_dtype()
+    path = tmp_path / BUNDLED_DB.name
+    with open(path.with_name(path.name + ".lock"), "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        writer = threading.Thread(target=save_merged, args=(part["float32"], path, library(), ("float32",), False))
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive() and not path.exists()  # waiting for the lock
+        store.save(part["float64"], path)  # what the other build wrote while it held the lock
+        fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+    writer.join(10)
+    kept = store.load(path, library()).timings
+    assert {k.dtype for k in kept} == {"float32", "float64"}
