@@ -98,21 +98,30 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     if plan is not None:
         return Program(generate(dag, library, plan, dtype)), None
     sizes = default_sizes(dag, sizes)
+    entry = None
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, target(gpu))
         if entry is not None and reproducible and not _reproducible(dag, library, entry.plan):
             entry = None  # the tuned plan adds with atomics: predict among those that do not
-        if entry is not None:
-            try:
-                return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
-                                turning=entry.turning), entry)
-            except Exception as exc:  # never trust a cache file: whatever a bad plan breaks, predict
-                warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
-                                           f" its plan does not build ({type(exc).__name__}: {exc})"))
     if predictor is None:
         from .perfdb import predictor_for  # the perfdb may import much; only when predicting
         predictor = predictor_for(library, gpu)
     space = build_space(dag, library, dtype, sizes, predictor)
+    if entry is not None:
+        # never trust a cache file: a plan edited (a step deleted or re-pointed, a shape
+        # no kernel has) builds a program that computes something else, or nothing
+        offered = _offered(space)
+        if not all(k in offered for k in entry.plan.kernels):
+            warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}: its plan is not"
+                                       " one the optimization space offers at these sizes (damaged or"
+                                       " edited); predicting instead"))
+        else:
+            try:
+                return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
+                                turning=entry.turning), entry)
+            except Exception as exc:  # whatever a bad plan breaks, predict
+                warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
+                                           f" its plan does not build ({type(exc).__name__}: {exc})"))
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
     if tuned:
         borrowed = _nearby_plan(dag, library, dtype, sizes, target(gpu), space, keep)
@@ -128,7 +137,7 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
     that ``space``, this size's, offers as it is and ``keep`` accepts; None if none does.
     A tuned plan fixes the whole launch (shapes, serial iterations, lags, what is held),
     so one offered here is one the predictor could have picked here too."""
-    offered = {plan for options in space.options.values() for plan, _, _ in options}
+    offered = _offered(space)
     for entry in tuning.nearby(dag, library, dtype, sizes, gpu):
         if not all(k in offered for k in entry.plan.kernels) or not keep(entry.plan):
             continue
@@ -140,6 +149,11 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
             continue
         return Program(generated, nearby=nearby_origin(entry), turning=entry.turning), entry
     return None
+
+
+def _offered(space) -> set:
+    """Every kernel plan ``space`` offers (a tuned plan is used only if made of these)."""
+    return {plan for options in space.options.values() for plan, _, _ in options}
 
 
 def nearby_origin(entry: TuningEntry) -> str:

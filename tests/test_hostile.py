@@ -5,6 +5,7 @@ that means something else."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,121 @@ def test_a_build_waits_for_the_lock_of_another(tmp_path):
     writer.join(10)
     kept = store.load(path, library()).timings
     assert {k.dtype for k in kept} == {"float32", "float64"}
+
+
+# -- tuning entries ---------------------------------------------------------------
+
+from fusec import tuning  # noqa: E402
+from fusec.errors import FusecWarning  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BICGK = ROOT / "scripts" / "bicgk.script"
+TUNED_SIZES = {"m": 300, "n": 200}
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    return tmp_path / "cache"
+
+
+def tuned_entry(root: Path | None = None) -> tuning.TuningEntry:
+    """An entry holding the second-best plan of the space compile builds for gpu='h100'."""
+    from fusec.perfdb import predictor_for
+    from fusec.space.combinations import build_space
+    dag = load_script(BICGK, library())
+    ranked = build_space(dag, library(), "float32", TUNED_SIZES, predictor_for(library(), "h100")).ranked()
+    next(ranked)
+    plan = next(ranked).plan
+    entry = tuning.TuningEntry(tuning.key(dag, library(), "float32", TUNED_SIZES, "h100-80gb-hbm3"), plan,
+                               12.5, 10.0, 2, 10, "NVIDIA H100 80GB HBM3", "2026-11-22T12:00:00+00:00", "bicgk")
+    tuning.store(entry)
+    return entry
+
+
+def _kernel(data):
+    kernel = data["plan"][0]
+    while "steps" not in kernel:  # a horizontal, striped or held plan: its first part
+        kernel = next(kernel[k] for k in ("horizontal", "striped", "held") if k in kernel)[0]
+    return kernel
+
+
+def _set_size(value):
+    def mutate(data):
+        data["key"]["sizes"]["n"] = value
+    return mutate
+
+
+ENTRY_MUTANTS = {
+    "a step deleted": lambda d: _kernel(d)["steps"].pop(0),
+    "a step re-pointed": lambda d: _kernel(d)["steps"][-1].__setitem__(2, "x"),
+    "iters 1.5": lambda d: _kernel(d)["shape"].__setitem__("iters", 1.5),
+    "a list in the plan": lambda d: _kernel(d)["shape"].__setitem__("block", [128]),
+    "calls of strings": lambda d: _kernel(d).__setitem__("calls", ["0", 1]),
+}
+
+
+def _compile_quietly():
+    return fusec.compile(BICGK, library(), sizes=TUNED_SIZES, gpu="h100")
+
+
+def test_an_intact_entry_is_used(cache):
+    entry = tuned_entry()
+    assert _compile_quietly().generated.plan == entry.plan  # so the tests below can fail
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_MUTANTS))
+def test_an_altered_entry_is_a_warning_and_the_prediction(cache, name):
+    entry = tuned_entry()
+    data = json.loads(entry.key.path.read_text())
+    ENTRY_MUTANTS[name](data)
+    entry.key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match=f"ignoring the tuning-cache entry {entry.key.path}"):
+        program = _compile_quietly()
+    assert program.tuned is None and program.generated.plan != entry.plan
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1.5, "200", 2 ** 40, -1])
+def test_an_entry_with_bad_sizes_is_skipped_by_every_reader(cache, capsys, value):
+    from fusec.cli import main
+    entry = tuned_entry()
+    data = json.loads(entry.key.path.read_text())
+    _set_size(value)(data)
+    entry.key.path.write_text(json.dumps(data))
+    near = {"m": 310, "n": 210}
+    program = fusec.compile(BICGK, library(), sizes=near, gpu="h100")  # nearby: the file is not borrowed
+    assert program.nearby is None
+    assert main(["tunings", "--prune", "--gpu", "h100"]) == 0
+    assert "does not parse" in capsys.readouterr().out
+
+
+def test_an_entry_nested_50000_deep_is_skipped(cache, capsys):
+    from fusec.cli import main
+    entry = tuned_entry()
+    entry.key.path.write_text("[" * 50000 + "]" * 50000)
+    with pytest.warns(FusecWarning, match="does not parse"):
+        assert _compile_quietly().tuned is None
+    assert fusec.compile(BICGK, library(), sizes={"m": 310, "n": 210}, gpu="h100").nearby is None
+    assert main(["tunings", "--prune"]) == 0
+    assert "does not parse" in capsys.readouterr().out
+
+
+def test_a_shipped_entry_altered_is_not_used(cache, tmp_path, monkeypatch):
+    import shutil
+    from fusec.library.loader import load_library
+    copy = tmp_path / "blas"
+    shutil.copytree(library().path, copy, ignore=shutil.ignore_patterns("tunings"))
+    lib = load_library(copy)
+    dag = load_script(BICGK, lib)
+    entry = tuned_entry()
+    entry.key.path.unlink()
+    shipped = tuning.ship(dataclasses.replace(entry, key=tuning.key(dag, lib, "float32", TUNED_SIZES,
+                                                                    "h100-80gb-hbm3")), lib)
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
+    assert fusec.compile(BICGK, lib, sizes=TUNED_SIZES, gpu="h100").tuned is not None
+    data = json.loads(shipped.read_text())
+    ENTRY_MUTANTS["a step deleted"](data)
+    shipped.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match=f"ignoring the tuning-cache entry {shipped}"):
+        assert fusec.compile(BICGK, lib, sizes=TUNED_SIZES, gpu="h100").tuned is None
