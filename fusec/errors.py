@@ -142,6 +142,10 @@ class CompileError(FusecError):
     """nvcc rejected generated code (a fusec bug or a broken library)."""
 
 
+class ToolError(FusecError):
+    """A program fusec runs (nvcc, the C compiler) is missing or does not work."""
+
+
 class GPUUnavailableError(FusecError):
     """A GPU, a CUDA driver or PyCUDA is needed and missing."""
 

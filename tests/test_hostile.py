@@ -303,3 +303,134 @@ def test_a_shipped_entry_altered_is_not_used(cache, tmp_path, monkeypatch):
     shipped.write_text(json.dumps(data))
     with pytest.warns(FusecWarning, match=f"ignoring the tuning-cache entry {shipped}"):
         assert fusec.compile(BICGK, lib, sizes=TUNED_SIZES, gpu="h100").tuned is None
+
+
+# -- libraries ------------------------------------------------------------------
+
+from fusec.errors import LibraryFormatError, LibraryValidationError  # noqa: E402
+from fusec.library.loader import load_library  # noqa: E402
+
+
+def library_copy(tmp_path, file: str, old: str, new: str) -> Path:
+    import shutil
+    copy = tmp_path / "blas"
+    shutil.copytree(library().path, copy, ignore=shutil.ignore_patterns("tunings"))
+    text = (copy / file).read_text()
+    assert old in text
+    (copy / file).write_text(text.replace(old, new, 1))
+    return copy
+
+
+@pytest.mark.parametrize("old, new, needs", [
+    ("mapping   tile          registers  TILE_ROWS/BLOCK_Y*VEC", "mapping   tile          registers  1", 16),
+    ("mapping   vec           registers  VEC  ", "mapping   vec           registers  2  ", 4),
+    ("mapping   cols_smem       shared     TILE_COLS ", "mapping   cols_smem       shared     32        ", 128),
+])
+def test_a_mapping_smaller_than_its_element_is_refused(tmp_path, old, new, needs):
+    copy = library_copy(tmp_path, "library.fusec", old, new)
+    with pytest.raises(LibraryValidationError) as info:
+        load_library(copy)
+    name = old.split()[1]
+    assert f"mapping {name!r}" in info.value.message and f"needs at least {needs}" in info.value.message
+    assert info.value.coord.file.endswith(".cu")  # the routine line that uses the mapping
+
+
+def test_a_second_metadata_block_is_refused(tmp_path):
+    copy = library_copy(tmp_path, "sdot.cu", "// r_partial += x . y",
+                        "/*@fusec\nfunction other(x: vector[n]) -> y: vector[n]\n@*/\n// r_partial += x . y")
+    with pytest.raises(LibraryFormatError, match="a second /\\*@fusec block") as info:
+        load_library(copy)
+    text = (copy / "sdot.cu").read_text().split("\n")
+    assert info.value.coord.file.endswith("sdot.cu") and text[info.value.coord.line - 1] == "/*@fusec"
+
+
+# -- nvcc and the caches ----------------------------------------------------------
+
+from fusec import nvcc  # noqa: E402
+from fusec.errors import CompileError, ToolError  # noqa: E402
+
+
+@pytest.mark.parametrize("value", ["/bin/false", "/no/such/nvcc"])
+def test_a_broken_or_missing_nvcc_is_one_clear_error(tmp_path, monkeypatch, capsys, value):
+    from fusec.cli import main
+    monkeypatch.setenv("FUSEC_NVCC", value)
+    nvcc.nvcc_version.cache_clear()
+    with pytest.raises(ToolError, match="FUSEC_NVCC|does not work"):
+        nvcc.compile_cubin("__global__ void k() {}")
+    script = str(ROOT / "scripts" / "sscal.script")
+    assert main(["compile", script, "-o", str(tmp_path), "--gpu", "h100"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("fusec: error:") == 1 and "Traceback" not in err
+    assert value in err
+
+
+@pytest.mark.nvcc
+def test_an_nvcc_error_in_a_library_routine_names_the_library_file(tmp_path):
+    copy = library_copy(tmp_path, "sdot.cu", "for (int v = 0; v < VEC; ++v) r[0] += x[v] * y[v];",
+                        "for (int v = 0; v < VEC; ++v) r[0] += x[v] * y[v] * not_declared;")
+    lib = load_library(copy)
+    line = (copy / "sdot.cu").read_text().split("\n").index(
+        "  for (int v = 0; v < VEC; ++v) r[0] += x[v] * y[v] * not_declared;") + 1
+    script = write(tmp_path, "dot.script", "vector x[n], y[n];\nscalar r;\ninput x, y;\nr = sdot(x, y);\nreturn r;\n")
+    program = fusec.compile(script, lib, "float32", plan=unfused_plan(load_script(script, lib), lib))
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cubin(program.source)
+    message = info.value.message
+    assert f"{copy / 'sdot.cu'}({line})" in message and "not_declared" in message
+    kept = Path(message.split("kept in ")[1].split(":\n")[0])
+    assert kept.read_text() == program.source
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_cached_cubin_is_compiled_again(cache, damage):
+    source = '__global__ void fusec_test_kernel(float* x) { x[threadIdx.x] *= 2.0f; }'
+    first = nvcc.compile_cubin(source)
+    (path,) = (cache / "nvcc").glob("*.cubin")
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.warns(FusecWarning, match="damaged entry of the nvcc cache"):
+        again = nvcc.compile_cubin(source)
+    assert not again.cached and again.cubin == first.cubin
+    assert nvcc.compile_cubin(source).cached  # rewritten whole
+
+
+_LOAD_NATIVE = """
+import warnings, sys
+warnings.simplefilter("always")
+from fusec.runtime import native
+module = native.fastcall()
+print("target", native._target())
+print("loaded" if module is not None else "unavailable: %s" % native.unavailable())
+"""
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_native_build_is_built_again(cache, damage):
+    import os
+    import subprocess
+    import sys
+
+    def load():  # a process of its own: a damaged extension loaded would kill it, not pytest
+        env = {**os.environ, "FUSEC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-c", _LOAD_NATIVE], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    first = load()
+    if "loaded" not in first.stdout:
+        pytest.skip(f"no C extension here: {first.stdout} {first.stderr}")
+    target = Path(first.stdout.split("target ")[1].split("\n")[0])
+    data = bytearray(target.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 3]
+    else:
+        data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # a stretch of code zeroed
+    target.write_bytes(bytes(data))
+    again = load()
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "loaded" in again.stdout and "does not match the sha256" in again.stderr
+    assert load().stderr.count("does not match") == 0  # built again whole

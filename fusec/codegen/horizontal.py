@@ -36,6 +36,7 @@ from ..library.model import Library
 from ..space.points import HorizontalPlan
 from .kernel import (MAX_STATIC_SHARED, Arg, Kernel, Op, Reduction, Threads, _call_text, _emit_body,
                      _library_sources, _Writer, build_kernel)
+from .lines import library_text
 from .. import geometry as geo
 
 MAX_THREADS = 1024  # per block
@@ -290,8 +291,7 @@ def emit_part(w: _Writer, part: Kernel, dag: Dag, library: Library, threads: Thr
         w("#undef BARRIER")
         w(f"#define BARRIER() fusec_barrier<{threads.barrier}, BLOCK>()")
     for path, text in _library_sources(part, dag, library):
-        w(f"// ---- {path}")
-        for line in text.strip("\n").split("\n"):
+        for line in library_text(path, text):
             w(line)
     for line in helpers:
         w(line)

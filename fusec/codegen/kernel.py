@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from ..dag import Constant, Dag
+from .lines import library_text
 from ..errors import PlanError
 from .. import geometry as geo
 from ..library.model import (Access, Function, Geometry, Kind, Library, Routine, RoutineKind,
@@ -687,8 +688,7 @@ def _emit(kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> st
     if kernel.keep_blocks:
         _emit_keeping_load(w, kernel.keep_blocks)
     for path, text in _library_sources(kernel, dag, library):
-        w(f"// ---- {path}")
-        for line in text.strip("\n").split("\n"):
+        for line in library_text(path, text):
             w(line)
     w(f"}}  // namespace {namespace}")
     w()

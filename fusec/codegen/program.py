@@ -19,6 +19,7 @@ from ..space.points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, St
 from .held import HeldKernel
 from .horizontal import HorizontalKernel
 from .kernel import Kernel, build_kernel
+from .lines import library_text
 from .striped import StripedKernel
 
 SUPPORT = Path(__file__).with_name("support.cuh")
@@ -83,7 +84,7 @@ def common_code(library: Library, dtype: str) -> list[str]:
         "",
     ]
     for source in library.prelude:
-        lines.append(f"// ---- library prelude: {source.path}")
-        lines.append(source.text.strip("\n"))
+        lines.append("// ---- library prelude:")
+        lines.extend(library_text(source.path, source.text))
         lines.append("")
     return lines
