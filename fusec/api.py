@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Mapping
 
 from .codegen.program import generate
-from .errors import ArgumentError, FusecWarning, LibraryFormatError
+import numpy as np
+
+from .dag import Constant
+from .errors import ArgumentError, FusecWarning, LibraryFormatError, ScriptSemanticError
 from .library.loader import load_library
 from .library.model import Library
 from .runtime.program import Program
@@ -18,7 +21,7 @@ from .predict import Predictor
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
 from .space.points import ProgramPlan
-from . import geometry as geo
+from . import validate as check
 from . import nvcc
 from .nvcc import DEFAULT_ARCH
 from . import tuning
@@ -31,6 +34,9 @@ def resolve_library(library: str | os.PathLike | Library | None) -> Library:
     """A Library from a path, or the default: $FUSEC_LIBRARY, else the BLAS library beside the package."""
     if isinstance(library, Library):
         return library
+    if library is not None and not isinstance(library, (str, os.PathLike)):
+        raise ArgumentError("library", f"is a {type(library).__name__}: pass a library directory"
+                                       " (str or os.PathLike), a loaded Library, or None for the default")
     if library is None:
         library = os.environ.get("FUSEC_LIBRARY") or BUNDLED_LIBRARY
         if not Path(library).is_dir():
@@ -44,12 +50,36 @@ DEFAULT_SIZE = 8192
 
 def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
     """The sizes to predict for: those given, the rest DEFAULT_SIZE."""
+    if sizes is not None and not isinstance(sizes, Mapping):
+        raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
+                                     " whole numbers, e.g. {'n': 8192}")
     sizes = dict(sizes or {})
     unknown = set(sizes) - set(dag.sizes)
     if unknown:
-        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(unknown))}"
+        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}"
                                      f" (its sizes: {', '.join(dag.sizes)})")
-    return {s: int(sizes.get(s, DEFAULT_SIZE)) for s in dag.sizes}
+    chosen = {s: check.size(s, sizes.get(s, DEFAULT_SIZE)) for s in dag.sizes}
+    check.sizes_fit({v.name: v.dims for v in dag.values if v.dims}, chosen)
+    return chosen
+
+
+def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
+    """The precision's name, once every argument of :func:`compile` is of its type and in
+    range (an :class:`ArgumentError` naming the first that is not)."""
+    dtype = check.dtype(dtype)
+    if plan is not None and not isinstance(plan, ProgramPlan):
+        raise ArgumentError("plan", f"is a {type(plan).__name__}, not a fusec ProgramPlan (a point of the space)")
+    if predictor is not None and not callable(getattr(predictor, "kernel_seconds", None)):
+        raise ArgumentError("predictor", f"is a {type(predictor).__name__}, which has no kernel_seconds():"
+                                         " pass a fusec predictor or None")
+    if gpu is not None and not isinstance(gpu, str):
+        raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
+    for call in dag.calls:  # a literal too large for float32 would be inf in the kernel
+        for arg in call.args:
+            if isinstance(arg, Constant) and abs(arg.value) > float(np.finfo(dtype).max):
+                raise ScriptSemanticError(f"{arg.text} is outside the range of {dtype}", arg.coord,
+                                          dag.text.split("\n")[arg.coord.line - 1])
+    return dtype
 
 
 def compile(script: str | os.PathLike, library: str | os.PathLike | Library | None = None,
@@ -73,6 +103,8 @@ def compile(script: str | os.PathLike, library: str | os.PathLike | Library | No
     atomics, so that every run gives the same bits (a plan given is taken as it is;
     ``program.generated.reproducible`` says).
     """
+    if not isinstance(script, (str, os.PathLike)):
+        raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or os.PathLike)")
     lib = resolve_library(library)
     return compile_dag(load_script(script, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
                        gpu=gpu, tuned=tuned, reproducible=reproducible)
@@ -94,7 +126,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     sizes or nearby ones (None when the plan was imposed or predicted). A predicted plan's kernels are
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
-    dtype = geo.dtype_name(dtype)
+    dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     if plan is not None:
         return Program(generate(dag, library, plan, dtype)), None
     sizes = default_sizes(dag, sizes)

@@ -121,4 +121,6 @@ def regular_file(path: str, what: str = "script") -> None:
         kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
                 else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
                 else "not a regular file")
-        raise FusecError(f"{path}: the {what} is {kind}, not a regular file")
+        from .errors import ScriptError
+        error = ScriptError if what == "script" else FusecError
+        raise error(f"{path}: the {what} is {kind}, not a regular file")

@@ -434,3 +434,127 @@ def test_a_damaged_native_build_is_built_again(cache, damage):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "loaded" in again.stdout and "does not match the sha256" in again.stderr
     assert load().stderr.count("does not match") == 0  # built again whole
+
+
+# -- flags and arguments -------------------------------------------------------------
+
+import os  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from fusec.errors import ArgumentError, ScriptError, ScriptSemanticError  # noqa: E402
+
+SSCAL = str(ROOT / "scripts" / "sscal.script")
+SGEMV = ROOT / "scripts" / "sgemv.script"
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["compile", SSCAL, "--size", "n=99999999999", "--no-nvcc"], "--size 'n=99999999999': sizes must be at most"),
+    (["compile", str(SGEMV), "--size", "n=2000000000", "--no-nvcc"], "--size: A would hold"),
+    (["space", SSCAL, "--top", "-3"], "--top -3: it must be at least 1"),
+    (["space", SSCAL, "--top", "0"], "--top 0: it must be at least 1"),
+    (["space", SSCAL, "--gpu", "nosuchgpu"], "--gpu 'nosuchgpu' names no GPU"),
+    (["compile", SSCAL, "--gpu", "nosuchgpu", "--no-nvcc"], "(known: h100-80gb-hbm3)"),
+    (["tune", SSCAL, "--size", "n=64", "--top", "0"], "--top 0: it must be at least 1"),
+    (["tune", SSCAL, "--size", "n=64", "--repeat", "0"], "--repeat 0: it must be at least 1"),
+    (["run", SSCAL, "--size", "n=64", "--warmup", "-1"], "--warmup -1: it must be at least 0"),
+])
+def test_a_flag_out_of_range_is_one_error_naming_it(tmp_path, capsys, argv, phrase):
+    from fusec.cli import main
+    assert main(argv + (["-o", str(tmp_path)] if argv[0] == "compile" else [])) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fusec: error: ") and phrase in err and err.count("\n") == 1
+
+
+def test_an_unknown_gpu_with_analytic_is_the_analytic_model(tmp_path, capsys):
+    from fusec.cli import main
+    assert main(["space", SSCAL, "--gpu", "nosuchgpu", "--analytic", "--top", "1"]) == 0
+    assert "analytic" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_as_the_script_is_refused_at_once(tmp_path, capsys):
+    from fusec.cli import main
+    fifo = tmp_path / "script.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ScriptError, match="FIFO"):
+        load_script(fifo, library())
+    assert main(["compile", str(fifo), "--no-nvcc", "-o", str(tmp_path)]) == 1  # returns: nothing opens it
+    assert "is a FIFO, not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"dtype": "float16"}, "dtype"), ({"dtype": None}, "dtype"), ({"dtype": "int32"}, "dtype"),
+    ({"sizes": {"n": 0}}, "sizes"), ({"sizes": {"n": -5}}, "sizes"), ({"sizes": {"n": 2 ** 31}}, "sizes"),
+    ({"sizes": {"n": 1.5}}, "sizes"), ({"sizes": {"n": "8"}}, "sizes"), ({"sizes": [("n", 4)]}, "sizes"),
+    ({"library": 42}, "library"), ({"plan": "fused"}, "plan"), ({"predictor": object()}, "predictor"),
+    ({"gpu": 100}, "gpu"),
+])
+def test_a_bad_api_argument_is_an_argument_error_naming_it(kwargs, argument):
+    with pytest.raises(ArgumentError) as info:
+        fusec.compile(SSCAL, **{"library": library(), **kwargs})
+    assert info.value.argument == argument
+
+
+def test_a_script_that_is_not_a_path_is_an_argument_error():
+    with pytest.raises(ArgumentError) as info:
+        fusec.compile(3.5, library())
+    assert info.value.argument == "script"
+
+
+def test_a_float32_program_refuses_a_literal_past_float32(tmp_path):
+    path = write(tmp_path, "scal.script", SCAL.format("1e300"))
+    with pytest.raises(ScriptSemanticError, match="outside the range of float32") as info:
+        fusec.compile(path, library(), "float32", sizes={"n": 64})
+    assert (info.value.coord.line, info.value.coord.column) == (3, 11)
+    assert "real(1e+300)" in fusec.compile(path, library(), "float64", sizes={"n": 64}).source
+
+
+@pytest.fixture(scope="module")
+def sscal_program():
+    return fusec.compile(SSCAL, library(), "float32", sizes={"n": 64}, tuned=False)
+
+
+@pytest.mark.parametrize("alpha, phrase", [
+    pytest.param(10 ** 400, "too large for any float", id="10**400"), (float("nan"), "must be finite"), (float("inf"), "must be finite"),
+    (-float("inf"), "must be finite"), (1e300, "outside the range of float32"), (np.float64("nan"), "must be finite"),
+])
+def test_a_bad_scalar_is_an_argument_error_naming_it(sscal_program, alpha, phrase):
+    x = np.ones(64, np.float32)
+    with pytest.raises(ArgumentError, match=phrase) as info:
+        sscal_program.bind({"x": x, "alpha": alpha})
+    assert info.value.argument == "alpha"
+
+
+class FakeDevice:
+    def __init__(self, **interface):
+        self.__cuda_array_interface__ = interface
+
+
+GOOD = {"shape": (64,), "typestr": "<f4", "data": (4096, False), "version": 3}
+
+
+@pytest.mark.parametrize("interface, phrase", [
+    ({k: v for k, v in GOOD.items() if k != "shape"}, "has no 'shape'"),
+    ({k: v for k, v in GOOD.items() if k != "data"}, "has no 'data'"),
+    ({k: v for k, v in GOOD.items() if k != "typestr"}, "has no 'typestr'"),
+    ({**GOOD, "data": None}, r"not \(pointer, read-only flag\)"),
+    ({**GOOD, "data": (-8, False)}, r"not \(pointer, read-only flag\)"),
+    ({**GOOD, "data": (0, False)}, "null data pointer"),
+    ({**GOOD, "shape": (-64,)}, "negative extent"),
+    ({**GOOD, "shape": (64.0,)}, "not a tuple of whole numbers"),
+    ({**GOOD, "shape": 64}, "not a tuple of whole numbers"),
+    ({**GOOD, "typestr": 4}, "not a string"),
+    ({**GOOD, "typestr": "<zz"}, "not a real number"),
+    ({**GOOD, "strides": (4, 4)}, "not one whole number per axis"),
+    ({**GOOD, "strides": 4}, "not a tuple"),
+])
+def test_a_malformed_array_interface_is_an_argument_error_naming_it(sscal_program, interface, phrase):
+    with pytest.raises(ArgumentError, match=phrase) as info:
+        sscal_program.bind({"x": FakeDevice(**interface), "alpha": 2.0})
+    assert info.value.argument == "x"
+
+
+def test_a_wellformed_fake_array_binds(sscal_program):
+    binding = sscal_program.bind({"x": FakeDevice(**GOOD), "alpha": 2.0})  # so the tests above can fail
+    assert binding.sizes == {"n": 64}

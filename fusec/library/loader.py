@@ -81,6 +81,8 @@ def _words(line: Line) -> list[tuple[str, int]]:
 
 def _read(path: Path) -> str:
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block for ever, a device never end
+            raise LibraryFormatError(f"{path} is not a regular file")
         data = path.read_bytes()
     except OSError as exc:
         raise LibraryFormatError(f"cannot read {path}: {exc.strerror}") from exc
