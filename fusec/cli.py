@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from . import validate as check
-from .errors import ArgumentError, FusecError, FusecWarning
+from .errors import ArgumentError, CompileError, FusecError, FusecWarning
 from .validate import MAX_EXTENT
 
 DESCRIPTION = """\
@@ -124,7 +124,10 @@ def _compile(args) -> int:
         if nvcc.nvcc_path() is None:
             compiled_note = "nvcc: not found on PATH; generated code not compiled"
         else:
-            compiled = nvcc.compile_cubin(program.source, arch=args.arch)
+            try:
+                compiled = nvcc.compile_cubin(program.source, arch=args.arch)
+            except CompileError as exc:  # its lines are those of the file written above
+                raise CompileError(f"{exc.message}\n(the same code, line for line: {cu})") from None
             (out / f"{stem}.{args.arch}.cubin").write_bytes(compiled.cubin)
             resources = compiled.resources
             compiled_note = f"nvcc: compiled for {args.arch}" + (" (cached)" if compiled.cached else "")
