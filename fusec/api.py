@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Mapping
 
 from .emit.program import generate
-from .errors import ArgumentError, FusecWarning, LibraryFormatError
+import numpy as np
+
+from .ir.dag import Constant
+from .errors import ArgumentError, FusecWarning, LibraryFormatError, ScriptSemanticError
 from .library.loader import load_library
 from .library.model import Library
 from .runtime.program import Program
@@ -18,7 +21,7 @@ from .cost.model import Predictor
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
 from .ir.plan import ProgramPlan
-from .ir import geometry as geo
+from . import validate as check
 from . import nvcc
 from .nvcc import DEFAULT_ARCH
 from .tune import store as tuning
@@ -31,6 +34,9 @@ def resolve_library(library: str | os.PathLike | Library | None) -> Library:
     """A Library from a path, or the default: $FUSEC_LIBRARY, else the BLAS library beside the package."""
     if isinstance(library, Library):
         return library
+    if library is not None and not isinstance(library, (str, os.PathLike)):
+        raise ArgumentError("library", f"is a {type(library).__name__}: pass a library directory"
+                                       " (str or os.PathLike), a loaded Library, or None for the default")
     if library is None:
         library = os.environ.get("FUSEC_LIBRARY") or BUNDLED_LIBRARY
         if not Path(library).is_dir():
@@ -44,12 +50,36 @@ DEFAULT_SIZE = 8192
 
 def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
     """The sizes to predict for: those given, the rest DEFAULT_SIZE."""
+    if sizes is not None and not isinstance(sizes, Mapping):
+        raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
+                                     " whole numbers, e.g. {'n': 8192}")
     sizes = dict(sizes or {})
     unknown = set(sizes) - set(dag.sizes)
     if unknown:
-        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(unknown))}"
+        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}"
                                      f" (its sizes: {', '.join(dag.sizes)})")
-    return {s: int(sizes.get(s, DEFAULT_SIZE)) for s in dag.sizes}
+    chosen = {s: check.size(s, sizes.get(s, DEFAULT_SIZE)) for s in dag.sizes}
+    check.sizes_fit({v.name: v.dims for v in dag.values if v.dims}, chosen)
+    return chosen
+
+
+def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
+    """The precision's name, once every argument of :func:`compile` is of its type and in
+    range (an :class:`ArgumentError` naming the first that is not)."""
+    dtype = check.dtype(dtype)
+    if plan is not None and not isinstance(plan, ProgramPlan):
+        raise ArgumentError("plan", f"is a {type(plan).__name__}, not a fusec ProgramPlan (a point of the space)")
+    if predictor is not None and not callable(getattr(predictor, "kernel_seconds", None)):
+        raise ArgumentError("predictor", f"is a {type(predictor).__name__}, which has no kernel_seconds():"
+                                         " pass a fusec predictor or None")
+    if gpu is not None and not isinstance(gpu, str):
+        raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
+    for call in dag.calls:  # a literal too large for float32 would be inf in the kernel
+        for arg in call.args:
+            if isinstance(arg, Constant) and abs(arg.value) > float(np.finfo(dtype).max):
+                raise ScriptSemanticError(f"{arg.text} is outside the range of {dtype}", arg.coord,
+                                          dag.text.split("\n")[arg.coord.line - 1])
+    return dtype
 
 
 def compile(script: str | os.PathLike, library: str | os.PathLike | Library | None = None,
@@ -73,6 +103,8 @@ def compile(script: str | os.PathLike, library: str | os.PathLike | Library | No
     atomics, so that every run gives the same bits (a plan given is taken as it is;
     ``program.generated.reproducible`` says).
     """
+    if not isinstance(script, (str, os.PathLike)):
+        raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or os.PathLike)")
     lib = resolve_library(library)
     return compile_dag(load_script(script, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
                        gpu=gpu, tuned=tuned, reproducible=reproducible)
@@ -94,25 +126,34 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     sizes or nearby ones (None when the plan was imposed or predicted). A predicted plan's kernels are
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
-    dtype = geo.dtype_name(dtype)
+    dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     if plan is not None:
         return Program(generate(dag, library, plan, dtype)), None
     sizes = default_sizes(dag, sizes)
+    entry = None
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, target(gpu))
         if entry is not None and reproducible and not _reproducible(dag, library, entry.plan):
             entry = None  # the tuned plan adds with atomics: predict among those that do not
-        if entry is not None:
-            try:
-                return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
-                                turning=entry.turning), entry)
-            except Exception as exc:  # never trust a cache file: whatever a bad plan breaks, predict
-                warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
-                                           f" its plan does not build ({type(exc).__name__}: {exc})"))
     if predictor is None:
         from .cost.perfdb import predictor_for  # the perfdb may import much; only when predicting
         predictor = predictor_for(library, gpu)
     space = build_space(dag, library, dtype, sizes, predictor)
+    if entry is not None:
+        # never trust a cache file: a plan edited (a step deleted or re-pointed, a shape
+        # no kernel has) builds a program that computes something else, or nothing
+        offered = _offered(space)
+        if not all(k in offered for k in entry.plan.kernels):
+            warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}: its plan is not"
+                                       " one the optimization space offers at these sizes (damaged or"
+                                       " edited); predicting instead"))
+        else:
+            try:
+                return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
+                                turning=entry.turning), entry)
+            except Exception as exc:  # whatever a bad plan breaks, predict
+                warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
+                                           f" its plan does not build ({type(exc).__name__}: {exc})"))
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
     if tuned:
         borrowed = _nearby_plan(dag, library, dtype, sizes, target(gpu), space, keep)
@@ -128,7 +169,7 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
     that ``space``, this size's, offers as it is and ``keep`` accepts; None if none does.
     A tuned plan fixes the whole launch (shapes, serial iterations, lags, what is held),
     so one offered here is one the predictor could have picked here too."""
-    offered = {plan for options in space.options.values() for plan, _, _ in options}
+    offered = _offered(space)
     for entry in tuning.nearby(dag, library, dtype, sizes, gpu):
         if not all(k in offered for k in entry.plan.kernels) or not keep(entry.plan):
             continue
@@ -140,6 +181,11 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
             continue
         return Program(generated, nearby=nearby_origin(entry), turning=entry.turning), entry
     return None
+
+
+def _offered(space) -> set:
+    """Every kernel plan ``space`` offers (a tuned plan is used only if made of these)."""
+    return {plan for options in space.options.values() for plan, _, _ in options}
 
 
 def nearby_origin(entry: TuningEntry) -> str:

@@ -20,7 +20,9 @@ import warnings
 from pathlib import Path
 
 from .version import __version__
-from .errors import FusecError, FusecWarning
+from . import validate as check
+from .errors import ArgumentError, CompileError, FusecError, FusecWarning
+from .validate import MAX_EXTENT
 
 DESCRIPTION = """\
 fusec fuses sequences of BLAS-1/BLAS-2 calls, written as a short script, into a few
@@ -50,6 +52,8 @@ def _sizes(items: list[str], symbols: tuple[str, ...]) -> dict[str, int]:
             raise FusecError(f"--size {item!r}: {value!r} is not a whole number") from None
         if number < 1:
             raise FusecError(f"--size {item!r}: sizes must be at least 1")
+        if number > MAX_EXTENT:
+            raise FusecError(f"--size {item!r}: sizes must be at most 2**31 - 1 (a grid launches no more)")
         if name not in symbols and name != "n":
             raise FusecError(f"--size {item!r}: the script has no size {name!r}"
                              f" (its sizes: {', '.join(symbols)})")
@@ -58,6 +62,39 @@ def _sizes(items: list[str], symbols: tuple[str, ...]) -> dict[str, int]:
     if missing and "n" not in given:
         raise FusecError(f"give --size for {', '.join(missing)} (or --size n=VALUE for all of them)")
     return {s: given.get(s, given.get("n")) for s in symbols}
+
+
+def _script_sizes(args, dag, given: bool = True) -> dict[str, int] | None:
+    """The --size values for ``dag``'s sizes (None when none given and ``given`` is false),
+    no array of the script past what a GPU holds."""
+    if not args.size and not given:
+        return None
+    sizes = _sizes(args.size, dag.sizes)
+    try:
+        check.sizes_fit({v.name: v.dims for v in dag.values if v.dims}, sizes, "--size")
+    except ArgumentError as exc:
+        raise FusecError(f"--size: {exc.message.split(': ', 1)[1]}") from None
+    return sizes
+
+
+def _at_least(flag: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise FusecError(f"{flag} {value}: it must be at least {low}")
+
+
+def _known_gpu(args) -> None:
+    """--gpu NAME must name a GPU with a performance database, unless --analytic asks
+    for the analytic model: a typo would otherwise choose kernels for no GPU at all."""
+    if args.gpu is None or getattr(args, "analytic", False):
+        return
+    from .target import slug
+    from .cost.perfdb import store
+    if store.find(slug(args.gpu)) is None:
+        folder = store.directory()
+        known = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+        raise FusecError(f"--gpu {args.gpu!r} names no GPU with a performance database in {folder}"
+                                     f" (known: {', '.join(known) or 'none'}); add --analytic to choose"
+                                     " kernels for it with the analytic model")
 
 
 def _load(args):
@@ -72,8 +109,9 @@ def _compile(args) -> int:
     from . import nvcc
     from .tune import store as tuning
     from .api import build_program
+    _known_gpu(args)
     library, dag = _load(args)
-    sizes = _sizes(args.size, dag.sizes) if args.size else None
+    sizes = _script_sizes(args, dag, given=False)
     program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, tuned=not args.no_tuned,
                                    reproducible=args.reproducible, spill_arch=None if args.no_nvcc else args.arch)
     out = Path(args.output)
@@ -87,7 +125,10 @@ def _compile(args) -> int:
         if nvcc.nvcc_path() is None:
             compiled_note = "nvcc: not found on PATH; generated code not compiled"
         else:
-            compiled = nvcc.compile_cubin(program.source, arch=args.arch)
+            try:
+                compiled = nvcc.compile_cubin(program.source, arch=args.arch)
+            except CompileError as exc:  # its lines are those of the file written above
+                raise CompileError(f"{exc.message}\n(the same code, line for line: {cu})") from None
             (out / f"{stem}.{args.arch}.cubin").write_bytes(compiled.cubin)
             resources = compiled.resources
             compiled_note = f"nvcc: compiled for {args.arch}" + (" (cached)" if compiled.cached else "")
@@ -111,8 +152,10 @@ def _run(args) -> int:
     from . import oracle
     from .api import compile_dag
     from .runtime import cuda
+    _at_least("--repeat", args.repeat, 1)
+    _at_least("--warmup", args.warmup, 0)
     library, dag = _load(args)
-    sizes = _sizes(args.size, dag.sizes)
+    sizes = _script_sizes(args, dag)
     program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
                           reproducible=args.reproducible)
     rng = np.random.default_rng(args.seed)
@@ -160,8 +203,10 @@ def _space(args) -> int:
     from .ir.geometry import dtype_name
     from .cost.perfdb import predictor_for
     from .space.combinations import build_space
+    _known_gpu(args)
+    _at_least("--top", None if args.all else args.top, 1)
     library, dag = _load(args)
-    sizes = default_sizes(dag, _sizes(args.size, dag.sizes) if args.size else None)
+    sizes = default_sizes(dag, _script_sizes(args, dag, given=False))
     predictor = predictor_for(library, args.gpu)
     start = time.perf_counter()
     space = build_space(dag, library, dtype_name(args.dtype), sizes, predictor)
@@ -196,8 +241,12 @@ def _space(args) -> int:
 def _tune(args) -> int:
     from .tune import store as tuning
     from .tune.search import report, tune
+    _at_least("--top", args.top, 1)
+    _at_least("--layouts", args.layouts, 0)
+    _at_least("--repeat", args.repeat, 1)
+    _at_least("--warmup", args.warmup, 0)
     library, dag = _load(args)
-    sizes = _sizes(args.size, dag.sizes)
+    sizes = _script_sizes(args, dag)
     result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,
                   warmup=args.warmup, seed=args.seed, progress=not args.quiet)
     print(report(result))
@@ -253,7 +302,11 @@ def parser() -> argparse.ArgumentParser:
     def gpu(sub):
         sub.add_argument("--gpu", metavar="NAME", default=None,
                          help="the GPU to choose kernels for: its name or a prefix of it, e.g. h100"
-                              " (default: $FUSEC_GPU, else the GPU present)")
+                              " (default: $FUSEC_GPU, else the GPU present); it must have a performance"
+                              " database unless --analytic is given")
+        sub.add_argument("--analytic", action="store_true",
+                         help="with --gpu NAME of a GPU without a performance database: choose kernels"
+                              " with the analytic model (else such a name is an error)")
 
     def reproducible(sub):
         sub.add_argument("--reproducible", action="store_true",

@@ -51,9 +51,23 @@ class FusecError(Exception):
             return self.message
         text = f"{self.coord}: {self.message}"
         if self.source_line is not None:
-            caret = " " * (self.coord.column - 1) + "^"
-            text += f"\n    {self.source_line.rstrip()}\n    {caret}"
+            line, column = clip(self.source_line.rstrip(), self.coord.column)
+            text += f"\n    {line}\n    {' ' * (column - 1)}^"
         return text
+
+
+SHOWN_WIDTH = 120  # characters of a source line shown under a message
+
+
+def clip(line: str, column: int, width: int = SHOWN_WIDTH) -> tuple[str, int]:
+    """``line`` cut to ``width`` characters around ``column`` (``...`` where cut), and
+    the column in what is left: a 200 KB line is shown as a window, not whole."""
+    if len(line) <= width:
+        return line, column
+    start = max(0, min(column - 1 - width // 2, len(line) - width))
+    shown = line[start:start + width]
+    prefix = "..." if start else ""
+    return prefix + shown + ("..." if start + width < len(line) else ""), column - start + len(prefix)
 
 
 class ScriptError(FusecError):
@@ -126,6 +140,10 @@ class ArgumentError(FusecError):
 
 class CompileError(FusecError):
     """nvcc rejected generated code (a fusec bug or a broken library)."""
+
+
+class ToolError(FusecError):
+    """A program fusec runs (nvcc, the C compiler) is missing or does not work."""
 
 
 class GPUUnavailableError(FusecError):

@@ -21,7 +21,8 @@ from typing import Callable
 
 from .version import __version__
 from .cache import atomic_write_bytes, cache_dir
-from .errors import CompileError, FusecWarning, GPUUnavailableError
+from .emit.lines import resolve
+from .errors import CompileError, FusecWarning, GPUUnavailableError, ToolError
 
 DEFAULT_ARCH = "sm_90"
 
@@ -47,12 +48,27 @@ class Compiled:
 
 
 def nvcc_path() -> str | None:
-    return shutil.which(os.environ.get("FUSEC_NVCC", "nvcc"))
+    """nvcc on PATH, or $FUSEC_NVCC; None where neither is set and PATH has none.
+    A $FUSEC_NVCC that names no executable is a :class:`ToolError`: the user asked for it."""
+    configured = os.environ.get("FUSEC_NVCC")
+    found = shutil.which(configured or "nvcc")
+    if configured and found is None:
+        raise ToolError(f"FUSEC_NVCC={configured!r} names no executable file (unset it to use nvcc on PATH)")
+    return found
 
 
 @functools.lru_cache(maxsize=None)
 def nvcc_version(path: str) -> str:
-    return subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
+    """``nvcc --version``; a :class:`ToolError` when it does not run or fails."""
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"nvcc at {path} does not run: {exc}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        said = (done.stderr or done.stdout).strip()[:500]
+        raise ToolError(f"nvcc at {path} does not work: '{path} --version' exited {done.returncode}"
+                        + (f": {said}" if said else " and printed nothing") + " (check FUSEC_NVCC and PATH)")
+    return done.stdout
 
 
 def _options(arch: str, lineinfo: bool) -> list[str]:
@@ -74,27 +90,65 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
     key = hashlib.sha256("\0".join([__version__, nvcc_version(nvcc), *options, source]).encode()).hexdigest()
     folder = cache_dir("nvcc")
     cubin_path, log_path = folder / f"{key}.cubin", folder / f"{key}.log"
-    if use_cache and cubin_path.is_file() and log_path.is_file():
-        try:
-            log = log_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            log = ""
-        resources = parse_resources(log)
-        if resources:  # a log that names no kernel is damaged: compile again
-            return Compiled(cubin_path.read_bytes(), arch, log, resources, cached=True)
-        warnings.warn(FusecWarning(f"ignoring a damaged entry of the nvcc cache ({log_path.name})"))
+    if use_cache:
+        hit = _cached(cubin_path, log_path, arch)
+        if hit is not None:
+            return hit
     with tempfile.TemporaryDirectory(prefix="fusec-nvcc-") as tmp:
         cu, out = Path(tmp) / "program.cu", Path(tmp) / "program.cubin"
-        cu.write_text(source, encoding="utf-8")
-        proc = subprocess.run([nvcc, *options, "-o", str(out), str(cu)], capture_output=True, text=True)
+        # the markers after library routines become #line directives back into this file
+        # (one line for one: the numbers are those of the source as given)
+        cu.write_text(resolve(source, str(cu)), encoding="utf-8")
+        try:
+            proc = subprocess.run([nvcc, *options, "-o", str(out), str(cu)], capture_output=True, text=True)
+        except OSError as exc:
+            raise ToolError(f"nvcc at {nvcc} does not run: {exc}") from None
         log = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc failed on the generated code ({arch}):\n{log.strip()}")
+        if proc.returncode != 0 or not out.is_file():
+            raise CompileError(_failure(source, key, log, str(cu), arch))
         cubin = out.read_bytes()
     if use_cache:
+        # the cubin's sha256 goes first into its log: a cubin truncated or changed since
+        # does not match it, and is compiled again instead of loaded
         atomic_write_bytes(cubin_path, cubin)
-        atomic_write_bytes(log_path, log.encode())
+        atomic_write_bytes(log_path, f"{_DIGEST}{hashlib.sha256(cubin).hexdigest()}\n{log}".encode())
     return Compiled(cubin, arch, log, parse_resources(log))
+
+
+_DIGEST = "fusec cubin sha256 "
+
+
+def _cached(cubin_path: Path, log_path: Path, arch: str) -> Compiled | None:
+    """The cache's entry, if whole: its log names kernels and records the sha256 of the
+    cubin beside it. A damaged one is a miss with a warning (compiled again)."""
+    if not (cubin_path.is_file() and log_path.is_file()):
+        return None
+    try:
+        recorded, _, log = log_path.read_text(encoding="utf-8").partition("\n")
+        cubin = cubin_path.read_bytes()
+    except (OSError, UnicodeDecodeError):
+        recorded, log, cubin = "", "", b""
+    resources = parse_resources(log)
+    if recorded == _DIGEST + hashlib.sha256(cubin).hexdigest() and resources:
+        return Compiled(cubin, arch, log, resources, cached=True)
+    warnings.warn(FusecWarning(f"ignoring a damaged entry of the nvcc cache ({cubin_path}): its cubin"
+                               " does not match the sha256 its log records, or the log names no kernel;"
+                               " compiling again"))
+    return None
+
+
+def _failure(source: str, key: str, log: str, compiled: str, arch: str) -> str:
+    """nvcc's error, with where to read the code it failed on: the source is kept in the
+    cache, and its errors cite it (lines as in NAME.DTYPE.cu, which 'fusec compile -o'
+    writes: the same text), or, in a library routine, the library's file and line."""
+    kept = cache_dir("nvcc-failed") / f"{key}.cu"  # beside the cache, never read back
+    try:
+        atomic_write_bytes(kept, source.encode())
+        where = f"; the code it compiled is kept in {kept}"
+        log = log.replace(compiled, str(kept))  # the temporary file is gone
+    except OSError:
+        where = ""
+    return f"nvcc failed on the generated code ({arch}){where}:\n{log.strip()}"
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")

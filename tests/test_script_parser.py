@@ -96,7 +96,7 @@ def test_script_tree_with_coordinates():
 
 @pytest.mark.parametrize("literal, value", [
     ("1", 1.0), ("1.0", 1.0), ("-0.5", -0.5), ("2e-3", 0.002), ("-1.5E+2", -150.0),
-    (".25", 0.25), ("3.", 3.0), ("- 2", -2.0),
+    (".25", 0.25), ("3.", 3.0), ("- 2", -2.0), ("0", 0.0), ("0.5", 0.5), ("1e05", 1e5), ("0e1", 0.0),
 ])
 def test_number_literals(literal, value):
     (statement,) = parse(f"y = sscal({literal}, x);", F).statements
@@ -139,6 +139,10 @@ def error_of(text: str, kind=ScriptSyntaxError):
     ("vector x; / y", at(1, 11), "illegal character '/'"),
     ("y = sscal(0.5, x);\ny = f(1e999);", at(2, 7), "number 1e999 is out of range"),
     ("vector p;\nvector é;", at(2, 8), "illegal character 'é'"),
+    # C reads 010 as octal 8; a script refuses a leading zero rather than mean another number
+    ("y = sscal(010, x);", at(1, 11), "number 010 has a leading zero: write it without (a number is decimal)"),
+    ("y = sscal(-09, x);", at(1, 12), "number 09 has a leading zero: write it without (a number is decimal)"),
+    ("y = sscal(00.5, x);", at(1, 11), "number 00.5 has a leading zero: write it without (a number is decimal)"),
 ])
 def test_lex_errors(text, coord, message):
     error = error_of(text, ScriptLexError)

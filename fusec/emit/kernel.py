@@ -16,6 +16,7 @@ from ..ir.steps import function_of
 from ..library.model import Geometry, Library, RoutineKind, Storage
 from ..lower.kernel import routine_of
 from .band import emit_band_body
+from .lines import library_text
 from .ops import emit_loop_ops, emit_op, finish_expression
 from .writer import CudaWriter, call_text
 
@@ -38,8 +39,7 @@ def emit_kernel(kernel: Kernel, dag: Dag, library: Library, probe: bool = False)
     if kernel.keep_blocks:
         _emit_keeping_load(w, kernel.keep_blocks)
     for path, text in library_sources(kernel, dag, library):
-        w(f"// ---- {path}")
-        for line in text.strip("\n").split("\n"):
+        for line in library_text(path, text):
             w(line)
     w(f"}}  // namespace {namespace}")
     w()

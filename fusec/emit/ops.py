@@ -69,7 +69,7 @@ def emit_op(w: CudaWriter, op: Op, kernel: Kernel, dag: Dag, library: Library, b
     scalars = {}
     for p, a in zip(function.params, record.args):
         if p.kind is Kind.SCALAR:
-            scalars[p.name] = (f"real({a.text})" if isinstance(a, Constant) else dag.value(a).c_name)
+            scalars[p.name] = (f"real({a.literal})" if isinstance(a, Constant) else dag.value(a).c_name)
     result = dag.value(record.result)
     partial = function.hof.reduce and not whole_in_block(function, plan)
     what = {RoutineKind.LOAD: f"load {dag.value(params[step.param]).label}" if step.param in params else "",
@@ -171,7 +171,7 @@ def finish_expression(dag: Dag, library: Library, call: int) -> str:
     argmap = {"acc": "acc"}
     for p, a in zip(function.params, dag.call(call).args):
         if isinstance(a, Constant):
-            argmap[p.name] = f"real({a.text})"
+            argmap[p.name] = f"real({a.literal})"
         elif p.kind is Kind.SCALAR:
             argmap[p.name] = dag.value(a).c_name
         else:

@@ -17,6 +17,7 @@ from ..ir.dag import Dag
 from ..ir.plan import ProgramPlan
 from ..library.model import Library
 from ..version import __version__
+from .lines import library_text
 
 SUPPORT = Path(__file__).with_name("support.cuh")
 
@@ -76,7 +77,7 @@ def common_code(library: Library, dtype: str) -> list[str]:
         "",
     ]
     for source in library.prelude:
-        lines.append(f"// ---- library prelude: {source.path}")
-        lines.append(source.text.strip("\n"))
+        lines.append("// ---- library prelude:")
+        lines.extend(library_text(source.path, source.text))
         lines.append("")
     return lines

@@ -36,6 +36,7 @@ from ..errors import PlanError
 from ..library.model import Geometry, Library
 from ..ir.plan import HorizontalPlan
 from ..emit.kernel import emit_body, library_sources
+from ..emit.lines import library_text
 from ..emit.writer import CudaWriter, call_text
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
 from ..lower.kernel import build_kernel
@@ -254,8 +255,7 @@ def emit_part(w: CudaWriter, part: Kernel, dag: Dag, library: Library, threads: 
         w("#undef BARRIER")
         w(f"#define BARRIER() fusec_barrier<{threads.barrier}, BLOCK>()")
     for path, text in library_sources(part, dag, library):
-        w(f"// ---- {path}")
-        for line in text.strip("\n").split("\n"):
+        for line in library_text(path, text):
             w(line)
     for line in helpers:
         w(line)

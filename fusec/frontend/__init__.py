@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from ..ir.dag import Dag
+from ..validate import regular_file
 from ..errors import ScriptLexError, coord_at
 from . import ast
 from .ast import source_line
@@ -25,6 +26,7 @@ def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
     Coordinates name the path as given. OSError propagates as is.
     """
     file = os.fsdecode(path)
+    regular_file(file, "script")  # a FIFO would block for ever, a device never end
     with open(file, "rb") as f:
         data = f.read()
     try:

@@ -31,6 +31,9 @@ from ..library.model import Function, Kind, Param
 from . import ast
 
 
+MAX_WARNINGS = 20  # warnings shown for one script; the rest are counted
+
+
 class LibraryLike(Protocol):
     functions: Mapping[str, Function]
 
@@ -336,8 +339,17 @@ class _Checker:
         for name, declared in self.declared.items():
             if not declared.used:
                 found.append((declared.coord, f"'{name}' is declared but never used"))
-        for coord, message in sorted(found):
-            warnings.warn(ScriptWarning(message, coord, self.script.line(coord.line)),
+        shown_lines: set[int] = set()
+        found.sort()
+        for coord, message in found[:MAX_WARNINGS]:
+            # the source line once per line: 2,000 names declared on one line are not
+            # 2,000 copies of it
+            line = None if coord.line in shown_lines else self.script.line(coord.line)
+            shown_lines.add(coord.line)
+            warnings.warn(ScriptWarning(message, coord, line), stacklevel=4)
+        if len(found) > MAX_WARNINGS:
+            warnings.warn(ScriptWarning(f"{len(found) - MAX_WARNINGS} more warning(s) like these not shown"
+                                        f" (unused names; the first {MAX_WARNINGS} are above)"),
                           stacklevel=4)
 
     def dag(self) -> Dag:

@@ -62,6 +62,9 @@ class ScriptLexer:
 
     def t_NUMBER(self, t):
         r"(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?"
+        if len(t.value) > 1 and t.value[0] == "0" and t.value[1].isdigit():
+            # C reads 010 as octal 8, Python refuses it; a script refuses it too
+            _fail(t, f"number {t.value} has a leading zero: write it without (a number is decimal)")
         if not math.isfinite(float(t.value)):
             _fail(t, f"number {t.value} is out of range")
         return t

@@ -46,6 +46,13 @@ class Constant:
     text: str
     coord: Coord = dataclasses.field(compare=False)
 
+    @property
+    def literal(self) -> str:
+        """The value as a C double literal: Python's shortest round-trip form
+        (``10.0``, ``0.5``, ``1e-05``), never the script's text, which C may read
+        otherwise (``010`` is octal there)."""
+        return repr(float(self.value))
+
 
 Argument = int | Constant  # a value id, or a literal
 

@@ -81,6 +81,8 @@ def _words(line: Line) -> list[tuple[str, int]]:
 
 def _read(path: Path) -> str:
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block for ever, a device never end
+            raise LibraryFormatError(f"{path} is not a regular file")
         data = path.read_bytes()
     except OSError as exc:
         raise LibraryFormatError(f"cannot read {path}: {exc.strerror}") from exc
@@ -241,6 +243,11 @@ def _split_metadata(file: str, text: str) -> tuple[list[Line], str] | None:
     if end < 0:
         raise LibraryFormatError(f"{META_OPEN} block is never closed with {META_CLOSE}",
                                  opening, text.split("\n")[opening.line - 1])
+    again = text.find(META_OPEN, end)
+    if again >= 0:  # one function per file: a second block would be compiled as CUDA, or ignored
+        where = coord_at(file, text, again)
+        raise LibraryFormatError(f"a second {META_OPEN} block: a file holds one function, its block at the top",
+                                 where, text.split("\n")[where.line - 1])
     first_line = text.count("\n", 0, start) + 1
     body = text[start + len(META_OPEN):end]
     line_start = text.rfind("\n", 0, start) + 1
@@ -764,6 +771,44 @@ def _validate_implementation(function: Function, impl: Implementation,
     for name in sorted(scalars - read_scalars - finish_args):
         _fail(f"scalar input {name!r} is neither read by compute nor by the finish routine",
               compute.coord)
+    for routine in impl.loads + (compute, impl.store):  # last: the checks above say more
+        for access in routine.accesses:
+            mapping = mappings[access.mapping]
+            size = geo.evaluate(mapping.size, geo.sample_macros(geometry))
+            _check_mapping_size(function, access, mapping, size, geometry, routine.coord)
+
+
+def _element_reals(function: Function, param: Param, geometry: Geometry, macros: dict[str, int]) -> int:
+    """Reals in one element of ``param`` (its declared shape) in ``geometry``."""
+    if geometry is Geometry.VECTOR:
+        return macros["ELEMENT"]
+    rows, cols = ("BAND_ROWS", "BAND_COLS") if geometry is Geometry.BAND else ("TILE_ROWS", "TILE_COLS")
+    if param.kind is Kind.MATRIX:
+        return macros[rows] * macros[cols]
+    return macros[rows] if param.dims[0] == function.rows_dim else macros[cols]
+
+
+def _check_mapping_size(function: Function, access: Access, mapping: ThreadMapping, size: int,
+                        geometry: Geometry, coord: Coord) -> None:
+    """A mapping must hold the element it maps: in registers each of the instance's
+    threads holds its share (the element's reals over the threads, at least one), in
+    shared memory the block holds it whole. A smaller SIZE makes routines index past
+    the array's end (``registers 1`` for a tile: ``r[1]``, indexed up to 15)."""
+    try:
+        param = function.param(access.param)
+    except KeyError:
+        return  # reported by the checks of the routine's parameters
+    if param.kind is Kind.SCALAR:
+        return
+    macros = geo.sample_macros(geometry)
+    reals = _element_reals(function, param, geometry, macros)
+    threads = 32 if geometry is Geometry.VECTOR else macros["BLOCK"]
+    need = max(1, -(-reals // threads)) if mapping.storage is Storage.REGISTERS else reals
+    if size < need:
+        shape = f"{reals} reals over {threads} threads" if mapping.storage is Storage.REGISTERS else f"{reals} reals"
+        _fail(f"mapping {mapping.name!r} ({mapping.storage} {mapping.size}) holds {size} reals, but"
+              f" {access.param!r} is an element of {shape} in the {geometry} geometry: it needs at least"
+              f" {need} (checked at {', '.join(f'{k}={v}' for k, v in macros.items())})", coord)
 
 
 def _same_registers(param: str, first: str, then: str, mappings: dict[str, ThreadMapping],

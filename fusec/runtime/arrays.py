@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
+import os
 from typing import Any, Mapping
 
 import numpy as np
@@ -71,7 +73,18 @@ def scalar_value(name: str, obj: Any) -> float:
         if hasattr(obj, "__cuda_array_interface__"):
             raise ArgumentError(name, "is a scalar of the script: pass a host number, not a device array")
         raise ArgumentError(name, f"is a scalar of the script: expected a real number, got {_describe(obj)}")
-    return float(obj)
+    try:
+        value = float(obj)
+    except OverflowError:  # an int past a double's range, 10**400
+        raise ArgumentError(name, f"is {str(obj)[:30]}..., too large for any float") from None
+    if not math.isfinite(value) and not _NONFINITE:
+        raise ArgumentError(name, f"is {value}: a scalar must be finite (set FUSEC_NONFINITE_SCALARS=1"
+                                  " to pass NaN and infinities on to the kernels)")
+    return value
+
+
+# NaN and infinite scalars are refused unless the user asks for IEEE semantics explicitly
+_NONFINITE = os.environ.get("FUSEC_NONFINITE_SCALARS", "0") == "1"
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -96,12 +109,16 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
         contiguous = obj.flags.c_contiguous
     elif hasattr(obj, "__cuda_array_interface__"):
         cai = obj.__cuda_array_interface__
-        shape, pointer = tuple(cai["shape"]), int(cai["data"][0])
+        shape, pointer, typestr, strides = _interface(name, cai)
         try:
-            got_dtype = _typestr_dtype(cai["typestr"])
-        except TypeError:
-            raise ArgumentError(name, f"has an element type {cai['typestr']!r} that is not a real number") from None
-        strides = cai.get("strides")
+            got_dtype = _typestr_dtype(typestr)
+        except (TypeError, ValueError):
+            raise ArgumentError(name, f"has an element type {typestr!r} that is not a real number") from None
+        if strides is not None and (len(strides) != len(shape)
+                                    or not all(isinstance(x, int) and not isinstance(x, bool) for x in strides)):
+            raise ArgumentError(name, f"__cuda_array_interface__ has strides {strides!r}: not one whole number per axis")
+        if pointer == 0 and 0 not in shape:
+            raise ArgumentError(name, "__cuda_array_interface__ has a null data pointer for a non-empty array")
         contiguous = strides is None or 0 in shape or all(  # an axis of extent 1 may have any stride
             extent == 1 or s == c for extent, s, c in zip(shape, strides, _c_strides(shape, got_dtype.itemsize)))
         where, family = DEVICE, _family(obj)
@@ -122,6 +139,31 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
     return ArrayArg(name, value, obj, where, family, tuple(int(s) for s in shape), pointer)
 
 
+def _interface(name: str, cai: Any) -> tuple[tuple[int, ...], int, str, tuple | None]:
+    """(shape, pointer, typestr, strides) of a ``__cuda_array_interface__``, each checked
+    for its type (a missing or malformed field names the argument, never a KeyError)."""
+    def bad(why: str):
+        raise ArgumentError(name, f"__cuda_array_interface__ {why}")
+    if not isinstance(cai, dict):
+        bad(f"is a {type(cai).__name__}, not a dict")
+    for field in ("shape", "data", "typestr"):
+        if field not in cai:
+            bad(f"has no {field!r}")
+    shape, data, typestr, strides = cai["shape"], cai["data"], cai["typestr"], cai.get("strides")
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in shape):
+        bad(f"has shape {shape!r}: not a tuple of whole numbers")
+    if any(x < 0 for x in shape):
+        bad(f"has a negative extent in its shape {tuple(shape)}")
+    if (not isinstance(data, (tuple, list)) or len(data) != 2 or isinstance(data[0], bool)
+            or not isinstance(data[0], int) or data[0] < 0):
+        bad(f"has data {data!r}: not (pointer, read-only flag)")
+    if not isinstance(typestr, str):
+        bad(f"has typestr {typestr!r}: not a string")
+    if strides is not None and not isinstance(strides, (tuple, list)):
+        bad(f"has strides {strides!r}: not a tuple")
+    return tuple(shape), int(data[0]), typestr, None if strides is None else tuple(strides)
+
+
 def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
     """Match keyword arguments to the script's inputs and infer the sizes."""
     inputs = {dag.value(v).name: dag.value(v) for v in dag.inputs}
@@ -139,6 +181,8 @@ def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
         obj = arguments[name]
         if value.kind is Kind.SCALAR:
             scalars[value.id] = scalar_value(name, obj)
+            if math.isfinite(scalars[value.id]) and abs(scalars[value.id]) > float(np.finfo(dtype).max):
+                raise ArgumentError(name, f"is {scalars[value.id]:g}, outside the range of {np.dtype(dtype).name}")
             continue
         array = _array(name, value.id, value.kind, obj, dtype)
         for axis, (symbol, extent) in enumerate(zip(value.dims, array.shape)):

@@ -48,6 +48,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -594,7 +595,7 @@ static int read_scalars(FastCall *self, PyObject *arguments, double *scalars) {
         PyObject *name = PyTuple_GET_ITEM(self->scalar_names, s);
         PyObject *obj = PyDict_GetItemWithError(arguments, name);
         if (!obj) return PyErr_Occurred() ? -1 : 0;
-        if (PyFloat_CheckExact(obj)) {
+        if (PyFloat_CheckExact(obj) && isfinite(PyFloat_AS_DOUBLE(obj))) {  /* NaN, inf: scalar_value refuses */
             scalars[s] = PyFloat_AS_DOUBLE(obj);
             continue;
         }

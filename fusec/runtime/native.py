@@ -27,7 +27,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from ..cache import cache_dir
+from ..cache import atomic_write_text, cache_dir
 
 SOURCE = Path(__file__).with_name("fastcall.c")
 MODULE = "fusec_fastcall"
@@ -62,9 +62,26 @@ def build(target: Path) -> None:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
             raise OSError(f"{shlex.join(command)} failed:\n{done.stderr.strip()}")
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        atomic_write_text(_digest_path(target), digest + "\n")  # first: a reader checks the file against it
         os.replace(tmp, target)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _digest_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def _intact(target: Path) -> bool:
+    """Whether ``target`` is the file its build wrote, by the sha256 recorded then:
+    loading a truncated or changed shared object can kill the interpreter (SIGBUS,
+    SIGILL), which no exception handler catches."""
+    try:
+        recorded = _digest_path(target).read_text(encoding="utf-8").strip()
+        return recorded == hashlib.sha256(target.read_bytes()).hexdigest()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,6 +92,12 @@ def _load():
         return None
     try:
         target = _target()
+        if target.exists() and not _intact(target):
+            import warnings
+            from ..errors import FusecWarning
+            warnings.warn(FusecWarning(f"the cached C extension {target} does not match the sha256 recorded"
+                                       " when it was built (damaged, or from an older fusec): building it again"))
+            target.unlink()
         if not target.exists():
             build(target)
         spec = importlib.util.spec_from_file_location(MODULE, target)

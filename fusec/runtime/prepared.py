@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
+from math import isfinite
 from typing import Any, Callable, Mapping, Sequence
 
 from .arrays import scalar_value
@@ -257,7 +258,7 @@ class PreparedCall:
         values: dict[int | str, Any] = {}
         for name in self.scalar_names:
             value = arguments[name]
-            values[name] = value if type(value) is float else scalar_value(name, value)
+            values[name] = value if type(value) is float and isfinite(value) else scalar_value(name, value)
         outputs = [self.allocate(shape) for shape in self.output_shapes]
         for position, (_, pointer) in enumerate(outputs):
             if pointer % 16:

@@ -39,9 +39,13 @@ from typing import Mapping
 from ..version import __version__
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
+from .. import validate as check
 from ..ir.plan import ProgramPlan
 
 FORMAT = 1  # of an entry file; another format is a miss
+# what reading an entry that is not to be trusted may raise (JSONDecodeError and
+# UnicodeDecodeError are ValueErrors; RecursionError: arrays nested 50,000 deep)
+UNREADABLE = (OSError, ValueError, LookupError, TypeError, AttributeError, RecursionError, OverflowError)
 SHIPPED = "tunings"  # a library's folder of plans tuned for it
 
 
@@ -168,7 +172,7 @@ def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None
         for path in sorted((root / slug).glob("*.json")):
             try:
                 fields = json.loads(path.read_text(encoding="utf-8"))["key"]
-            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            except UNREADABLE:
                 continue  # `fusec tunings` reports what does not parse
             if not isinstance(fields, dict) or fields.get("library") == library.content_hash:
                 continue
@@ -206,8 +210,8 @@ def nearby(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
             for path in sorted((root / slug).glob("*.json")):
                 try:
                     fields = json.loads(path.read_text(encoding="utf-8"))["key"]
-                    theirs = {str(k): int(v) for k, v in fields["sizes"].items()}
-                except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+                    theirs = dict(sizes_of(fields))
+                except UNREADABLE:
                     continue  # lookup and `fusec tunings` report what does not parse
                 if ({k: v for k, v in fields.items() if k != "sizes"} != {k: v for k, v in same.items() if k != "sizes"}
                         or theirs.keys() != wanted.keys() or theirs == wanted
@@ -256,15 +260,30 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
         if data.get("key") != wanted.fields():
             return _bad(path, "is filed under a key its fields do not match")
         plan = ProgramPlan.from_json(json.dumps(data["plan"]))
-        entry = TuningEntry(wanted, plan, float(data["measured_us"]), float(data["predicted_us"]),
-                            int(data["predicted_rank"]), int(data["top"]), str(data["gpu_name"]),
+        hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
+        entry = TuningEntry(wanted, plan,
+                            float(check.number(data["measured_us"], "measured_us", low=0)),
+                            float(check.number(data["predicted_us"], "predicted_us", low=0)),
+                            check.number(data["predicted_rank"], "predicted_rank", low=1, integer=True),
+                            check.number(data["top"], "top", low=0, integer=True), str(data["gpu_name"]),
                             str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
-        return _bad(path, f"does not parse ({type(exc).__name__}: {exc})")
-    covered = sorted(c for k in plan.kernels for c in k.calls)
+    except UNREADABLE as exc:
+        return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
+    try:
+        covered = sorted(c for k in plan.kernels for c in k.calls)
+    except UNREADABLE as exc:  # calls that are not numbers
+        return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
     if calls is not None and covered != list(range(calls)):
         return _bad(path, "holds a plan that does not cover the script's calls")
     return entry
+
+
+def sizes_of(fields: dict) -> tuple[tuple[str, int], ...]:
+    """The sizes of an entry's key, sorted by name: whole numbers from 1 to 2**31 - 1
+    (``Infinity``, 1.5 or a string is :class:`~fusec.validate.Invalid`)."""
+    sizes = check.mapping(fields["sizes"], "sizes")
+    return tuple(sorted((str(k), check.number(v, f"size {k}", low=1, high=check.MAX_EXTENT, integer=True))
+                        for k, v in sizes.items()))
 
 
 def _flag(data: dict, name: str) -> bool:
@@ -318,19 +337,20 @@ def filed(library, gpu: str | None = None) -> list[Filed]:
 def _filed(path: Path, shipped: bool, slug: str, library) -> Filed:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        fields = data["key"]
-        sizes = tuple(sorted((str(k), int(v)) for k, v in fields["sizes"].items()))
+        fields = check.mapping(data["key"], "key")
+        sizes = sizes_of(fields)
         digest = TuningKey(**{**fields, "sizes": sizes}).digest
-        measured = float(data["measured_us"])
+        measured = float(check.number(data["measured_us"], "measured_us"))
         script, dtype, date = str(data.get("script", "")), str(fields["dtype"]), str(data.get("date", ""))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        library_hash, made_by = str(fields["library"]), str(fields["fusec"])
+    except UNREADABLE as exc:
         return Filed(path, shipped, slug, "?", "?", (), None, "", f"does not parse ({type(exc).__name__})")
-    other_library = fields["library"] != library.content_hash
+    other_library = library_hash != library.content_hash
     if other_library:
-        why = (f"keyed on the library as it was (hash {fields['library']}, now {library.content_hash})"
-               if shipped else f"keyed on another library, or this one as it was (hash {fields['library']})")
-    elif fields["fusec"] != __version__:
-        why = f"made by fusec {fields['fusec']}, this is {__version__}"
+        why = (f"keyed on the library as it was (hash {library_hash}, now {library.content_hash})"
+               if shipped else f"keyed on another library, or this one as it was (hash {library_hash})")
+    elif made_by != __version__:
+        why = f"made by fusec {made_by}, this is {__version__}"
     elif data.get("format") != FORMAT:
         why = f"format {data.get('format')!r}, not {FORMAT}"
     elif path.stem != digest:

@@ -11,6 +11,7 @@ spends on the routine per iteration at that many blocks per SM.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import statistics
@@ -100,10 +101,6 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
                 timings[probe.key] = _time_probe(driver, clock, module, probe, info.sms, launch)
                 bar.advance(label=probe.key.routine)
         bar.close()
-    if old is not None:
-        for key, timing in old.timings.items():
-            if missing or key.dtype not in dtypes:
-                timings.setdefault(key, timing)
     database = store.Database(
         device={"name": info.name, "slug": info.slug, "sms": info.sms,
                 "compute_capability": info.compute_capability, "cuda_driver": info.cuda_driver,
@@ -111,8 +108,29 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         library={"name": library.name, "hash": library.content_hash},
         fusec=__version__, built=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         launch=launch, bench_sizes={"waves": WAVES, "repeat": REPEAT}, timings=timings, path=str(path))
-    store.save(database, path)
-    return database, path
+    return save_merged(database, path, library, dtypes, missing), path
+
+
+def save_merged(database: store.Database, path: Path, library: Library, dtypes, missing: bool) -> store.Database:
+    """Write ``database`` (the timings measured now) into ``path`` with the timings the
+    file holds at this moment that were not measured now (the other precision's; with
+    ``missing``, every other key), under an exclusive lock on ``<path>.lock``: two
+    builds at once (fp32 and fp64) each re-read, merge and write in turn, and neither
+    loses the other's timings. The database written."""
+    import fcntl
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        old = _usable(path, library, database.slug)
+        timings = dict(database.timings)
+        if old is not None:
+            for key, timing in old.timings.items():
+                if missing or key.dtype not in dtypes:
+                    timings.setdefault(key, timing)
+        merged = dataclasses.replace(database, timings=timings)
+        store.save(merged, path)
+    return merged
 
 
 def _usable(path: Path, library: Library, slug: str) -> store.Database | None:

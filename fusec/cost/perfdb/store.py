@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
+from ... import validate as check
 from ...cache import atomic_write_text
 from ...errors import FusecWarning
 from ...target import slug
@@ -103,23 +104,51 @@ class Database:
 
     @classmethod
     def from_json(cls, text: str, path: str = "") -> "Database":
+        """The database ``text`` holds; :class:`ValueError` (``validate.Invalid``)
+        naming the field when any field is missing, of the wrong type or out of range."""
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a fusec performance database of format {FORMAT}")
+        device = check.mapping(data.get("device"), "device")
+        for field in ("name", "slug"):
+            check.text(device.get(field), f"device {field}")
+        check.number(device.get("sms"), "device sms", low=1, high=100_000, integer=True)
+        library = check.mapping(data.get("library"), "library")
+        check.text(library.get("hash"), "library hash")
+        launch = check.number(data.get("launch_seconds"), "launch_seconds", low=0, high=1.0)
+        bench_sizes = check.mapping(data.get("bench_sizes", {}), "bench_sizes")
+        routines = data.get("routines")
+        if not isinstance(routines, list):
+            raise check.Invalid("routines is not a list")
         timings = {}
-        fields = [f.name for f in dataclasses.fields(RoutineKey)]
-        for entry in data["routines"]:
-            key = RoutineKey(**{f: entry[f] for f in fields})
-            seconds = {int(k): float(v) for k, v in entry["seconds"].items()}
-            if not seconds or any(not v > 0 for v in seconds.values()):
-                raise ValueError(f"routine {key.routine}: no positive timings")
-            timings[key] = Timing(key, entry["kind"], seconds, int(entry["registers"]),
-                                  int(entry["max_blocks_per_sm"]))
-        for field in ("name", "slug", "sms"):
-            if field not in data["device"]:
-                raise ValueError(f"device has no {field!r}")
-        return cls(data["device"], data["library"], data["fusec"], data["built"],
-                   float(data["launch_seconds"]), data["bench_sizes"], timings, path)
+        for entry in routines:
+            entry = check.mapping(entry, "a routine")
+            key = RoutineKey(
+                check.text(entry.get("routine"), "routine"), check.text(entry.get("section"), "section"),
+                check.text(entry.get("geometry"), "geometry"),
+                check.number(entry.get("block"), "block", low=1, high=4096, integer=True),
+                check.number(entry.get("iters"), "iters", low=1, high=1 << 20, integer=True),
+                (None if entry.get("tile_rows") is None else
+                 check.number(entry.get("tile_rows"), "tile_rows", low=0, high=1 << 20, integer=True)),
+                None if entry.get("serial") is None else check.text(entry.get("serial"), "serial"),
+                check.text(entry.get("dtype"), "dtype"))
+            where = f"routine {key.routine}"
+            seconds = {}
+            for level, value in check.mapping(entry.get("seconds"), f"{where}: seconds").items():
+                if not (isinstance(level, str) and level.isdigit() and 1 <= int(level) <= 1024):
+                    raise check.Invalid(f"{where}: {level!r} is not a number of blocks per SM (1 to 1024)")
+                # seconds per block and iteration: positive, and far below a second
+                seconds[int(level)] = float(check.number(value, f"{where}: seconds at {level} blocks per SM",
+                                                         low=0, above=True, high=1.0))
+            if not seconds:
+                raise ValueError(f"{where}: no positive timings")
+            timings[key] = Timing(key, check.text(entry.get("kind"), f"{where}: kind"), seconds,
+                                  check.number(entry.get("registers"), f"{where}: registers", low=0,
+                                               high=65536, integer=True),
+                                  check.number(entry.get("max_blocks_per_sm"), f"{where}: max_blocks_per_sm",
+                                               low=1, high=1024, integer=True))
+        return cls(device, library, str(data.get("fusec", "?")), str(data.get("built", "?")),
+                   float(launch), bench_sizes, timings, path)
 
 
 def directory() -> Path:
@@ -154,7 +183,7 @@ def load(path: Path, library: Library | None = None) -> Database | None:
         warnings.warn(PerfdbWarning(f"performance database {path} cannot be read ({exc.strerror});"
                                     " not used"))
         return None
-    except (ValueError, KeyError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         warnings.warn(PerfdbWarning(f"performance database {path} is damaged ({exc}); not used"
                                     " (run 'fusec perfdb build' to replace it)"))
         return None

@@ -1,0 +1,126 @@
+"""Checks of what fusec reads back and what a caller hands it.
+
+Files fusec wrote itself (performance databases, tuning entries, caches) may
+have been damaged or edited since: each field read is checked against its
+type and range here, and a file with one field wrong is not used
+(:class:`Invalid`, a ``ValueError``, which the readers turn into a warning
+naming the file). Arguments of the command line and of the Python API are
+checked with the same functions and raise :class:`~fusec.errors.ArgumentError`
+naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import stat
+from typing import Any
+
+from .errors import ArgumentError, FusecError
+
+# A grid's x dimension holds at most 2**31 - 1 blocks, and the kernels index
+# elements with 32-bit ints: no size may pass that, nor may a matrix's elements.
+MAX_EXTENT = 2 ** 31 - 1
+MAX_ELEMENTS = 2 ** 40  # elements of the largest array of a script (8 TB in float64)
+
+
+class Invalid(ValueError):
+    """A field of a file read back is missing, of the wrong type or out of range."""
+
+
+def number(value: Any, field: str, *, low: float | None = None, high: float | None = None,
+           integer: bool = False, above: bool = False) -> float | int:
+    """``value`` if it is a finite real (a whole number with ``integer``) in
+    [``low``, ``high``] (``low`` excluded with ``above``); else :class:`Invalid`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Invalid(f"{field} is {_short(value)}, not a number")
+    if integer and not isinstance(value, int):
+        raise Invalid(f"{field} is {_short(value)}, not a whole number")
+    if not integer and not math.isfinite(value):
+        raise Invalid(f"{field} is {value}, not a finite number")
+    if low is not None and (value <= low if above else value < low):
+        raise Invalid(f"{field} is {_short(value)}, not {'above' if above else 'at least'} {low}")
+    if high is not None and value > high:
+        raise Invalid(f"{field} is {_short(value)}, more than {high}")
+    return value
+
+
+def text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise Invalid(f"{field} is {_short(value)}, not a string")
+    return value
+
+
+def mapping(value: Any, field: str) -> dict:
+    if not isinstance(value, dict):
+        raise Invalid(f"{field} is {_short(value)}, not a JSON object")
+    return value
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+# -- arguments -------------------------------------------------------------------
+
+def size(name: str, value: Any, argument: str = "sizes") -> int:
+    """A problem size: a whole number from 1 to MAX_EXTENT."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(argument, f"size {name} is {_short(value)}, not a whole number")
+    value = int(value)
+    if not 1 <= value <= MAX_EXTENT:
+        raise ArgumentError(argument, f"size {name} = {value} is out of range: sizes are 1 to 2**31 - 1")
+    return value
+
+
+def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argument: str = "sizes") -> None:
+    """No array of the script (``shapes``: name -> size names) has more than MAX_ELEMENTS."""
+    for array, dims in shapes.items():
+        count = math.prod(sizes[d] for d in dims)
+        if count > MAX_ELEMENTS:
+            given = " x ".join(f"{d}={sizes[d]}" for d in dims)
+            raise ArgumentError(argument, f"{array} would hold {count:.3g} elements ({given}),"
+                                          f" more than 2**40: no GPU holds it")
+
+
+def dtype(value: Any) -> str:
+    """'float32' or 'float64' from a name or a NumPy dtype; None or anything else is an error."""
+    import numpy as np
+    if value is None:
+        raise ArgumentError("dtype", "is None: pass 'float32' or 'float64'")
+    try:
+        name = np.dtype(value).name
+    except (TypeError, ValueError):
+        name = None
+    if name not in ("float32", "float64"):
+        raise ArgumentError("dtype", f"is {_short(value)}: fusec compiles 'float32' or 'float64' only")
+    return name
+
+
+def scalar(name: str, value: float, dtype_name: str) -> float:
+    """A scalar argument: finite and within the range of the program's precision."""
+    import numpy as np
+    if not math.isfinite(value):
+        raise ArgumentError(name, f"is {value}: scalars must be finite")
+    largest = float(np.finfo(dtype_name).max)
+    if abs(value) > largest:
+        raise ArgumentError(name, f"is {value:g}, outside the range of {dtype_name} (|x| <= {largest:g})")
+    return value
+
+
+def regular_file(path: str, what: str = "script") -> None:
+    """Refuse a FIFO, a device or a directory before opening it (reading a FIFO blocks
+    for ever); a missing file is left to open() to report."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        from .errors import ScriptError
+        error = ScriptError if what == "script" else FusecError
+        raise error(f"{path}: the {what} is {kind}, not a regular file")
