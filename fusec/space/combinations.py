@@ -37,6 +37,7 @@ from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
 from .implementations import SMS, by_time, implementations
 from .points import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from .search import bounded_cover, exhaustive_is_small, warn_cut
 from .striped import StripedFusion, striped_covers, striped_options
 
 Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover
@@ -104,6 +105,7 @@ class Space:
     options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan | StripedPlan | HeldPlan, Kernel, float]]]  # by time
     covers: list[tuple[Slot, ...]]
     horizontals: list[HorizontalFusion] = dataclasses.field(default_factory=list)
+    cut: str = ""  # where the space was too large to enumerate: how it was bounded (SpaceCutWarning)
 
     @property
     def implementation_count(self) -> int:
@@ -284,8 +286,20 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
                 shapes=None, horizontal: bool = True, striped: bool = True, held: bool = True) -> Space:
     """The space for one precision and size; ``shapes`` replaces the block shapes
     searched; ``horizontal=False`` leaves horizontal fusions out, ``striped=False``
-    striped and held ones (the same pairs), ``held=False`` held ones only."""
-    found = fusions(dag, library)
+    striped and held ones (the same pairs), ``held=False`` held ones only.
+
+    Where the space is too large to enumerate (:func:`~fusec.space.search.exhaustive_is_small`),
+    it holds the cover the bounded search finds, with its slots' options
+    (:mod:`fusec.space.search`), and a :class:`~fusec.space.search.SpaceCutWarning` says so."""
+    small, found = exhaustive_is_small(dag, library) if shapes is None else (True, None)
+    if not small:
+        cover, options, note = bounded_cover(dag, library, dtype, sizes, predictor, horizontal=horizontal,
+                                             striped=striped, held=held)
+        warn_cut(note)
+        return Space(dag, library, dtype, dict(sizes), predictor,
+                     sorted((f for f in options if isinstance(f, Fusion)), key=lambda f: (len(f), f.calls)),
+                     options, [cover], [s for s in cover if isinstance(s, HorizontalFusion)], cut=note)
+    found = found if found is not None else fusions(dag, library)
     options = {}
     for fusion in found:
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
