@@ -197,6 +197,9 @@ def _run(args) -> int:
     return 0 if ok else 1
 
 
+MOST_LISTED = 100_000  # combinations `fusec space --all` lists at most (GEMVER's space has 24 million)
+
+
 def _space(args) -> int:
     import time
     from .api import default_sizes
@@ -216,6 +219,9 @@ def _space(args) -> int:
             raise FusecError(f"--layouts must be at least 1, not {args.layouts}")
         shown = space.layouts(args.layouts)
     else:
+        if args.all and space.combination_count > MOST_LISTED:
+            raise FusecError(f"--all: the space of {dag.file} has {space.combination_count:,} combinations,"
+                             f" too many to list (at most {MOST_LISTED:,}); show the best with --top K")
         limit = None if args.all else args.top
         for combination in space.ranked():
             if limit is not None and len(shown) >= limit:
@@ -228,6 +234,8 @@ def _space(args) -> int:
           f"  ({sum(len(f) > 1 for f in space.fusions)} of more than one call)")
     print(f"implementations  {space.implementation_count}")
     print(f"combinations     {space.combination_count}  (in {len(space.covers)} covers of the calls)")
+    if space.cut:
+        print(f"bounded          {space.cut}")
     print(f"enumerated       {len(shown)} in {elapsed:.2f} s"
           + (", the best of each layout of the heaviest kernel" if args.layouts is not None else ""))
     print()
@@ -351,7 +359,8 @@ def parser() -> argparse.ArgumentParser:
     sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size; default 8192)")
     which = space.add_mutually_exclusive_group()
     which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
-    which.add_argument("--all", action="store_true", help="enumerate and show every combination")
+    which.add_argument("--all", action="store_true",
+                       help="enumerate and show every combination (refused past 100,000 of them)")
     which.add_argument("--layouts", type=int, metavar="L",
                        help="show the best-predicted combination of each of the L best-predicted layouts"
                             " of the heaviest kernel (calls, implementations, shape, serial axis, lag),"

@@ -369,6 +369,28 @@ def messages(record) -> list[tuple[Coord, str]]:
             if isinstance(w.message, ScriptWarning)]
 
 
+def test_dead_code_is_left_out_with_its_lines_named():
+    """A chain no returned value needs: the checker names its last value as unused
+    (nothing reads it) and the statements that only feed it as left out."""
+    text = """\
+vector w, y, a, b, x;
+scalar alpha;
+input w, y, alpha;
+a = saxpy(alpha, w, y);
+b = saxpy(alpha, a, y);
+x = saxpy(alpha, w, y);
+return x;
+"""
+    with pytest.warns(ScriptWarning) as record:
+        dag = check(parse(text, F), LIB)
+    assert [dag.value(c.result).name for c in dag.calls] == ["x"]
+    assert [v.name for v in dag.values] == ["w", "y", "alpha", "x"] and dag.outputs == (3,)
+    assert messages(record) == [
+        (at(5, 1), "'b' is assigned but never used"),
+        (at(4, 1), "2 statements that no returned value depends on (lines 4, 5) left out"),
+    ]
+
+
 def test_clean_script_warns_nothing():
     compile_text(BICGK)  # warnings are errors in compile_text
 
@@ -386,13 +408,14 @@ return q;
 """
     with pytest.warns(ScriptWarning) as record:
         dag = check(parse(text, F), LIB)
-    assert len(dag.calls) == 3
+    assert len(dag.calls) == 1  # the two that compute s are dead code, left out
     assert messages(record) == [
         (at(2, 20), "'t' is declared but never used"),
         (at(3, 8), "'beta' is declared but never used"),
         (at(4, 13), "input 'r' is never used"),
         (at(6, 1), "'s' is assigned here but reassigned before it is used"),
         (at(7, 1), "'s' is assigned but never used"),
+        (at(6, 1), "2 statements that no returned value depends on (lines 6, 7) left out"),
     ]
     warning = record[0].message
     assert str(warning).startswith(f"{F}:2:20: 't' is declared but never used\n")

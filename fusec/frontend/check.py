@@ -23,7 +23,7 @@ import pathlib
 import warnings
 from typing import Mapping, Protocol
 
-from ..ir.dag import Argument, Call, Constant, Dag, Value
+from ..ir.dag import Argument, Call, Constant, Dag, Value, without_dead_calls
 from ..errors import (ArityError, Coord, DuplicateDeclarationError, KindError,
                       ScriptSemanticError, ScriptWarning, SizeMismatchError,
                       UnassignedNameError, UndefinedNameError, UnknownFunctionError)
@@ -183,7 +183,13 @@ class _Checker:
             self.fail(ScriptSemanticError, "missing return statement at the end of the script",
                       self.script.end)
         self.warn_unused()
-        return self.dag()
+        dag, dead = without_dead_calls(self.dag())
+        if dead:  # the lines whose result is never read were named above; these are all left out
+            lines = ", ".join(str(c.coord.line) for c in dead)
+            warnings.warn(ScriptWarning(f"{len(dead)} statement{'s' if len(dead) > 1 else ''} that no returned value"
+                                        f" depends on (line{'s' if len(dead) > 1 else ''} {lines}) left out",
+                                        dead[0].coord, self.script.line(dead[0].coord.line)), stacklevel=3)
+        return dag
 
     def declaration(self, statement: ast.Declaration) -> None:
         for d in statement.declarators:

@@ -141,3 +141,34 @@ class Dag:
             lines.append(f"{self.file}:{call.coord.line}: "
                          f"{self.values[call.result].label} = {call.function}({args})")
         return "\n".join(lines)
+
+
+def without_dead_calls(dag: Dag) -> tuple[Dag, tuple[Call, ...]]:
+    """The DAG without the calls no returned value depends on (dead code: their
+    results would be computed and thrown away), and those calls. Calls and the
+    values they make are renumbered in order; inputs are all kept (the caller
+    still passes them)."""
+    live: set[int] = set()
+    stack = [dag.producer(v) for v in dag.outputs if dag.producer(v) is not None]
+    while stack:
+        call = stack.pop()
+        if call not in live:
+            live.add(call)
+            stack.extend(dag.predecessors(call))
+    dead = tuple(c for c in dag.calls if c.id not in live)
+    if not dead:
+        return dag, ()
+    kept = [v for v in dag.values if v.producer is None or v.producer in live]
+    value_ids = {v.id: i for i, v in enumerate(kept)}
+    call_ids = {c.id: i for i, c in enumerate(c for c in dag.calls if c.id in live)}
+    values = tuple(dataclasses.replace(v, id=value_ids[v.id],
+                                       producer=None if v.producer is None else call_ids[v.producer])
+                   for v in kept)
+    calls = tuple(dataclasses.replace(c, id=call_ids[c.id], result=value_ids[c.result],
+                                      args=tuple(value_ids[a] if isinstance(a, int) else a for a in c.args))
+                  for c in dag.calls if c.id in live)
+    used = {s for v in values for s in v.dims}
+    return dataclasses.replace(dag, values=values, calls=calls,
+                               inputs=tuple(value_ids[v] for v in dag.inputs),
+                               outputs=tuple(value_ids[v] for v in dag.outputs),
+                               sizes=tuple(s for s in dag.sizes if s in used)), dead

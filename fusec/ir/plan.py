@@ -100,6 +100,11 @@ class KernelPlan(Plan):
     def summary(self, dag) -> str:
         return _kernel_summary(dag, self)
 
+    def relabelled(self, mapping: dict[int, int]) -> "KernelPlan":
+        """The same plan over other calls (``mapping``: old call id -> new)."""
+        return dataclasses.replace(self, calls=tuple(mapping[c] for c in self.calls),
+                                   steps=tuple(dataclasses.replace(s, call=mapping[s.call]) for s in self.steps))
+
     def layout(self) -> "KernelPlan":
         """This plan without its routine order: the calls, implementations,
         shape and serial axis, which set how the kernel moves its bytes."""
@@ -160,6 +165,9 @@ class HorizontalPlan(Plan):
         bound = f", <={self.bound} regs" if self.bound else ""
         return "H{" + " || ".join(p.summary(dag) for p in self.parts) + f"{bound}}}"
 
+    def relabelled(self, mapping: dict[int, int]) -> "HorizontalPlan":
+        return dataclasses.replace(self, parts=tuple(p.relabelled(mapping) for p in self.parts))
+
     def offsets(self) -> tuple[int, ...]:
         """The first thread of each part."""
         out, first = [], 0
@@ -202,6 +210,10 @@ class TwoPartPlan(Plan):
 
     def layout(self):
         return dataclasses.replace(self, producer=self.producer.layout(), consumer=self.consumer.layout())
+
+    def relabelled(self, mapping: dict[int, int]):
+        return dataclasses.replace(self, producer=self.producer.relabelled(mapping),
+                                   consumer=self.consumer.relabelled(mapping))
 
 
 @dataclasses.dataclass(frozen=True, order=True)

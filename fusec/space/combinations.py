@@ -38,6 +38,8 @@ from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
 from .implementations import SMS, by_time, implementations
 from ..ir.plan import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from .covers import covers, kernel_order
+from .search import bounded_cover, exhaustive_is_small, warn_cut
 from .striped import StripedFusion, striped_covers, striped_options
 
 Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover
@@ -55,43 +57,6 @@ class Combination:
         return tuple(k.calls for k in self.plan.kernels)
 
 
-def _kernel_order(dag: Dag, cover: tuple[Slot, ...]) -> tuple[Slot, ...] | None:
-    """The fusions in an order that respects the DAG, or None if they form a cycle."""
-    owner = {c: i for i, f in enumerate(cover) for c in f.calls}
-    needs = {i: {owner[p] for c in f.calls for p in dag.predecessors(c)} - {i} for i, f in enumerate(cover)}
-    order: list[int] = []
-    while len(order) < len(cover):
-        ready = [i for i in range(len(cover)) if i not in order and needs[i] <= set(order)]
-        if not ready:
-            return None
-        order.append(min(ready, key=lambda i: cover[i].calls[0]))
-    return tuple(cover[i] for i in order)
-
-
-def covers(dag: Dag, candidates: list[Fusion]) -> list[tuple[Fusion, ...]]:
-    """Every exact cover of the calls by fusions, each in launch order."""
-    calls = [c.id for c in dag.calls]
-    by_first: dict[int, list[Fusion]] = {}
-    for fusion in candidates:
-        by_first.setdefault(fusion.calls[0], []).append(fusion)
-    out = []
-
-    def extend(chosen: list[Fusion], covered: frozenset[int]) -> None:
-        left = [c for c in calls if c not in covered]
-        if not left:
-            ordered = _kernel_order(dag, tuple(chosen))
-            if ordered is not None:
-                out.append(ordered)
-            return
-        first = left[0]  # the smallest uncovered call starts the next fusion
-        for fusion in by_first.get(first, ()):
-            if not covered.intersection(fusion.calls):
-                extend(chosen + [fusion], covered | frozenset(fusion.calls))
-
-    extend([], frozenset())
-    return out
-
-
 @dataclasses.dataclass
 class Space:
     """The optimization space of a script for one precision and problem size."""
@@ -105,6 +70,7 @@ class Space:
     options: dict[Slot, list[tuple[KernelPlan | HorizontalPlan | StripedPlan | HeldPlan, Kernel, float]]]  # by time
     covers: list[tuple[Slot, ...]]
     horizontals: list[HorizontalFusion] = dataclasses.field(default_factory=list)
+    cut: str = ""  # where the space was too large to enumerate: how it was bounded (SpaceCutWarning)
 
     @property
     def implementation_count(self) -> int:
@@ -285,8 +251,20 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
                 shapes=None, horizontal: bool = True, striped: bool = True, held: bool = True) -> Space:
     """The space for one precision and size; ``shapes`` replaces the block shapes
     searched; ``horizontal=False`` leaves horizontal fusions out, ``striped=False``
-    striped and held ones (the same pairs), ``held=False`` held ones only."""
-    found = fusions(dag, library)
+    striped and held ones (the same pairs), ``held=False`` held ones only.
+
+    Where the space is too large to enumerate (:func:`~fusec.space.search.exhaustive_is_small`),
+    it holds the cover the bounded search finds, with its slots' options
+    (:mod:`fusec.space.search`), and a :class:`~fusec.space.search.SpaceCutWarning` says so."""
+    small, found = exhaustive_is_small(dag, library) if shapes is None else (True, None)
+    if not small:
+        cover, options, note = bounded_cover(dag, library, dtype, sizes, predictor, horizontal=horizontal,
+                                             striped=striped, held=held)
+        warn_cut(note)
+        return Space(dag, library, dtype, dict(sizes), predictor,
+                     sorted((f for f in options if isinstance(f, Fusion)), key=lambda f: (len(f), f.calls)),
+                     options, [cover], [s for s in cover if isinstance(s, HorizontalFusion)], cut=note)
+    found = found if found is not None else fusions(dag, library)
     options = {}
     for fusion in found:
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
@@ -294,7 +272,7 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
                                                      getattr(predictor, "sms", SMS))]
         options[fusion] = sorted(timed, key=by_time)
     plain = covers(dag, found)
-    sideways = horizontal_covers(dag, plain, _kernel_order) if horizontal else []
+    sideways = horizontal_covers(dag, plain, kernel_order) if horizontal else []
     fused = sorted({slot for cover in sideways for slot in cover if isinstance(slot, HorizontalFusion)})
     for slot in fused:
         options[slot] = horizontal_options(dag, library, slot, [_tiles(options[p]) for p in slot.parts],

@@ -36,7 +36,7 @@ class Fusion:
         return len(self.calls)
 
 
-def _space(dag: Dag, library: Library, call: int) -> tuple:
+def index_space(dag: Dag, library: Library, call: int) -> tuple:
     """Geometry and index space (size symbols) a call runs over."""
     function = function_of(dag, library, call)
     bound = call_dims(dag, library, call)
@@ -100,7 +100,7 @@ def why_not_fusible(dag: Dag, library: Library, calls: tuple[int, ...],
         lacking = [c for c in calls if not has_band(dag, library, c)]
         if lacking:
             return f"call {lacking[0]} ({dag.call(lacking[0]).function}) has no band implementation"
-    spaces = {_space(dag, library, c) for c in calls}
+    spaces = {index_space(dag, library, c) for c in calls}
     if len(spaces) != 1:
         return "different nesting depths or index spaces"
     for call in calls:
@@ -136,7 +136,7 @@ def fusions(dag: Dag, library: Library) -> list[Fusion]:
     ids = [c.id for c in dag.calls]
     by_space: dict[tuple, list[int]] = {}
     for call in ids:
-        by_space.setdefault(_space(dag, library, call), []).append(call)
+        by_space.setdefault(index_space(dag, library, call), []).append(call)
     for calls in by_space.values():
         for size in range(1, len(calls) + 1):
             for subset in itertools.combinations(calls, size):

@@ -68,8 +68,10 @@ def band_shapes(rows: int, cols: int, dtype: str, sms: int = SMS) -> tuple[Shape
     return tuple(dict.fromkeys(out))
 
 
-def call_orders(dag: Dag, fusion: Fusion) -> list[tuple[int, ...]]:
-    """Topological orders of the fusion's calls."""
+def call_orders(dag: Dag, fusion: Fusion, most: int | None = None) -> list[tuple[int, ...]]:
+    """Topological orders of the fusion's calls, in lexicographic order (the DAG
+    order first); only the first ``most`` where given (independent calls have
+    factorially many)."""
     members = set(fusion.calls)
     out = []
 
@@ -78,6 +80,8 @@ def call_orders(dag: Dag, fusion: Fusion) -> list[tuple[int, ...]]:
             out.append(order)
             return
         for call in sorted(left):
+            if most is not None and len(out) >= most:
+                return
             if all(p not in left for p in dag.predecessors(call) if p in members):
                 extend(order + (call,), left - {call})
 
@@ -146,17 +150,18 @@ def _loads_at_once_fit(plan: HeldPlan, kernel) -> bool:
 
 def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
                     shapes: tuple[Shape, ...] | None = None, sizes=None,
-                    sms: int = SMS) -> list[tuple[KernelPlan, Kernel]]:
+                    sms: int = SMS, most_orders: int | None = None) -> list[tuple[KernelPlan, Kernel]]:
     """Every valid, undominated implementation of a fusion, with its analysed kernel.
     ``shapes`` replaces the block shapes searched (those of the fusion's geometry are used).
     Given ``sizes``, a fusion of nested calls also gets band implementations
-    (:func:`band_shapes`), and a fusion that only the band geometry allows gets only those."""
+    (:func:`band_shapes`), and a fusion that only the band geometry allows gets only those.
+    ``most_orders``: only the first so many call orders (:func:`call_orders`)."""
     geometry = function_of(dag, library, fusion.calls[0]).hof.geometry
     geometries = [geometry] if why_not_fusible(dag, library, fusion.calls) is None else []
     if geometry is Geometry.TILE and why_not_fusible(dag, library, fusion.calls, Geometry.BAND) is None:
         geometries.append(Geometry.BAND)
     orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
-                                for o in call_orders(dag, fusion) for first in (False, True)))
+                                for o in call_orders(dag, fusion, most_orders) for first in (False, True)))
     best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
     for geometry in geometries:
         _implement(dag, library, fusion, dtype, geometry, _shapes_of(dag, library, fusion, dtype, geometry,

@@ -62,12 +62,12 @@ def striped_covers(dag: Dag, library: Library, covers: list[tuple]) -> list[tupl
                 continue
             if not all(function_of(dag, library, c).hof.nested for c in producer.calls + consumer.calls):
                 continue
-            if _crosses_reduction(dag, library, producer, consumer):
+            if crosses_reduction(dag, library, producer, consumer):
                 out.append(cover[:i] + (StripedFusion(producer, consumer),) + cover[i + 2:])
     return out
 
 
-def _crosses_reduction(dag: Dag, library: Library, producer: Fusion, consumer: Fusion) -> bool:
+def crosses_reduction(dag: Dag, library: Library, producer: Fusion, consumer: Fusion) -> bool:
     """The consumer reads a vector the producer finishes by a reduction (else
     nothing needs a barrier between them, or something needs a whole scalar)."""
     values = crossing(dag, producer.calls, consumer.calls)

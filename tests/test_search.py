@@ -1,0 +1,114 @@
+"""The bounded search (issue 50): long scripts reach a first choice in bounded
+time, with a one-line warning where the space was cut; what it relabels between
+alike fusions is what building them gives; ``fusec space --all`` refuses a huge
+space. No GPU, no nvcc; each test well under a few seconds (the real figures are
+in bench/results/cpu-compile-time.md)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+from bench.compile_time import GENERATORS, first_choice
+from fusec import cli
+from fusec.cost.perfdb import predictor_for
+from fusec.frontend import check, parse
+from fusec.space import combinations
+from fusec.space.combinations import build_space
+from fusec.space.fusions import Fusion
+from fusec.space.implementations import by_time, implementations
+from fusec.space.search import LONGEST, Search, SpaceCutWarning, likeness
+from tests.helpers import ROOT, library
+
+GPU = "h100-80gb-hbm3"
+BOUND = 5.0  # seconds: generous against CI noise (the benchmark has the real time)
+
+
+def dag_of(kind: str, calls: int):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return check(parse(GENERATORS[kind](calls), f"<{kind} {calls}>"), library())
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_thirty_calls_reach_a_first_choice_in_bounded_time(kind):
+    predictor_for(library(), GPU)  # loaded once, as by any compile
+    start = time.perf_counter()
+    with pytest.warns(SpaceCutWarning, match=r"too large to enumerate \(more than 10\^\d+ combinations\)"):
+        plan, predicted, dag = first_choice(GENERATORS[kind](30))
+    assert time.perf_counter() - start < BOUND
+    assert sorted(c for k in plan.kernels for c in k.calls) == [c.id for c in dag.calls]
+    assert predicted > 0
+
+
+def test_the_cut_is_one_line_naming_the_script():
+    with pytest.warns(SpaceCutWarning) as record:
+        first_choice(GENERATORS["side"](12))
+    message = str(record[0].message)
+    assert "\n" not in message and message.startswith("<bench>: ") and f"at most {LONGEST}" in message
+
+
+def test_dead_code_is_left_out_before_the_search():
+    with pytest.warns(Warning) as record:
+        plan, _, dag = first_choice(GENERATORS["dead"](8))
+    assert len(dag.calls) == 4  # the four dead statements are gone
+    assert any("no returned value depends on" in str(w.message) for w in record)
+
+
+def test_scripts_are_searched_whole():
+    for path in sorted((ROOT / "scripts").rglob("*.script")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dag = check(parse(path.read_text(), str(path)), library())
+        assert combinations.exhaustive_is_small(dag, library())[0], path.name
+
+
+@pytest.mark.parametrize("kind,calls", [("side", 3), ("chain", 4)])
+def test_bounded_search_finds_the_exhaustive_first_choice_where_both_run(kind, calls, monkeypatch):
+    dag = dag_of(kind, calls)
+    sizes = {s: 8192 for s in dag.sizes}
+    whole = build_space(dag, library(), "float32", sizes, predictor_for(library(), GPU)).best()
+    monkeypatch.setattr(combinations, "exhaustive_is_small", lambda dag, library: (False, None))
+    with pytest.warns(SpaceCutWarning):
+        cut = build_space(dag, library(), "float32", sizes, predictor_for(library(), GPU))
+    assert cut.best().predicted <= whole.predicted * (1 + 1e-9)
+
+
+def test_alike_fusions_get_the_options_building_them_gives():
+    """x1 + x2 and x2 + x3 of three ``xi = svadd(w, y)``: one is built, the other
+    relabelled, and the relabelled options are those of building it."""
+    dag = dag_of("side", 3)
+    sizes = {"n": 8192}
+    predictor = predictor_for(library(), GPU)
+    assert likeness(dag, (0, 1), ((0, 1),)) == likeness(dag, (1, 2), ((1, 2),))
+    search = Search(dag, library(), "float32", sizes, predictor)
+    search.fusion(Fusion((0, 1)))
+    relabelled = search.fusion(Fusion((1, 2)))()
+    built = sorted(((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel in
+                    implementations(dag, library(), Fusion((1, 2)), "float32", None, sizes, predictor.sms, 1)),
+                   key=by_time)
+    assert [(p, s) for p, _, s in relabelled] == [(p, s) for p, _, s in built]
+
+
+def test_a_chain_end_is_not_alike_its_middle():
+    dag = dag_of("chain", 7)  # t6 is read by the next call; t7 is returned
+    assert likeness(dag, (3,), ((3,),)) != likeness(dag, (6,), ((6,),))
+
+
+def test_space_all_refuses_a_huge_space_and_says_how_large(capsys):
+    code = cli.main(["space", str(ROOT / "scripts" / "gemver.script"), "--library", str(ROOT / "library" / "blas"),
+                     "--gpu", GPU, "--all"])
+    assert code == 1
+    assert ("has 24,107,044 combinations, too many to list (at most 100,000); show the best with --top K"
+            in capsys.readouterr().err)
+
+
+def test_space_says_where_it_was_cut(tmp_path, capsys):
+    script = tmp_path / "side.script"
+    script.write_text(GENERATORS["side"](12))
+    assert cli.main(["space", str(script), "--library", str(ROOT / "library" / "blas"), "--gpu", GPU,
+                     "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "bounded          " in out and "too large to enumerate" in out
