@@ -82,11 +82,12 @@ __device__ __forceinline__ void fusec_atomic_add16(real* p, const real* v) {
 #if __CUDA_ARCH__ >= 900
   if constexpr (sizeof(real) == 4) {
     atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
-    return;
-  }
+  } else  // an else, not a return: nvcc warns of an unreachable loop after a return
 #endif
-  #pragma unroll
-  for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+  {
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+  }
 }
 
 // The barrier of the threads that run one kernel (library routines call it through
