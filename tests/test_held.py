@@ -545,7 +545,7 @@ def test_held_band_ties_go_to_fewer_load_phases_where_registers_leave_room(dtype
 
 
 def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
-    """Measured faster in every pair (bench/results/h100-held-after.md and
+    """Measured faster in every pair (experiments/results/h100-held-after.md and
     h100-held-grid.md): the producer's pass writes only what is re-read, so the model
     finds STORES_AFTER_L2_SHARE of L2 holding it, where it found STRIPE_L2_SHARE; and
     the held tiles' stores leave the producer's pass for the consumer's, where they
@@ -574,7 +574,7 @@ def test_held_stores_after_the_barrier_take_at_least_their_dram_time():
     """With every instance held the consumer has almost nothing left to read: its pass
     lasts as long as DRAM takes the held stores (fp64 n = 2048, GEMVER's B of 32 MB all
     held, 1 instance in registers and 7 in shared memory: measured 32.4 us with the
-    stores after, 36.8 without; bench/results/h100-held-grid.md)."""
+    stores after, 36.8 without; experiments/results/h100-held-grid.md)."""
     from fusec.predict import GRID_BARRIER_SECONDS, held_part_seconds
     dag, sizes = dag_of("gemver"), dict(m=2048, n=2048)
     plan, _ = most_held_band("gemver", "float64", 2048)
