@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(P.ROOT / "bench" / "results"))
     parser.add_argument("--name", default="h100-nearby")
     args = parser.parse_args(argv)
-    from fusec.script import load_script
     from fusec.runtime import cuda
+    from fusec.script import load_script
     library = P._library()
     ns = [int(s.split("=", 1)[1]) for s in args.size] or [10001]
     dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)

@@ -9,7 +9,8 @@ nvcc), and to enumerate every combination; then an empirical search over the
 --top best-predicted combinations plus a seeded uniform --sample of the rest
 (every combination when the space is smaller), each compiled, checked against
 the float64 oracle and timed by the tuner's measurer (CUDA events, median of
---repeat; the GPU's time, the host's launch overhead left out). Reported: the measured rank of the predicted-first, its speed
+--repeat; the GPU's time, the host's launch overhead left out). Reported: the measured rank of the
+predicted-first, its speed
 relative to the best measured, the worst measured, the Spearman correlation
 of predicted and measured times, and the search's time. Each kernel of each
 measured program is also timed on its own (``kernels_us`` in the JSON), the

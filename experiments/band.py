@@ -86,6 +86,7 @@ def main() -> None:
 
 def measure(dtype: str, n: int, rounds: int, repeat: int) -> dict:
     import cupy as cp
+
     import fusec
     from bench.fusion import device_inputs
     from experiments.gemv_patterns import Timer

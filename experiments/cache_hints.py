@@ -78,10 +78,11 @@ def main() -> None:
     args = parser.parse_args()
     import cupy
     import numpy as np
+
     import fusec
-    from fusec.runtime.program import Program
-    from fusec.runtime import cuda
     from bench.fusion import device_inputs
+    from fusec.runtime import cuda
+    from fusec.runtime.program import Program
     rows = []
     for script in SEQUENCES:
         path = ROOT / "scripts" / f"{script}.script"
@@ -115,7 +116,7 @@ def main() -> None:
         cupy.get_default_memory_pool().free_all_blocks()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
-    lines = [f"# Cache hints on fusec's 16-byte accesses (`python -m experiments.cache_hints`)", "",
+    lines = ["# Cache hints on fusec's 16-byte accesses (`python -m experiments.cache_hints`)", "",
              "fp32, best-predicted plans, GPU time (median µs); ratio to plain in brackets.", "",
              "| sequence | size | " + " | ".join(VARIANTS) + " |", "|---|---:|" + "---:|" * len(VARIANTS)]
     for row in rows:

@@ -146,8 +146,10 @@ def main() -> None:
     for spec in cases:
         dtype, _, n = spec.partition(":")
         copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows)
-    command = "python -m experiments.cluster_resident " + " ".join(f"--case {c}" for c in cases) + f" --repeat {args.repeat}"
-    write(args, rows, copies, command=command, title="Cluster-resident kernels", kernels="experiments/cluster_resident.cu")
+    command = ("python -m experiments.cluster_resident " + " ".join(f"--case {c}" for c in cases)
+               + f" --repeat {args.repeat}")
+    write(args, rows, copies, command=command, title="Cluster-resident kernels",
+          kernels="experiments/cluster_resident.cu")
 
 
 if __name__ == "__main__":

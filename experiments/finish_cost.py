@@ -90,9 +90,10 @@ def main() -> None:
     parser.add_argument("--name", default="h100-finish-cost")
     args = parser.parse_args()
     import cupy
+
     import fusec
-    from fusec.runtime.program import Program
     from bench.fusion import device_inputs
+    from fusec.runtime.program import Program
     rows = []
     for dtype, side in args.case or CASES:
         for script in SEQUENCES:

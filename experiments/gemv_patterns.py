@@ -183,7 +183,8 @@ def write(args, rows, n: int, dtype: str) -> None:
              " one call; pipelined µs: 10 calls back to back. Hand-written kernels: experiments/gemv_patterns.cu"
              " (variant = tile rows, block rows, 16-byte vectors per row and thread, tiles per block,"
              " pipelined). vs torch.compile: its µs / this row's, in the same timing.", "",
-             "| contender | what | GPU µs | GB/s | pipelined µs | vs torch.compile (GPU) | vs torch.compile (pipelined) |",
+             "| contender | what | GPU µs | GB/s | pipelined µs | vs torch.compile (GPU)"
+             " | vs torch.compile (pipelined) |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = (f"{peer['gpu_us'] / r['gpu_us']:.3f}×", f"{peer['pipelined_us'] / r['pipelined_us']:.3f}×") \

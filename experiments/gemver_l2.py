@@ -63,9 +63,10 @@ def main() -> None:
     parser.add_argument("--name", default="h100-gemver-l2")
     args = parser.parse_args()
     import cupy
+
     import fusec
-    from fusec.runtime.program import Program
     from bench.fusion import device_inputs
+    from fusec.runtime.program import Program
     sizes = {"m": args.n, "n": args.n}
     base = fusec.compile(ROOT / "scripts" / "gemver.script", dtype="float32", sizes=sizes)
     if len(base.generated.kernels) != 2:

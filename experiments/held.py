@@ -31,6 +31,7 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
     (tile, band or all): the parts' geometry; ``stores_after``: layouts whose held
     instances are stored after the barrier too (else left out)."""
     import dataclasses
+
     from fusec.api import resolve_library
     from fusec.perfdb import predictor_for
     from fusec.script import load_script
@@ -80,6 +81,7 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
 def measure(dtype: str, n: int, repeat: int, rows: list, most: int, shapes=None, apart: bool = False,
             geometry: str = "all", stores_after: bool = False) -> float:
     import cupy as cp
+
     from fusec import nvcc
     from fusec.codegen.program import generate
     from fusec.runtime.program import Program

@@ -179,7 +179,8 @@ def run_case(dtype: str, n: int, args) -> dict:
     pairs = []
     for group in groups:
         entries = [{"plan": ProgramPlan((p,)).summary(dag), "phases": sum(load_phases(x) for x in p.parts),
-                    "predicted_us": seconds * 1e6, "us": by_plan[p][0], "failed": by_plan[p][1]} for p, seconds in group]
+                    "predicted_us": seconds * 1e6, "us": by_plan[p][0], "failed": by_plan[p][1]}
+                   for p, seconds in group]
         pairs.append(entries)
     return {"dtype": dtype, "n": n, "base": ProgramPlan((base,)).summary(dag), "grid": grid, "pairs": pairs}
 

@@ -84,6 +84,7 @@ def twin(plan):
 def measure_pair(name: str, n: int, dtype: str, repeat: int, rotate: bool, library, predictor, ctx) -> dict:
     import pycuda.driver as drv
     import pycuda.gpuarray as gpuarray
+
     from fusec import nvcc, oracle
     from fusec.codegen.program import generate
     from fusec.runtime import cuda
@@ -146,6 +147,7 @@ def measure_pair(name: str, n: int, dtype: str, repeat: int, rotate: bool, libra
 def tuned(name: str, n: int, dtype: str, top: int, repeat: int, library) -> dict:
     """fusec tune's winner (not cached) and, if horizontal, its twin timed the same way."""
     import pycuda.gpuarray as gpuarray
+
     from fusec import oracle
     from fusec.codegen.program import generate
     from fusec.runtime.program import Program

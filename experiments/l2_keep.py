@@ -159,10 +159,12 @@ def main() -> None:
         if not (ROOT / "scripts" / f"{script}.script").exists():
             parser.error(f"--scripts: no script {ROOT / 'scripts' / f'{script}.script'}")
     import dataclasses
+
     import cupy
+
     import fusec
-    from fusec.runtime.program import Program
     from bench.fusion import device_inputs
+    from fusec.runtime.program import Program
     names = variant_names(keeps, tails)
     flush = l2_flusher(cupy)
     dirt = cupy.empty(2 * cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"] // 4, cupy.float32)
@@ -181,7 +183,8 @@ def main() -> None:
         nbytes = base.minimum_bytes(sizes)
         programs = {name: Program(dataclasses.replace(base.generated, source=variant(base.source, name)))
                     for name in names}
-        row = {"sequence": script if states == ("clean",) else f"{script} ({state} L2)", "dtype": args.dtype, "size": args.n, "tuned": bool(base.tuned),
+        row = {"sequence": script if states == ("clean",) else f"{script} ({state} L2)",
+               "dtype": args.dtype, "size": args.n, "tuned": bool(base.tuned),
                "plan": base.generated.plan.summary(base.dag), "bytes": nbytes,
                "changed": {name: programs[name].source != base.source for name in names}}
         row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat,

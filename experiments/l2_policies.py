@@ -66,9 +66,10 @@ def main() -> None:
     parser.add_argument("--name", default="h100-l2-policies")
     args = parser.parse_args()
     import cupy
+
     import fusec
-    from fusec.runtime.program import Program
     from bench.fusion import device_inputs
+    from fusec.runtime.program import Program
     rows = []
     for dtype in args.dtype or sorted(SIZES):
         for script in SEQUENCES:
@@ -107,6 +108,7 @@ def measure_variants(programs: dict, inputs: dict, rounds: int, repeat: int,
     programs' GPU memory is released."""
     import cupy
     import numpy as np
+
     from fusec.runtime import cuda
     names = list(programs)
     samples: dict[str, list[float]] = {name: [] for name in names}

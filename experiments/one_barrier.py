@@ -168,7 +168,8 @@ def main() -> None:
     for spec in cases:
         dtype, _, n = spec.partition(":")
         copies[f"{dtype} n = {n}"] = measure(dtype, int(n), args.repeat, rows, chosen)
-    command = ("python -m experiments.one_barrier " + " ".join(f"--case {c}" for c in cases) + f" --repeat {args.repeat}"
+    command = ("python -m experiments.one_barrier " + " ".join(f"--case {c}" for c in cases)
+               + f" --repeat {args.repeat}"
                + "".join(f" --shape {s}" for s in args.shape or ()) + f" --name {args.name}")
     write(args, rows, copies, command=command, title="One-barrier kernels (the matrix held on chip)",
           kernels="experiments/one_barrier.cu")

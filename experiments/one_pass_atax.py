@@ -79,6 +79,7 @@ def main() -> None:
 
 def measure(dtype: str, n: int, rounds: int, repeat: int) -> dict:
     import cupy as cp
+
     import fusec
     from bench.fusion import copy_bandwidth, device_inputs
     from experiments.gemv_patterns import Timer

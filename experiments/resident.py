@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -90,6 +89,7 @@ class Case:
 
     def __init__(self, dtype: str, n: int, repeat: int, spin, rows: list):
         import cupy as cp
+
         from bench.fusion import copy_bandwidth
         self.cp, self.dtype, self.n, self.rows = cp, dtype, n, rows
         self.np_dtype = np.dtype(dtype)

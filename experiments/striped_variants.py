@@ -119,9 +119,10 @@ def main() -> None:
     parser.add_argument("--name", default="h100-striped-variants")
     args = parser.parse_args()
     import cupy
+
     import fusec
-    from fusec.runtime.program import Program
     from bench.fusion import device_inputs
+    from fusec.runtime.program import Program
     rows = []
     for script, dtype, n in CASES:
         path = ROOT / "scripts" / f"{script}.script"

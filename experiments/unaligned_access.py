@@ -116,7 +116,8 @@ def write(args, results: list[dict], gpu: str) -> None:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     (args.out / f"{args.name}.json").write_text(json.dumps(dict(gpu=gpu, when=when, rows=args.rows,
                                                                  results=results), indent=1))
-    text = (f"# Row accesses off 16-byte boundaries, by hand, on {gpu}\n\n{when}; `python -m experiments.unaligned_access"
+    text = (f"# Row accesses off 16-byte boundaries, by hand, on {gpu}\n\n{when};"
+            " `python -m experiments.unaligned_access"
             f" --rows {args.rows} --cols {args.cols}`. C = A + B (GB/s on 3 matrices) and y = A x (GB/s on A),"
             f" fp32, {args.rows} rows; events around one launch after an L2 flush, median of 20."
             " See the module's docstring for the ways.\n\n" + table(results) + "\n")

@@ -173,6 +173,7 @@ def tile_base(program, n: int, dtype: str, gpu: str | None = None):
 
 def measure(n: int, dtype: str, rounds: int, repeat: int) -> list[dict]:
     import cupy as cp
+
     import fusec
     from bench.fusion import device_inputs
     np_dtype = np.dtype(dtype)

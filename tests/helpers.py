@@ -44,6 +44,7 @@ def compile_for_this_gpu(sources) -> None:
     compiles its programs up front so that running them finds each in nvcc's cache. Line
     information where FUSEC_LINEINFO is set (compute-sanitizer's reports)."""
     import os
+
     from fusec import nvcc
     from fusec.runtime import cuda
     with cuda.context() as ctx:

@@ -419,7 +419,7 @@ def test_matrices_loaded_in_one_phase_are_all_counted_in_registers():
     the widest matrix counted; loading ahead too, it spilled 224 bytes at the 128 a
     thread may have), in two phases one at a time (64 registers)."""
     dag, by_phases = _gesummv_band_kernels((512, 2, 3))
-    (one_plan, one), (two_plan, two) = by_phases[1], by_phases[2]
+    (one_plan, one), (_, two) = by_phases[1], by_phases[2]
     matrix = next(e.size for e in one.elements if e.mapping == "band")
     assert (one.live_band_slots, two.live_band_slots) == (2 * matrix, matrix)
     assert one.estimated_registers == two.estimated_registers + matrix  # fp32: a word a slot

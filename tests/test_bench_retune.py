@@ -9,6 +9,7 @@ import json
 import shutil
 
 import pytest
+from helpers import LIBRARY
 
 from bench import retune
 from fusec import tuning
@@ -16,7 +17,6 @@ from fusec.library.loader import load_library
 from fusec.predict import DEFAULT
 from fusec.space.combinations import build_space
 from fusec.tune import OK, WRONG, Measurement, Row, TuneResult
-from helpers import LIBRARY
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -35,7 +35,8 @@ class FakeTune:
         plans = [c.plan for _, c in zip(range(2), build_space(dag, library, dtype, sizes, DEFAULT).ranked())]
         nbytes = 1_000_000  # 50 GB/s at 20 us
         if dag.name in self.failing:
-            rows = tuple(Row(i + 1, p, 1e-5, Measurement(WRONG, reason="ratio 1e9"), nbytes) for i, p in enumerate(plans))
+            rows = tuple(Row(i + 1, p, 1e-5, Measurement(WRONG, reason="ratio 1e9"), nbytes)
+                         for i, p in enumerate(plans))
             winner = entry = None
         else:
             rows = (Row(1, plans[0], 1e-5, Measurement(OK, 25e-6), nbytes),

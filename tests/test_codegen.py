@@ -11,25 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import subprocess
 import re
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from fusec.errors import FusecWarning
+from helpers import DTYPES, ROOT, library, program, script_names, tile_program
 
 import fusec
 from fusec import nvcc
-from fusec.space.points import HeldPlan, HorizontalPlan
 from fusec.codegen.barriers import LOOP, POST, PRE
-from fusec.errors import CompileError
+from fusec.errors import CompileError, FusecWarning
 from fusec.library.model import Geometry, RoutineKind
 from fusec.script import load_script
 from fusec.space import COLS, ROWS, unfused_plan
-from fusec.space.points import ProgramPlan
-from helpers import DTYPES, ROOT, library, program, script_names, tile_program
+from fusec.space.points import HeldPlan, HorizontalPlan, ProgramPlan
 
 CASES = [(s, d) for s in script_names() for d in DTYPES]
 IDS = [f"{s}-{d}" for s, d in CASES]
@@ -259,7 +256,8 @@ def test_sgemv_walks_columns_and_accumulates(script, dtype):
     assert "rows_partial_store(" not in head + loop
     # partials go to the region of the block's row tile, the block's slice of it
     assert (f"rows_partial_store(r_{q}, ws_{q} + (long long)(c.row0 / TILE_ROWS)"
-            " * fusec_region((long long)grid_cols * TILE_ROWS) + (long long)block_col * TILE_ROWS - c.row0, c);") in tail
+            " * fusec_region((long long)grid_cols * TILE_ROWS)"
+            " + (long long)block_col * TILE_ROWS - c.row0, c);") in tail
 
 
 @pytest.mark.parametrize("script", ["atax", "bicgk"])
@@ -278,7 +276,8 @@ def test_sgemtv_walks_rows_and_accumulates(script):
     assert "rows_load(" in loop and "rows_load(" not in head
     s = prog.dag.value(result).c_name
     assert (f"cols_partial_store(r_{s}, ws_{s} + (long long)(c.col0 / TILE_COLS)"
-            " * fusec_region((long long)grid_rows * TILE_COLS) + (long long)block_row * TILE_COLS - c.col0, smem + ") in tail
+            " * fusec_region((long long)grid_rows * TILE_COLS)"
+            " + (long long)block_row * TILE_COLS - c.col0, smem + ") in tail
     # The store sums over the block's warps in shared memory: its scratch is allocated.
     (store,) = ops(kernel, POST)
     assert store.scratch is not None and store.scratch.offset % 4 == 0

@@ -16,20 +16,20 @@ import json
 import re
 
 import pytest
+from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
 from fusec.codegen.held import BAND_REGISTER_MARGIN, HeldKernel, held_matrix, why_not_held
 from fusec.codegen.kernel import build_kernel
 from fusec.codegen.program import generate
 from fusec.errors import PlanError
+from fusec.library.model import Geometry
 from fusec.predict import DEFAULT
 from fusec.script import load_script
 from fusec.space.combinations import build_space
 from fusec.space.implementations import TILE_SHAPES, by_time, load_phases
-from fusec.library.model import Geometry
 from fusec.space.points import HeldPlan, ProgramPlan, kernel_plan_from_json
 from fusec.space.striped import StripedFusion
-from helpers import DTYPES, ROOT, library, script_names
 
 HELD = {"gemver": "B", "sgemvt": "A", "atax": "A"}  # the scripts that get held options, and what is held
 
@@ -142,8 +142,8 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     assert f"real held_registers[{plan.registers}][{slots}];" in source
     assert f"__launch_bounds__(BLOCK, {plan.per_sm})" in source
     # the producer keeps B after computing it, the consumer takes it instead of loading it
-    assert source.count(f"held_registers[it][s] = r_v10_B[s]") == 1
-    assert source.count(f"r_v10_B[s] = held_registers[it][s]") == 1
+    assert source.count("held_registers[it][s] = r_v10_B[s]") == 1
+    assert source.count("r_v10_B[s] = held_registers[it][s]") == 1
     assert source.count("fusec_grid_sync(fusec_arrivals, gridDim.x);") == 1
     assert source.index("held_registers[it][s] = r_v10_B[s]") < source.index("fusec_grid_sync(fusec_arrivals")
     # both serial loops are unrolled, so `it` is a constant in each copy
@@ -258,7 +258,8 @@ def test_two_band_kernels_may_be_held(script):
     assert plan.registers and plan.shared
     assert source.count(f"if (c.full && it < {plan.registers}) {{") == 2
     assert source.count(f"if (c.full && it < {plan.registers + plan.shared}) {{") == 4
-    assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers}; \+\+it, c\.row0 \+= BAND_ROWS\)"
+    assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers};"
+                          r" \+\+it, c\.row0 \+= BAND_ROWS\)"
                           r"\s*\{\n\s*if \(c\.row0 >= rows\) continue;", source)) == 2
     assert source.count(f"for (int it = {plan.registers}; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)") == 2
     assert "whole instances of rows held in registers" in source
@@ -395,8 +396,15 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
     streams alone, the bandwidth at most. A band consumer's column-sum atomics come on
     top, whole: bytes from chip do not shorten them; a band producer's where they
     outlast its pass."""
-    from fusec.predict import (GRID_BARRIER_SECONDS, L2_BYTES, STRIPE_L2_SHARE, STRIPE_REREAD_COST,
-                               band_atomic_seconds, held_part_seconds, traffic)
+    from fusec.predict import (
+        GRID_BARRIER_SECONDS,
+        L2_BYTES,
+        STRIPE_L2_SHARE,
+        STRIPE_REREAD_COST,
+        band_atomic_seconds,
+        held_part_seconds,
+        traffic,
+    )
     space = space_of("sgemvt", n)
     dag, sizes = space.dag, space.sizes
     options = [o for o in held_options(space) if len(o[0].calls) == len(dag.calls)]
@@ -550,8 +558,15 @@ def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
     finds STORES_AFTER_L2_SHARE of L2 holding it, where it found STRIPE_L2_SHARE; and
     the held tiles' stores leave the producer's pass for the consumer's, where they
     cost STORES_AFTER_EXPOSED of their DRAM time beside its stream."""
-    from fusec.predict import (L2_BYTES, STORES_AFTER_EXPOSED, STORES_AFTER_L2_SHARE, STRIPE_L2_SHARE,
-                               STRIPE_REREAD_COST, held_part_seconds, traffic)
+    from fusec.predict import (
+        L2_BYTES,
+        STORES_AFTER_EXPOSED,
+        STORES_AFTER_L2_SHARE,
+        STRIPE_L2_SHARE,
+        STRIPE_REREAD_COST,
+        held_part_seconds,
+        traffic,
+    )
     dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
     kernels = [generate(dag, library(), ProgramPlan((tuned_gemver_with(stores_after=s),)), "float32").kernels[0]
                for s in (False, True)]

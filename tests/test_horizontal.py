@@ -17,12 +17,13 @@ import re
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import DTYPES, ROOT, library, script_names
 
 import fusec
 from fusec import nvcc, perfdb
@@ -40,7 +41,6 @@ from fusec.space.fusions import Fusion
 from fusec.space.horizontal import HorizontalFusion, best_per_block, independent
 from fusec.space.implementations import TILE_SHAPES, VECTOR_SHAPES
 from fusec.space.points import HorizontalPlan, KernelPlan, ProgramPlan
-from helpers import DTYPES, ROOT, library, script_names
 
 HORIZONTAL = ("two_gemv", "gemv_dot")
 SCRIPTS = HORIZONTAL + ("bicgk",)

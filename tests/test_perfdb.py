@@ -7,6 +7,7 @@ import re
 import warnings
 
 import pytest
+from helpers import ROOT, library
 
 from fusec import perfdb
 from fusec.codegen.kernel import build_kernel
@@ -14,16 +15,13 @@ from fusec.errors import FusecWarning
 from fusec.perfdb import probes as P
 from fusec.perfdb import store
 from fusec.perfdb.build import limiting_shared, problem_sizes
-from fusec.predict import natural_blocks
 from fusec.perfdb.predictor import PerfdbPredictor
-from fusec.predict import DEFAULT
+from fusec.predict import DEFAULT, natural_blocks
 from fusec.script import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.held import HELD_SHAPES
 from fusec.space.implementations import TILE_SHAPES
-
-from helpers import ROOT, library
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +271,7 @@ def test_routine_orders_the_model_cannot_tell_apart_tie_and_fewest_load_phases_g
     the three-phase order, 1-5 % slower on the H100, came first)."""
     import dataclasses
     import random
+
     from fusec.space.implementations import load_phases
     from fusec.space.points import KernelPlan
     draw = random.Random(5)

@@ -6,13 +6,22 @@ import pathlib
 import warnings
 
 import pytest
-
 from fake_library import fake_library
+
 from fusec.dag import Call, Constant, Value
-from fusec.errors import (ArityError, Coord, DuplicateDeclarationError, KindError,
-                          ScriptLexError, ScriptSemanticError, ScriptWarning,
-                          SizeMismatchError, UnassignedNameError, UndefinedNameError,
-                          UnknownFunctionError)
+from fusec.errors import (
+    ArityError,
+    Coord,
+    DuplicateDeclarationError,
+    KindError,
+    ScriptLexError,
+    ScriptSemanticError,
+    ScriptWarning,
+    SizeMismatchError,
+    UnassignedNameError,
+    UndefinedNameError,
+    UnknownFunctionError,
+)
 from fusec.library.model import Kind
 from fusec.script import check, load_script, parse
 

@@ -14,6 +14,7 @@ import json
 import re
 
 import pytest
+from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
 from fusec.codegen.kernel import build_kernel
@@ -28,7 +29,6 @@ from fusec.script import load_script
 from fusec.space.combinations import build_space
 from fusec.space.points import COLS, ROWS, ProgramPlan, StripedPlan, kernel_plan_from_json
 from fusec.space.striped import StripedFusion
-from helpers import DTYPES, ROOT, library, script_names
 
 STRIPED = {"gemver": COLS, "sgemvt": COLS, "atax": ROWS}  # the scripts that get stripes, and their axis
 

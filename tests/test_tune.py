@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import LIBRARY, ROOT, library
 
 import fusec
 import fusec.api
@@ -32,9 +33,18 @@ from fusec.predict import DEFAULT
 from fusec.script import load_script
 from fusec.space.combinations import build_space
 from fusec.space.points import HorizontalPlan
-from fusec.tune import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidate_groups, candidates,
-                        choose, report, tune)
-from helpers import LIBRARY, ROOT, library
+from fusec.tune import (
+    COMPILE_FAILED,
+    LAUNCH_FAILED,
+    OK,
+    WRONG,
+    Measurer,
+    candidate_groups,
+    candidates,
+    choose,
+    report,
+    tune,
+)
 
 BICGK = ROOT / "scripts" / "bicgk.script"
 GESUMMV = ROOT / "scripts" / "gesummv.script"
@@ -221,6 +231,7 @@ def _write_many(args) -> None:
     path_text, texts, count = args
     import os
     from pathlib import Path
+
     from fusec.cache import atomic_write_text
     for i in range(count):
         atomic_write_text(Path(path_text), texts[i % len(texts)])
@@ -748,6 +759,7 @@ def test_each_candidate_is_timed_from_an_empty_l2(monkeypatch):
     """GpuMeasurer empties L2 before it times a candidate, so none inherits the lines the
     one before left (evict-first loads never displace them)."""
     import contextlib
+
     from fusec.runtime import cuda
     from fusec.tune import GpuMeasurer
     events = []
@@ -773,6 +785,7 @@ def test_each_candidate_is_timed_from_an_empty_l2(monkeypatch):
 @pytest.mark.nvcc
 def test_the_kernel_that_empties_l2_writes_and_discards_whole_lines(tmp_path):
     import subprocess
+
     from fusec import nvcc
     from fusec.runtime.cuda import TIMING_KERNELS
     compiled = nvcc.compile_cubin(TIMING_KERNELS, arch="sm_90", use_cache=False)

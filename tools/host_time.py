@@ -53,6 +53,7 @@ def main():
     parser.add_argument("--n", type=int, default=4096)
     args = parser.parse_args()
     import cupy
+
     import fusec
     from bench import peers
     from bench.fusion import device_inputs

@@ -42,6 +42,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import cupy
+
     from bench.fusion import device_inputs
     from fusec import nvcc
     from fusec.codegen.program import generate

@@ -33,11 +33,11 @@ import pytest
 from fusec import oracle
 from fusec.codegen.program import generate
 from fusec.errors import FusecError
+from fusec.library.model import Geometry
 from fusec.predict import DEFAULT
 from fusec.runtime.program import Program
 from fusec.script import load_script
 from fusec.space.combinations import build_space
-from fusec.library.model import Geometry
 from fusec.space.points import HeldPlan, ProgramPlan
 from fusec.space.striped import StripedFusion
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library

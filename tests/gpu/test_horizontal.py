@@ -166,6 +166,7 @@ def test_every_horizontal_combination(script, dtype, compiled):
 def test_horizontal_program_on_device_arrays_and_repeated_calls():
     """Device arrays in place (PyCUDA), outputs as device arrays, many calls."""
     import pycuda.gpuarray as gpuarray
+
     from fusec.runtime import cuda
     dag = dag_of("gemv_dot")
     plan = ProgramPlan((HorizontalPlan(unfused_plan(dag, library()).kernels),))

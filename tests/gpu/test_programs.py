@@ -85,6 +85,7 @@ def test_each_l2_policy_against_oracle(script, dtype):
     stores), at sizes with full chunks and ragged edges: results against the oracle,
     and bit for bit the plain plan's (a cache hint changes no value)."""
     import dataclasses
+
     from fusec import compile as compile_script
     from fusec.space.points import L2_NAMES, ProgramPlan
     from tests.helpers import ROOT
@@ -112,6 +113,7 @@ def test_the_blocks_that_keep_their_tiles_in_l2_change_no_value(script, dtype):
     those of the same source with every block evict-first, on three calls (both directions)."""
     import dataclasses
     import re
+
     from fusec.runtime.program import Program
     prog = tile_program(script, dtype)  # a band kernel's column sums (atomics) are not bit for bit
     sizes = {d: 4097 for d in prog.dag.sizes}
@@ -138,6 +140,7 @@ def test_a_block_with_several_tickets(dtype, iters):
     a last block with fewer than ITERS tiles, twice (the counters reset themselves),
     against the oracle and bit for bit between the two runs."""
     import dataclasses
+
     from fusec import compile as compile_script
     from fusec.space import ROWS
     from fusec.space.points import ProgramPlan
@@ -389,7 +392,8 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
     sizes = {s: 2049 if matrix else 1_000_003 for s in prog.dag.sizes}
     inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, dtype, "turns")))
     forwards = Program(prog.generated, turning=False)
-    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)
+    def as_tuple(r):
+        return r if isinstance(r, tuple) else (r,)
     with cuda.context():
         device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
         expected = [cupy.asnumpy(r) for r in as_tuple(forwards(**device))]
@@ -478,6 +482,7 @@ def test_timing_keeps_device_outputs_alive():
     until the last timed launch. GEMVER writes a 256 MB matrix: freed early, it
     is unmapped memory and the kernels fault (found by the tuner at n=8192)."""
     import pycuda.gpuarray as gpuarray
+
     from fusec.runtime import cuda
     prog = program("gemver", "float32")
     sizes = {s: 8192 for s in prog.dag.sizes}

@@ -144,6 +144,7 @@ def test_every_striped_plan(script, dtype, compiled):
 def test_striped_program_on_device_arrays_and_timing():
     """Device arrays in place, prepared calls, many calls, timing."""
     import pycuda.gpuarray as gpuarray
+
     from fusec.runtime import cuda
     dag = dag_of("sgemvt")
     plan = striped_plans("sgemvt", "float32")[0]
