@@ -18,6 +18,14 @@ def library():
 
 
 @functools.lru_cache(maxsize=None)
+def script_dag(script: str):
+    """A bundled script's checked DAG, without compiling it: cheap enough for
+    parametrizing at collection, where a program (space search, ptxas) is not."""
+    from fusec.script import load_script
+    return load_script(ROOT / "scripts" / f"{script}.script", library())
+
+
+@functools.lru_cache(maxsize=None)
 def program(script: str, dtype: str):
     import fusec
     return fusec.compile(ROOT / "scripts" / f"{script}.script", library(), dtype)

@@ -19,13 +19,13 @@ from fusec.predict import DEFAULT
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion, fusions, why_not_fusible
 from fusec.space.implementations import load_phases
-from tests.helpers import library, program, script_names
+from tests.helpers import library, script_dag, script_names
 
 SIZES = {"m": 4096, "n": 2048}
 
 
 def dag_of(script):
-    return program(script, "float32").dag
+    return script_dag(script)
 
 
 def sizes_of(dag):

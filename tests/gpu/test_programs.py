@@ -8,6 +8,7 @@ compute-sanitizer, which is slow.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import zlib
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from fusec import oracle
 from fusec.errors import ArgumentError
-from tests.helpers import DTYPES, library, program, script_names, size_cases, tile_program
+from tests.helpers import DTYPES, library, program, script_dag, script_names, size_cases, tile_program
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +29,7 @@ RECTANGULAR_BASES = [n for n in (33, 1000) if n in BASE_SIZES]
 def _cases():
     out = []
     for script in script_names():
-        dag = program(script, "float32").dag
+        dag = script_dag(script)
         squares = size_cases(dag, BASE_SIZES)[:len(BASE_SIZES)]
         rects = size_cases(dag, RECTANGULAR_BASES)[len(RECTANGULAR_BASES):]
         for sizes in squares + rects:
@@ -193,14 +194,9 @@ def test_special_scalars(script, alpha, beta):
 
 
 def _device_kinds():
-    kinds = ["pycuda"]
-    for name in ("cupy", "torch"):
-        try:
-            __import__(name)
-            kinds.append(name)
-        except ImportError:
-            pass
-    return kinds
+    """The array frameworks installed here. Looked up, not imported: importing
+    PyTorch at collection took about a minute of every run, GPU or not."""
+    return ["pycuda"] + [name for name in ("cupy", "torch") if importlib.util.find_spec(name) is not None]
 
 
 def _to_device(kind, array):
