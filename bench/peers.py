@@ -645,7 +645,7 @@ def _free(cupy, peers) -> None:
 # ---------------------------------------------------------------------------
 
 # Sequences that pass over their matrix twice (the second pass needs a reduction's result
-# over all of it; a striped plan reads it from L2): issue 5 holds them to their two-pass
+# over all of it; a striped plan reads it from L2): the targets hold them to their two-pass
 # floor, at both sizes.
 TWO_PASS = ("atax", "sgemvt")
 # GEMVER needs a third matrix pass for the same reason (w = alpha B x needs all of
@@ -688,7 +688,7 @@ def summarize(row: dict) -> dict:
 
 
 def targets(row: dict) -> list[list]:
-    """[what, met] of issue 5's targets that apply at this size (none elsewhere)."""
+    """[what, met] of the performance targets that apply at this size (none elsewhere)."""
     script, dtype, n = row["script"], row["dtype"], row["n"]
     out = []
     if DEFAULT_N.get(dtype) == n:

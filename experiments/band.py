@@ -1,7 +1,7 @@
 """Would a *band* geometry pay for BiCGK? Hand-written kernels beside fusec's tuned plan and torch.compile.
 
 At fp32 n = 4096 fusec's BiCGK takes about 27 µs on the GPU, 1.21x its floor, and with the
-host's launching it sits on issue 5's 1.5x line (experiments/results/h100-peers-n4096.md). Its tile
+host's launching it sits on the 1.5x-the-floor target (experiments/results/h100-peers-n4096.md). Its tile
 geometry gives a block a 64 x 128 tile, so both reductions finish across blocks: every block
 stores partials of q and of s, fences, takes tickets, and the last block at each tile sums them
 (experiments.finish_cost: that finish was 16 % of the kernel at this size). Here each block owns a band

@@ -1,4 +1,4 @@
-"""Horizontal fusion (HFuse, issue 6) against the same kernels launched apart.
+"""Horizontal fusion (HFuse) against the same kernels launched apart.
 
     python -m experiments.horizontal [--pairs two_gemv,gemv_dot,bicgk] [--sizes 1024,2048,4096]
                                [--dtype float32] [--repeat 30] [--tune-top 10] [--out experiments/results]

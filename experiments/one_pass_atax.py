@@ -2,7 +2,7 @@
 cuBLAS and torch.compile.
 
 fusec reads ATAX's matrix twice (scripts/atax.script: y = A^T t needs the whole of t = A x, a
-reduction across blocks in the library's tile geometry), and issue 5 judges it against its
+reduction across blocks in the library's tile geometry), and the targets judge it against its
 two-pass floor. But t is a row reduction: a block that owns whole rows has t_r as soon as it has
 read row r, while the row is still in its registers, so y's partials can be added from the same
 read. experiments/one_pass_atax.cu does that with a band geometry (one block per SM, each a band of

@@ -1,6 +1,6 @@
 """Horizontal fusion (HFuse) without a GPU: the plan record, the space, codegen, prediction.
 
-The scripts of issue 6 (scripts/horizontal/: two gemvs on different matrices,
+The horizontal scripts (scripts/horizontal/: two gemvs on different matrices,
 a gemv beside a dot) and BiCGK, whose two calls are independent (both only
 read A). Horizontal options are offered only for kernels with no DAG path
 between them and that can be launched next to each other; every option
@@ -107,6 +107,7 @@ EXPECTED = {"bicgk": {((0,), (1,))}, "gesummv": {((0,), (1,))},
 
 
 @pytest.mark.parametrize("script", script_names() + list(HORIZONTAL))
+@pytest.mark.slow
 def test_horizontal_options_only_for_independent_kernels(script):
     dag = dag_of(script)
     space = build_space(dag, library(), "float32", {s: 2048 for s in dag.sizes}, DEFAULT)
@@ -150,6 +151,7 @@ def test_no_horizontal_fusion_that_a_third_kernel_would_have_to_split(tmp_path):
     assert any(Fusion((1,)) in cover and Fusion((2,)) in cover for cover in covers_with_a_b)
 
 
+@pytest.mark.slow
 def test_three_independent_calls_give_disjoint_pairs(tmp_path):
     script = tmp_path / "three.script"
     script.write_text("matrix A[m, n], B[m, n], C[m, n];\nvector x[n], y[m], u[m], v[m];\n"
@@ -230,6 +232,7 @@ def test_horizontal_plans_that_cannot_be_built():
         build_kernel(dag, lib, HorizontalPlan(tuple(staged)), "float32", 0)
 
 
+@pytest.mark.slow
 def test_whole_spaces_stay_fast_to_enumerate():
     for script, limit in (("gesummv", 5.0), ("bicgk", 2.0)):
         start = time.perf_counter()
@@ -240,6 +243,7 @@ def test_whole_spaces_stay_fast_to_enumerate():
         assert time.perf_counter() - start < limit, script
 
 
+@pytest.mark.slow
 def test_a_large_space_ranks_lazily():
     """GEMVER's space has millions of combinations: the first ones come at once,
     and each further one costs little (no list of them all is built)."""
@@ -256,6 +260,7 @@ def test_a_large_space_ranks_lazily():
     assert seconds < 5.0
 
 
+@pytest.mark.slow
 def test_ranked_with_horizontal_is_best_first_complete_and_without_repeats():
     space = space_of("gesummv", 1024)
     everything = list(space.ranked())

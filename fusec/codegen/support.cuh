@@ -134,7 +134,7 @@ __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrival
 // region of whole 128-byte L2 lines: the blocks' stores land in few lines, and the
 // block that sums them discards the lines afterwards, so these scratch values are
 // never written back to DRAM. Interleaved with the matrix stream, those write-backs
-// cost 1-3% of a gemv on the H100 (bench/results/h100-l2-policies.md). Workspaces start on a
+// cost 1-3% of a gemv on the H100 (experiments/results/h100-l2-policies.md). Workspaces start on a
 // 256-byte boundary (cuMemAlloc), so every region is line-aligned.
 #define FUSEC_LINE 128
 __host__ __device__ constexpr long long fusec_region(long long reals) {

@@ -1,4 +1,4 @@
-"""GPU tier of horizontal fusion (issue 6): every horizontal combination is correct.
+"""GPU tier of horizontal fusion: every horizontal combination is correct.
 
 For the issue's scripts (two gemvs on different matrices, a gemv beside a
 dot), BiCGK (its two calls side by side) and GESUMMV (its two gemvs side by
