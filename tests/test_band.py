@@ -285,6 +285,7 @@ def test_a_band_kernel_is_reproducible_unless_it_adds_column_sums_with_atomics(s
 
 
 @pytest.mark.parametrize("script", ["atax", "bicgk"])
+@pytest.mark.slow
 def test_reproducible_leaves_out_the_kernels_that_add_with_atomics(script):
     """fusec.compile(reproducible=True) picks the best plan whose every run gives the same
     bits; without it the predictor may pick a band kernel with column sums."""

@@ -125,6 +125,7 @@ def test_a_plan_the_cache_holds_is_shipped_without_tuning_again(own_library, tmp
     assert path.read_text() == cached.read_text()
 
 
+@pytest.mark.slow
 def test_several_sizes_are_several_points(own_library, tmp_path):
     fake = FakeTune()
     assert run(own_library, tmp_path, fake, "--scripts", "gemver", "--dtype", "float64",

@@ -39,6 +39,7 @@ def _fake_nvcc(monkeypatch, spills):
     return seen
 
 
+@pytest.mark.slow
 def test_a_combination_whose_kernel_spills_gives_way_to_the_next_without_it(monkeypatch):
     dag = _dag("gesummv")
     sizes = {s: 6000 for s in dag.sizes}

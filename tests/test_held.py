@@ -58,6 +58,7 @@ def most_held(script: str, dtype: str = "float32", n: int = 4096) -> tuple[HeldP
 
 
 @pytest.mark.parametrize("script", script_names())
+@pytest.mark.slow
 def test_held_options_where_a_reduction_result_crosses_a_barrier(script):
     space = space_of(script)
     options = held_options(space)
@@ -81,6 +82,7 @@ def test_held_options_where_a_reduction_result_crosses_a_barrier(script):
         assert times == sorted(times)
 
 
+@pytest.mark.slow
 def test_no_held_options_where_the_grid_cannot_be_resident():
     # fp32 n = 16384: every tile shape's grid is past two blocks per SM; band shapes
     # are made for one or two blocks per SM, and only they are held there
@@ -93,6 +95,7 @@ def test_no_held_options_where_the_grid_cannot_be_resident():
     assert not held_options(build_space(space.dag, library(), "float32", space.sizes, DEFAULT, shapes=TILE_SHAPES))
 
 
+@pytest.mark.slow
 def test_the_held_plan_round_trips_and_prints():
     plan, _ = most_held("gemver")
     again = kernel_plan_from_json(json.loads(json.dumps(plan.to_json())))
@@ -101,6 +104,7 @@ def test_the_held_plan_round_trips_and_prints():
     assert text.startswith("B{") and f"held {plan.registers} in registers, {plan.shared} in shared" in text
 
 
+@pytest.mark.slow
 def test_why_not_held_names_the_problem():
     dag = dag_of("gemver")
     plan, kernel = most_held("gemver")
@@ -132,6 +136,7 @@ def test_a_staged_producer_holds_nothing():
     assert why_not_held(dag, dataclasses.replace(plan, producer=staged, registers=0, shared=0), parts) is None
 
 
+@pytest.mark.slow
 def test_the_kernel_keeps_and_takes_the_held_tiles():
     dag = dag_of("gemver")
     plan, _ = most_held("gemver")
@@ -158,6 +163,7 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     ("gemver", True, True),    # A is read once; B is written by this launch, new every call
     ("sgemvt", False, False),  # A is read again, then kept for the next call on it
 ])
+@pytest.mark.slow
 def test_l2_keeps_what_is_read_again_in_the_launch_or_by_the_next_call(
         script, producer_streams, consumer_streams):
     """Evict-first only for a matrix read for the last time that changes from call
@@ -172,6 +178,7 @@ def test_l2_keeps_what_is_read_again_in_the_launch_or_by_the_next_call(
         str(int(producer_streams)), str(int(consumer_streams))]
 
 
+@pytest.mark.slow
 def test_prediction_rewards_the_held_share():
     space = space_of("gemver")
     dag, sizes = space.dag, space.sizes
@@ -243,6 +250,7 @@ def most_held_band(script: str, dtype: str = "float32", n: int = 4096) -> tuple[
 
 
 @pytest.mark.parametrize("script", HELD)
+@pytest.mark.slow
 def test_two_band_kernels_may_be_held(script):
     """A band producer and band consumer of the same shape hold whole instances of
     rows: the matrix HELD names, a block's instances in registers then shared memory."""
@@ -265,6 +273,7 @@ def test_two_band_kernels_may_be_held(script):
     assert "whole instances of rows held in registers" in source
 
 
+@pytest.mark.slow
 def test_only_a_kernel_holding_registers_unrolls_its_loops():
     """Held registers need constant indices; units held in shared memory do not, and
     the loops stay rolled (the unrolled kernel is many times the code). A band part
@@ -284,6 +293,7 @@ def test_only_a_kernel_holding_registers_unrolls_its_loops():
     assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers};", source)) == 2
 
 
+@pytest.mark.slow
 def test_a_held_band_kernel_adds_with_atomics():
     """GEMVER's x = beta B^T y + z is added by the band producer's blocks with atomics
     into an accumulator that starts at zero: the launch is not bit for bit, and the
@@ -300,6 +310,7 @@ def test_a_held_band_kernel_adds_with_atomics():
         assert not adds_with_atomics(dag, library(), tile)
 
 
+@pytest.mark.slow
 def test_a_tile_part_and_a_band_part_are_not_held():
     dag = dag_of("gemver")
     band, _ = most_held_band("gemver")
@@ -309,6 +320,7 @@ def test_a_tile_part_and_a_band_part_are_not_held():
     assert "both band kernels" in why_not_held(dag, mixed)
 
 
+@pytest.mark.slow
 def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
     """Band parts loading ahead may hold instances in registers (their loops are
     unrolled only over those); the space offers every count up to the band bounds,
@@ -330,6 +342,7 @@ def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
         generate(dag, library(), ProgramPlan((words,)), "float32")
 
 
+@pytest.mark.slow
 def test_a_held_band_kernel_refuses_rows_wider_than_it_holds():
     from fusec.errors import RowWidthError
     from fusec.runtime.program import check_row_widths
@@ -489,6 +502,7 @@ def test_column_sums_may_be_finished_after_the_barrier():
     assert ProgramPlan.from_json(ProgramPlan((plan,)).to_json()) == ProgramPlan((plan,))
 
 
+@pytest.mark.slow
 def test_the_options_after_the_barrier_are_refused_where_they_mean_nothing():
     gemver, sgemvt, atax = dag_of("gemver"), dag_of("sgemvt"), dag_of("atax")
     assert "nothing is held" in why_not_held(gemver, tuned_gemver_with(shared=0, stores_after=True))
@@ -510,6 +524,7 @@ def test_the_options_after_the_barrier_are_refused_where_they_mean_nothing():
         generate(gemver, library(), ProgramPlan((dataclasses.replace(tile, stores_after=True),)), "float32")
 
 
+@pytest.mark.slow
 def test_the_space_offers_the_options_after_the_barrier():
     options = [o[0] for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.BAND]
     assert {(p.stores_after, p.finish_after) for p in options} == {(False, False), (True, False), (False, True),
@@ -533,6 +548,7 @@ def test_the_options_after_the_barrier_compile_without_spilling(dtype):
 
 
 @pytest.mark.parametrize("dtype, n", [("float32", 4096), ("float64", 2048)])
+@pytest.mark.slow
 def test_held_band_ties_go_to_fewer_load_phases_where_registers_leave_room(dtype, n):
     """Predicted alike, one load phase measured faster than three in most held GEMVER
     pairs; at the register margin loading at once spilled, so those ties are left alone,
@@ -585,6 +601,7 @@ def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
     assert gained == pytest.approx(more * (1 - STRIPE_REREAD_COST) / rate + (1 - STORES_AFTER_EXPOSED) * stores)
 
 
+@pytest.mark.slow
 def test_held_stores_after_the_barrier_take_at_least_their_dram_time():
     """With every instance held the consumer has almost nothing left to read: its pass
     lasts as long as DRAM takes the held stores (fp64 n = 2048, GEMVER's B of 32 MB all

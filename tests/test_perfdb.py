@@ -46,6 +46,7 @@ def fake_database(found, *, load=1e-6, compute=2e-7, skip=lambda key: False) -> 
 
 # ------------------------------------------------------------------ probes
 
+@pytest.mark.slow
 def test_every_routine_of_every_function_is_probed(found):
     """Each routine a single-call kernel runs has a probe, in every searched shape."""
     keys = {p.key for p in found}
@@ -234,6 +235,7 @@ def test_cli_build_needs_a_gpu(capsys):
 
 
 @pytest.mark.parametrize("stale", [False, True])
+@pytest.mark.slow
 def test_build_missing_refuses_without_a_usable_database(tmp_path, monkeypatch, found, stale):
     """--missing keeps a database's timings: there must be one, of this library."""
     from fusec.errors import FusecError
@@ -265,6 +267,7 @@ def test_saved_database_is_readable_by_others(tmp_path, found):
     assert mode == 0o666 & ~umask
 
 
+@pytest.mark.slow
 def test_routine_orders_the_model_cannot_tell_apart_tie_and_fewest_load_phases_go_first(found):
     """GEMVER's fused first kernel, with its loads in one phase or three: the same routines,
     so the same prediction to the last bit (sums in another order used to differ in it, and

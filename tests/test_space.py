@@ -70,6 +70,7 @@ def test_why_a_fusion_is_illegal(script, calls, reason):
 
 
 @pytest.mark.parametrize("script", script_names())
+@pytest.mark.slow
 def test_every_implementation_builds_and_covers_are_ordered(script):
     dag = dag_of(script)
     space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
@@ -101,6 +102,7 @@ def test_ranked_is_best_first_complete_and_without_repeats():
     assert abs(everything[0].predicted - sum(everything[0].kernel_times)) < 1e-12
 
 
+@pytest.mark.slow
 def test_sample_is_uniform_over_distinct_combinations_of_the_space():
     dag = dag_of("gemver")
     space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
@@ -156,6 +158,7 @@ def test_barriers_only_where_mappings_differ_or_memory_is_reused():
     assert any(kernel.ops[i].barrier for i in range(computes[0] + 1, second_load + 1))
 
 
+@pytest.mark.slow
 def test_layouts_are_each_layout_of_the_heaviest_kernel_once_at_its_best():
     """Space.layouts against the whole ranking: in each cover the kernel predicted slowest varies
     its layout (routine order left out), the others are at their best, and each layout comes
