@@ -1,6 +1,6 @@
 """Would row-resident striped kernels beat fusec's striped fusion? Hand-written ones, timed beside it.
 
-fusec's striped plans (docs/striped-fusion.md) run GEMVER's and SGEMVT's second
+fusec's striped plans (docs/design/striped-fusion.md) run GEMVER's and SGEMVT's second
 pass in the same launch as the first, and the consumer blocks re-read the
 matrix tiles from L2. GEMVER's stays at 1.31x its floor (fp32 n = 16384). A
 *row-resident* kernel would read or write the matrix only once: each block

@@ -1,6 +1,6 @@
 """What limits a striped kernel: its generated source rewritten, one thing at a time.
 
-A striped kernel (fusec/codegen/striped.py, docs/striped-fusion.md) runs a
+A striped kernel (fusec/codegen/striped.py, docs/design/striped-fusion.md) runs a
 producer and the consumer of its reductions in one launch, a consumer block
 waiting for its stripe's producer blocks and then re-reading their matrix
 tiles from L2. This takes fusec's program for GEMVER, SGEMVT and ATAX (the

@@ -12,7 +12,7 @@ SASS via cuobjdump. The striped kernels' DRAM and L2 traffic, for instance:
         --kernel-name regex:_s_ --launch-skip 2 --launch-count 1 --cache-control all \
         python3 tools/profile_plan.py gemver --n 16384 --tuned --runs 4
 
-and how busy L2 and DRAM are (docs/striped-fusion.md): add lts__t_bytes.sum,
+and how busy L2 and DRAM are (docs/design/striped-fusion.md): add lts__t_bytes.sum,
 lts__throughput.avg.pct_of_peak_sustained_elapsed and
 dram__throughput.avg.pct_of_peak_sustained_elapsed to --metrics.
 """
