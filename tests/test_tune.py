@@ -274,6 +274,7 @@ def test_concurrent_writers_never_leave_a_file_a_reader_cannot_parse(cache):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:no GPU here and none named")  # the untuned compile names none
 def test_compile_uses_a_planted_entry_and_says_so(monkeypatch):
     entry = planted()
     predicted = fusec.compile(BICGK, library(), sizes=SIZES, tuned=False)
