@@ -145,8 +145,8 @@ def main(argv=None) -> int:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.dtype)))
         return 0
     rows = []
-    header = (f"| script | calls | compile s | peak MB (tracemalloc) | max RSS MB | kernels | predicted us |\n"
-              f"| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    header = ("| script | calls | compile s | peak MB (tracemalloc) | max RSS MB | kernels | predicted us |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     print(header, flush=True)
     for kind in args.kinds.split(","):
         for calls in map(int, args.calls.split(",")):
@@ -165,7 +165,8 @@ def main(argv=None) -> int:
             rows.append(row)
             print(row, flush=True)
     if args.write:
-        machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs,"
+                   f" Python {platform.python_version()}")
         text = (f"# Compile time against script length (CPU only)\n\n"
                 f"`python -m bench.compile_time` on {machine} (a 2-core machine shared with other jobs),"
                 f" {args.dtype}, sizes 8192, the H100 performance database; time from script text to the"

@@ -37,7 +37,8 @@ def copy_bandwidth(cupy, nbytes: int = 1 << 30, repeat: int = 20) -> float:
     """Bytes per second of a device-to-device copy, counting read and write."""
     src, dst = cupy.empty(nbytes, np.uint8), cupy.empty(nbytes, np.uint8)
     src.fill(1)
-    return 2 * nbytes / (statistics.median(_time(cupy, lambda: dst.__setitem__(..., src), repeat, gpu_only=True)) * 1e-3)
+    times = _time(cupy, lambda: dst.__setitem__(..., src), repeat, gpu_only=True)
+    return 2 * nbytes / (statistics.median(times) * 1e-3)
 
 
 def _time(cupy, run, repeat: int, warmup: int = 3, gpu_only: bool = False) -> list[float]:
@@ -83,8 +84,8 @@ def relative_difference(cupy, a, b) -> float:
 def measure(script: str, dtype: str, repeat: int, cupy, bandwidth: float) -> dict:
     import fusec
     from bench.cublas import Blas, sequence
-    from fusec.library.loader import load_library
     from fusec.frontend import load_script
+    from fusec.library.loader import load_library
     path = ROOT / "scripts" / f"{script}.script"
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(path, library)
@@ -152,7 +153,8 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"{script:8s} {dtype}  fusec {row['fusec_us']:9.1f} us {row['fusec_gbs']:7.0f} GB/s"
                   f"  cuBLAS {row['cublas_us']:9.1f} us  x{row['speedup']:.2f}"
-                  f"  (with host: {row['fusec_host_us']:.1f} vs {row['cublas_host_us']:.1f}, x{row['speedup_host']:.2f})"
+                  f"  (with host: {row['fusec_host_us']:.1f} vs {row['cublas_host_us']:.1f},"
+                  f" x{row['speedup_host']:.2f})"
                   f"  (results differ by {row['max_relative_difference']:.1e})", flush=True)
             cupy.get_default_memory_pool().free_all_blocks()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -59,7 +59,8 @@ The copy bandwidth is measured in the same run (bench.fusion.copy_bandwidth),
 every precision's before any contender runs;
 the floor is minimum bytes / copy bandwidth. ATAX and SGEMVT pass over their
 matrix twice (the second time from L2 where fusec stripes them) and are judged
-against their two-pass floor (one more matrix), as issue 5 sets, at both sizes; GEMVER's three-pass floor is reported beside its floor
+against their two-pass floor (one more matrix), at both sizes; GEMVER's three-pass floor is reported
+beside its floor
 (``three_pass_floor_us``), its verdicts staying on the floor. TF32 is off for every framework
 (``jax_default_matmul_precision="highest"``, PyTorch's float32 matmul
 precision "highest"), JAX runs with x64 enabled (float64 works; float32
@@ -382,8 +383,8 @@ class TorchPeer(Peer):
         super().__init__()
 
     def setup(self):
-        import torch
         import cupy
+        import torch
         if not torch.cuda.is_available():
             raise Skip(f"PyTorch {torch.__version__} sees no CUDA device")
         if self.compiled and importlib.util.find_spec("triton") is None:
@@ -644,7 +645,7 @@ def _free(cupy, peers) -> None:
 # ---------------------------------------------------------------------------
 
 # Sequences that pass over their matrix twice (the second pass needs a reduction's result
-# over all of it; a striped plan reads it from L2): issue 5 holds them to their two-pass
+# over all of it; a striped plan reads it from L2): the targets hold them to their two-pass
 # floor, at both sizes.
 TWO_PASS = ("atax", "sgemvt")
 # GEMVER needs a third matrix pass for the same reason (w = alpha B x needs all of
@@ -687,7 +688,7 @@ def summarize(row: dict) -> dict:
 
 
 def targets(row: dict) -> list[list]:
-    """[what, met] of issue 5's targets that apply at this size (none elsewhere)."""
+    """[what, met] of the performance targets that apply at this size (none elsewhere)."""
     script, dtype, n = row["script"], row["dtype"], row["n"]
     out = []
     if DEFAULT_N.get(dtype) == n:
@@ -938,6 +939,7 @@ def main(argv=None) -> int:
         parser.error(str(exc))
 
     import cupy
+
     from bench.fusion import copy_bandwidth
     peers = start(cupy, peer_names)
     device = device_name(cupy)

@@ -9,7 +9,8 @@ nvcc), and to enumerate every combination; then an empirical search over the
 --top best-predicted combinations plus a seeded uniform --sample of the rest
 (every combination when the space is smaller), each compiled, checked against
 the float64 oracle and timed by the tuner's measurer (CUDA events, median of
---repeat; the GPU's time, the host's launch overhead left out). Reported: the measured rank of the predicted-first, its speed
+--repeat; the GPU's time, the host's launch overhead left out). Reported: the measured rank of the
+predicted-first, its speed
 relative to the best measured, the worst measured, the Spearman correlation
 of predicted and measured times, and the search's time. Each kernel of each
 measured program is also timed on its own (``kernels_us`` in the JSON), the
@@ -80,8 +81,8 @@ def study(script: str, library, dtype: str, sizes_given: dict, top: int, sample:
           predictor, seed: int = 0) -> dict:
     from fusec.api import compile_dag, default_sizes
     from fusec.emit.program import generate
-    from fusec.runtime.program import Program
     from fusec.frontend import load_script
+    from fusec.runtime.program import Program
     from fusec.space.combinations import build_space
     from fusec.tune.search import GpuMeasurer
 
@@ -214,8 +215,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.n = int(args.size.partition("=")[2])
 
-    from fusec.library.loader import load_library
     from fusec.cost.perfdb import predictor_for
+    from fusec.library.loader import load_library
     library = load_library(ROOT / "library" / "blas")
     predictor = predictor_for(library, args.gpu)
     results = []

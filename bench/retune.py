@@ -140,9 +140,9 @@ def main(argv=None, tune=None) -> int:
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
 
-    from fusec.tune import store as tuning
     from fusec.api import resolve_library
     from fusec.target import slug
+    from fusec.tune import store as tuning
     library = resolve_library(args.library)
     if tune is None:
         from fusec.target import present

@@ -34,19 +34,20 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import cupy
+
     from bench.cublas import Blas, sequence
     from bench.fusion import _time, device_inputs
     from fusec import nvcc
     from fusec.cli import _sizes
-    from fusec.emit.program import generate
-    from fusec.library.loader import load_library
     from fusec.cost.analytic import DEFAULT
+    from fusec.emit.program import generate
+    from fusec.frontend import load_script
+    from fusec.ir.plan import HorizontalPlan, ProgramPlan
+    from fusec.library.loader import load_library
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    from fusec.frontend import load_script
     from fusec.space.combinations import build_space
     from fusec.space.implementations import load_phases
-    from fusec.ir.plan import HorizontalPlan, ProgramPlan
 
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
@@ -95,9 +96,11 @@ def main(argv=None) -> int:
             + f" [{k.shape.block}t,{k.shape.iters}it" + (f",{k.shape.tile_rows}r,{k.serial}" if k.serial else "")
             + f",{load_phases(k)} load phase(s)]" for k in combo.plan.kernels)
         if (args.unroll or args.min_blocks) and rank == len(combos) // 2 + 1:
-            print("---- the same, " + ("serial loop unrolled" if args.unroll else f"__launch_bounds__(BLOCK, {args.min_blocks})"))
+            variant = "serial loop unrolled" if args.unroll else f"__launch_bounds__(BLOCK, {args.min_blocks})"
+            print("---- the same, " + variant)
         line = (f"{rank:>4} {combo.predicted * 1e6:8.1f}us {measured:8.1f}us {nbytes / measured / 1e3:6.0f}"
-                f" {cublas / measured:8.2f}x  {kernels}" + (" variant" if (args.unroll or args.min_blocks) and rank > len(combos) // 2 else ""))
+                f" {cublas / measured:8.2f}x  {kernels}"
+                + (" variant" if (args.unroll or args.min_blocks) and rank > len(combos) // 2 else ""))
         labels.append(line)
         print(line, flush=True)
         prog._buffers.clear()

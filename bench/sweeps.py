@@ -13,7 +13,8 @@ other peer". Writes <out>/<name>.json (after every point, so an interrupted
 sweep keeps what it measured), <name>.md, and with matplotlib one PNG per
 sequence, <name>-<sequence>.png: the GPU's time above, the time with the
 host's launching below, a column per dtype, the copy bandwidth measured in the
-run (every precision's first, before any point) as a dotted line. Without matplotlib the JSON is written and the PNGs can
+run (every precision's first, before any point) as a dotted line. Without matplotlib the JSON is written and
+the PNGs can
 be made later, wherever matplotlib is, with --plot-only (several JSONs, say a
 float32 and a float64 run, are merged).
 
@@ -84,7 +85,8 @@ def markdown(report: dict) -> str:
                       "|---:|---:|---|---:|---|---:|---:|---:|"]
             for i, n in enumerate(s["n"]):
                 f, c, b = s["fusec"][i], s["cublas"][i], s["best"][i]
-                lines.append(f"| {n} | {f:.0f} | {s['plan'][i]} | {_num(c)} | {P.LABELS.get(s['best_name'][i], '—')} | {_num(b)} |"
+                best_name = P.LABELS.get(s['best_name'][i], '—')
+                lines.append(f"| {n} | {f:.0f} | {s['plan'][i]} | {_num(c)} | {best_name} | {_num(b)} |"
                              f" {_ratio(f, c)} | {_ratio(f, b)} |")
             lines.append("")
     return "\n".join(lines)
@@ -225,6 +227,7 @@ def main(argv=None) -> int:
         parser.error("--n: sizes must be at least 1")
 
     import cupy
+
     from bench.fusion import copy_bandwidth
     peers = P.start(cupy, peer_names)
     device = P.device_name(cupy)

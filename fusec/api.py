@@ -16,7 +16,7 @@ from .library.loader import load_library
 from .library.model import Library
 from .runtime.program import Program
 from .frontend import load_script
-from .target import target
+from .target import GpuTarget, chosen_slug, resolve
 from .cost.model import Predictor
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
@@ -128,16 +128,18 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     if plan is not None:
-        return Program(generate(dag, library, plan, dtype)), None
+        target = predictor.target if predictor is not None else resolve(gpu)
+        return Program(generate(dag, library, plan, dtype, target)), None
     sizes = default_sizes(dag, sizes)
     entry = None
     if tuned:
-        entry = tuning.lookup(dag, library, dtype, sizes, target(gpu))
+        entry = tuning.lookup(dag, library, dtype, sizes, chosen_slug(gpu))
         if entry is not None and reproducible and not _reproducible(dag, library, entry.plan):
             entry = None  # the tuned plan adds with atomics: predict among those that do not
     if predictor is None:
         from .cost.perfdb import predictor_for  # the perfdb may import much; only when predicting
         predictor = predictor_for(library, gpu)
+    target = predictor.target  # the GPU whose limits the space and the kernels take
     space = build_space(dag, library, dtype, sizes, predictor)
     if entry is not None:
         # never trust a cache file: a plan edited (a step deleted or re-pointed, a shape
@@ -149,22 +151,22 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                                        " edited); predicting instead"))
         else:
             try:
-                return (Program(generate(dag, library, entry.plan, dtype), tuned=entry.describe(),
+                return (Program(generate(dag, library, entry.plan, dtype, target), tuned=entry.describe(),
                                 turning=entry.turning), entry)
             except Exception as exc:  # whatever a bad plan breaks, predict
                 warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
     if tuned:
-        borrowed = _nearby_plan(dag, library, dtype, sizes, target(gpu), space, keep)
+        borrowed = _nearby_plan(dag, library, dtype, sizes, chosen_slug(gpu), space, keep, target)
         if borrowed is not None:
             return borrowed
     best = space.best_where(keep)
-    generated, predicted = _without_spills(dag, library, dtype, space.ranked(), keep, best, spill_arch)
+    generated, predicted = _without_spills(dag, library, dtype, space.ranked(), keep, best, spill_arch, target)
     return Program(generated, predicted=predicted), None
 
 
-def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, space, keep):
+def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, space, keep, target: GpuTarget):
     """(the program, its entry) of the plan tuned at the nearest size (tuning.nearby)
     that ``space``, this size's, offers as it is and ``keep`` accepts; None if none does.
     A tuned plan fixes the whole launch (shapes, serial iterations, lags, what is held),
@@ -174,7 +176,7 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
         if not all(k in offered for k in entry.plan.kernels) or not keep(entry.plan):
             continue
         try:
-            generated = generate(dag, library, entry.plan, dtype)
+            generated = generate(dag, library, entry.plan, dtype, target)
         except Exception as exc:  # never trust a cache file: whatever a bad plan breaks, go on
             warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                        f" its plan does not build ({type(exc).__name__}: {exc})"))
@@ -204,15 +206,15 @@ SPILL_CHECKS = 8
 RANKS_SEARCHED = 20000  # combinations looked at for one free of the spilling kernels
 
 
-def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch: str | None):
+def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch: str | None, target: GpuTarget):
     """(the generated program, how it was chosen): the best-ranked combination
     ``keep`` accepts whose kernels ptxas compiles for ``arch`` without spilling
     (``best``, the first accepted, when ``arch`` is None, nvcc is missing or
     fails, or every one checked spills)."""
     if arch is None:
-        return generate(dag, library, best.plan, dtype), "predicted (rank 1)"
+        return generate(dag, library, best.plan, dtype, target), "predicted (rank 1)"
     if nvcc.nvcc_path() is None:
-        return generate(dag, library, best.plan, dtype), "predicted (rank 1; registers not checked: no nvcc)"
+        return generate(dag, library, best.plan, dtype, target), "predicted (rank 1; registers not checked: no nvcc)"
     spilled: dict = {}  # kernel plan -> (kernel name, bytes spilled)
     checked = 0
     for rank, combination in enumerate(ranked, start=1):
@@ -220,11 +222,11 @@ def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch:
             break
         if not keep(combination.plan) or any(k in spilled for k in combination.plan.kernels):
             continue
-        generated = generate(dag, library, combination.plan, dtype)
+        generated = generate(dag, library, combination.plan, dtype, target)
         try:
             compiled = nvcc.compile_cubin(generated.source, arch)
         except Exception:  # nvcc's own error comes again, whole, when the program is loaded
-            return generate(dag, library, best.plan, dtype), "predicted (rank 1; registers not checked: nvcc failed)"
+            return generate(dag, library, best.plan, dtype, target), "predicted (rank 1; registers not checked: nvcc failed)"
         checked += 1
         for plan, kernel in zip(combination.plan.kernels, generated.kernels):
             used = compiled.resources.get(kernel.name)
@@ -235,7 +237,7 @@ def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch:
                 return generated, "predicted (rank 1)"
             names = ", ".join(f"{name} {count} bytes" for name, count in spilled.values())
             return generated, f"predicted rank {rank}: better-ranked combinations spill registers ({names})"
-    return generate(dag, library, best.plan, dtype), "predicted (rank 1; its kernels spill registers)"
+    return generate(dag, library, best.plan, dtype, target), "predicted (rank 1; its kernels spill registers)"
 
 
 def _reproducible(dag, library: Library, plan: ProgramPlan) -> bool:

@@ -1,6 +1,9 @@
-"""Hardware tiers: `gpu` tests need PyCUDA and a GPU, `nvcc` tests need nvcc.
+"""Test tiers: `unit` (no nvcc, no GPU, fast), `slow` (CPU only, minutes),
+`nvcc` (needs nvcc on PATH), `gpu` (needs PyCUDA and a GPU).
 
-Both skip cleanly (with the reason) where the hardware or tool is missing.
+Every test that is not marked `slow`, `nvcc` or `gpu` is marked `unit` here,
+so `pytest -m unit` is the quick loop. `nvcc` and `gpu` tests skip cleanly
+(with the reason) where the tool or the hardware is missing.
 """
 
 import functools
@@ -24,20 +27,39 @@ def _gpu() -> str | None:
     return None
 
 
+_OWN_CACHE: str | None = None  # the cache folder this session made, removed at its end
+
+
 def pytest_configure(config):
     """Tests never see the user's caches, nor the tuned plans a library ships:
     a tuned plan or a cubin from another version would make them depend on
     what ran before. $FUSEC_TEST_CACHE_DIR
-    lets several pytest runs of one session share compiled cubins."""
-    os.environ["FUSEC_CACHE_DIR"] = (os.environ.get("FUSEC_TEST_CACHE_DIR")
-                                     or tempfile.mkdtemp(prefix="fusec-test-cache-"))
+    lets several pytest runs of one session share compiled cubins (and is kept)."""
+    global _OWN_CACHE
+    given = os.environ.get("FUSEC_TEST_CACHE_DIR")
+    if not given:
+        _OWN_CACHE = tempfile.mkdtemp(prefix="fusec-test-cache-")
+    os.environ["FUSEC_CACHE_DIR"] = given or _OWN_CACHE
     os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans library/blas ships (tests of them set it)
+
+
+def pytest_unconfigure(config):
+    """The temporary cache goes with the session; a given $FUSEC_TEST_CACHE_DIR stays."""
+    global _OWN_CACHE
+    if _OWN_CACHE:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+        _OWN_CACHE = None
+
+
+_TIERS = ("slow", "nvcc", "gpu")
 
 
 def pytest_collection_modifyitems(config, items):
     gpu_reason = None
     nvcc_missing = shutil.which("nvcc") is None
     for item in items:
+        if not any(item.get_closest_marker(tier) for tier in _TIERS):
+            item.add_marker(pytest.mark.unit)
         if "gpu" in item.keywords:
             gpu_reason = gpu_reason or _gpu() or ""
             if gpu_reason:

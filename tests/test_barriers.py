@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusec.ir.barriers import (LOOP, POST, PRE, Event, Mode, Region, Touch, allocate,
-                                    lifetimes, place_barriers)
+from fusec.ir.barriers import LOOP, POST, PRE, Event, Mode, Region, Touch, allocate, lifetimes, place_barriers
 
 R, W, U = Mode.READ, Mode.WRITE, Mode.UPDATE
 

@@ -9,14 +9,14 @@ import json
 import shutil
 
 import pytest
+from helpers import LIBRARY
 
 from bench import retune
-from fusec.tune import store as tuning
-from fusec.library.loader import load_library
 from fusec.cost.analytic import DEFAULT
+from fusec.library.loader import load_library
 from fusec.space.combinations import build_space
+from fusec.tune import store as tuning
 from fusec.tune.search import OK, WRONG, Measurement, Row, TuneResult
-from helpers import LIBRARY
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -35,7 +35,8 @@ class FakeTune:
         plans = [c.plan for _, c in zip(range(2), build_space(dag, library, dtype, sizes, DEFAULT).ranked())]
         nbytes = 1_000_000  # 50 GB/s at 20 us
         if dag.name in self.failing:
-            rows = tuple(Row(i + 1, p, 1e-5, Measurement(WRONG, reason="ratio 1e9"), nbytes) for i, p in enumerate(plans))
+            rows = tuple(Row(i + 1, p, 1e-5, Measurement(WRONG, reason="ratio 1e9"), nbytes)
+                         for i, p in enumerate(plans))
             winner = entry = None
         else:
             rows = (Row(1, plans[0], 1e-5, Measurement(OK, 25e-6), nbytes),
@@ -124,6 +125,7 @@ def test_a_plan_the_cache_holds_is_shipped_without_tuning_again(own_library, tmp
     assert path.read_text() == cached.read_text()
 
 
+@pytest.mark.slow
 def test_several_sizes_are_several_points(own_library, tmp_path):
     fake = FakeTune()
     assert run(own_library, tmp_path, fake, "--scripts", "gemver", "--dtype", "float64",

@@ -9,10 +9,10 @@ import pytest
 
 from fusec import api, nvcc
 from fusec.api import build_program
-from fusec.emit.program import generate
-from fusec.nvcc import Compiled, Resources
 from fusec.cost.perfdb import predictor_for
+from fusec.emit.program import generate
 from fusec.frontend import load_script
+from fusec.nvcc import Compiled, Resources
 from fusec.space.combinations import build_space
 from tests.helpers import ROOT, library
 
@@ -39,6 +39,7 @@ def _fake_nvcc(monkeypatch, spills):
     return seen
 
 
+@pytest.mark.slow
 def test_a_combination_whose_kernel_spills_gives_way_to_the_next_without_it(monkeypatch):
     dag = _dag("gesummv")
     sizes = {s: 6000 for s in dag.sizes}

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import LIBRARY, ROOT, library
 
 import fusec
 from fusec import cli
-from helpers import LIBRARY, ROOT, library
 
 SCRIPTS = ROOT / "scripts"
 
@@ -198,6 +198,7 @@ def test_compile_with_a_bad_arch_is_an_error(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("sizes,shown", [(["--size", "n=1000"], {"m": 1000, "n": 1000}),
                                          (["--size", "m=1000", "--size", "n=500"], {"m": 1000, "n": 500}),
                                          (["--size", "n=33", "--size", "m=4097"], {"m": 4097, "n": 33})])
+@pytest.mark.filterwarnings("ignore:no GPU here and none named")  # it compiles for no GPU named
 def test_compile_shows_launch_numbers_for_sizes(capsys, tmp_path, sizes, shown):
     code, out, err = run(capsys, *compile_args(SCRIPTS / "bicgk.script", tmp_path, "--no-nvcc", *sizes))
     assert (code, err) == (0, "")

@@ -34,8 +34,8 @@ def _script_paths() -> dict[str, str]:
 
 
 def _setting(case: str, dag):
-    from fusec.cost.perfdb import predictor_for
     from fusec.cost.analytic import DEFAULT
+    from fusec.cost.perfdb import predictor_for
     if case == "default-perfdb":
         return {s: 8192 for s in dag.sizes}, predictor_for(library(), GPU)
     if case == "tests-analytic":

@@ -5,7 +5,6 @@ exception. The long run is ``python -m tests.fuzz --count 5000 --seed S``."""
 from __future__ import annotations
 
 import pytest
-
 from fuzz import run, run_one
 from fuzz.mutants import GENERATORS
 

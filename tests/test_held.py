@@ -16,20 +16,20 @@ import json
 import re
 
 import pytest
+from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
-from fusec.families.held import BAND_REGISTER_MARGIN, HeldKernel, held_matrix, why_not_held
-from fusec.families import build_kernel
+from fusec.cost.analytic import DEFAULT
 from fusec.emit.program import generate
 from fusec.errors import PlanError
-from fusec.cost.analytic import DEFAULT
+from fusec.families import build_kernel
+from fusec.families.held import BAND_REGISTER_MARGIN, HeldKernel, held_matrix, why_not_held
 from fusec.frontend import load_script
+from fusec.ir.plan import HeldPlan, ProgramPlan, kernel_plan_from_json
+from fusec.library.model import Geometry
 from fusec.space.combinations import build_space
 from fusec.space.implementations import TILE_SHAPES, by_time, load_phases
-from fusec.library.model import Geometry
-from fusec.ir.plan import HeldPlan, ProgramPlan, kernel_plan_from_json
 from fusec.space.striped import StripedFusion
-from helpers import DTYPES, ROOT, library, script_names
 
 HELD = {"gemver": "B", "sgemvt": "A", "atax": "A"}  # the scripts that get held options, and what is held
 
@@ -58,6 +58,7 @@ def most_held(script: str, dtype: str = "float32", n: int = 4096) -> tuple[HeldP
 
 
 @pytest.mark.parametrize("script", script_names())
+@pytest.mark.slow
 def test_held_options_where_a_reduction_result_crosses_a_barrier(script):
     space = space_of(script)
     options = held_options(space)
@@ -81,6 +82,7 @@ def test_held_options_where_a_reduction_result_crosses_a_barrier(script):
         assert times == sorted(times)
 
 
+@pytest.mark.slow
 def test_no_held_options_where_the_grid_cannot_be_resident():
     # fp32 n = 16384: every tile shape's grid is past two blocks per SM; band shapes
     # are made for one or two blocks per SM, and only they are held there
@@ -93,6 +95,7 @@ def test_no_held_options_where_the_grid_cannot_be_resident():
     assert not held_options(build_space(space.dag, library(), "float32", space.sizes, DEFAULT, shapes=TILE_SHAPES))
 
 
+@pytest.mark.slow
 def test_the_held_plan_round_trips_and_prints():
     plan, _ = most_held("gemver")
     again = kernel_plan_from_json(json.loads(json.dumps(plan.to_json())))
@@ -101,6 +104,7 @@ def test_the_held_plan_round_trips_and_prints():
     assert text.startswith("B{") and f"held {plan.registers} in registers, {plan.shared} in shared" in text
 
 
+@pytest.mark.slow
 def test_why_not_held_names_the_problem():
     dag = dag_of("gemver")
     plan, kernel = most_held("gemver")
@@ -132,6 +136,7 @@ def test_a_staged_producer_holds_nothing():
     assert why_not_held(dag, dataclasses.replace(plan, producer=staged, registers=0, shared=0), parts) is None
 
 
+@pytest.mark.slow
 def test_the_kernel_keeps_and_takes_the_held_tiles():
     dag = dag_of("gemver")
     plan, _ = most_held("gemver")
@@ -142,8 +147,8 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     assert f"real held_registers[{plan.registers}][{slots}];" in source
     assert f"__launch_bounds__(BLOCK, {plan.per_sm})" in source
     # the producer keeps B after computing it, the consumer takes it instead of loading it
-    assert source.count(f"held_registers[it][s] = r_v10_B[s]") == 1
-    assert source.count(f"r_v10_B[s] = held_registers[it][s]") == 1
+    assert source.count("held_registers[it][s] = r_v10_B[s]") == 1
+    assert source.count("r_v10_B[s] = held_registers[it][s]") == 1
     assert source.count("fusec_grid_sync(fusec_arrivals, gridDim.x);") == 1
     assert source.index("held_registers[it][s] = r_v10_B[s]") < source.index("fusec_grid_sync(fusec_arrivals")
     # both serial loops are unrolled, so `it` is a constant in each copy
@@ -158,6 +163,7 @@ def test_the_kernel_keeps_and_takes_the_held_tiles():
     ("gemver", True, True),    # A is read once; B is written by this launch, new every call
     ("sgemvt", False, False),  # A is read again, then kept for the next call on it
 ])
+@pytest.mark.slow
 def test_l2_keeps_what_is_read_again_in_the_launch_or_by_the_next_call(
         script, producer_streams, consumer_streams):
     """Evict-first only for a matrix read for the last time that changes from call
@@ -172,6 +178,7 @@ def test_l2_keeps_what_is_read_again_in_the_launch_or_by_the_next_call(
         str(int(producer_streams)), str(int(consumer_streams))]
 
 
+@pytest.mark.slow
 def test_prediction_rewards_the_held_share():
     space = space_of("gemver")
     dag, sizes = space.dag, space.sizes
@@ -243,6 +250,7 @@ def most_held_band(script: str, dtype: str = "float32", n: int = 4096) -> tuple[
 
 
 @pytest.mark.parametrize("script", HELD)
+@pytest.mark.slow
 def test_two_band_kernels_may_be_held(script):
     """A band producer and band consumer of the same shape hold whole instances of
     rows: the matrix HELD names, a block's instances in registers then shared memory."""
@@ -258,12 +266,14 @@ def test_two_band_kernels_may_be_held(script):
     assert plan.registers and plan.shared
     assert source.count(f"if (c.full && it < {plan.registers}) {{") == 2
     assert source.count(f"if (c.full && it < {plan.registers + plan.shared}) {{") == 4
-    assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers}; \+\+it, c\.row0 \+= BAND_ROWS\)"
+    assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers};"
+                          r" \+\+it, c\.row0 \+= BAND_ROWS\)"
                           r"\s*\{\n\s*if \(c\.row0 >= rows\) continue;", source)) == 2
     assert source.count(f"for (int it = {plan.registers}; it < ITERS && c.row0 < rows; ++it, c.row0 += BAND_ROWS)") == 2
     assert "whole instances of rows held in registers" in source
 
 
+@pytest.mark.slow
 def test_only_a_kernel_holding_registers_unrolls_its_loops():
     """Held registers need constant indices; units held in shared memory do not, and
     the loops stay rolled (the unrolled kernel is many times the code). A band part
@@ -283,6 +293,7 @@ def test_only_a_kernel_holding_registers_unrolls_its_loops():
     assert len(re.findall(rf"#pragma unroll\n\s*for \(int it = 0; it < {plan.registers};", source)) == 2
 
 
+@pytest.mark.slow
 def test_a_held_band_kernel_adds_with_atomics():
     """GEMVER's x = beta B^T y + z is added by the band producer's blocks with atomics
     into an accumulator that starts at zero: the launch is not bit for bit, and the
@@ -299,6 +310,7 @@ def test_a_held_band_kernel_adds_with_atomics():
         assert not adds_with_atomics(dag, library(), tile)
 
 
+@pytest.mark.slow
 def test_a_tile_part_and_a_band_part_are_not_held():
     dag = dag_of("gemver")
     band, _ = most_held_band("gemver")
@@ -308,6 +320,7 @@ def test_a_tile_part_and_a_band_part_are_not_held():
     assert "both band kernels" in why_not_held(dag, mixed)
 
 
+@pytest.mark.slow
 def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
     """Band parts loading ahead may hold instances in registers (their loops are
     unrolled only over those); the space offers every count up to the band bounds,
@@ -329,6 +342,7 @@ def test_a_part_that_loads_ahead_may_hold_registers_within_bounds():
         generate(dag, library(), ProgramPlan((words,)), "float32")
 
 
+@pytest.mark.slow
 def test_a_held_band_kernel_refuses_rows_wider_than_it_holds():
     from fusec.errors import RowWidthError
     from fusec.runtime.program import check_row_widths
@@ -395,7 +409,8 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
     streams alone, the bandwidth at most. A band consumer's column-sum atomics come on
     top, whole: bytes from chip do not shorten them; a band producer's where they
     outlast its pass."""
-    from fusec.cost.model import L2_BYTES, traffic
+    from fusec.cost.model import traffic
+    L2_BYTES = DEFAULT.target.l2_bytes
     from fusec.families.band import band_atomic_seconds
     from fusec.families.held import GRID_BARRIER_SECONDS, held_part_seconds
     from fusec.families.striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST
@@ -410,7 +425,7 @@ def test_a_held_consumer_finds_in_l2_only_the_last_of_the_producers_pass(n):
         saved = sum(alone) - DEFAULT.kernel_seconds(kernel, dag, sizes)
         unheld = (1 - kernel.held_fraction()) * matrix
         from_l2 = min(unheld, STRIPE_L2_SHARE * L2_BYTES)
-        rate = min(DEFAULT.bandwidth, traffic(kernel.parts[1], dag, sizes) / (alone[1] - DEFAULT.launch))
+        rate = min(DEFAULT.bandwidth, traffic(kernel.parts[1], dag, sizes, L2_BYTES) / (alone[1] - DEFAULT.launch))
         expected = (DEFAULT.launch - GRID_BARRIER_SECONDS
                     + (matrix - unheld + from_l2 * (1 - STRIPE_REREAD_COST)) / rate)
         if plan.finish_after:  # and the producer's ticket per column sum
@@ -483,6 +498,7 @@ def test_column_sums_may_be_finished_after_the_barrier():
     assert ProgramPlan.from_json(ProgramPlan((plan,)).to_json()) == ProgramPlan((plan,))
 
 
+@pytest.mark.slow
 def test_the_options_after_the_barrier_are_refused_where_they_mean_nothing():
     gemver, sgemvt, atax = dag_of("gemver"), dag_of("sgemvt"), dag_of("atax")
     assert "nothing is held" in why_not_held(gemver, tuned_gemver_with(shared=0, stores_after=True))
@@ -504,6 +520,7 @@ def test_the_options_after_the_barrier_are_refused_where_they_mean_nothing():
         generate(gemver, library(), ProgramPlan((dataclasses.replace(tile, stores_after=True),)), "float32")
 
 
+@pytest.mark.slow
 def test_the_space_offers_the_options_after_the_barrier():
     options = [o[0] for o in held_options(space_of("gemver")) if o[0].producer.geometry is Geometry.BAND]
     assert {(p.stores_after, p.finish_after) for p in options} == {(False, False), (True, False), (False, True),
@@ -527,6 +544,7 @@ def test_the_options_after_the_barrier_compile_without_spilling(dtype):
 
 
 @pytest.mark.parametrize("dtype, n", [("float32", 4096), ("float64", 2048)])
+@pytest.mark.slow
 def test_held_band_ties_go_to_fewer_load_phases_where_registers_leave_room(dtype, n):
     """Predicted alike, one load phase measured faster than three in most held GEMVER
     pairs; at the register margin loading at once spilled, so those ties are left alone,
@@ -547,12 +565,13 @@ def test_held_band_ties_go_to_fewer_load_phases_where_registers_leave_room(dtype
 
 
 def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
-    """Measured faster in every pair (bench/results/h100-held-after.md and
+    """Measured faster in every pair (experiments/results/h100-held-after.md and
     h100-held-grid.md): the producer's pass writes only what is re-read, so the model
     finds STORES_AFTER_L2_SHARE of L2 holding it, where it found STRIPE_L2_SHARE; and
     the held tiles' stores leave the producer's pass for the consumer's, where they
     cost STORES_AFTER_EXPOSED of their DRAM time beside its stream."""
-    from fusec.cost.model import L2_BYTES, traffic
+    from fusec.cost.model import traffic
+    L2_BYTES = DEFAULT.target.l2_bytes
     from fusec.families.held import STORES_AFTER_EXPOSED, STORES_AFTER_L2_SHARE, held_part_seconds
     from fusec.families.striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST
     dag, sizes = dag_of("gemver"), dict(m=4096, n=4096)
@@ -565,7 +584,7 @@ def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
     gained = DEFAULT.kernel_seconds(kernels[0], dag, sizes) - DEFAULT.kernel_seconds(kernels[1], dag, sizes)
     consumer = kernels[0].parts[1]  # the same part in both: saved at its rate alone
     alone = held_part_seconds(DEFAULT, kernels[0], consumer, dag, sizes, DEFAULT.launch, DEFAULT.bandwidth)
-    rate = min(DEFAULT.bandwidth, traffic(consumer, dag, sizes) / (alone - DEFAULT.launch))
+    rate = min(DEFAULT.bandwidth, traffic(consumer, dag, sizes, L2_BYTES) / (alone - DEFAULT.launch))
     stores = kernels[1].held_fraction() * matrix / DEFAULT.bandwidth
     left = alone - DEFAULT.launch - (matrix - unheld + min(unheld, STORES_AFTER_L2_SHARE * L2_BYTES)
                                      * (1 - STRIPE_REREAD_COST)) / rate
@@ -573,11 +592,12 @@ def test_held_stores_after_the_barrier_move_into_the_consumer_s_pass():
     assert gained == pytest.approx(more * (1 - STRIPE_REREAD_COST) / rate + (1 - STORES_AFTER_EXPOSED) * stores)
 
 
+@pytest.mark.slow
 def test_held_stores_after_the_barrier_take_at_least_their_dram_time():
     """With every instance held the consumer has almost nothing left to read: its pass
     lasts as long as DRAM takes the held stores (fp64 n = 2048, GEMVER's B of 32 MB all
     held, 1 instance in registers and 7 in shared memory: measured 32.4 us with the
-    stores after, 36.8 without; bench/results/h100-held-grid.md)."""
+    stores after, 36.8 without; experiments/results/h100-held-grid.md)."""
     from fusec.families.held import GRID_BARRIER_SECONDS, held_part_seconds
     dag, sizes = dag_of("gemver"), dict(m=2048, n=2048)
     plan, _ = most_held_band("gemver", "float64", 2048)
@@ -611,7 +631,8 @@ def test_a_held_fusion_s_band_parts_are_priced_resident_as_its_blocks_are():
         shipped[0]["held"][1]["ahead"] = ahead
         kernels.append(generate(dag, library(), ProgramPlan.from_json(json.dumps(shipped)), "float32").kernels[0])
     consumers = [k.parts[1] for k in kernels]
-    assert [natural_blocks(c.estimated_registers, c.shared_reals * 4, c.block) for c in consumers] == [2, 1]
+    assert [natural_blocks(c.estimated_registers, c.shared_reals * 4, c.block, DEFAULT.target)
+            for c in consumers] == [2, 1]
     alone = [DEFAULT.kernel_seconds(c, dag, sizes) for c in consumers]
     assert alone[0] > 1.5 * alone[1]
     held = [held_part_seconds(DEFAULT, k, c, dag, sizes, DEFAULT.launch, DEFAULT.bandwidth)

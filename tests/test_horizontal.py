@@ -1,6 +1,6 @@
 """Horizontal fusion (HFuse) without a GPU: the plan record, the space, codegen, prediction.
 
-The scripts of issue 6 (scripts/horizontal/: two gemvs on different matrices,
+The horizontal scripts (scripts/horizontal/: two gemvs on different matrices,
 a gemv beside a dot) and BiCGK, whose two calls are independent (both only
 read A). Horizontal options are offered only for kernels with no DAG path
 between them and that can be launched next to each other; every option
@@ -17,31 +17,31 @@ import re
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import DTYPES, ROOT, library, script_names
 
 import fusec
 from fusec import nvcc
 from fusec.cost import perfdb
-from fusec.families.horizontal import HorizontalKernel, register_bound
-from fusec.families import build_kernel
+from fusec.cost.analytic import DEFAULT
 from fusec.emit.program import generate
 from fusec.errors import PlanError
-from fusec.library.model import Geometry
-from fusec.cost.analytic import DEFAULT
-from fusec.runtime.program import Program
+from fusec.families import build_kernel
+from fusec.families.horizontal import HorizontalKernel, register_bound
 from fusec.frontend import load_script
+from fusec.ir.plan import HorizontalPlan, KernelPlan, ProgramPlan
+from fusec.library.model import Geometry
+from fusec.runtime.program import Program
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion
 from fusec.space.horizontal import HorizontalFusion, best_per_block, independent
 from fusec.space.implementations import TILE_SHAPES, VECTOR_SHAPES
-from fusec.ir.plan import HorizontalPlan, KernelPlan, ProgramPlan
-from helpers import DTYPES, ROOT, library, script_names
 
 HORIZONTAL = ("two_gemv", "gemv_dot")
 SCRIPTS = HORIZONTAL + ("bicgk",)
@@ -108,6 +108,7 @@ EXPECTED = {"bicgk": {((0,), (1,))}, "gesummv": {((0,), (1,))},
 
 
 @pytest.mark.parametrize("script", script_names() + list(HORIZONTAL))
+@pytest.mark.slow
 def test_horizontal_options_only_for_independent_kernels(script):
     dag = dag_of(script)
     space = build_space(dag, library(), "float32", {s: 2048 for s in dag.sizes}, DEFAULT)
@@ -151,6 +152,7 @@ def test_no_horizontal_fusion_that_a_third_kernel_would_have_to_split(tmp_path):
     assert any(Fusion((1,)) in cover and Fusion((2,)) in cover for cover in covers_with_a_b)
 
 
+@pytest.mark.slow
 def test_three_independent_calls_give_disjoint_pairs(tmp_path):
     script = tmp_path / "three.script"
     script.write_text("matrix A[m, n], B[m, n], C[m, n];\nvector x[n], y[m], u[m], v[m];\n"
@@ -231,6 +233,7 @@ def test_horizontal_plans_that_cannot_be_built():
         build_kernel(dag, lib, HorizontalPlan(tuple(staged)), "float32", 0)
 
 
+@pytest.mark.slow
 def test_whole_spaces_stay_fast_to_enumerate():
     for script, limit in (("gesummv", 5.0), ("bicgk", 2.0)):
         start = time.perf_counter()
@@ -241,6 +244,7 @@ def test_whole_spaces_stay_fast_to_enumerate():
         assert time.perf_counter() - start < limit, script
 
 
+@pytest.mark.slow
 def test_a_large_space_ranks_lazily():
     """GEMVER's space has millions of combinations: the first ones come at once,
     and each further one costs little (no list of them all is built)."""
@@ -257,6 +261,7 @@ def test_a_large_space_ranks_lazily():
     assert seconds < 5.0
 
 
+@pytest.mark.slow
 def test_ranked_with_horizontal_is_best_first_complete_and_without_repeats():
     space = space_of("gesummv", 1024)
     everything = list(space.ranked())

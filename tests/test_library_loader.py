@@ -270,7 +270,8 @@ FILE_CASES = [
                                   "r[0] += x[0] * y[0];\n}\n__device__ void vec_load(const real* x) {}\n"),
         V, "sdot.cu", 19, "vec_load", "routine 'vec_load' is defined twice (also in"),
     bad("syncthreads-in-function-file",
-        ("sdot.cu", "r[0] += x[0] * y[0];", "__syncthreads(); r[0] += x[0] * y[0];"), V, "sdot.cu", 17, "__syncthreads", "use BARRIER() instead of __syncthreads()"),
+        ("sdot.cu", "r[0] += x[0] * y[0];", "__syncthreads(); r[0] += x[0] * y[0];"), V, "sdot.cu", 17,
+        "__syncthreads", "use BARRIER() instead of __syncthreads()"),
     bad("syncthreads-in-routine-file", ("vector.cuh", "BARRIER();", "__syncthreads();"), V, "vector.cuh", 5,
         "__syncthreads", "use BARRIER() instead of __syncthreads()"),
     bad("syncthreads-in-prelude-comment", ("prelude.cuh", "__device__ __forceinline__ real axpby",
@@ -697,6 +698,7 @@ def _unfused_plan(dag, library):
                    Shape(Geometry.VECTOR, block=256, iters=4), None) for c in dag.calls))
 
 
+@pytest.mark.filterwarnings("ignore:no GPU here and none named")  # it compiles for no GPU named
 def test_readme_example_compiles(example):
     program = fusec.compile(example.parent / "wdot.script", library=example)
     assert [dag_call.function for dag_call in program.dag.calls] == ["svmul", "sdot"]
@@ -735,6 +737,7 @@ def test_prelude_is_emitted_once_and_routine_files_per_kernel(example):
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("shape", ["default", "fused", "unfused"])
+@pytest.mark.filterwarnings("ignore:no GPU here and none named")  # it compiles for no GPU named
 def test_readme_example_compiles_with_nvcc(example, shape):
     from fusec import nvcc
     from fusec.frontend import load_script

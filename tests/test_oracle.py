@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.ir.dag import Call, Constant, Dag, Value
 from fusec.errors import ArgumentError, Coord, LibraryValidationError
+from fusec.ir.dag import Call, Constant, Dag, Value
 from fusec.library.model import Function, Hof, Kind, Param
 
 M, V, S = Kind.MATRIX, Kind.VECTOR, Kind.SCALAR

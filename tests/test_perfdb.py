@@ -2,29 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import warnings
 
 import pytest
+from helpers import ROOT, library
 
 from fusec.cost import perfdb
-from fusec.families import build_kernel
-from fusec.errors import FusecWarning
+from fusec.cost.analytic import DEFAULT
+from fusec.cost.model import natural_blocks
 from fusec.cost.perfdb import probes as P
 from fusec.cost.perfdb import store
 from fusec.cost.perfdb.build import limiting_shared, problem_sizes
-from fusec.cost.model import natural_blocks
-from fusec.emit.kernel import emit_kernel
 from fusec.cost.perfdb.model import PerfdbPredictor
-from fusec.cost.analytic import DEFAULT
+from fusec.emit.kernel import emit_kernel
+from fusec.errors import FusecWarning
+from fusec.families import build_kernel
 from fusec.frontend import load_script
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.held import HELD_SHAPES
 from fusec.space.implementations import TILE_SHAPES
+from fusec.target import by_name
 
-from helpers import ROOT, library
+H100 = by_name("h100")
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +45,15 @@ def fake_database(found, *, load=1e-6, compute=2e-7, skip=lambda key: False) -> 
         # more blocks per SM share the memory system: each block gets slower
         timings[probe.key] = store.Timing(probe.key, probe.kind, {1: base, 2: base * 1.6, 4: base * 3.0},
                                           40, 4)
-    return store.Database({"name": "NVIDIA Fake 1", "slug": "fake-1", "sms": 132}, {
+    fake = dataclasses.asdict(dataclasses.replace(H100, name="NVIDIA Fake 1"))  # recorded as a build records it
+    return store.Database({"name": "NVIDIA Fake 1", "slug": "fake-1", "sms": 132, "target": fake}, {
         "name": library().name, "hash": library().content_hash}, "0", "today", 3e-6,
         {"waves": 6}, timings, "fake.json")
 
 
 # ------------------------------------------------------------------ probes
 
+@pytest.mark.slow
 def test_every_routine_of_every_function_is_probed(found):
     """Each routine a single-call kernel runs has a probe, in every searched shape."""
     keys = {p.key for p in found}
@@ -92,12 +97,12 @@ def test_probe_modules_compile(found):
 
 
 def test_occupancy_arithmetic():
-    assert natural_blocks(32, 0, 256) == 8
-    assert natural_blocks(64, 0, 256) == 4
-    assert natural_blocks(80, 0, 256) == 3  # 80 regs x 32 = 2560 per warp; 65536 / (2560 x 8)
-    assert natural_blocks(32, 100_000, 128) == 2  # shared memory limits
+    assert natural_blocks(32, 0, 256, H100) == 8
+    assert natural_blocks(64, 0, 256, H100) == 4
+    assert natural_blocks(80, 0, 256, H100) == 3  # 80 regs x 32 = 2560 per warp; 65536 / (2560 x 8)
+    assert natural_blocks(32, 100_000, 128, H100) == 2  # shared memory limits
     for blocks in (1, 2, 3, 4, 6, 8):
-        extra = limiting_shared(blocks, 4096)
+        extra = limiting_shared(blocks, 4096, H100)
         per_block = extra + 4096 + 1024
         assert 233472 // per_block == blocks
 
@@ -156,7 +161,7 @@ def test_predictor_for_falls_back_with_a_warning(tmp_path, monkeypatch, found):
     monkeypatch.setenv("FUSEC_PERFDB", str(tmp_path))
     monkeypatch.delenv("FUSEC_GPU", raising=False)
     with pytest.warns(store.PerfdbWarning, match="no performance database"):
-        assert perfdb.predictor_for(library(), "h100") is DEFAULT
+        assert perfdb.predictor_for(library(), "h100") == DEFAULT  # the analytic model of the H100
     store.save(fake_database(found), tmp_path / "h100-80gb-hbm3.json")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -237,12 +242,14 @@ def test_cli_build_needs_a_gpu(capsys):
 
 
 @pytest.mark.parametrize("stale", [False, True])
+@pytest.mark.slow
 def test_build_missing_refuses_without_a_usable_database(tmp_path, monkeypatch, found, stale):
     """--missing keeps a database's timings: there must be one, of this library."""
+    from fusec.cost.perfdb import build as B
     from fusec.errors import FusecError
     from fusec.target import GpuInfo
-    from fusec.cost.perfdb import build as B
     monkeypatch.setattr(B, "present", lambda: GpuInfo("NVIDIA Fake 1", 132, "9.0", "13.0"))
+    monkeypatch.setattr(B, "from_device", lambda: dataclasses.replace(H100, name="NVIDIA Fake 1"))
     if stale:
         db = fake_database(found)
         store.save(store.Database(db.device, {"name": "blas", "hash": "0123"}, db.fusec, db.built,
@@ -268,14 +275,16 @@ def test_saved_database_is_readable_by_others(tmp_path, found):
     assert mode == 0o666 & ~umask
 
 
+@pytest.mark.slow
 def test_routine_orders_the_model_cannot_tell_apart_tie_and_fewest_load_phases_go_first(found):
     """GEMVER's fused first kernel, with its loads in one phase or three: the same routines,
     so the same prediction to the last bit (sums in another order used to differ in it, and
     the three-phase order, 1-5 % slower on the H100, came first)."""
     import dataclasses
     import random
-    from fusec.space.implementations import load_phases
+
     from fusec.ir.plan import KernelPlan
+    from fusec.space.implementations import load_phases
     draw = random.Random(5)
     base = fake_database(found)
     timings = {key: dataclasses.replace(t, seconds={b: s * draw.uniform(0.5, 2.0) for b, s in t.seconds.items()})

@@ -12,13 +12,13 @@ import struct
 
 import numpy as np
 import pytest
+from test_runtime_binding import POINTER
+from test_runtime_prepared import ARRAYS, HELD_SHARED, SCALARS, device, sgemv_device
 
 from fusec.errors import ArgumentError
 from fusec.runtime import native
 from fusec.runtime.arrays import scalar_value
 from fusec.runtime.prepared import Turn, _signer, native_kernel, parameter_offsets, signature
-from test_runtime_binding import POINTER
-from test_runtime_prepared import ARRAYS, HELD_SHARED, SCALARS, device, sgemv_device
 
 
 @pytest.fixture(scope="module")
@@ -704,11 +704,12 @@ def test_on_the_gpu_each_way_launches_with_the_kernels_dynamic_shared_bytes(exte
     plain one with none; the driver's occupancy of the held one, through either
     loader of fusec's own copy, decides the residency check."""
     import pycuda.gpuarray as gpuarray
+    from test_runtime_prepared import _kernel
+
     from fusec import nvcc
     from fusec.errors import ResidencyError
     from fusec.runtime import cuda, driver_api
     from fusec.runtime.prepared import Launch
-    from test_runtime_prepared import _kernel
     held, plain = _kernel("fusec_probe_held", dynamic_shared_bytes=HELD_SHARED, all_resident=True), \
         _kernel("fusec_probe_plain")
     with cuda.context() as ctx:
@@ -749,6 +750,7 @@ def test_native_call_names_steady_items_for_cupy_arrays_only():
     """A prepared call hands the FastCall CuPy's steady items for each CuPy array,
     and none for the other kinds (a PyTorch-like tensor here)."""
     import types
+
     from fusec.runtime import prepared as P
     from fusec.runtime.cuda import Allocator
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_runtime_binding import POINTER, device_class
 
 from fusec.runtime.prepared import PreparedCall, signature
-from test_runtime_binding import POINTER, device_class
 
 FAKE = device_class()  # one framework's array type, as in real calls
 
@@ -84,6 +84,7 @@ def test_a_prepared_call_declines_misaligned_outputs():
 
 def test_a_prepared_call_checks_its_scalars():
     import pytest
+
     from fusec.errors import ArgumentError
     call = PreparedCall(launches=(), output_shapes=(), results=(), allocate=None,
                         scalar_names=("alpha",), keep_alive=None)
@@ -152,6 +153,7 @@ def test_a_bound_launch_rewrites_only_its_changing_parameters():
     """A call packs its values where the kernel expects them, over the buffer
     packed once; the other parameters stay as first packed."""
     import struct
+
     from fusec.runtime.prepared import Launch
     fake = _FakeLaunchKernel()
     launch = Launch(fake, 33, 256, "PPfiq", (POINTER, 0, np.float32(1.5), 1, 1 << 40), changing=(1, 2))
@@ -165,7 +167,9 @@ def test_a_bound_launch_rewrites_only_its_changing_parameters():
 
 def test_a_failed_driver_call_raises_driver_error_naming_the_error(monkeypatch):
     import ctypes
+
     import pytest
+
     from fusec.errors import DriverError
     from fusec.runtime import driver_api
 
@@ -373,9 +377,11 @@ class _Residency:
 def _held_sgemv(monkeypatch, per_sm, sms=132):
     import dataclasses
     from types import SimpleNamespace
+
+    from helpers import program
+
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    from helpers import program
     generated = program("sgemv", "float32").generated
     held = Program(dataclasses.replace(generated, kernels=tuple(_Held(k) for k in generated.kernels)))
     loaded = _Residency(held.kernels, per_sm)
@@ -397,8 +403,9 @@ def test_a_kernel_that_cannot_be_all_resident_is_never_launched(monkeypatch):
     """The check runs before anything is allocated or launched at new sizes: a
     failing one raises, and leaves no buffers and no prepared call behind (so
     no warm call, in Python or in C, can launch it either)."""
-    from fusec.errors import ResidencyError
     from test_runtime_binding import sgemv_args
+
+    from fusec.errors import ResidencyError
     held, loaded = _held_sgemv(monkeypatch, per_sm=0)
     with pytest.raises(ResidencyError, match=f"kernel {held.kernels[0].name} needs all its"):
         held.run(sgemv_args(m=300, n=200))
@@ -410,6 +417,7 @@ def test_the_residency_check_asks_for_each_held_kernel_at_its_grid(monkeypatch):
     launches use (driver_api where it does not build), against its grid at
     these sizes: one SM short of the largest grid fails."""
     from types import SimpleNamespace
+
     from fusec.errors import ResidencyError
     from fusec.runtime import cuda, driver_api, native
     held, loaded = _held_sgemv(monkeypatch, per_sm=1, sms=10_000)
@@ -424,8 +432,10 @@ def test_the_residency_check_asks_for_each_held_kernel_at_its_grid(monkeypatch):
 
 def test_a_program_without_held_kernels_asks_nothing(monkeypatch):
     from types import SimpleNamespace
-    from fusec.runtime import cuda
+
     from helpers import program
+
+    from fusec.runtime import cuda
     plain = program("sgemv", "float32")
 
     def unwanted(*args):

@@ -6,15 +6,24 @@ import pathlib
 import warnings
 
 import pytest
-
 from fake_library import fake_library
-from fusec.ir.dag import Call, Constant, Value
-from fusec.errors import (ArityError, Coord, DuplicateDeclarationError, KindError,
-                          ScriptLexError, ScriptSemanticError, ScriptWarning,
-                          SizeMismatchError, UnassignedNameError, UndefinedNameError,
-                          UnknownFunctionError)
-from fusec.library.model import Kind
+
+from fusec.errors import (
+    ArityError,
+    Coord,
+    DuplicateDeclarationError,
+    KindError,
+    ScriptLexError,
+    ScriptSemanticError,
+    ScriptWarning,
+    SizeMismatchError,
+    UnassignedNameError,
+    UndefinedNameError,
+    UnknownFunctionError,
+)
 from fusec.frontend import check, load_script, parse
+from fusec.ir.dag import Call, Constant, Value
+from fusec.library.model import Kind
 
 LIB = fake_library()
 F = "scripts/t.script"

@@ -10,10 +10,10 @@ from ply import yacc
 
 import fusec.frontend.parser as parser_module
 from fusec.errors import Coord, ScriptLexError, ScriptSyntaxError
-from fusec.library.model import Kind
 from fusec.frontend import ast, parse
 from fusec.frontend.lexer import tokenize
 from fusec.frontend.parser import ScriptParser
+from fusec.library.model import Kind
 
 F = "t.script"
 

@@ -13,19 +13,19 @@ import itertools
 import numpy as np
 import pytest
 
+from fusec.cost.analytic import DEFAULT
 from fusec.families import build_kernel
 from fusec.library.model import Geometry
-from fusec.cost.analytic import DEFAULT
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion, fusions, why_not_fusible
 from fusec.space.implementations import load_phases
-from tests.helpers import library, program, script_names
+from tests.helpers import library, script_dag, script_names
 
 SIZES = {"m": 4096, "n": 2048}
 
 
 def dag_of(script):
-    return program(script, "float32").dag
+    return script_dag(script)
 
 
 def sizes_of(dag):
@@ -70,6 +70,7 @@ def test_why_a_fusion_is_illegal(script, calls, reason):
 
 
 @pytest.mark.parametrize("script", script_names())
+@pytest.mark.slow
 def test_every_implementation_builds_and_covers_are_ordered(script):
     dag = dag_of(script)
     space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
@@ -101,6 +102,7 @@ def test_ranked_is_best_first_complete_and_without_repeats():
     assert abs(everything[0].predicted - sum(everything[0].kernel_times)) < 1e-12
 
 
+@pytest.mark.slow
 def test_sample_is_uniform_over_distinct_combinations_of_the_space():
     dag = dag_of("gemver")
     space = build_space(dag, library(), "float32", sizes_of(dag), DEFAULT)
@@ -156,6 +158,7 @@ def test_barriers_only_where_mappings_differ_or_memory_is_reused():
     assert any(kernel.ops[i].barrier for i in range(computes[0] + 1, second_load + 1))
 
 
+@pytest.mark.slow
 def test_layouts_are_each_layout_of_the_heaviest_kernel_once_at_its_best():
     """Space.layouts against the whole ranking: in each cover the kernel predicted slowest varies
     its layout (routine order left out), the others are at their best, and each layout comes

@@ -14,21 +14,21 @@ import json
 import re
 
 import pytest
+from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
-from fusec.families import build_kernel
-from fusec.emit.program import generate
-from fusec.families.striped import StripedKernel, why_not_striped
-from fusec.errors import PlanError
-from fusec.ir.geometry import Shape
-from fusec.library.model import Geometry
 from fusec.cost.analytic import DEFAULT
-from fusec.runtime.program import Program
+from fusec.emit.program import generate
+from fusec.errors import PlanError
+from fusec.families import build_kernel
+from fusec.families.striped import StripedKernel, why_not_striped
 from fusec.frontend import load_script
-from fusec.space.combinations import build_space
+from fusec.ir.geometry import Shape
 from fusec.ir.plan import COLS, ROWS, ProgramPlan, StripedPlan, kernel_plan_from_json
+from fusec.library.model import Geometry
+from fusec.runtime.program import Program
+from fusec.space.combinations import build_space
 from fusec.space.striped import StripedFusion
-from helpers import DTYPES, ROOT, library, script_names
 
 STRIPED = {"gemver": COLS, "sgemvt": COLS, "atax": ROWS}  # the scripts that get stripes, and their axis
 
@@ -57,6 +57,7 @@ def with_striped(plan: ProgramPlan, striped: StripedPlan) -> ProgramPlan:
 
 
 @pytest.mark.parametrize("script", script_names())
+@pytest.mark.slow
 def test_stripes_are_offered_where_a_reduction_result_crosses_a_barrier(script):
     space = space_of(script)
     slots = [s for s in space.options if isinstance(s, StripedFusion)]
@@ -105,6 +106,7 @@ def test_plan_round_trips_through_json_and_prints():
     assert striped.calls == (0, 1, 2, 3) and striped.implementation_of(3) == "default"
 
 
+@pytest.mark.slow
 def test_why_a_pair_cannot_be_striped(tmp_path):
     gemver = best_striped("gemver")
     dag = dag_of("gemver")
@@ -139,6 +141,7 @@ def test_why_a_pair_cannot_be_striped(tmp_path):
 
 
 @pytest.mark.parametrize("script", STRIPED)
+@pytest.mark.slow
 def test_generated_kernel(script):
     plan = best_striped(script)
     program = Program(generate(dag_of(script), library(), plan, "float32"))
@@ -201,6 +204,7 @@ def test_striped_programs_compile(script, dtype):
         assert [name for name in compiled.resources if "_s_" in name]  # the striped kernel is there
 
 
+@pytest.mark.slow
 def test_prediction_counts_the_reread_and_the_wait():
     space = space_of("gemver", n=16384)
     dag = space.dag
@@ -217,10 +221,11 @@ def test_prediction_counts_the_reread_and_the_wait():
     assert DEFAULT.kernel_seconds(long_kernel, dag, sizes) - long_apart > seconds - apart
 
 
+@pytest.mark.slow
 def test_a_tuned_striped_plan_is_used_and_a_bad_one_is_ignored(monkeypatch, tmp_path):
     import fusec
-    from fusec.tune import store as tuning
     from fusec.errors import FusecWarning
+    from fusec.tune import store as tuning
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("FUSEC_GPU", raising=False)
     dag, sizes, slug = dag_of("sgemvt"), {"m": 3000, "n": 2000}, "h100-80gb-hbm3"
@@ -247,6 +252,7 @@ def test_a_tuned_striped_plan_is_used_and_a_bad_one_is_ignored(monkeypatch, tmp_
         assert tuning.lookup(dag, library(), "float32", sizes, slug) is None
 
 
+@pytest.mark.slow
 def test_a_lag_whose_stripes_do_not_fit_in_l2_is_predicted_to_reread_from_dram():
     # fp32 n = 16384: GEMVER's stripes of B are 8 MB (5 in flight at lag 4: 40 MB, past half of
     # L2); ATAX's stripes of A are 64 rows, 4 MB (20 MB at lag 4)

@@ -23,19 +23,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import LIBRARY, ROOT, library
 
 import fusec
 import fusec.api
 from fusec import cli, oracle
-from fusec.tune import store as tuning
-from fusec.errors import FusecWarning
 from fusec.cost.analytic import DEFAULT
+from fusec.errors import FusecWarning
 from fusec.frontend import load_script
-from fusec.space.combinations import build_space
 from fusec.ir.plan import HorizontalPlan
-from fusec.tune.search import (COMPILE_FAILED, LAUNCH_FAILED, OK, WRONG, Measurer, candidate_groups, candidates,
-                        choose, report, tune)
-from helpers import LIBRARY, ROOT, library
+from fusec.space.combinations import build_space
+from fusec.tune import store as tuning
+from fusec.tune.search import (
+    COMPILE_FAILED,
+    LAUNCH_FAILED,
+    OK,
+    WRONG,
+    Measurer,
+    candidate_groups,
+    candidates,
+    choose,
+    report,
+    tune,
+)
 
 BICGK = ROOT / "scripts" / "bicgk.script"
 GESUMMV = ROOT / "scripts" / "gesummv.script"
@@ -106,6 +116,7 @@ def test_the_key_is_a_sha256_of_canonical_json_and_files_under_the_gpu(cache):
 # -- entries --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_entry_round_trips(cache):
     entry = planted()
     assert entry.key.path.is_file()
@@ -117,6 +128,7 @@ def test_an_entry_round_trips(cache):
     assert found.describe() == f"tuned on {H100} 2026-11-22, K=10, measured 12.5 us (predicted rank 3)"
 
 
+@pytest.mark.slow
 def test_an_entry_says_whether_its_kernels_turn_and_an_older_one_turns(cache):
     entry = planted(store=False)
     forwards = dataclasses.replace(entry, turning=False)
@@ -132,6 +144,7 @@ def test_an_entry_says_whether_its_kernels_turn_and_an_older_one_turns(cache):
     assert fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100").turning is True
 
 
+@pytest.mark.slow
 def test_lookup_misses_quietly_without_an_entry_or_a_gpu(cache):
     planted()
     with warnings.catch_warnings():
@@ -142,6 +155,7 @@ def test_lookup_misses_quietly_without_an_entry_or_a_gpu(cache):
         assert tuning.lookup(bicgk(), library(), "float32", SIZES, "a100") is None
 
 
+@pytest.mark.slow
 def test_a_gpu_prefix_finds_the_full_slug(cache):
     entry = planted()
     assert tuning.lookup(bicgk(), library(), "float32", SIZES, "h100") == entry
@@ -189,6 +203,7 @@ def _damage(kind: str, text: str) -> str:
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "not an object", "wrong dtype in the key",
                                   "wrong version in the key", "other format", "no plan", "bad plan",
                                   "plan misses a call", "time is text", "turning is text"])
+@pytest.mark.slow
 def test_a_damaged_entry_is_a_miss_with_a_warning_naming_the_file(cache, kind):
     entry = planted()
     path = entry.key.path
@@ -200,6 +215,7 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_naming_the_file(cache, kind):
     assert program.tuned is None
 
 
+@pytest.mark.slow
 def test_an_entry_whose_plan_does_not_build_is_ignored_by_compile(cache):
     entry = planted()
     data = json.loads(entry.key.path.read_text())
@@ -223,12 +239,14 @@ def _write_many(args) -> None:
     path_text, texts, count = args
     import os
     from pathlib import Path
+
     from fusec.cache import atomic_write_text
     for i in range(count):
         atomic_write_text(Path(path_text), texts[i % len(texts)])
         os.sched_yield()
 
 
+@pytest.mark.slow
 def test_concurrent_writers_never_leave_a_file_a_reader_cannot_parse(cache):
     entry = planted(store=False)
     texts = [dataclasses.replace(entry, measured_us=float(w)).to_json() for w in range(4)]
@@ -257,6 +275,8 @@ def test_concurrent_writers_never_leave_a_file_a_reader_cannot_parse(cache):
 # -- compile uses the cache -----------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:no GPU here and none named")  # the untuned compile names none
 def test_compile_uses_a_planted_entry_and_says_so(monkeypatch):
     entry = planted()
     predicted = fusec.compile(BICGK, library(), sizes=SIZES, tuned=False)
@@ -313,6 +333,7 @@ def tile_plan_offered_at(*all_sizes):
     raise AssertionError("no plan offered at every size")
 
 
+@pytest.mark.slow
 def test_nearby_finds_entries_within_a_factor_of_2_of_every_size_nearest_first():
     near = plant(planted(store=False).plan, {"m": 300, "n": 200})
     farther = plant(planted(store=False).plan, {"m": 600, "n": 400})
@@ -326,6 +347,7 @@ def test_nearby_finds_entries_within_a_factor_of_2_of_every_size_nearest_first()
     assert tuning.nearby(bicgk(), library(), "float32", {"m": 140, "n": 250}, SLUG) == []  # m: 300 is 2.1x
 
 
+@pytest.mark.slow
 def test_a_damaged_nearby_entry_is_skipped_with_a_warning_naming_the_file():
     entry = plant(planted(store=False).plan, {"m": 300, "n": 200})
     entry.key.path.write_text(_damage("bad plan", entry.key.path.read_text()))
@@ -333,6 +355,7 @@ def test_a_damaged_nearby_entry_is_skipped_with_a_warning_naming_the_file():
         assert tuning.nearby(bicgk(), library(), "float32", {"m": 320, "n": 210}, SLUG) == []
 
 
+@pytest.mark.slow
 def test_compile_borrows_the_plan_tuned_at_the_nearest_size_and_says_so(capsys, tmp_path):
     here, tuned_at = {"m": 320, "n": 210}, {"m": 300, "n": 200}
     plan = tile_plan_offered_at(here, tuned_at)
@@ -354,6 +377,7 @@ def test_compile_borrows_the_plan_tuned_at_the_nearest_size_and_says_so(capsys, 
     assert "tuning cache" not in out and "nearest size" not in out
 
 
+@pytest.mark.slow
 def test_a_nearby_plan_the_space_here_does_not_offer_is_not_borrowed():
     here, tuned_at = {"m": 300, "n": 390}, {"m": 300, "n": 513}  # 1.32x: bands of more columns
     kernels_here = offered(here)
@@ -369,6 +393,7 @@ def test_a_nearby_plan_the_space_here_does_not_offer_is_not_borrowed():
     assert fusec.compile(BICGK, library(), sizes=here, gpu="h100").generated.plan == usable
 
 
+@pytest.mark.slow
 def test_a_reproducible_compile_borrows_no_plan_that_adds_with_atomics():
     here, tuned_at = {"m": 320, "n": 210}, {"m": 300, "n": 200}
     spaces = [offered(here), offered(tuned_at)]
@@ -477,6 +502,7 @@ def fake(dag, dtype="float32", sizes=SIZES, top=6, **kwargs):
     return FakeMeasurer(dag, dtype, sizes, plans, **kwargs)
 
 
+@pytest.mark.slow
 def test_runs_kept_late_are_counted_per_candidate_and_reported():
     dag = bicgk()
 
@@ -501,6 +527,7 @@ def test_runs_kept_late_are_counted_per_candidate_and_reported():
                                       measurer=fake(dag, top=3, times={1: 0.03, 2: 0.02, 3: 0.01})))
 
 
+@pytest.mark.slow
 def test_tune_chooses_the_fastest_correct_candidate_and_caches_it(capsys):
     dag = bicgk()
     # the fastest three are wrong, do not compile, do not launch
@@ -558,6 +585,7 @@ class DirectedMeasurer(FakeMeasurer):
 
 
 @pytest.mark.parametrize("forwards", [0.015, 0.025])
+@pytest.mark.slow
 def test_tune_measures_the_winner_both_ways_and_keeps_the_faster(cache, forwards):
     dag = bicgk()
     plans = [c.plan for c in candidates(dag, library(), "float32", SIZES, 2, DEFAULT)]
@@ -577,6 +605,7 @@ def test_tune_measures_the_winner_both_ways_and_keeps_the_faster(cache, forwards
             f" {kept} kept") in report(result)
 
 
+@pytest.mark.slow
 def test_tune_where_nothing_passes_chooses_and_caches_nothing(cache):
     dag = bicgk()
     count = len(candidates(dag, library(), "float32", SIZES, 3, DEFAULT))  # 3 and their twins
@@ -587,6 +616,7 @@ def test_tune_where_nothing_passes_chooses_and_caches_nothing(cache):
     assert "no candidate passed" in report(result)
 
 
+@pytest.mark.slow
 def test_tune_on_float64_with_rectangular_sizes(cache):
     dag = bicgk()
     sizes = {"m": 33, "n": 1000}
@@ -727,6 +757,7 @@ def test_fusec_tune_without_a_gpu_is_a_clear_error(capsys):
     assert code == 1 and err.startswith("fusec: error:") and ("PyCUDA" in err or "CUDA" in err)
 
 
+@pytest.mark.slow
 def test_the_cached_plan_is_measured_again_beside_the_candidates():
     """Tuning anew never replaces the cached plan with a slower one: it is the last candidate."""
     dag = bicgk()
@@ -752,6 +783,7 @@ def test_each_candidate_is_timed_from_an_empty_l2(monkeypatch):
     """GpuMeasurer empties L2 before it times a candidate, so none inherits the lines the
     one before left (evict-first loads never displace them)."""
     import contextlib
+
     from fusec.runtime import cuda
     from fusec.tune.search import GpuMeasurer
     events = []
@@ -777,6 +809,7 @@ def test_each_candidate_is_timed_from_an_empty_l2(monkeypatch):
 @pytest.mark.nvcc
 def test_the_kernel_that_empties_l2_writes_and_discards_whole_lines(tmp_path):
     import subprocess
+
     from fusec import nvcc
     from fusec.runtime.cuda import TIMING_KERNELS
     compiled = nvcc.compile_cubin(TIMING_KERNELS, arch="sm_90", use_cache=False)
@@ -805,6 +838,7 @@ def own_library(tmp_path, monkeypatch):
     return copy
 
 
+@pytest.mark.slow
 def test_a_shipped_plan_runs_where_the_cache_has_none_and_the_cache_wins(cache, own_library, monkeypatch):
     dag = load_script(BICGK, own_library)
     shipped = dataclasses.replace(planted(store=False, rank=3), script="bicgk (shipped)")
@@ -827,6 +861,8 @@ def test_a_shipped_plan_runs_where_the_cache_has_none_and_the_cache_wins(cache, 
     assert fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100", tuned=False).tuned is None
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:performance database .* timed library")  # the test changes the library
 def test_a_shipped_plan_keyed_on_the_library_as_it_was_is_never_used(cache, own_library):
     entry = planted(store=False)
     tuning.ship(entry, own_library)
@@ -837,6 +873,7 @@ def test_a_shipped_plan_keyed_on_the_library_as_it_was_is_never_used(cache, own_
     assert fusec.compile(BICGK, edited, sizes=SIZES, gpu="h100").tuned is None
 
 
+@pytest.mark.slow
 def test_a_plan_shipped_for_the_library_as_it_was_is_measured_again_when_tuning(cache, own_library):
     """After a library change its shipped plans are stale (never used), but fusec tune
     measures the stale plan of the same point beside its candidates, so tuning again
@@ -870,6 +907,7 @@ def test_fusec_compile_says_the_plan_is_shipped_with_the_library(capsys, tmp_pat
     assert f"plan: shipped with the library ({entry.describe()}): {path}" in out
 
 
+@pytest.mark.slow
 def test_fusec_tune_ship_writes_the_winner_into_the_library(capsys, monkeypatch, cache, own_library):
     import fusec.tune.search as tune_module
     real_tune = tune_module.tune
@@ -891,6 +929,7 @@ def test_fusec_tune_ship_writes_the_winner_into_the_library(capsys, monkeypatch,
     assert key.shipped_path(own_library).read_text() == key.path.read_text()  # the same entry as the cache's
 
 
+@pytest.mark.slow
 def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(capsys, cache, own_library):
     mine = planted()
     current = planted(store=False, sizes={"m": 8192, "n": 8192})

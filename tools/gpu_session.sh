@@ -59,7 +59,7 @@ for stage in "$@"; do
           --library library/blas --size n=$n --dtype $dtype --top $top ) 2>&1 | tee -a "$OUT/tune.log" || status=1
       done ;;
     horizontal-bench)
-      python3 -m bench.horizontal --out "$OUT/results" ${HORIZONTAL_ARGS:-} 2>&1 | tee "$OUT/horizontal-bench.log" || status=1 ;;
+      python3 -m experiments.horizontal --out "$OUT/results" ${HORIZONTAL_ARGS:-} 2>&1 | tee "$OUT/horizontal-bench.log" || status=1 ;;
     horizontal-sanitize)
       for tool in racecheck synccheck memcheck; do
         FUSEC_LINEINFO=1 FUSEC_HORIZONTAL_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 1 \
@@ -91,9 +91,9 @@ for stage in "$@"; do
         python3 tools/profile_call.py "$script" --n "$n" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/profile.log" | grep -E "per call|^part" || status=1
       done ;;
     striped-variants)
-      python3 -m bench.striped_variants --out "$OUT/results" 2>&1 | tee "$OUT/striped-variants.log" || status=1 ;;
+      python3 -m experiments.striped_variants --out "$OUT/results" 2>&1 | tee "$OUT/striped-variants.log" || status=1 ;;
     cache-hints)
-      python3 -m bench.cache_hints --out "$OUT/results" 2>&1 | tee "$OUT/cache-hints.log" || status=1 ;;
+      python3 -m experiments.cache_hints --out "$OUT/results" 2>&1 | tee "$OUT/cache-hints.log" || status=1 ;;
     sanitize-prepared)  # the prepared-call path's launches, on CuPy arrays
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider \

@@ -53,11 +53,12 @@ def main():
     parser.add_argument("--n", type=int, default=4096)
     args = parser.parse_args()
     import cupy
+
     import fusec
     from bench import peers
     from bench.fusion import device_inputs
-    from fusec.runtime import cuda, native
     from fusec.frontend import load_script
+    from fusec.runtime import cuda, native
     peers.make_peers(list(peers.PEER_CLASSES))
     print(f"C extension: {native.fastcall() is not None} ({native.unavailable() or 'built'})")
     ctx = cuda.primary_context()

@@ -24,6 +24,7 @@ def main():
                         help="sscal only: host time per call of fusec, PyTorch and CuPy, three ways")
     args = parser.parse_args()
     import cupy
+
     import fusec
     from bench.fusion import device_inputs
     program = fusec.compile(ROOT / "scripts" / f"{args.script}.script", dtype="float32",
@@ -67,8 +68,10 @@ def main():
 def parts(cupy, n: int) -> None:
     """µs of each piece of a warm call, alone (timeit, best of 5)."""
     import timeit
+
     import numpy as np
     from pycuda._pvt_struct import pack
+
     from fusec.runtime import cuda, driver_api
     drv = cuda.driver()
     ctx = cuda.primary_context()
@@ -115,6 +118,7 @@ def glue(program, inputs) -> None:
     of 5), its launches made no-ops so that nothing waits for the GPU (the C
     extension's call is left out: tools/host_time.py compares the two)."""
     import timeit
+
     from fusec.runtime import driver_api
     from fusec.runtime.prepared import signature
     key, prepared = next(iter(program._prepared.items()))
@@ -149,7 +153,9 @@ def compare(cupy, program, inputs) -> None:
     bench.peers's 10 calls, median of 20), and the host's share alone (calls
     queued behind a spinning kernel, so the GPU never waits for them)."""
     import statistics
+
     import torch
+
     from bench.peers import pipelined_ms
     from fusec.runtime import cuda
     x, alpha = inputs["x"], inputs["alpha"]

@@ -12,7 +12,7 @@ SASS via cuobjdump. The striped kernels' DRAM and L2 traffic, for instance:
         --kernel-name regex:_s_ --launch-skip 2 --launch-count 1 --cache-control all \
         python3 tools/profile_plan.py gemver --n 16384 --tuned --runs 4
 
-and how busy L2 and DRAM are (docs/striped-fusion.md): add lts__t_bytes.sum,
+and how busy L2 and DRAM are (docs/design/striped-fusion.md): add lts__t_bytes.sum,
 lts__throughput.avg.pct_of_peak_sustained_elapsed and
 dram__throughput.avg.pct_of_peak_sustained_elapsed to --metrics.
 """
@@ -42,18 +42,19 @@ def main() -> int:
     args = parser.parse_args()
 
     import cupy
+
     from bench.fusion import device_inputs
     from fusec import nvcc
     from fusec.emit.program import generate
+    from fusec.frontend import load_script
     from fusec.ir.geometry import Shape
+    from fusec.ir.plan import KernelPlan, ProgramPlan
     from fusec.library.loader import load_library
     from fusec.library.model import Geometry
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    from fusec.frontend import load_script
     from fusec.space.fusions import Fusion
     from fusec.space.implementations import steps_in_order
-    from fusec.ir.plan import KernelPlan, ProgramPlan
 
     library = load_library(ROOT / "library" / "blas")
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)

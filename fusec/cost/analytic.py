@@ -22,19 +22,17 @@ from ..ir import geometry as geo
 from ..ir.dag import Dag
 from ..ir.kernel import Kernel
 from ..ir.plan import COLS
+from ..target import GpuTarget, reference
 from .model import natural_blocks
 
 
 @dataclasses.dataclass(frozen=True)
 class AnalyticPredictor:
-    """Bytes over bandwidth plus launch cost; defaults measured on an H100."""
+    """Bytes over bandwidth plus launch cost, for one GPU (``target``); the other
+    parameters were fitted on an H100."""
 
-    bandwidth: float = 2.9e12  # bytes/s, device-to-device copy (read + write)
+    target: GpuTarget = dataclasses.field(default_factory=reference)
     launch: float = 3.0e-6  # seconds per kernel launch
-    sms: int = 132
-    threads_per_sm: int = 2048
-    registers_per_sm: int = 65536
-    shared_per_sm: int = 228 * 1024
     # Bytes requested per SM that keep DRAM busy (fitted, see kernel_seconds). Tile
     # kernels compute between their loads, so they need more requested at once.
     tile_in_flight: int = 120 * 1024
@@ -57,6 +55,15 @@ class AnalyticPredictor:
     name: str = "analytic"
 
     @property
+    def bandwidth(self) -> float:
+        """Bytes/s of a device-to-device copy (read + write) on the target."""
+        return self.target.copy_bandwidth
+
+    @property
+    def sms(self) -> int:
+        return self.target.sms
+
+    @property
     def analytic(self) -> "AnalyticPredictor":
         """The model whose parameters the families' analytic terms use: this one."""
         return self
@@ -66,10 +73,7 @@ class AnalyticPredictor:
 
     def blocks_per_sm(self, kernel: Kernel, registers: int | None = None) -> int:
         return natural_blocks(registers or kernel.estimated_registers,
-                              kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block,
-                              threads_per_sm=self.threads_per_sm, registers_per_sm=self.registers_per_sm,
-                              shared_per_sm=self.shared_per_sm)
-
+                              kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block, self.target)
 
     def reduction_seconds(self, kernel: Kernel, sizes: Mapping[str, int]) -> tuple[float, float]:
         """(counter atomics, finish) of the kernel's reductions: every block counts

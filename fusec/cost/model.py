@@ -16,40 +16,39 @@ from ..ir.dag import Dag
 from ..ir.kernel import Kernel
 from ..ir.plan import COLS, ROWS
 from ..library.model import Geometry
+from ..target import GpuTarget
 
-L2_BYTES = 50 * 2 ** 20  # H100
 L2_REREAD_COST = 0.25  # a re-read from L2 costs about a quarter of a DRAM byte
 
 
-SHARED_PER_SM = 233472  # bytes an H100 SM gives to blocks (228 KB)
 SHARED_RESERVED = 1024  # per block, kept by the driver
 
 
-def natural_blocks(registers: int, static_shared: int, block: int, *, threads_per_sm: int = 2048,
-                   registers_per_sm: int = 65536, shared_per_sm: int = SHARED_PER_SM) -> int:
+def natural_blocks(registers: int, static_shared: int, block: int, target: GpuTarget) -> int:
     """Blocks per SM a kernel can have: threads, registers (allocated per warp in
     units of 256), shared memory (plus what the driver keeps per block), and the
     hardware's 32."""
     warps = block // 32
     per_warp = math.ceil(registers * 32 / 256) * 256
-    by_registers = registers_per_sm // (per_warp * warps) if registers else 32
-    by_shared = shared_per_sm // (static_shared + SHARED_RESERVED)
-    return max(1, min(threads_per_sm // block, by_registers, by_shared, 32))
+    by_registers = target.registers_per_sm // (per_warp * warps) if registers else 32
+    by_shared = target.shared_per_sm // (static_shared + SHARED_RESERVED)
+    return max(1, min(target.threads_per_sm // block, by_registers, by_shared, 32))
 
 
 class Predictor(Protocol):
     name: str
+    target: GpuTarget  # the GPU it predicts for
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         ...
 
 
-def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
+def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int], l2_bytes: int) -> int:
     """Bytes the kernel moves through DRAM.
 
     Matrices and the vectors of the vector geometry move once. In the tile
     geometry a vector indexed by rows is read by every block along the
-    columns (and vice versa); while it fits in L2 those re-reads cost L2
+    columns (and vice versa); while it fits in L2 (``l2_bytes``) those re-reads cost L2
     bandwidth, counted as a quarter of a DRAM byte each. Reductions write and
     read their partials once.
     """
@@ -68,7 +67,7 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> int:
                 rereads = count * (grid_cols - 1)
             elif arg.axis == COLS:
                 rereads = count * (grid_rows - 1)
-            if count * itemsize > L2_BYTES // 4:  # too big to stay in L2 between reads
+            if count * itemsize > l2_bytes // 4:  # too big to stay in L2 between reads
                 count, rereads = count + rereads, 0
             total += count * itemsize + rereads * itemsize * L2_REREAD_COST
         elif arg.role == "out":

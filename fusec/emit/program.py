@@ -16,6 +16,7 @@ from ..ir import geometry as geo
 from ..ir.dag import Dag
 from ..ir.plan import ProgramPlan
 from ..library.model import Library
+from ..target import GpuTarget
 from ..version import __version__
 from .lines import library_text
 
@@ -42,9 +43,11 @@ class GeneratedProgram:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
-def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str) -> GeneratedProgram:
+def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str, target: GpuTarget | None = None) -> GeneratedProgram:
+    """The program of ``plan``, its kernels built for ``target`` (default: the reference GPU)."""
     dtype = geo.dtype_name(dtype)
-    kernels = tuple(families.build_kernel(dag, library, k, dtype, i, alone=True) for i, k in enumerate(plan.kernels))
+    kernels = tuple(families.build_kernel(dag, library, k, dtype, i, alone=True, target=target)
+                    for i, k in enumerate(plan.kernels))
     sources = tuple(families.emit(k, dag, library) for k in kernels)
     script_hash = hashlib.sha256(dag.text.encode()).hexdigest()[:16]
     lines = [

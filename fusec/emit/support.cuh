@@ -82,11 +82,12 @@ __device__ __forceinline__ void fusec_atomic_add16(real* p, const real* v) {
 #if __CUDA_ARCH__ >= 900
   if constexpr (sizeof(real) == 4) {
     atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
-    return;
-  }
+  } else  // an else, not a return: nvcc warns of an unreachable loop after a return
 #endif
-  #pragma unroll
-  for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+  {
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+  }
 }
 
 // The barrier of the threads that run one kernel (library routines call it through
@@ -133,7 +134,7 @@ __device__ __forceinline__ bool fusec_arrive(unsigned* counter, unsigned arrival
 // region of whole 128-byte L2 lines: the blocks' stores land in few lines, and the
 // block that sums them discards the lines afterwards, so these scratch values are
 // never written back to DRAM. Interleaved with the matrix stream, those write-backs
-// cost 1-3% of a gemv on the H100 (bench/results/h100-l2-policies.md). Workspaces start on a
+// cost 1-3% of a gemv on the H100 (experiments/results/h100-l2-policies.md). Workspaces start on a
 // 256-byte boundary (cuMemAlloc), so every region is line-aligned.
 #define FUSEC_LINE 128
 __host__ __device__ constexpr long long fusec_region(long long reals) {

@@ -12,12 +12,14 @@ from typing import Mapping
 from ..ir.dag import Dag
 from ..library.model import Library
 from . import band, held, horizontal, striped, tile  # noqa: F401  (each registers its family)
+from ..target import GpuTarget
 from .base import Family, family_of, names
 
 
-def build_kernel(dag: Dag, library: Library, plan, dtype: str, index: int, *, alone: bool = False):
-    """The frozen kernel of a plan of any family."""
-    return family_of(plan).build(dag, library, plan, dtype, index, alone=alone)
+def build_kernel(dag: Dag, library: Library, plan, dtype: str, index: int, *, alone: bool = False,
+                 target: GpuTarget | None = None):
+    """The frozen kernel of a plan of any family, for the GPU ``target``."""
+    return family_of(plan).build(dag, library, plan, dtype, index, alone=alone, target=target)
 
 
 def emit(kernel, dag: Dag, library: Library) -> str:

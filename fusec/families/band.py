@@ -18,6 +18,7 @@ from ..ir.kernel import PARTIALS_LINE, Kernel
 from ..ir.plan import KernelPlan
 from ..library.model import Library
 from ..lower.kernel import build_kernel
+from ..target import GpuTarget
 from .base import register
 
 
@@ -27,8 +28,8 @@ class BandFamily:
     note = ""
 
     def build(self, dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int, *,
-              alone: bool = False) -> Kernel:
-        return build_kernel(dag, library, plan, dtype, index, turns=alone)
+              alone: bool = False, target: GpuTarget | None = None) -> Kernel:
+        return build_kernel(dag, library, plan, dtype, index, turns=alone, target=target)
 
     def emit(self, kernel: Kernel, dag: Dag, library: Library) -> str:
         return emit_kernel(kernel, dag, library)
@@ -62,7 +63,8 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     block = kernel.plan.shape.block
-    slots = sms * (blocks_per_sm or natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block))
+    slots = sms * (blocks_per_sm or natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block,
+                                                   analytic.target))
     grid = kernel.grid(sizes)
     resident = min(grid, slots) * block / sms
     # Loads issued one instance ahead (KernelPlan.ahead) are priced as without: in one tune
@@ -70,7 +72,7 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     # SGEMV (256 threads of 4 pieces, 2 rows) 18.5 -> 19.2, so fusec tune decides.
     occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
     waves = grid / slots
-    streaming = traffic(kernel, dag, sizes) / (bandwidth * occupancy) * math.ceil(waves) / waves
+    streaming = traffic(kernel, dag, sizes, analytic.target.l2_bytes) / (bandwidth * occupancy) * math.ceil(waves) / waves
     if atomics:
         streaming += band_atomic_seconds(analytic, kernel, sizes, slots)
     return launch + streaming + band_finish_seconds(analytic, kernel, sizes)

@@ -16,6 +16,7 @@ from ..errors import PlanError
 from ..ir.dag import Dag
 from ..ir.plan import Plan
 from ..library.model import Library
+from ..target import GpuTarget
 
 
 class Family(Protocol):
@@ -25,9 +26,11 @@ class Family(Protocol):
     joint: str  # how the header of a generated program joins its parts' calls ("" for one)
     note: str  # and what it says of such a kernel
 
-    def build(self, dag: Dag, library: Library, plan: Plan, dtype: str, index: int, *, alone: bool = False):
-        """The frozen kernel of ``plan`` (raises PlanError where it cannot be built).
-        ``alone``: the kernel is launched by itself, not as a part of a fusion."""
+    def build(self, dag: Dag, library: Library, plan: Plan, dtype: str, index: int, *, alone: bool = False,
+              target: GpuTarget | None = None):
+        """The frozen kernel of ``plan`` for the GPU ``target`` (default: the reference GPU;
+        raises PlanError where it cannot be built). ``alone``: the kernel is launched by
+        itself, not as a part of a fusion."""
 
     def emit(self, kernel, dag: Dag, library: Library) -> str:
         """The kernel's CUDA source."""

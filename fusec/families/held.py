@@ -53,7 +53,7 @@ import dataclasses
 import math
 from typing import Mapping
 
-from ..cost.model import L2_BYTES, traffic
+from ..cost.model import traffic
 from ..emit.plan_text import kernel_lines, nvcc_line
 from ..ir import geometry as geo
 from .band import band_atomic_seconds, band_finish_seconds, band_seconds
@@ -66,8 +66,9 @@ from ..emit.band import finish_after_barrier
 from ..ir.barriers import LOOP, PRE
 from .horizontal import emit_part, union_args
 from ..emit.writer import CudaWriter, call_text
+from ..target import GpuTarget, reference
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
-from ..lower.kernel import build_kernel
+from ..lower.kernel import MAX_REGISTERS, build_kernel
 from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_reread
 
 # A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
@@ -90,11 +91,7 @@ STORES_AFTER_EXPOSED = 0.6
 # that stamped %globaltimer at each phase; docs/striped-fusion.md).
 GRID_BARRIER_SECONDS = 2.8e-6
 
-MAX_SHARED = 227 * 1024  # bytes of shared memory a block may have on sm_90 (static and dynamic)
-SHARED_PER_SM = 228 * 1024  # bytes an SM gives its blocks
 SHARED_RESERVED = 1024  # per block, kept by the driver
-MAX_REGISTERS = 255  # per thread
-REGISTERS_PER_SM = 65536
 # Kernel.estimated_registers is off by 6.6 registers on average; past what a thread may have,
 # held tiles and the parts' own values spill to local memory (ptxas: SGEMVT fp64 with 10 tiles
 # held, estimated 245 of 255, spilled 256 bytes; GEMVER fp64 in 512-thread blocks, two per SM,
@@ -234,6 +231,7 @@ class HeldKernel(PartsKernel):
     held: int | None  # the matrix whose tiles are held (None: nothing held)
     slots: int  # its slots per thread per tile
     args: tuple[Arg, ...]
+    target: GpuTarget  # the GPU whose SMs hold its blocks
 
     all_resident = True  # a block waits for every other at the grid barrier
 
@@ -270,12 +268,12 @@ class HeldKernel(PartsKernel):
     @property
     def most_registers(self) -> int:
         """Registers a thread may have with ``per_sm`` blocks on each SM."""
-        return registers_allowed(self.block, self.plan.per_sm)
+        return registers_allowed(self.block, self.plan.per_sm, self.target)
 
     @property
     def most_shared(self) -> int:
         """Bytes of shared memory a block may have with ``per_sm`` blocks on each SM."""
-        return shared_allowed(self.plan.per_sm)
+        return shared_allowed(self.plan.per_sm, self.target)
 
     @property
     def dynamic_shared_bytes(self) -> int:
@@ -301,15 +299,15 @@ class HeldKernel(PartsKernel):
         return ARRIVALS
 
 
-def registers_allowed(block: int, per_sm: int) -> int:
+def registers_allowed(block: int, per_sm: int, target: GpuTarget) -> int:
     """Registers per thread when each SM holds ``per_sm`` blocks of ``block`` threads
     (allocated per warp in units of 256: a multiple of 8)."""
-    return min(MAX_REGISTERS, REGISTERS_PER_SM // (block * per_sm) // 8 * 8)
+    return min(MAX_REGISTERS, target.registers_per_sm // (block * per_sm) // 8 * 8)
 
 
-def shared_allowed(per_sm: int) -> int:
+def shared_allowed(per_sm: int, target: GpuTarget) -> int:
     """Bytes of shared memory a block may have when each SM holds ``per_sm`` blocks."""
-    return min(MAX_SHARED, SHARED_PER_SM // per_sm - SHARED_RESERVED)
+    return min(target.shared_per_block, target.shared_per_sm // per_sm - SHARED_RESERVED)
 
 
 def held_matrix(dag: Dag, parts: tuple[Kernel, Kernel]) -> int | None:
@@ -334,7 +332,8 @@ def held_matrix(dag: Dag, parts: tuple[Kernel, Kernel]) -> int | None:
     return None
 
 
-def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None = None) -> str | None:
+def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None = None,
+                 target: GpuTarget | None = None) -> str | None:
     """None when the plan's parts may run as one launch with one grid barrier
     and its tiles held as it says; else why not. ``parts``: the analysed
     plans, for the checks that need them."""
@@ -381,7 +380,7 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
     static = sum(p.shared_reals for p in parts) * itemsize
     if static > MAX_STATIC_SHARED:
         return f"{static} bytes of shared memory, more than a block may declare ({MAX_STATIC_SHARED})"
-    kernel = _kernel(dag, plan, parts, 0)
+    kernel = _kernel(dag, plan, parts, 0, target or reference())
     if static + kernel.dynamic_shared_bytes > kernel.most_shared:
         return (f"{plan.shared} tiles held in shared memory: {static + kernel.dynamic_shared_bytes}"
                 f" bytes with the parts', more than a block may have ({kernel.most_shared},"
@@ -436,16 +435,18 @@ def finished_sums_given(dag: Dag, parts: tuple[Kernel, Kernel]) -> tuple[int, ..
                          and elements[op.value].storage is Storage.REGISTERS}))
 
 
-def build_held(dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int) -> HeldKernel:
+def build_held(dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int,
+               target: GpuTarget | None = None) -> HeldKernel:
     """Analyse a held fusion into a kernel. Raises PlanError when the parts cannot be held."""
-    why = why_not_held(dag, plan)
+    target = target or reference()
+    why = why_not_held(dag, plan, target=target)
     if why:
         raise PlanError(f"held fusion of calls {plan.calls}: {why}")
-    parts = tuple(build_kernel(dag, library, p, dtype, index) for p in plan.parts)
-    return assemble(dag, library, plan, parts, index)
+    parts = tuple(build_kernel(dag, library, p, dtype, index, target=target) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index, target)
 
 
-def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) -> HeldKernel:
+def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int, target: GpuTarget) -> HeldKernel:
     """The kernel of parts already analysed."""
     shared_values = set(crossing(dag, plan.producer.calls, plan.consumer.calls))
 
@@ -481,15 +482,17 @@ def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) 
     args = tuple(a for a in union_args(parts) if not (a.role == "in" and a.value in written))
     args += (Arg("schedule", "unsigned long long* __restrict__ fusec_arrivals"),)
     name = f"k{index}_b_" + "_".join(dag.call(c).function for p in plan.parts for c in p.calls)
-    return HeldKernel(index, name, plan, parts[0].dtype, parts, held, slots, args)
+    return HeldKernel(index, name, plan, parts[0].dtype, parts, held, slots, args, target)
 
 
-def assemble(dag: Dag, library: Library, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int) -> HeldKernel:
+def assemble(dag: Dag, library: Library, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int,
+             target: GpuTarget | None = None) -> HeldKernel:
     """The held kernel of parts already analysed (any index)."""
-    why = why_not_held(dag, plan, parts)
+    target = target or reference()
+    why = why_not_held(dag, plan, parts, target)
     if why:
         raise PlanError(f"held fusion of calls {plan.calls}: {why}")
-    kernel = _kernel(dag, plan, parts, index)
+    kernel = _kernel(dag, plan, parts, index, target)
     return kernel
 
 
@@ -570,8 +573,8 @@ class HeldFamily:
     note = "  (held across one grid barrier)"
 
     def build(self, dag: Dag, library: Library, plan: HeldPlan, dtype: str, index: int, *,
-              alone: bool = False) -> HeldKernel:
-        return build_held(dag, library, plan, dtype, index)
+              alone: bool = False, target: GpuTarget | None = None) -> HeldKernel:
+        return build_held(dag, library, plan, dtype, index, target)
 
     def emit(self, kernel: HeldKernel, dag: Dag, library: Library) -> str:
         return emit_kernel(kernel, dag, library)
@@ -635,14 +638,14 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     unheld = (1.0 - kernel.held_fraction()) * reread
     # the consumer starts after the producer's whole pass: L2 keeps only the last of it
     share = STORES_AFTER_L2_SHARE if kernel.plan.stores_after else STRIPE_L2_SHARE
-    in_l2 = min(unheld, share * L2_BYTES)
+    in_l2 = min(unheld, share * predictor.target.l2_bytes)
     # Bytes the consumer takes from chip or L2 are bytes it no longer waits for: its time
     # shrinks by them at the rate it streams alone, below the bandwidth where too few loads
     # are in flight. (GEMVER fp32 n = 4096, held band plans holding 2-3 of 16 instances in
     # registers and 7 in shared memory: priced 72-73 us when they went at the bandwidth,
     # 62-63 at the consumer's rate; measured 57.5-58.8.)
     producer, consumer = seconds
-    rate = min(bandwidth, traffic(kernel.parts[1], dag, sizes) / max(consumer, 1e-12))
+    rate = min(bandwidth, traffic(kernel.parts[1], dag, sizes, predictor.target.l2_bytes) / max(consumer, 1e-12))
     consumer -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / rate
     if kernel.plan.stores_after:  # the held tiles' stores leave the producer's pass for the consumer's
         matrix = math.prod(sizes[d] for d in dag.value(kernel.held).dims) * itemsize

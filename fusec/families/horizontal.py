@@ -39,17 +39,14 @@ from ..emit.kernel import emit_body, library_sources
 from ..emit.lines import library_text
 from ..emit.writer import CudaWriter, call_text
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
-from ..lower.kernel import build_kernel
+from ..lower.kernel import MAX_REGISTERS, build_kernel
+from ..target import GpuTarget, reference
 from ..cost.model import iterations, natural_blocks, traffic, warn_unmeasured
 from ..emit.plan_text import kernel_lines, nvcc_line
 from ..ir import geometry as geo
 from .base import register
 
-MAX_THREADS = 1024  # per block
 MAX_PARTS = 15  # named barriers 1-15; 0 is the block's
-REGISTERS_PER_SM = 65536
-THREADS_PER_SM = 2048
-SHARED_PER_SM = 228 * 1024
 
 
 
@@ -86,7 +83,8 @@ class HorizontalKernel(PartsKernel):
         return max(p.grid(sizes) for p in self.parts)
 
 
-def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None) -> int:
+def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None = None,
+                   target: GpuTarget | None = None) -> int:
     """HFuse's register bound (Fig. 6, lines 9-12): the registers per thread that
     let the fused kernel run as many blocks per SM as the parts would with
     their own registers, unless threads or shared memory allow fewer:
@@ -96,18 +94,21 @@ def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None 
 
     ``registers`` are the parts' registers per thread (nvcc's, where known);
     by default the kernels' estimates. Rounded down to a multiple of 8 (the
-    hardware allocates registers per warp in units of 256)."""
+    hardware allocates registers per warp in units of 256). ``target``: the GPU (default:
+    the reference GPU)."""
+    target = target or reference()
     registers = registers or tuple(p.estimated_registers for p in parts)
     itemsize = geo.DTYPES[parts[0].dtype].itemsize
     d0 = sum(p.block for p in parts)
     shared = sum(p.shared_reals for p in parts) * itemsize + 1024
-    b0 = min(min(REGISTERS_PER_SM // (p.block * r) for p, r in zip(parts, registers)),
-             SHARED_PER_SM // shared, THREADS_PER_SM // d0)
+    b0 = min(min(target.registers_per_sm // (p.block * r) for p, r in zip(parts, registers)),
+             target.shared_per_sm // shared, target.threads_per_sm // d0)
     b0 = max(b0, 1)
-    return max(16, min(255, REGISTERS_PER_SM // (b0 * d0)) // 8 * 8)
+    return max(16, min(MAX_REGISTERS, target.registers_per_sm // (b0 * d0)) // 8 * 8)
 
 
-def why_not_horizontal(dag: Dag, plan: HorizontalPlan, parts: tuple[Kernel, ...] | None = None) -> str | None:
+def why_not_horizontal(dag: Dag, plan: HorizontalPlan, parts: tuple[Kernel, ...] | None = None,
+                       target: GpuTarget | None = None) -> str | None:
     """None when the parts may run side by side in one kernel; else why not."""
     if len(plan.parts) < 2:
         return "a horizontal fusion needs at least two parts"
@@ -126,8 +127,9 @@ def why_not_horizontal(dag: Dag, plan: HorizontalPlan, parts: tuple[Kernel, ...]
     for part in plan.parts:
         if part.shape.block % geo.WARP:
             return f"a part of {part.shape.block} threads: parts are whole warps"
-    if plan.block > MAX_THREADS:
-        return f"{plan.block} threads per block, more than {MAX_THREADS}"
+    most = (target or reference()).threads_per_block
+    if plan.block > most:
+        return f"{plan.block} threads per block, more than {most}"
     if plan.bound and not 16 <= plan.bound <= 255:
         return f"a register bound of {plan.bound}: it must lie in 16-255"
     if parts is not None:
@@ -138,20 +140,22 @@ def why_not_horizontal(dag: Dag, plan: HorizontalPlan, parts: tuple[Kernel, ...]
     return None
 
 
-def build_horizontal(dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int) -> HorizontalKernel:
+def build_horizontal(dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int,
+                     target: GpuTarget | None = None) -> HorizontalKernel:
     """Analyse a horizontal fusion into a kernel. Raises PlanError when the parts cannot share a kernel."""
     dtype = geo.dtype_name(dtype)
-    why = why_not_horizontal(dag, plan)
+    why = why_not_horizontal(dag, plan, target=target)
     if why:
         raise PlanError(f"horizontal fusion of calls {plan.calls}: {why}")
-    parts = tuple(build_kernel(dag, library, p, dtype, index) for p in plan.parts)
-    return assemble(dag, library, plan, parts, index)
+    parts = tuple(build_kernel(dag, library, p, dtype, index, target=target) for p in plan.parts)
+    return assemble(dag, library, plan, parts, index, target)
 
 
-def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kernel, ...], index: int) -> HorizontalKernel:
+def assemble(dag: Dag, library: Library, plan: HorizontalPlan, parts: tuple[Kernel, ...], index: int,
+             target: GpuTarget | None = None) -> HorizontalKernel:
     """The horizontal kernel of parts already analysed (``parts[p]`` is
     ``plan.parts[p]``'s kernel, any index)."""
-    why = why_not_horizontal(dag, plan, parts)
+    why = why_not_horizontal(dag, plan, parts, target)
     if why:
         raise PlanError(f"horizontal fusion of calls {plan.calls}: {why}")
     parts = tuple(dataclasses.replace(k, index=index, name=f"k{index}p{p}_" + k.name.split("_", 1)[1])
@@ -283,8 +287,8 @@ class HorizontalFamily:
     note = "  (side by side)"
 
     def build(self, dag: Dag, library: Library, plan: HorizontalPlan, dtype: str, index: int, *,
-              alone: bool = False) -> HorizontalKernel:
-        return build_horizontal(dag, library, plan, dtype, index)
+              alone: bool = False, target: GpuTarget | None = None) -> HorizontalKernel:
+        return build_horizontal(dag, library, plan, dtype, index, target)
 
     def emit(self, kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
         return emit_kernel(kernel, dag, library)
@@ -337,7 +341,7 @@ def analytic_horizontal_seconds(model, kernel, dag: Dag, sizes: Mapping[str, int
         resident = min(grid, slots) * part.block / model.sms
         target = model.tile_in_flight if part.plan.geometry is Geometry.TILE else model.vector_in_flight
         share = resident * max(part.loop_bytes, geo.VEC_BYTES) / target  # of DRAM's need, from this part
-        moved = traffic(part, dag, sizes)
+        moved = traffic(part, dag, sizes, model.target.l2_bytes)
         moved_all += moved
         demand += share
         slowest = max(slowest, moved / (model.bandwidth * max(min(1.0, share), 1e-3)))
@@ -365,7 +369,8 @@ def perfdb_horizontal_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, i
     sms = predictor.database.sms
     registers = max(max([p.estimated_registers] + [t.registers for _, t in predictor.timings(p, dag) or []])
                     for p in kernel.parts)
-    blocks = natural_blocks(registers, kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block)
+    blocks = natural_blocks(registers, kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block,
+                            predictor.target)
     slowest, moved, counters, finish = 0.0, 0.0, 0.0, 0.0
     for part in kernel.parts:
         grid = part.grid(sizes)
@@ -381,7 +386,7 @@ def perfdb_horizontal_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, i
                 transfer, compute, once = times
                 streaming += count * (max(transfer, compute) * iters + once)
         slowest = max(slowest, streaming)
-        moved += traffic(part, dag, sizes)
+        moved += traffic(part, dag, sizes, predictor.target.l2_bytes)
         part_counters, part_finish = predictor.analytic.reduction_seconds(part, sizes)
         counters, finish = max(counters, part_counters), max(finish, part_finish)
     streaming = max(slowest, moved / predictor.analytic.bandwidth)

@@ -40,7 +40,7 @@ import dataclasses
 import math
 from typing import Mapping
 
-from ..cost.model import L2_BYTES, natural_blocks, traffic
+from ..cost.model import natural_blocks, traffic
 from ..emit.plan_text import kernel_lines, nvcc_line
 from ..ir import geometry as geo
 from .base import register
@@ -52,6 +52,7 @@ from .horizontal import emit_part, union_args
 from ..emit.writer import CudaWriter, call_text
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
 from ..lower.kernel import build_kernel
+from ..target import GpuTarget
 
 # A striped consumer's read of a tile its producer read or wrote a stripe or two
 # before costs about half a DRAM byte: the consumer sits in the same launch behind
@@ -194,12 +195,13 @@ def stripe_axis(dag: Dag, plan: StripedPlan, producer: Kernel) -> str:
     return axes.pop()
 
 
-def build_striped(dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int) -> StripedKernel:
+def build_striped(dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int,
+                  target: GpuTarget | None = None) -> StripedKernel:
     """Analyse a striped fusion into a kernel. Raises PlanError when the parts cannot be striped."""
     why = why_not_striped(dag, plan)
     if why:
         raise PlanError(f"striped fusion of calls {plan.calls}: {why}")
-    parts = tuple(build_kernel(dag, library, p, dtype, index) for p in plan.parts)
+    parts = tuple(build_kernel(dag, library, p, dtype, index, target=target) for p in plan.parts)
     return assemble(dag, library, plan, parts, index)
 
 
@@ -300,8 +302,8 @@ class StripedFamily:
     note = "  (striped)"
 
     def build(self, dag: Dag, library: Library, plan: StripedPlan, dtype: str, index: int, *,
-              alone: bool = False) -> StripedKernel:
-        return build_striped(dag, library, plan, dtype, index)
+              alone: bool = False, target: GpuTarget | None = None) -> StripedKernel:
+        return build_striped(dag, library, plan, dtype, index, target)
 
     def emit(self, kernel: StripedKernel, dag: Dag, library: Library) -> str:
         return emit_kernel(kernel, dag, library)
@@ -348,11 +350,12 @@ def striped_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launc
                  for v in matrices_reread(dag, kernel.plan)) * itemsize
     streaming = sum(predictor.kernel_seconds(part, dag, sizes) - launch for part in kernel.parts)
     stripes = kernel.stripes(sizes)
-    if (kernel.plan.lag + 1) * reread / stripes <= STRIPE_L2_SHARE * L2_BYTES:
+    if (kernel.plan.lag + 1) * reread / stripes <= STRIPE_L2_SHARE * predictor.target.l2_bytes:
         streaming -= (1 - STRIPE_REREAD_COST) * reread / bandwidth
     producer = kernel.parts[0]
-    slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, kernel.block)
-    block_seconds = traffic(producer, dag, sizes) / producer.grid(sizes) * slots / bandwidth
+    slots = sms * natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, kernel.block,
+                                 predictor.target)
+    block_seconds = traffic(producer, dag, sizes, predictor.target.l2_bytes) / producer.grid(sizes) * slots / bandwidth
     wait = max(0.0, block_seconds - kernel.plan.lag * streaming / stripes)
     return launch + streaming + wait * wait / STRIPE_WAIT_SCALE
 

@@ -16,6 +16,7 @@ from ..ir.kernel import Kernel
 from ..ir.plan import KernelPlan
 from ..library.model import Geometry, Library
 from ..lower.kernel import build_kernel
+from ..target import GpuTarget
 from .base import register
 
 
@@ -25,9 +26,9 @@ class TileFamily:
     note = ""
 
     def build(self, dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int, *,
-              alone: bool = False) -> Kernel:
+              alone: bool = False, target: GpuTarget | None = None) -> Kernel:
         # a kernel alone turns (Kernel.turns); the parts of fusions take their items otherwise
-        return build_kernel(dag, library, plan, dtype, index, turns=alone)
+        return build_kernel(dag, library, plan, dtype, index, turns=alone, target=target)
 
     def emit(self, kernel: Kernel, dag: Dag, library: Library) -> str:
         return emit_kernel(kernel, dag, library)
@@ -46,7 +47,7 @@ class TileFamily:
         in_flight = resident * max(kernel.loop_bytes, geo.VEC_BYTES)
         target = model.tile_in_flight if kernel.plan.geometry is not Geometry.VECTOR else model.vector_in_flight
         occupancy = max(min(1.0, in_flight / target), 1e-3)
-        moved = traffic(kernel, dag, sizes)
+        moved = traffic(kernel, dag, sizes, model.target.l2_bytes)
         streaming = moved / (model.bandwidth * occupancy)
         # Blocks do not finish together: at the end, SMs idle for about half the
         # time one block takes (its bytes, shared with the blocks beside it).

@@ -27,13 +27,16 @@ from ..ir.dag import Dag
 from ..ir.kernel import CLEAR_MAPPING, MAX_STATIC_SHARED, TURN_ARG, Arg, Element, Kernel, Op, Reduction
 from ..ir.plan import COLS, ROWS, KernelPlan, Step
 from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
+from ..target import GpuTarget, reference
 from ..library.model import Access, Function, Geometry, Kind, Library, Routine, RoutineKind, Storage
 
-# A kernel that turns and streams its matrices loads the last of them plainly, about this many
-# bytes (0.4 of the H100's 50 MB L2), so the next launch, which starts there, finds them in L2
-# whatever else L2 held before (Kernel.keep_blocks; bench/results/h100-l2-keep-states.md).
-KEEP_L2_BYTES = 20 * 2 ** 20
-REGISTERS_PER_SM = 65536  # 32-bit registers of an SM (sm_90), shared by a block's threads
+# A kernel that turns and streams its matrices loads the last of them plainly, about this
+# share of L2 (20 MB of the H100's 50 MB), so the next launch, which starts there, finds them
+# in L2 whatever else L2 held before (Kernel.keep_blocks; experiments/results/h100-l2-keep-states.md).
+KEEP_L2_SHARE = 0.4
+MAX_REGISTERS = 255  # per thread, any sm_50 and later
+
+
 def axis_of(function: Function, dim: str) -> str:
     return ROWS if dim == function.rows_dim else COLS
 
@@ -103,13 +106,15 @@ def _invariant(function: Function, param: str, plan: KernelPlan) -> bool:
 
 
 def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int,
-                 turns: bool = False) -> Kernel:
+                 turns: bool = False, target: GpuTarget | None = None) -> Kernel:
     """Analyse a tile, vector or band fusion implementation into a kernel. ``turns``: the kernel
     runs alone and takes the direction of its walk as a parameter (Kernel.turns;
     not for the parts of horizontal or striped fusions, whose blocks take their
     items otherwise). Raises PlanError when
     the plan cannot be built (e.g. routines disagree on where an element lives).
-    Fusions of several kernel plans are built by their families (:mod:`fusec.families`)."""
+    Fusions of several kernel plans are built by their families (:mod:`fusec.families`). ``target``:
+    the GPU it is for (default: the reference GPU, :func:`fusec.target.reference`)."""
+    target = target or reference()
     dtype = geo.dtype_name(dtype)
     macros = plan.shape.macros(dtype)
     kernel_calls = frozenset(plan.calls)
@@ -246,12 +251,12 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     stream = plan.geometry is not Geometry.VECTOR and not stores_matrix
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
                     total, stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements))
-    if plan.geometry is Geometry.BAND and kernel.estimated_registers > min(255, REGISTERS_PER_SM // plan.shape.block):
+    if plan.geometry is Geometry.BAND and kernel.estimated_registers > min(MAX_REGISTERS, target.registers_per_sm // plan.shape.block):
         # a band keeps whole rows in registers: where they do not fit, they would spill
         raise PlanError(f"about {kernel.estimated_registers} registers per thread, more than a block of"
                         f" {plan.shape.block} threads may have")
     if stream and turns:
-        kernel = dataclasses.replace(kernel, keep_blocks=KEEP_L2_BYTES // _matrix_bytes_per_block(kernel, dag))
+        kernel = dataclasses.replace(kernel, keep_blocks=keep_l2_bytes(target) // _matrix_bytes_per_block(kernel, dag))
     return kernel
 
 
@@ -330,3 +335,7 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
 
 # --------------------------------------------------------------------------- emission
 
+
+def keep_l2_bytes(target: GpuTarget) -> int:
+    """Bytes of matrix a turning kernel leaves to L2 for the next launch (Kernel.keep_blocks)."""
+    return int(KEEP_L2_SHARE * target.l2_bytes)

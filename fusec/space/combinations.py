@@ -36,7 +36,7 @@ from ..library.model import Geometry, Library
 from .fusions import Fusion, fusions
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
-from .implementations import SMS, by_time, implementations
+from .implementations import by_time, implementations
 from ..ir.plan import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
 from .covers import covers, kernel_order
 from .search import bounded_cover, exhaustive_is_small, warn_cut
@@ -135,7 +135,7 @@ class Space:
                 plans.append(part)
                 found = next((t for p, _, t in options if p == part), None)
                 if found is None:  # a held part of a shape the space offers only to held fusions
-                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0)
+                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0, target=self.predictor.target)
                     found = self.predictor.kernel_seconds(kernel, self.dag, self.sizes)
                 times.append(found)
         return Combination(ProgramPlan(tuple(plans)), sum(times), tuple(times))
@@ -269,7 +269,7 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     for fusion in found:
         timed = [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
                  for plan, kernel in implementations(dag, library, fusion, dtype, shapes, sizes,
-                                                     getattr(predictor, "sms", SMS))]
+                                                     predictor.target)]
         options[fusion] = sorted(timed, key=by_time)
     plain = covers(dag, found)
     sideways = horizontal_covers(dag, plain, kernel_order) if horizontal else []
@@ -283,7 +283,7 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
         both = striped_options(dag, library, slot, parts, predictor, sizes)
         if held:  # the same pair as one launch of resident blocks, tiles or rows held on chip
             wider = [sorted(found + [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel
-                                     in implementations(dag, library, part, dtype, HELD_SHAPES)
+                                     in implementations(dag, library, part, dtype, HELD_SHAPES, None, predictor.target)
                                      if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms]  # else never held
                             + _bands(options[part]), key=by_time)
                      for part, found in zip(slot.parts, parts)] if shapes is None else parts

@@ -23,6 +23,7 @@ from ..ir import geometry as geo
 from ..families.held import (BAND_HELD_WORDS, HeldKernel, assemble, held_matrix, register_margin,
                             registers_allowed, shared_allowed)
 from ..ir.kernel import Kernel
+from ..target import GpuTarget, reference
 from ..ir.dag import Dag
 from ..errors import PlanError
 from ..ir.geometry import Shape
@@ -68,17 +69,18 @@ def held_options(dag: Dag, library: Library, fusion: StripedFusion,
         for (p, pk, _), (c, ck, _) in itertools.product(mine[key], theirs[key]):
             per_sm = -(-pk.grid(sizes) // predictor.sms)
             for (registers, shared), stores_after, finish_after in itertools.product(
-                    held_counts(dag, p, (pk, ck), per_sm), (False, True), (False, True)):
+                    held_counts(dag, p, (pk, ck), per_sm, predictor.target), (False, True), (False, True)):
                 plan = HeldPlan(p, c, registers, shared, per_sm, stores_after, finish_after)
                 try:  # either option: band parts only, where there is something to store or finish
-                    kernel = assemble(dag, library, plan, (pk, ck), 0)
+                    kernel = assemble(dag, library, plan, (pk, ck), 0, predictor.target)
                 except PlanError:
                     continue
                 out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))
     return sorted(out, key=by_time)
 
 
-def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], per_sm: int) -> list[tuple[int, int]]:
+def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], per_sm: int,
+                target: GpuTarget | None = None) -> list[tuple[int, int]]:
     """(tiles in registers, tiles in shared memory) to offer: every REGISTER_STEP
     up to what a thread's registers allow, each with as many tiles in shared
     memory as fit beside the parts' own (at most the block's tiles in all), with
@@ -91,11 +93,12 @@ def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], pe
     block, tiles = producer.shape.block, producer.shape.iters
     first, second = parts  # as HeldKernel.estimated_registers counts them, less the held
     own = max(first.estimated_registers, second.estimated_registers + second.ahead_registers)
-    spare = registers_allowed(block, per_sm) - own - register_margin(producer.geometry)
+    target = target or reference()
+    spare = registers_allowed(block, per_sm, target) - own - register_margin(producer.geometry)
     if producer.geometry is Geometry.BAND:
         spare = min(spare, BAND_HELD_WORDS)
     most_registers = max(0, min(tiles, spare // (slots * itemsize // 4)))
     static = sum(k.shared_reals for k in parts) * itemsize
-    fit_shared = max(0, (shared_allowed(per_sm) - static) // (slots * block * itemsize))
+    fit_shared = max(0, (shared_allowed(per_sm, target) - static) // (slots * block * itemsize))
     return [(registers, min(fit_shared, tiles - registers))
             for registers in range(0, most_registers + 1, REGISTER_STEP[producer.geometry])]

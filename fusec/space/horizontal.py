@@ -106,12 +106,12 @@ def horizontal_options(dag: Dag, library: Library, fusion: HorizontalFusion,
         plans = tuple(plan for plan, _, _ in choice)
         kernels = tuple(kernel for _, kernel, _ in choice)
         variants = [HorizontalPlan(plans)]
-        bound = register_bound(kernels)
+        bound = register_bound(kernels, target=predictor.target)
         if bound < max(k.estimated_registers for k in kernels):
             variants.append(HorizontalPlan(plans, bound))
         for plan in variants:
             try:
-                kernel = assemble(dag, library, plan, kernels, 0)
+                kernel = assemble(dag, library, plan, kernels, 0, predictor.target)
             except PlanError:
                 continue  # too many threads or too much shared memory for one block
             out.append((plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)))

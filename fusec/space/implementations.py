@@ -16,6 +16,7 @@ import itertools
 
 from ..families.held import BAND_REGISTER_MARGIN
 from ..families import build_kernel
+from ..target import GpuTarget, reference
 from ..ir.kernel import Kernel
 from ..ir.dag import Dag
 from ..errors import PlanError
@@ -44,10 +45,9 @@ BAND_BLOCKS = (128, 256, 512, 1024)
 BAND_ROWS = (1, 2)
 BAND_WAVES = (1, 2)
 MAX_BAND_WORDS = 32  # 32-bit registers a thread's share of one instance's matrix may take (64 spilled: ptxas)
-SMS = 132  # the H100's, where no predictor says
 
 
-def band_shapes(rows: int, cols: int, dtype: str, sms: int = SMS) -> tuple[Shape, ...]:
+def band_shapes(rows: int, cols: int, dtype: str, sms: int) -> tuple[Shape, ...]:
     """The band shapes for a matrix of ``rows x cols``: each block size whose
     threads' pieces cover a row without leaving half of them idle and fit
     MAX_BAND_WORDS, with BAND_ROWS rows at a time and ITERS instances for one or
@@ -150,12 +150,14 @@ def _loads_at_once_fit(plan: HeldPlan, kernel) -> bool:
 
 def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
                     shapes: tuple[Shape, ...] | None = None, sizes=None,
-                    sms: int = SMS, most_orders: int | None = None) -> list[tuple[KernelPlan, Kernel]]:
+                    target: GpuTarget | None = None, most_orders: int | None = None) -> list[tuple[KernelPlan, Kernel]]:
     """Every valid, undominated implementation of a fusion, with its analysed kernel.
     ``shapes`` replaces the block shapes searched (those of the fusion's geometry are used).
     Given ``sizes``, a fusion of nested calls also gets band implementations
     (:func:`band_shapes`), and a fusion that only the band geometry allows gets only those.
-    ``most_orders``: only the first so many call orders (:func:`call_orders`)."""
+    ``most_orders``: only the first so many call orders (:func:`call_orders`). ``target``: the GPU
+    (default: the reference GPU)."""
+    target = target or reference()
     geometry = function_of(dag, library, fusion.calls[0]).hof.geometry
     geometries = [geometry] if why_not_fusible(dag, library, fusion.calls) is None else []
     if geometry is Geometry.TILE and why_not_fusible(dag, library, fusion.calls, Geometry.BAND) is None:
@@ -165,7 +167,7 @@ def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
     best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
     for geometry in geometries:
         _implement(dag, library, fusion, dtype, geometry, _shapes_of(dag, library, fusion, dtype, geometry,
-                                                                     shapes, sizes, sms), orders, best)
+                                                                     shapes, sizes, target.sms), orders, best, target)
     out = []
     for group in best.values():
         if group:
@@ -188,7 +190,7 @@ def _shapes_of(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry:
 
 
 def _implement(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry: Geometry,
-               shapes: tuple[Shape, ...], orders, best: dict) -> None:
+               shapes: tuple[Shape, ...], orders, best: dict, target: GpuTarget) -> None:
     """The fusion's plans in one geometry, grouped into ``best`` by layout."""
     axes = {Geometry.TILE: (ROWS, COLS), Geometry.BAND: (ROWS,)}.get(geometry, (None,))
     policies = (L2_PLAIN,) if geometry is not Geometry.VECTOR else tuple(L2_NAMES)  # plain first: ties rank it first
@@ -201,7 +203,7 @@ def _implement(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry:
             for steps in orders:
                 plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2, ahead)
                 try:
-                    kernel = build_kernel(dag, library, plan, dtype, 0)
+                    kernel = build_kernel(dag, library, plan, dtype, 0, target=target)
                 except PlanError:
                     continue
                 group.append((plan, kernel))

@@ -38,7 +38,7 @@ from .covers import covers
 from .fusions import Fusion, fusions, index_space, why_not_fusible
 from .horizontal import HorizontalFusion, best_per_block, horizontal_options, independent
 from .held import HELD_SHAPES, MAX_PER_SM, PER_PART as HELD_PER_PART, held_options
-from .implementations import SMS, by_time, call_orders, implementations
+from .implementations import by_time, call_orders, implementations
 from ..ir.plan import KernelPlan
 from ..ir.steps import function_of
 from .striped import PER_PART, StripedFusion, crosses_reduction, striped_options
@@ -113,7 +113,8 @@ class Search:
                  striped: bool = True, held: bool = True):
         self.dag, self.library, self.dtype, self.sizes, self.predictor = dag, library, dtype, dict(sizes), predictor
         self.horizontal, self.striped, self.held = horizontal, striped, held
-        self.sms = getattr(predictor, "sms", SMS)
+        self.target = predictor.target
+        self.sms = self.target.sms
         self.built: dict[tuple, tuple[tuple[int, ...], list]] = {}  # (kind, likeness) -> (calls, options)
         self.legal: dict[tuple[int, ...], bool] = {}
 
@@ -138,14 +139,14 @@ class Search:
         """A fusion's options, best first, in its first ``orders`` call orders."""
         orders = len(call_orders(self.dag, fusion, orders))  # a chain has one, whatever is allowed
         return self._cached(f"fusion {orders}", (fusion.calls,), lambda: sorted(self._timed(implementations(
-            self.dag, self.library, fusion, self.dtype, None, self.sizes, self.sms, orders)), key=by_time))
+            self.dag, self.library, fusion, self.dtype, None, self.sizes, self.target, orders)), key=by_time))
 
     def _own(self, options: list) -> list:
         """The options with kernels of these very calls (pairs assemble them)."""
         out = []
         for plan, kernel, seconds in options:
             if kernel.plan != plan:
-                kernel = build_kernel(self.dag, self.library, plan, self.dtype, 0)
+                kernel = build_kernel(self.dag, self.library, plan, self.dtype, 0, target=self.target)
             out.append((plan, kernel, seconds))
         return out
 
@@ -172,7 +173,7 @@ class Search:
             wider = []
             for part, found in zip(pair.parts, parts):
                 extra = self._timed((plan, kernel) for plan, kernel in implementations(
-                    self.dag, self.library, part, self.dtype, HELD_SHAPES, None, self.sms, CUT_ORDERS)
+                    self.dag, self.library, part, self.dtype, HELD_SHAPES, None, self.target, CUT_ORDERS)
                     if kernel.grid(self.sizes) <= MAX_PER_SM * self.sms)
                 options = sorted(found + extra + _bands(self.fusion(part)()), key=by_time)
                 resident = [o for o in options if o[1].grid(self.sizes) <= MAX_PER_SM * self.sms]

@@ -107,13 +107,17 @@ def scripts(rng: random.Random) -> Iterator[Mutant]:
 # -- libraries ------------------------------------------------------------------------
 
 LIBRARY_EDITS = [
-    ("library.fusec", r"registers  VEC  ", ["registers  1  ", "registers  0  ", "registers  -VEC ", "registers  VEC/0"]),
+    ("library.fusec", r"registers  VEC  ",
+     ["registers  1  ", "registers  0  ", "registers  -VEC ", "registers  VEC/0"]),
     ("library.fusec", "TILE_ROWS/BLOCK_Y*VEC", ["1", "TILE_ROWS", "BLOCK_Y", "VEC*VEC*VEC*VEC*VEC*VEC"]),
-    ("library.fusec", "shared     TILE_COLS  ", ["shared     1          ", "shared     TILE_COLS/2", "registers  TILE_COLS  "]),
+    ("library.fusec", "shared     TILE_COLS  ",
+     ["shared     1          ", "shared     TILE_COLS/2", "registers  TILE_COLS  "]),
     ("library.fusec", "mapping   vec ", ["mapping   vec2", "mapping   threads", "mapping   "]),
-    ("sdot.cu", "element    x subvector(ELEMENT)", ["element    x subvector(TILE_ROWS)", "element    x tile(TILE_ROWS,TILE_COLS)", ""]),
+    ("sdot.cu", "element    x subvector(ELEMENT)",
+     ["element    x subvector(TILE_ROWS)", "element    x tile(TILE_ROWS,TILE_COLS)", ""]),
     ("sdot.cu", "// r_partial += x . y", ["/*@fusec\nfunction f(x: vector[n]) -> y: vector[n]\n@*/", "/*@fusec"]),
-    ("sdot.cu", "hof        reduce(+)", ["hof        map", "hof        reduce(*)", "hof        nested reduce(+) over n", ""]),
+    ("sdot.cu", "hof        reduce(+)",
+     ["hof        map", "hof        reduce(*)", "hof        nested reduce(+) over n", ""]),
     ("sdot.cu", "threads    32", ["threads    64", "threads    BLOCK_X x BLOCK_Y", "threads    0", ""]),
     ("sgemv.cu", "load", ["store", "compute", "lod", ""]),
     ("sscal.cu", "as vec", ["as tile", "as partial", "as nosuch", "as"]),
@@ -127,10 +131,10 @@ def libraries(rng: random.Random) -> Iterator[Mutant]:
         new = rng.choice(news)
 
         def run(workdir: Path, file=file, old=old, new=new) -> None:
-            from fusec.library.loader import load_library
-            from fusec.frontend import load_script
-            from fusec.space import unfused_plan
             import fusec
+            from fusec.frontend import load_script
+            from fusec.library.loader import load_library
+            from fusec.space import unfused_plan
             copy_ = workdir / "lib"
             shutil.copytree(LIBRARY, copy_, ignore=shutil.ignore_patterns("tunings"))
             text = (copy_ / file).read_text()
@@ -192,11 +196,12 @@ def databases(rng: random.Random) -> Iterator[Mutant]:
             touched.append("seconds at an odd level")
 
         def run(workdir: Path, data=data) -> None:
+            import warnings
+
             from fusec.cost.perfdb import store
             from fusec.cost.perfdb.model import PerfdbPredictor
             from fusec.frontend import load_script
             from fusec.space.combinations import build_space
-            import warnings
             path = workdir / DATABASE.name
             path.write_text(json.dumps(data))
             with warnings.catch_warnings(record=True) as caught:
@@ -223,9 +228,9 @@ def databases(rng: random.Random) -> Iterator[Mutant]:
 @functools.lru_cache(maxsize=None)
 def _entry_text() -> tuple[str, str]:
     """The JSON of an entry holding the second-best plan of sscal at n = 5000, and its file name."""
-    from fusec.tune import store as tuning
     from fusec.frontend import load_script
     from fusec.space.combinations import build_space
+    from fusec.tune import store as tuning
     dag = load_script(SMALL, library())
     ranked = build_space(dag, library(), "float32", {"n": 5000}, h100()).ranked()
     next(ranked)
@@ -272,10 +277,10 @@ def entries(rng: random.Random) -> Iterator[Mutant]:
             what = mutated[:0] + "fields changed"
 
         def run(workdir: Path, mutated=mutated, digest=digest) -> None:
-            from fusec.tune import store as tuning
             from fusec.api import build_program
             from fusec.frontend import load_script
             from fusec.space.combinations import build_space
+            from fusec.tune import store as tuning
             folder = Path(os.environ["FUSEC_CACHE_DIR"]) / "tuning" / "h100-80gb-hbm3"
             folder.mkdir(parents=True, exist_ok=True)
             for old in folder.glob("*.json"):
@@ -331,6 +336,7 @@ def command_lines(rng: random.Random) -> Iterator[Mutant]:
         def run(workdir: Path, argv=argv) -> None:
             import contextlib
             import io
+
             from fusec.cli import main
             full = argv + (["-o", str(workdir / "out")] if argv[0] == "compile" else [])
             err = io.StringIO()
@@ -370,7 +376,8 @@ ARRAYS = [
     {"shape": (64,), "typestr": "<f4", "data": (0, False)}, {"shape": (64,), "typestr": "<f4", "data": None},
     {"shape": "64", "typestr": "<f4", "data": (4096, False)}, {"shape": (64,), "typestr": 5, "data": (4096, False)},
     {"shape": (64,), "typestr": "<f4", "data": (4096, False), "strides": (4, 4)}, [], None,
-    {"shape": (64,), "typestr": "<f8", "data": (4096, False)}, {"shape": (8, 8), "typestr": "<f4", "data": (4096, False)},
+    {"shape": (64,), "typestr": "<f8", "data": (4096, False)},
+    {"shape": (8, 8), "typestr": "<f4", "data": (4096, False)},
 ]
 SCALARS = [2.0, 0, -1, 10 ** 400, float("nan"), float("inf"), 1e300, "2", None, [1.0], True, 1e-45]
 
@@ -406,9 +413,9 @@ def api_arguments(rng: random.Random) -> Iterator[Mutant]:
 
 @functools.lru_cache(maxsize=None)
 def _sscal_program():
+    import fusec
     from fusec.frontend import load_script
     from fusec.space import unfused_plan
-    import fusec
     dag = load_script(SMALL, library())
     return fusec.compile(SMALL, library(), "float32", plan=unfused_plan(dag, library()))
 

@@ -31,14 +31,14 @@ import numpy as np
 import pytest
 
 from fusec import oracle
+from fusec.cost.analytic import DEFAULT
 from fusec.emit.program import generate
 from fusec.errors import FusecError
-from fusec.cost.analytic import DEFAULT
-from fusec.runtime.program import Program
 from fusec.frontend import load_script
-from fusec.space.combinations import build_space
-from fusec.library.model import Geometry
 from fusec.ir.plan import HeldPlan, ProgramPlan
+from fusec.library.model import Geometry
+from fusec.runtime.program import Program
+from fusec.space.combinations import build_space
 from fusec.space.striped import StripedFusion
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 

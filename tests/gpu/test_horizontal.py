@@ -1,4 +1,4 @@
-"""GPU tier of horizontal fusion (issue 6): every horizontal combination is correct.
+"""GPU tier of horizontal fusion: every horizontal combination is correct.
 
 For the issue's scripts (two gemvs on different matrices, a gemv beside a
 dot), BiCGK (its two calls side by side) and GESUMMV (its two gemvs side by
@@ -30,13 +30,13 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.emit.program import generate
 from fusec.cost.analytic import DEFAULT
-from fusec.runtime.program import Program
+from fusec.emit.program import generate
 from fusec.frontend import load_script
+from fusec.ir.plan import HorizontalPlan, ProgramPlan
+from fusec.runtime.program import Program
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
-from fusec.ir.plan import HorizontalPlan, ProgramPlan
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu
@@ -166,6 +166,7 @@ def test_every_horizontal_combination(script, dtype, compiled):
 def test_horizontal_program_on_device_arrays_and_repeated_calls():
     """Device arrays in place (PyCUDA), outputs as device arrays, many calls."""
     import pycuda.gpuarray as gpuarray
+
     from fusec.runtime import cuda
     dag = dag_of("gemv_dot")
     plan = ProgramPlan((HorizontalPlan(unfused_plan(dag, library()).kernels),))

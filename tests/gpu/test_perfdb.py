@@ -40,6 +40,7 @@ def test_missing_times_only_what_the_database_lacks(vector_database, tmp_path):
     """--missing adds held fusions' wide tile shapes to a database and keeps the
     timings it had, bit for bit."""
     import shutil
+
     from fusec.space.held import HELD_SHAPES
     old, path = vector_database
     folder = tmp_path / "grown"

@@ -8,6 +8,7 @@ compute-sanitizer, which is slow.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import zlib
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from fusec import oracle
 from fusec.errors import ArgumentError
-from tests.helpers import DTYPES, library, program, script_names, size_cases, tile_program
+from tests.helpers import DTYPES, library, program, script_dag, script_names, size_cases, tile_program
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +29,7 @@ RECTANGULAR_BASES = [n for n in (33, 1000) if n in BASE_SIZES]
 def _cases():
     out = []
     for script in script_names():
-        dag = program(script, "float32").dag
+        dag = script_dag(script)
         squares = size_cases(dag, BASE_SIZES)[:len(BASE_SIZES)]
         rects = size_cases(dag, RECTANGULAR_BASES)[len(RECTANGULAR_BASES):]
         for sizes in squares + rects:
@@ -85,6 +86,7 @@ def test_each_l2_policy_against_oracle(script, dtype):
     stores), at sizes with full chunks and ragged edges: results against the oracle,
     and bit for bit the plain plan's (a cache hint changes no value)."""
     import dataclasses
+
     from fusec import compile as compile_script
     from fusec.ir.plan import L2_NAMES, ProgramPlan
     from tests.helpers import ROOT
@@ -112,6 +114,7 @@ def test_the_blocks_that_keep_their_tiles_in_l2_change_no_value(script, dtype):
     those of the same source with every block evict-first, on three calls (both directions)."""
     import dataclasses
     import re
+
     from fusec.runtime.program import Program
     prog = tile_program(script, dtype)  # a band kernel's column sums (atomics) are not bit for bit
     sizes = {d: 4097 for d in prog.dag.sizes}
@@ -138,9 +141,10 @@ def test_a_block_with_several_tickets(dtype, iters):
     a last block with fewer than ITERS tiles, twice (the counters reset themselves),
     against the oracle and bit for bit between the two runs."""
     import dataclasses
+
     from fusec import compile as compile_script
-    from fusec.space import ROWS
     from fusec.ir.plan import ProgramPlan
+    from fusec.space import ROWS
     from tests.helpers import ROOT
     (fused,) = tile_program("bicgk", dtype).generated.plan.kernels  # tickets: a tile kernel's
     plan = ProgramPlan((dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=iters)),))
@@ -190,14 +194,9 @@ def test_special_scalars(script, alpha, beta):
 
 
 def _device_kinds():
-    kinds = ["pycuda"]
-    for name in ("cupy", "torch"):
-        try:
-            __import__(name)
-            kinds.append(name)
-        except ImportError:
-            pass
-    return kinds
+    """The array frameworks installed here. Looked up, not imported: importing
+    PyTorch at collection took about a minute of every run, GPU or not."""
+    return ["pycuda"] + [name for name in ("cupy", "torch") if importlib.util.find_spec(name) is not None]
 
 
 def _to_device(kind, array):
@@ -389,7 +388,8 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
     sizes = {s: 2049 if matrix else 1_000_003 for s in prog.dag.sizes}
     inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, dtype, "turns")))
     forwards = Program(prog.generated, turning=False)
-    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)
+    def as_tuple(r):
+        return r if isinstance(r, tuple) else (r,)
     with cuda.context():
         device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
         expected = [cupy.asnumpy(r) for r in as_tuple(forwards(**device))]
@@ -478,6 +478,7 @@ def test_timing_keeps_device_outputs_alive():
     until the last timed launch. GEMVER writes a 256 MB matrix: freed early, it
     is unmapped memory and the kernels fault (found by the tuner at n=8192)."""
     import pycuda.gpuarray as gpuarray
+
     from fusec.runtime import cuda
     prog = program("gemver", "float32")
     sizes = {s: 8192 for s in prog.dag.sizes}

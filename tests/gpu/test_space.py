@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from fusec import nvcc, oracle
-from fusec.emit.program import generate
 from fusec.cost.analytic import DEFAULT
+from fusec.emit.program import generate
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, library, program, script_names

@@ -29,14 +29,14 @@ import numpy as np
 import pytest
 
 from fusec import oracle
-from fusec.emit.program import generate
-from fusec.ir.geometry import Shape
-from fusec.library.model import Geometry
 from fusec.cost.analytic import DEFAULT
-from fusec.runtime.program import Program
+from fusec.emit.program import generate
 from fusec.frontend import load_script
-from fusec.space.combinations import build_space
+from fusec.ir.geometry import Shape
 from fusec.ir.plan import ProgramPlan, StripedPlan
+from fusec.library.model import Geometry
+from fusec.runtime.program import Program
+from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
 
 pytestmark = pytest.mark.gpu
@@ -144,6 +144,7 @@ def test_every_striped_plan(script, dtype, compiled):
 def test_striped_program_on_device_arrays_and_timing():
     """Device arrays in place, prepared calls, many calls, timing."""
     import pycuda.gpuarray as gpuarray
+
     from fusec.runtime import cuda
     dag = dag_of("sgemvt")
     plan = striped_plans("sgemvt", "float32")[0]

@@ -29,12 +29,12 @@ import pytest
 
 from fusec import oracle
 from fusec.api import build_program
-from fusec.emit.program import generate
 from fusec.cost.perfdb import predictor_for
+from fusec.emit.program import generate
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
-from tests.helpers import DTYPES, compile_for_this_gpu, library
 from tests.gpu.test_band import sizes_of
+from tests.helpers import DTYPES, compile_for_this_gpu, library
 from tests.test_band import band_program, dag_of
 
 pytestmark = pytest.mark.gpu

@@ -14,30 +14,31 @@ import functools
 import warnings
 from pathlib import Path
 
-from ...target import target
+from ...target import chosen_slug, resolve
 from ...library.model import Library
-from ..analytic import DEFAULT
+from ..analytic import AnalyticPredictor
 from ..model import Predictor
 from . import store
 
 
 def predictor_for(library: Library, gpu: str | None = None) -> Predictor:
-    """The predictor for ``library`` on the target GPU (:func:`fusec.target.target`:
-    ``gpu``, else $FUSEC_GPU, else the GPU present)."""
-    wanted = target(gpu)
+    """The predictor for ``library`` on the chosen GPU (``gpu``, else $FUSEC_GPU, else
+    the GPU present): its performance database's, else the analytic model over the
+    GPU's figures (:func:`fusec.target.resolve`; an unknown name is an ArgumentError)."""
+    wanted = chosen_slug(gpu)
     if wanted is None:
         warnings.warn(store.PerfdbWarning(
             "no GPU here and none named (--gpu NAME or $FUSEC_GPU): kernels are chosen by the"
             " analytic model"))
-        return DEFAULT
+        return AnalyticPredictor(target=resolve(gpu))
     path = store.find(wanted)
     if path is None:
         warnings.warn(store.PerfdbWarning(
             f"no performance database for GPU {wanted!r} in {store.directory()}: kernels are chosen"
             " by the analytic model (run 'fusec perfdb build' on that GPU)"))
-        return DEFAULT
+        return AnalyticPredictor(target=resolve(gpu))
     predictor = _load(path, path.stat().st_mtime_ns, library)
-    return predictor if predictor is not None else DEFAULT
+    return predictor if predictor is not None else AnalyticPredictor(target=resolve(gpu))
 
 
 @functools.lru_cache(maxsize=8)

@@ -20,24 +20,23 @@ from pathlib import Path
 from ... import nvcc
 from ...version import __version__
 from ...errors import FusecError, GPUUnavailableError
-from ...target import present
+from ...target import GpuTarget, from_device, present
 from ...library.model import Geometry, Kind, Library
 from ...progress import Progress
 from . import store
-from ..model import SHARED_PER_SM, SHARED_RESERVED, natural_blocks
+from ..model import SHARED_RESERVED, natural_blocks
 from ..model import iterations
 from .probes import Probe, RoutineKey, modules, probes
 
-SHARED_PER_BLOCK = 232448  # the most one block may ask for (227 KB)
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16)  # blocks per SM measured, and the probe's own most
 WAVES = 6  # waves of blocks at the highest level, so the ragged end stays small
 REPEAT = 5
 
 
-def limiting_shared(blocks: int, static_shared: int) -> int:
+def limiting_shared(blocks: int, static_shared: int, target: GpuTarget) -> int:
     """Dynamic shared memory per block that leaves room for exactly ``blocks`` per SM."""
-    per_block = SHARED_PER_SM // blocks - SHARED_RESERVED
-    return max(0, min(per_block, SHARED_PER_BLOCK) - static_shared)
+    per_block = target.shared_per_sm // blocks - SHARED_RESERVED
+    return max(0, min(per_block, target.shared_per_block) - static_shared)
 
 
 def problem_sizes(probe: Probe, most_blocks: int, sms: int) -> dict[str, int]:
@@ -69,8 +68,8 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
     Timings of a precision not measured now are kept from the existing file,
     when it is usable for this library and GPU."""
     from ...runtime import cuda
-    info = present()
-    if info is None:
+    info, target = present(), from_device()
+    if info is None or target is None:
         raise GPUUnavailableError("'fusec perfdb build' times routines on the GPU: none found"
                                   " (it needs PyCUDA and an NVIDIA GPU)")
     folder = Path(folder) if folder else store.directory()
@@ -98,13 +97,13 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         for (_, group), module_code in zip(sources, compiled):
             module = driver.module_from_buffer(module_code.cubin)
             for probe in group:
-                timings[probe.key] = _time_probe(driver, clock, module, probe, info.sms, launch)
+                timings[probe.key] = _time_probe(driver, clock, module, probe, target, launch)
                 bar.advance(label=probe.key.routine)
         bar.close()
     database = store.Database(
         device={"name": info.name, "slug": info.slug, "sms": info.sms,
                 "compute_capability": info.compute_capability, "cuda_driver": info.cuda_driver,
-                "nvcc": _nvcc_release()},
+                "nvcc": _nvcc_release(), "target": dataclasses.asdict(target)},
         library={"name": library.name, "hash": library.content_hash},
         fusec=__version__, built=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         launch=launch, bench_sizes={"waves": WAVES, "repeat": REPEAT}, timings=timings, path=str(path))
@@ -174,7 +173,7 @@ class _Arena:
 _ARENAS: dict[int, _Arena] = {}
 
 
-def _time_probe(driver, clock, module, probe: Probe, sms: int, launch: float) -> store.Timing:
+def _time_probe(driver, clock, module, probe: Probe, target: GpuTarget, launch: float) -> store.Timing:
     from ...runtime.cuda import parameter_format
     kernel = probe.kernel
     function = module.get_function(kernel.name)
@@ -182,17 +181,18 @@ def _time_probe(driver, clock, module, probe: Probe, sms: int, launch: float) ->
     registers = function.get_attribute(driver.function_attribute.NUM_REGS)
     static = function.get_attribute(driver.function_attribute.SHARED_SIZE_BYTES)
     block = kernel.plan.shape.block
-    most = natural_blocks(registers, static, block)
+    sms = target.sms
+    most = natural_blocks(registers, static, block, target)
     function.set_attribute(driver.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
     function.set_attribute(driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                           SHARED_PER_BLOCK - static)
+                           target.shared_per_block - static)
     sizes = problem_sizes(probe, most, sms)
     args = _arguments(driver, kernel, probe, sizes)
     grid = kernel.grid(sizes)
     iters = iterations(kernel, sizes, grid)  # the predictor's own rule
     seconds = {}
     for level in sorted({b for b in LEVELS if b <= most} | {most}):
-        dynamic = limiting_shared(level, static) if level < most else 0
+        dynamic = limiting_shared(level, static, target) if level < most else 0
         run = lambda: function.prepared_call((grid, 1, 1), (block, 1, 1), *args,  # noqa: E731
                                              shared_size=dynamic)
         times = [clock.seconds(run) for _ in range(REPEAT + 1)][1:]  # the first run warms up

@@ -25,9 +25,9 @@ def build_command(args) -> int:
 
 
 def show_command(args) -> int:
-    from ...target import target
+    from ...target import chosen_slug
     folder = Path(args.dir) if args.dir else None
-    wanted = target(args.gpu)
+    wanted = chosen_slug(args.gpu)
     if wanted is None:
         raise FusecError("no GPU here: name one with --gpu (e.g. --gpu h100)")
     path = store.find(wanted, folder)

@@ -37,6 +37,7 @@ from ... import families
 from ..analytic import AnalyticPredictor
 from ..model import natural_blocks
 from .probes import RoutineKey
+from ...target import GpuTarget, from_record
 from .store import Database
 
 
@@ -44,7 +45,14 @@ from .store import Database
 class PerfdbPredictor:
     database: Database
     library: Library
-    analytic: AnalyticPredictor = AnalyticPredictor()
+    analytic: AnalyticPredictor | None = None  # the model of the database's GPU where none is given
+    target: GpuTarget | None = None  # the GPU the database was built on, from its record where none is given
+
+    def __post_init__(self):
+        if self.target is None:
+            object.__setattr__(self, "target", from_record(dict(self.database.device)))
+        if self.analytic is None:
+            object.__setattr__(self, "analytic", AnalyticPredictor(target=self.target))
 
     @property
     def name(self) -> str:
@@ -93,7 +101,7 @@ class PerfdbPredictor:
         timings = self.timings(kernel, dag) or []
         registers = max([kernel.estimated_registers] + [t.registers for _, t in timings])
         shared = kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize
-        return natural_blocks(registers, shared, kernel.plan.shape.block)
+        return natural_blocks(registers, shared, kernel.plan.shape.block, self.target)
 
 
 
