@@ -97,6 +97,18 @@ def _known_gpu(args) -> None:
                                      " kernels for it with the analytic model")
 
 
+def _predictor(args, library):
+    """The predictor the flags ask for: --analytic, the analytic model over the named
+    GPU's figures (an unknown name gets the reference GPU's, with a warning); else the
+    named GPU's performance database (fusec.cost.perfdb.predictor_for)."""
+    if getattr(args, "analytic", False):
+        from .cost.analytic import AnalyticPredictor
+        from .target import resolve
+        return AnalyticPredictor(target=resolve(args.gpu, unknown_ok=True))
+    from .cost.perfdb import predictor_for
+    return predictor_for(library, args.gpu)
+
+
 def _load(args):
     """The library and the checked script a command works on."""
     from .api import resolve_library
@@ -112,7 +124,9 @@ def _compile(args) -> int:
     _known_gpu(args)
     library, dag = _load(args)
     sizes = _script_sizes(args, dag, given=False)
-    program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, tuned=not args.no_tuned,
+    predictor = _predictor(args, library) if getattr(args, "analytic", False) else None
+    program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, predictor=predictor,
+                                   tuned=not args.no_tuned,
                                    reproducible=args.reproducible, spill_arch=None if args.no_nvcc else args.arch)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,13 +218,12 @@ def _space(args) -> int:
     import time
     from .api import default_sizes
     from .ir.geometry import dtype_name
-    from .cost.perfdb import predictor_for
     from .space.combinations import build_space
     _known_gpu(args)
     _at_least("--top", None if args.all else args.top, 1)
     library, dag = _load(args)
     sizes = default_sizes(dag, _script_sizes(args, dag, given=False))
-    predictor = predictor_for(library, args.gpu)
+    predictor = _predictor(args, library)
     start = time.perf_counter()
     space = build_space(dag, library, dtype_name(args.dtype), sizes, predictor)
     shown = []

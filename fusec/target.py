@@ -188,17 +188,24 @@ def _sane(target: GpuTarget) -> bool:
             and isinstance(target.name, str) and isinstance(target.compute_capability, str))
 
 
-def resolve(gpu: str | None = None) -> GpuTarget:
+def resolve(gpu: str | None = None, *, unknown_ok: bool = False) -> GpuTarget:
     """The target to plan for: the GPU named (``gpu``, else ``$FUSEC_GPU``) by its
     published figures (the device's own where it is that GPU); else the GPU present;
     else, on a machine without one, the reference GPU. A named GPU fusec does not
-    know is an ArgumentError naming the known ones."""
+    know is an ArgumentError naming the known ones, unless ``unknown_ok`` (``--analytic``):
+    then it is planned for with the reference GPU's figures, with a warning."""
     chosen = gpu or os.environ.get("FUSEC_GPU")
     device = from_device()
     if chosen:
         if device is not None and device.slug.startswith(slug(chosen)):
             return device
         found = by_name(chosen)
+        if found is None and unknown_ok:
+            assumed = dataclasses.replace(reference(), name=chosen)
+            warnings.warn(UnknownGpuWarning(
+                f"fusec does not know GPU {chosen!r} (it knows {', '.join(sorted(known()))}): planning for it"
+                f" with the figures of the {reference().name}"))
+            return assumed
         if found is None:
             raise ArgumentError("gpu", f"unknown GPU {chosen!r}: fusec knows {', '.join(sorted(known()))}"
                                        " (or run on the GPU itself, which fusec reads)")

@@ -150,7 +150,7 @@ def test_a_call_without_a_band_implementation_does_not_fuse_in_the_band_geometry
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,cols", [(16384, 16384), (4096, 4096), (1000, 777), (1, 33)])
 def test_band_shapes_cover_a_row_and_fit_their_registers(dtype, rows, cols):
-    shapes = band_shapes(rows, cols, dtype)
+    shapes = band_shapes(rows, cols, dtype, DEFAULT.target.sms)
     assert shapes
     for shape in shapes:
         m = shape.macros(dtype)
