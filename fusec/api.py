@@ -7,23 +7,23 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
-from .emit.program import generate
 import numpy as np
 
-from .ir.dag import Constant
+from . import nvcc
+from . import validate as check
+from .cost.model import Predictor
+from .emit.program import generate
 from .errors import ArgumentError, FusecWarning, LibraryFormatError, ScriptSemanticError
+from .frontend import load_script
+from .ir.dag import Constant
+from .ir.plan import ProgramPlan
 from .library.loader import load_library
 from .library.model import Library
+from .nvcc import DEFAULT_ARCH
 from .runtime.program import Program
-from .frontend import load_script
-from .target import GpuTarget, chosen_slug, resolve
-from .cost.model import Predictor
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
-from .ir.plan import ProgramPlan
-from . import validate as check
-from . import nvcc
-from .nvcc import DEFAULT_ARCH
+from .target import GpuTarget, chosen_slug, resolve
 from .tune import store as tuning
 from .tune.store import TuningEntry
 
@@ -226,7 +226,8 @@ def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch:
         try:
             compiled = nvcc.compile_cubin(generated.source, arch)
         except Exception:  # nvcc's own error comes again, whole, when the program is loaded
-            return generate(dag, library, best.plan, dtype, target), "predicted (rank 1; registers not checked: nvcc failed)"
+            return (generate(dag, library, best.plan, dtype, target),
+                    "predicted (rank 1; registers not checked: nvcc failed)")
         checked += 1
         for plan, kernel in zip(combination.plan.kernels, generated.kernels):
             used = compiled.resources.get(kernel.name)

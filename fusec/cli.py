@@ -19,10 +19,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from .version import __version__
 from . import validate as check
 from .errors import ArgumentError, CompileError, FusecError, FusecWarning
 from .validate import MAX_EXTENT
+from .version import __version__
 
 DESCRIPTION = """\
 fusec fuses sequences of BLAS-1/BLAS-2 calls, written as a short script, into a few
@@ -87,8 +87,8 @@ def _known_gpu(args) -> None:
     for the analytic model: a typo would otherwise choose kernels for no GPU at all."""
     if args.gpu is None or getattr(args, "analytic", False):
         return
-    from .target import slug
     from .cost.perfdb import store
+    from .target import slug
     if store.find(slug(args.gpu)) is None:
         folder = store.directory()
         known = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
@@ -119,8 +119,8 @@ def _load(args):
 
 def _compile(args) -> int:
     from . import nvcc
-    from .tune import store as tuning
     from .api import build_program
+    from .tune import store as tuning
     _known_gpu(args)
     library, dag = _load(args)
     sizes = _script_sizes(args, dag, given=False)
@@ -163,6 +163,7 @@ def _compile(args) -> int:
 
 def _run(args) -> int:
     import numpy as np
+
     from . import oracle
     from .api import compile_dag
     from .runtime import cuda
@@ -216,6 +217,7 @@ MOST_LISTED = 100_000  # combinations `fusec space --all` lists at most (GEMVER'
 
 def _space(args) -> int:
     import time
+
     from .api import default_sizes
     from .ir.geometry import dtype_name
     from .space.combinations import build_space
@@ -277,8 +279,8 @@ def _tune(args) -> int:
 
 
 def _tunings(args) -> int:
-    from .tune import store as tuning
     from .api import resolve_library
+    from .tune import store as tuning
     library = resolve_library(args.library)
     gone = tuning.prune(library) if args.prune else []
     entries = tuning.filed(library, args.gpu)

@@ -19,10 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from .version import __version__
 from .cache import atomic_write_bytes, cache_dir
 from .emit.lines import resolve
 from .errors import CompileError, FusecWarning, GPUUnavailableError, ToolError
+from .version import __version__
 
 DEFAULT_ARCH = "sm_90"
 

@@ -30,9 +30,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFunctionError
 from .ir import geometry as geo
 from .ir.dag import Constant, Dag
-from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFunctionError
 from .library.model import Function, Kind
 
 __all__ = [

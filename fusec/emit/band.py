@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir.dag import Dag
 from ..errors import PlanError
-from ..library.model import Library, RoutineKind
-from ..ir.steps import function_of
 from ..ir.barriers import LOOP, POST, PRE
+from ..ir.dag import Dag
 from ..ir.kernel import Kernel, Threads
+from ..ir.steps import function_of
+from ..library.model import Library, RoutineKind
 from ..lower.kernel import whole_in_block
 from .ops import emit_loop_ops, emit_op, finish_expression
 from .writer import CudaWriter

@@ -20,6 +20,7 @@ from .lines import library_text
 from .ops import emit_loop_ops, emit_op, finish_expression
 from .writer import CudaWriter, call_text
 
+
 def emit_kernel(kernel: Kernel, dag: Dag, library: Library, probe: bool = False) -> str:
     plan, macros = kernel.plan, kernel.macros()
     tile = plan.geometry is Geometry.TILE
@@ -231,7 +232,8 @@ def emit_body(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, probe: 
 
 
 def probe_kernel(kernel: Kernel, step: Step, name: str, dag: Dag) -> Kernel:
-    """The kernel with one routine call left (printed by ``emit_kernel(..., probe=True)``): what the performance database times
+    """The kernel with one routine call left (printed by ``emit_kernel(..., probe=True)``):
+    what the performance database times
     (paper §4.2, a routine in a simulated fusion environment).
 
     The kernel keeps its elements, indices, serial loop and launch shape; only

@@ -8,8 +8,8 @@ from typing import Mapping
 import numpy as np
 
 from ..ir.dag import Constant, Dag
-from ..library.model import Geometry, Kind
 from ..ir.plan import ROWS
+from ..library.model import Geometry, Kind
 
 
 def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:

@@ -43,7 +43,8 @@ class GeneratedProgram:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
-def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str, target: GpuTarget | None = None) -> GeneratedProgram:
+def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str,
+             target: GpuTarget | None = None) -> GeneratedProgram:
     """The program of ``plan``, its kernels built for ``target`` (default: the reference GPU)."""
     dtype = geo.dtype_name(dtype)
     kernels = tuple(families.build_kernel(dag, library, k, dtype, i, alone=True, target=target)

@@ -11,8 +11,8 @@ from typing import Mapping
 
 from ..ir.dag import Dag
 from ..library.model import Library
-from . import band, held, horizontal, striped, tile  # noqa: F401  (each registers its family)
 from ..target import GpuTarget
+from . import band, held, horizontal, striped, tile  # noqa: F401  (each registers its family)
 from .base import Family, family_of, names
 
 

@@ -72,7 +72,8 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     # SGEMV (256 threads of 4 pieces, 2 rows) 18.5 -> 19.2, so fusec tune decides.
     occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
     waves = grid / slots
-    streaming = traffic(kernel, dag, sizes, analytic.target.l2_bytes) / (bandwidth * occupancy) * math.ceil(waves) / waves
+    moved = traffic(kernel, dag, sizes, analytic.target.l2_bytes)
+    streaming = moved / (bandwidth * occupancy) * math.ceil(waves) / waves
     if atomics:
         streaming += band_atomic_seconds(analytic, kernel, sizes, slots)
     return launch + streaming + band_finish_seconds(analytic, kernel, sizes)

@@ -54,21 +54,21 @@ import math
 from typing import Mapping
 
 from ..cost.model import traffic
+from ..emit.band import finish_after_barrier
 from ..emit.plan_text import kernel_lines, nvcc_line
+from ..emit.writer import CudaWriter, call_text
+from ..errors import PlanError
 from ..ir import geometry as geo
+from ..ir.barriers import LOOP, PRE
+from ..ir.dag import Dag
+from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
+from ..ir.plan import HeldPlan
+from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
+from ..lower.kernel import MAX_REGISTERS, build_kernel
+from ..target import GpuTarget, reference
 from .band import band_atomic_seconds, band_finish_seconds, band_seconds
 from .base import register
-from ..ir.dag import Dag
-from ..errors import PlanError
-from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
-from ..ir.plan import HeldPlan
-from ..emit.band import finish_after_barrier
-from ..ir.barriers import LOOP, PRE
 from .horizontal import emit_part, union_args
-from ..emit.writer import CudaWriter, call_text
-from ..target import GpuTarget, reference
-from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
-from ..lower.kernel import MAX_REGISTERS, build_kernel
 from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_reread
 
 # A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
@@ -168,7 +168,8 @@ class Hold:
                              [f"for (int s = 0; s < {self.slots}; ++s) {copy_registers};", *after]))
         if self.shared:
             branches.append((f"it < {self.registers + self.shared}",
-                             [f"real* const h = held_shared + (long long)(it - {self.registers}) * {self.slots} * BLOCK;",
+                             [f"real* const h = held_shared + (long long)(it - {self.registers})"
+                              f" * {self.slots} * BLOCK;",
                               f"for (int s = 0; s < {self.slots}; ++s) {copy_shared};", *after]))
         if not branches:
             return False
@@ -591,7 +592,7 @@ class HeldFamily:
 
 def held_lines(generated, kernel, sizes, resources) -> list[str]:
     plan = kernel.plan
-    lines = [f"  held fusion across one grid barrier: every block runs the producer on its tiles, waits for"
+    lines = ["  held fusion across one grid barrier: every block runs the producer on its tiles, waits for"
              " all the others, then the consumer on the same tiles",
              f"  launch   {kernel.block} threads per block; grid: the parts' grid, every block resident"
              f" ({plan.per_sm} per SM)" + (f" = {kernel.grid(dict(sizes))} blocks" if sizes else "")]

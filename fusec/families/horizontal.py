@@ -31,19 +31,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ..ir.dag import Dag
-from ..errors import PlanError
-from ..library.model import Geometry, Library
-from ..ir.plan import HorizontalPlan
+from ..cost.model import iterations, natural_blocks, traffic, warn_unmeasured
 from ..emit.kernel import emit_body, library_sources
 from ..emit.lines import library_text
+from ..emit.plan_text import kernel_lines, nvcc_line
 from ..emit.writer import CudaWriter, call_text
+from ..errors import PlanError
+from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
+from ..ir.plan import HorizontalPlan
+from ..library.model import Geometry, Library
 from ..lower.kernel import MAX_REGISTERS, build_kernel
 from ..target import GpuTarget, reference
-from ..cost.model import iterations, natural_blocks, traffic, warn_unmeasured
-from ..emit.plan_text import kernel_lines, nvcc_line
-from ..ir import geometry as geo
 from .base import register
 
 MAX_PARTS = 15  # named barriers 1-15; 0 is the block's

@@ -42,17 +42,17 @@ from typing import Mapping
 
 from ..cost.model import natural_blocks, traffic
 from ..emit.plan_text import kernel_lines, nvcc_line
-from ..ir import geometry as geo
-from .base import register
-from ..ir.dag import Dag
-from ..errors import PlanError
-from ..library.model import Geometry, Kind, Library
-from ..ir.plan import COLS, ROWS, StripedPlan
-from .horizontal import emit_part, union_args
 from ..emit.writer import CudaWriter, call_text
+from ..errors import PlanError
+from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
+from ..ir.plan import COLS, ROWS, StripedPlan
+from ..library.model import Geometry, Kind, Library
 from ..lower.kernel import build_kernel
 from ..target import GpuTarget
+from .base import register
+from .horizontal import emit_part, union_args
 
 # A striped consumer's read of a tile its producer read or wrote a stripe or two
 # before costs about half a DRAM byte: the consumer sits in the same launch behind
@@ -278,7 +278,7 @@ def emit_kernel(kernel: StripedKernel, dag: Dag, library: Library) -> str:
     for p, part in enumerate(kernel.parts):
         names = [f"{a.name}_{p}" if a.role in ("size", "aligned") else a.name for a in part.args]
         blocks = "n0" if p == 0 else "n1"
-        item = (f"work.across * stripes + work.stripe" if axis == COLS
+        item = ("work.across * stripes + work.stripe" if axis == COLS
                 else f"work.stripe * {blocks} + work.across")  # as block_row, block_col of its own grid
         if p == 0:
             w.open("if (work.part == 0)")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
+from ..errors import ScriptLexError, coord_at
 from ..ir.dag import Dag
 from ..validate import regular_file
-from ..errors import ScriptLexError, coord_at
 from . import ast
 from .ast import source_line
 from .check import LibraryLike, check

@@ -23,13 +23,21 @@ import pathlib
 import warnings
 from typing import Mapping, Protocol
 
+from ..errors import (
+    ArityError,
+    Coord,
+    DuplicateDeclarationError,
+    KindError,
+    ScriptSemanticError,
+    ScriptWarning,
+    SizeMismatchError,
+    UnassignedNameError,
+    UndefinedNameError,
+    UnknownFunctionError,
+)
 from ..ir.dag import Argument, Call, Constant, Dag, Value, without_dead_calls
-from ..errors import (ArityError, Coord, DuplicateDeclarationError, KindError,
-                      ScriptSemanticError, ScriptWarning, SizeMismatchError,
-                      UnassignedNameError, UndefinedNameError, UnknownFunctionError)
 from ..library.model import Function, Kind, Param
 from . import ast
-
 
 MAX_WARNINGS = 20  # warnings shown for one script; the rest are counted
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from .geometry import Shape
 from ..library.model import Geometry, RoutineKind
+from .geometry import Shape
 
 ROWS, COLS = "rows", "cols"  # the axes serial iterations can walk in the tile geometry
 

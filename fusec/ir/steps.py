@@ -8,8 +8,8 @@ only when the script returns it or a call in another kernel reads it.
 
 from __future__ import annotations
 
-from .dag import Dag
 from ..library.model import Function, Kind, Library, RoutineKind
+from .dag import Dag
 from .plan import Step
 
 

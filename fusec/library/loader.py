@@ -19,8 +19,22 @@ from types import MappingProxyType
 
 from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
 from ..ir import geometry as geo
-from .model import (Access, Finish, Function, Geometry, Hof, Implementation, Kind, Library,
-                    Param, Routine, RoutineKind, SourceFile, Storage, ThreadMapping)
+from .model import (
+    Access,
+    Finish,
+    Function,
+    Geometry,
+    Hof,
+    Implementation,
+    Kind,
+    Library,
+    Param,
+    Routine,
+    RoutineKind,
+    SourceFile,
+    Storage,
+    ThreadMapping,
+)
 
 LIBRARY_FILE = "library.fusec"
 META_OPEN = "/*@fusec"
@@ -420,7 +434,7 @@ def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside brackets."""
     out, depth, start = [], 0, 0
     for i, ch in enumerate(text):
-        depth += ch in "[(" 
+        depth += ch in "[("
         depth -= ch in "])"
         if ch == "," and depth == 0:
             out.append(text[start:i])

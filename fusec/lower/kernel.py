@@ -27,8 +27,8 @@ from ..ir.dag import Dag
 from ..ir.kernel import CLEAR_MAPPING, MAX_STATIC_SHARED, TURN_ARG, Arg, Element, Kernel, Op, Reduction
 from ..ir.plan import COLS, ROWS, KernelPlan, Step
 from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
-from ..target import GpuTarget, reference
 from ..library.model import Access, Function, Geometry, Kind, Library, Routine, RoutineKind, Storage
+from ..target import GpuTarget, reference
 
 # A kernel that turns and streams its matrices loads the last of them plainly, about this
 # share of L2 (20 MB of the H100's 50 MB), so the next launch, which starts there, finds them
@@ -251,7 +251,8 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     stream = plan.geometry is not Geometry.VECTOR and not stores_matrix
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
                     total, stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements))
-    if plan.geometry is Geometry.BAND and kernel.estimated_registers > min(MAX_REGISTERS, target.registers_per_sm // plan.shape.block):
+    most = min(MAX_REGISTERS, target.registers_per_sm // plan.shape.block)
+    if plan.geometry is Geometry.BAND and kernel.estimated_registers > most:
         # a band keeps whole rows in registers: where they do not fit, they would spill
         raise PlanError(f"about {kernel.estimated_registers} registers per thread, more than a block of"
                         f" {plan.shape.block} threads may have")

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..ir.dag import Dag
 from ..errors import ArgumentError
+from ..ir.dag import Dag
 from ..library.model import Kind
 
 NUMPY, DEVICE = "numpy", "device"
@@ -116,7 +116,8 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
             raise ArgumentError(name, f"has an element type {typestr!r} that is not a real number") from None
         if strides is not None and (len(strides) != len(shape)
                                     or not all(isinstance(x, int) and not isinstance(x, bool) for x in strides)):
-            raise ArgumentError(name, f"__cuda_array_interface__ has strides {strides!r}: not one whole number per axis")
+            raise ArgumentError(name, f"__cuda_array_interface__ has strides {strides!r}:"
+                                      " not one whole number per axis")
         if pointer == 0 and 0 not in shape:
             raise ArgumentError(name, "__cuda_array_interface__ has a null data pointer for a non-empty array")
         contiguous = strides is None or 0 in shape or all(  # an axis of extent 1 may have any stride
@@ -194,5 +195,6 @@ def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
         arrays[value.id] = array
     for symbol in dag.sizes:
         if symbol in sizes and sizes[symbol] >= 2 ** 31:
-            raise ArgumentError(source[symbol].split("'")[1], f"size {symbol} = {sizes[symbol]} is too large (limit 2**31 - 1)")
+            raise ArgumentError(source[symbol].split("'")[1],
+                                f"size {symbol} = {sizes[symbol]} is too large (limit 2**31 - 1)")
     return Binding(sizes, arrays, scalars)

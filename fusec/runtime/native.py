@@ -94,6 +94,7 @@ def _load():
         target = _target()
         if target.exists() and not _intact(target):
             import warnings
+
             from ..errors import FusecWarning
             warnings.warn(FusecWarning(f"the cached C extension {target} does not match the sha256 recorded"
                                        " when it was built (damaged, or from an older fusec): building it again"))

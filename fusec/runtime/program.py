@@ -33,11 +33,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..emit.program import GeneratedProgram
-from ..ir import geometry as geo
 from ..errors import RowWidthError
+from ..ir import geometry as geo
 from ..library.model import Geometry, Kind
-from . import cuda  # PyCUDA itself is imported on the first call
-from . import driver_api, native
+from . import (
+    cuda,  # PyCUDA itself is imported on the first call
+    driver_api,
+    native,
+)
 from .arrays import DEVICE, NUMPY, Binding, bind
 from .plan_text import describe, minimum_bytes
 from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ..ir.dag import Dag
 from ..ir.geometry import Shape
-from ..library.model import Geometry, Library
 from ..ir.plan import COLS, ROWS, HorizontalPlan, KernelPlan, ProgramPlan, Step
 from ..ir.steps import canonical_steps, function_of
+from ..library.model import Geometry, Library
 
 DEFAULT_VECTOR_SHAPE = Shape(Geometry.VECTOR, block=256, iters=4)
 DEFAULT_TILE_SHAPE = Shape(Geometry.TILE, block=256, iters=8, tile_rows=32)

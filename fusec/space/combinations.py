@@ -28,17 +28,17 @@ import itertools
 import math
 from typing import Callable, Iterator, Mapping
 
-from ..families import build_kernel
-from ..ir.kernel import Kernel
-from ..ir.dag import Dag
 from ..errors import PlanError
-from ..library.model import Geometry, Library
-from .fusions import Fusion, fusions
-from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
-from .held import HELD_SHAPES, MAX_PER_SM, held_options
-from .implementations import by_time, implementations
+from ..families import build_kernel
+from ..ir.dag import Dag
+from ..ir.kernel import Kernel
 from ..ir.plan import HeldPlan, HorizontalPlan, KernelPlan, ProgramPlan, StripedPlan
+from ..library.model import Geometry, Library
 from .covers import covers, kernel_order
+from .fusions import Fusion, fusions
+from .held import HELD_SHAPES, MAX_PER_SM, held_options
+from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
+from .implementations import by_time, implementations
 from .search import bounded_cover, exhaustive_is_small, warn_cut
 from .striped import StripedFusion, striped_covers, striped_options
 

@@ -24,8 +24,8 @@ import dataclasses
 import itertools
 
 from ..ir.dag import Dag
-from ..library.model import Geometry, Library
 from ..ir.steps import array_args, call_dims, function_of
+from ..library.model import Geometry, Library
 
 
 @dataclasses.dataclass(frozen=True, order=True)

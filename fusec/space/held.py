@@ -19,17 +19,24 @@ from __future__ import annotations
 
 import itertools
 
-from ..ir import geometry as geo
-from ..families.held import (BAND_HELD_WORDS, HeldKernel, assemble, held_matrix, register_margin,
-                            registers_allowed, shared_allowed)
-from ..ir.kernel import Kernel
-from ..target import GpuTarget, reference
-from ..ir.dag import Dag
 from ..errors import PlanError
+from ..families.held import (
+    BAND_HELD_WORDS,
+    HeldKernel,
+    assemble,
+    held_matrix,
+    register_margin,
+    registers_allowed,
+    shared_allowed,
+)
+from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..ir.geometry import Shape
-from ..library.model import Geometry, Library
-from .implementations import by_time
+from ..ir.kernel import Kernel
 from ..ir.plan import HeldPlan, KernelPlan
+from ..library.model import Geometry, Library
+from ..target import GpuTarget, reference
+from .implementations import by_time
 from .striped import StripedFusion
 
 PER_PART = 3  # implementations of each part per shape and serial axis that are paired

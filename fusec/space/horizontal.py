@@ -26,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..families.horizontal import HorizontalKernel, assemble, register_bound
-from ..ir.kernel import Kernel
-from ..ir.dag import Dag
 from ..errors import PlanError
+from ..families.horizontal import HorizontalKernel, assemble, register_bound
+from ..ir.dag import Dag
+from ..ir.kernel import Kernel
+from ..ir.plan import HorizontalPlan, KernelPlan
 from ..library.model import Library
 from .fusions import Fusion
-from ..ir.plan import HorizontalPlan, KernelPlan
 
 
 @dataclasses.dataclass(frozen=True, order=True)

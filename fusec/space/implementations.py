@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import itertools
 
-from ..families.held import BAND_REGISTER_MARGIN
-from ..families import build_kernel
-from ..target import GpuTarget, reference
-from ..ir.kernel import Kernel
-from ..ir.dag import Dag
 from ..errors import PlanError
+from ..families import build_kernel
+from ..families.held import BAND_REGISTER_MARGIN
 from ..ir import geometry as geo
+from ..ir.dag import Dag
 from ..ir.geometry import Shape
-from ..library.model import Geometry, Library, RoutineKind
-from .fusions import Fusion, why_not_fusible
+from ..ir.kernel import Kernel
 from ..ir.plan import COLS, L2_NAMES, L2_PLAIN, ROWS, HeldPlan, KernelPlan, Step
 from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
+from ..library.model import Geometry, Library, RoutineKind
+from ..target import GpuTarget, reference
+from .fusions import Fusion, why_not_fusible
 
 # The block shapes searched: threads per block, and for tiles the rows of a tile
 # (rows per thread = TILE_ROWS / BLOCK_Y), with a few serial iteration counts.

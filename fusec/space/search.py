@@ -30,17 +30,18 @@ from __future__ import annotations
 import math
 import warnings
 
+from ..errors import FusecWarning, PlanError
 from ..families import build_kernel
 from ..ir.dag import Dag
-from ..errors import FusecWarning, PlanError
+from ..ir.plan import KernelPlan
+from ..ir.steps import function_of
 from ..library.model import Geometry, Kind, Library
 from .covers import covers
 from .fusions import Fusion, fusions, index_space, why_not_fusible
+from .held import HELD_SHAPES, MAX_PER_SM, held_options
+from .held import PER_PART as HELD_PER_PART
 from .horizontal import HorizontalFusion, best_per_block, horizontal_options, independent
-from .held import HELD_SHAPES, MAX_PER_SM, PER_PART as HELD_PER_PART, held_options
 from .implementations import by_time, call_orders, implementations
-from ..ir.plan import KernelPlan
-from ..ir.steps import function_of
 from .striped import PER_PART, StripedFusion, crosses_reduction, striped_options
 
 LONGEST = 6  # calls of one run (one kernel, or two side by side or across a barrier)

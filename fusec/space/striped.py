@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..ir.kernel import Kernel
+from ..errors import PlanError
 from ..families.striped import StripedKernel, assemble, crossing, stripe_axis
 from ..ir.dag import Dag
-from ..errors import PlanError
+from ..ir.kernel import Kernel
+from ..ir.plan import COLS, LAGS, ROWS, KernelPlan, StripedPlan
+from ..ir.steps import function_of
 from ..library.model import Kind, Library
 from .fusions import Fusion
 from .implementations import by_time
-from ..ir.plan import COLS, LAGS, ROWS, KernelPlan, StripedPlan
-from ..ir.steps import function_of
 
 PER_PART = 6  # implementations of each part per block size that are paired
 

@@ -29,16 +29,16 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..ir import geometry as geo
 from .. import oracle
-from . import store as tuning
 from ..cache import cache_dir
 from ..errors import CompileError, FusecError, FusecWarning
-from ..target import slug
+from ..ir import geometry as geo
+from ..ir.plan import ProgramPlan
 from ..progress import Progress
 from ..runtime.program import Program
 from ..space.combinations import LAYOUTS, Combination, build_space
-from ..ir.plan import ProgramPlan
+from ..target import slug
+from . import store as tuning
 
 OK = "ok"
 WRONG = "wrong"
@@ -355,6 +355,7 @@ class GpuMeasurer(Measurer):
 
     def __enter__(self) -> "GpuMeasurer":
         import contextlib
+
         from ..runtime import cuda
         cuda.driver()  # a clear error when PyCUDA or the GPU is missing
         self._stack = contextlib.ExitStack()
@@ -408,12 +409,13 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
          measurer: Measurer | None = None, store: bool = True) -> TuneResult:
     """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``,
     and the best of each of the ``layouts`` best-predicted layouts of the
-    heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the fastest correct one (unless ``store`` is
+    heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the
+    fastest correct one (unless ``store`` is
     false). ``predictor`` defaults to :func:`fusec.cost.perfdb.predictor_for` of
     this GPU. Progress goes to stderr when ``progress``."""
     from ..api import default_sizes
-    from ..emit.program import generate
     from ..cost.perfdb import predictor_for
+    from ..emit.program import generate
     dtype = geo.dtype_name(dtype)
     sizes = default_sizes(dag, sizes)
     if repeat < 1 or warmup < 0:

@@ -36,11 +36,11 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
-from ..version import __version__
+from .. import validate as check
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
-from .. import validate as check
 from ..ir.plan import ProgramPlan
+from ..version import __version__
 
 FORMAT = 1  # of an entry file; another format is a miss
 # what reading an entry that is not to be trusted may raise (JSONDecodeError and

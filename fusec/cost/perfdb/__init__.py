@@ -14,8 +14,8 @@ import functools
 import warnings
 from pathlib import Path
 
-from ...target import chosen_slug, resolve
 from ...library.model import Library
+from ...target import chosen_slug, resolve
 from ..analytic import AnalyticPredictor
 from ..model import Predictor
 from . import store

@@ -18,14 +18,13 @@ import statistics
 from pathlib import Path
 
 from ... import nvcc
-from ...version import __version__
 from ...errors import FusecError, GPUUnavailableError
-from ...target import GpuTarget, from_device, present
 from ...library.model import Geometry, Kind, Library
 from ...progress import Progress
+from ...target import GpuTarget, from_device, present
+from ...version import __version__
+from ..model import SHARED_RESERVED, iterations, natural_blocks
 from . import store
-from ..model import SHARED_RESERVED, natural_blocks
-from ..model import iterations
 from .probes import Probe, RoutineKey, modules, probes
 
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16)  # blocks per SM measured, and the probe's own most

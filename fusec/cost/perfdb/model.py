@@ -27,17 +27,17 @@ import dataclasses
 import math
 from typing import Mapping
 
+from ... import families
 from ...ir import geometry as geo
 from ...ir.barriers import LOOP
-from ...ir.kernel import Kernel
-from ...lower.kernel import routine_of
 from ...ir.dag import Dag
+from ...ir.kernel import Kernel
 from ...library.model import Library, RoutineKind
-from ... import families
+from ...lower.kernel import routine_of
+from ...target import GpuTarget, from_record
 from ..analytic import AnalyticPredictor
 from ..model import natural_blocks
 from .probes import RoutineKey
-from ...target import GpuTarget, from_record
 from .store import Database
 
 

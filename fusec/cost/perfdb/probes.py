@@ -18,20 +18,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from ...ir import geometry as geo
 from ...emit.kernel import emit_kernel, probe_kernel
-from ...ir.kernel import Kernel, Reduction
-from ...lower.kernel import build_kernel, routine_of
 from ...emit.program import common_code
-from ...ir.dag import Dag
 from ...errors import PlanError
-from ...ir.geometry import Shape
-from ...library.model import Function, Geometry, Kind, Library
 from ...frontend import check, parse
-from ...space.held import HELD_SHAPES
-from ...space.implementations import TILE_SHAPES, VECTOR_SHAPES
+from ...ir import geometry as geo
+from ...ir.dag import Dag
+from ...ir.geometry import Shape
+from ...ir.kernel import Kernel, Reduction
 from ...ir.plan import COLS, ROWS, KernelPlan
 from ...ir.steps import canonical_steps
+from ...library.model import Function, Geometry, Kind, Library
+from ...lower.kernel import build_kernel, routine_of
+from ...space.held import HELD_SHAPES
+from ...space.implementations import TILE_SHAPES, VECTOR_SHAPES
 
 MODULE_KERNELS = 48  # probes per nvcc run
 # the tile shapes timed: the space's, and the wider ones only held fusions use

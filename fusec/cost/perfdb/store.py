@@ -21,8 +21,8 @@ from typing import Mapping
 from ... import validate as check
 from ...cache import atomic_write_text
 from ...errors import FusecWarning
-from ...target import slug
 from ...library.model import Library
+from ...target import slug
 from .probes import RoutineKey
 
 FORMAT = 1
