@@ -87,7 +87,8 @@ def measure(script: str, dtype: str, repeat: int, cupy, bandwidth: float) -> dic
     from fusec.frontend import load_script
     from fusec.library.loader import load_library
     path = ROOT / "scripts" / f"{script}.script"
-    library = load_library(ROOT / "library" / "blas")
+    from fusec import data
+    library = load_library(data.LIBRARY)
     dag = load_script(path, library)
     matrix, vector = SIZES[dtype]
     has_matrix = any(dag.value(v).kind.value == "matrix" for v in dag.inputs)

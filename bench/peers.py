@@ -604,8 +604,9 @@ def measure(script: str, dtype: str, n: int, vector: int, peers: list[Peer], rep
 
 @functools.lru_cache(maxsize=None)
 def _library():
+    from fusec import data
     from fusec.library.loader import load_library
-    return load_library(ROOT / "library" / "blas")
+    return load_library(data.LIBRARY)
 
 
 def _run_peer(peer: Peer, script, inputs, dtype, ours, repeat, nbytes, bandwidth, cupy) -> dict:

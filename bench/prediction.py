@@ -215,9 +215,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.n = int(args.size.partition("=")[2])
 
+    from fusec import data
     from fusec.cost.perfdb import predictor_for
     from fusec.library.loader import load_library
-    library = load_library(ROOT / "library" / "blas")
+    library = load_library(data.LIBRARY)
     predictor = predictor_for(library, args.gpu)
     results = []
     for script in args.scripts.split(","):

@@ -121,7 +121,7 @@ def main(argv=None, tune=None) -> int:
                         help="leave the winners in the tuning cache only, not in the library's tunings/")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="start no point after this many seconds, the first excepted (default: no limit)")
-    parser.add_argument("--library", metavar="DIR", default=None, help="default: the bundled library/blas")
+    parser.add_argument("--library", metavar="DIR", default=None, help="default: the bundled fusec/data/blas")
     parser.add_argument("--out", default=str(P.ROOT / "bench" / "results"))
     parser.add_argument("--name", default=None, help="file name without extension (default: <gpu>-retune)")
     args = parser.parse_args(argv)

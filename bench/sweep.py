@@ -37,7 +37,7 @@ def main(argv=None) -> int:
 
     from bench.cublas import Blas, sequence
     from bench.fusion import _time, device_inputs
-    from fusec import nvcc
+    from fusec import data, nvcc
     from fusec.cli import _sizes
     from fusec.cost.analytic import DEFAULT
     from fusec.emit.program import generate
@@ -48,8 +48,7 @@ def main(argv=None) -> int:
     from fusec.runtime.program import Program
     from fusec.space.combinations import build_space
     from fusec.space.implementations import load_phases
-
-    library = load_library(ROOT / "library" / "blas")
+    library = load_library(data.LIBRARY)
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
     sizes = _sizes(args.size, dag.sizes)
     shapes = None

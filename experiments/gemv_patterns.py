@@ -159,7 +159,8 @@ def main() -> None:
         print(f"torch.compile skipped: {exc}")
     try:
         import fusec
-        program = fusec.compile(ROOT / "scripts" / "sgemv.script", ROOT / "library" / "blas", args.dtype,
+        from fusec import data
+        program = fusec.compile(ROOT / "scripts" / "sgemv.script", data.LIBRARY, args.dtype,
                                 sizes={"m": n, "n": n})
         inputs = {"A": A, "x": x, "y": cp.zeros(n, dtype), "alpha": 1.0, "beta": 0.0}
         add("fusec sgemv" + (" (tuned)" if program.tuned else ""), program.generated.plan.summary(program.dag),

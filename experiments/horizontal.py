@@ -251,10 +251,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     parser.add_argument("--name", default="h100-horizontal")
     args = parser.parse_args(argv)
+    from fusec import data
     from fusec.cost.perfdb import predictor_for
     from fusec.library.loader import load_library
     from fusec.runtime import cuda
-    library = load_library(ROOT / "library" / "blas")
+    library = load_library(data.LIBRARY)
     results, tunes = [], []
     with cuda.context() as ctx:
         device = cuda.device_name(ctx)

@@ -151,7 +151,8 @@ class Case:
             return
         u1, v1, u2, v2, y, z = self.vectors
         for script, gemver in (("gemver", True), ("sgemvt", False)):
-            program = fusec.compile(ROOT / "scripts" / f"{script}.script", ROOT / "library" / "blas", self.dtype,
+            from fusec import data
+            program = fusec.compile(ROOT / "scripts" / f"{script}.script", data.LIBRARY, self.dtype,
                                     sizes={"m": self.n, "n": self.n})
             inputs = {"A": self.A, "y": y, "z": z, "alpha": self.alpha, "beta": self.beta}
             if gemver:

@@ -1,7 +1,7 @@
 """fusec: fuses sequences of BLAS-1/BLAS-2 calls into a few CUDA kernels.
 
     import fusec
-    prog = fusec.compile("scripts/bicgk.script", library="library/blas", dtype="float32")
+    prog = fusec.compile("scripts/bicgk.script", library="fusec/data/blas", dtype="float32")
     q, s = prog(A=A, p=p, r=r)
 """
 

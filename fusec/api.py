@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import nvcc
+from . import data, nvcc
 from . import validate as check
 from .cost.model import Predictor
 from .emit.program import generate
@@ -27,7 +27,7 @@ from .target import GpuTarget, chosen_slug, resolve
 from .tune import store as tuning
 from .tune.store import TuningEntry
 
-BUNDLED_LIBRARY = Path(__file__).resolve().parent.parent / "library" / "blas"
+BUNDLED_LIBRARY = data.LIBRARY
 
 
 def resolve_library(library: str | os.PathLike | Library | None) -> Library:

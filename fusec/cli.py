@@ -30,12 +30,12 @@ CUDA kernels that read each matrix as few times as the dependencies allow."""
 
 EPILOG = """\
 examples:
-  fusec compile scripts/bicgk.script --library library/blas -o out/
-  fusec space scripts/gemver.script --library library/blas --size n=16384 --top 5
-  fusec run scripts/bicgk.script --library library/blas --size n=16384
-  fusec tune scripts/gemver.script --library library/blas --size n=16384 --top 20
-  fusec tunings --library library/blas
-  fusec perfdb build --library library/blas
+  fusec compile scripts/bicgk.script --library fusec/data/blas -o out/
+  fusec space scripts/gemver.script --library fusec/data/blas --size n=16384 --top 5
+  fusec run scripts/bicgk.script --library fusec/data/blas --size n=16384
+  fusec tune scripts/gemver.script --library fusec/data/blas --size n=16384 --top 20
+  fusec tunings --library fusec/data/blas
+  fusec perfdb build --library fusec/data/blas
 Run 'fusec COMMAND --help' for a command's options."""
 
 
@@ -83,18 +83,19 @@ def _at_least(flag: str, value: int | None, low: int) -> None:
 
 
 def _known_gpu(args) -> None:
-    """--gpu NAME must name a GPU with a performance database, unless --analytic asks
-    for the analytic model: a typo would otherwise choose kernels for no GPU at all."""
+    """--gpu NAME must name a GPU with a performance database or one whose figures fusec
+    knows (fusec/data/gpus.json), unless --analytic asks for the analytic model: a typo
+    would otherwise choose kernels for no GPU at all."""
     if args.gpu is None or getattr(args, "analytic", False):
         return
     from .cost.perfdb import store
-    from .target import slug
-    if store.find(slug(args.gpu)) is None:
+    from .target import by_name, known, slug
+    if store.find(slug(args.gpu)) is None and by_name(args.gpu) is None:
         folder = store.directory()
-        known = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-        raise FusecError(f"--gpu {args.gpu!r} names no GPU with a performance database in {folder}"
-                                     f" (known: {', '.join(known) or 'none'}); add --analytic to choose"
-                                     " kernels for it with the analytic model")
+        databases = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+        raise FusecError(f"--gpu {args.gpu!r} names no GPU fusec knows ({', '.join(sorted(known()))}) and none"
+                         f" with a performance database in {folder} ({', '.join(databases) or 'none'});"
+                         " add --analytic to choose kernels for it with the analytic model")
 
 
 def _predictor(args, library):
@@ -340,7 +341,7 @@ def parser() -> argparse.ArgumentParser:
     def common(sub):
         sub.add_argument("script", metavar="SCRIPT", help="the script to compile (e.g. scripts/bicgk.script)")
         sub.add_argument("--library", metavar="DIR", default=None,
-                         help="library of elementary functions (default: the bundled library/blas)")
+                         help="library of elementary functions (default: the bundled fusec/data/blas)")
         sub.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                          help="precision of the compiled program (default: float32)")
 
@@ -457,7 +458,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="The cache is looked in first; a library's shipped plan runs where the cache has"
                " none for the same key.")
     listing.add_argument("--library", metavar="DIR", default=None,
-                         help="the library whose shipped plans to list (default: the bundled library/blas)")
+                         help="the library whose shipped plans to list (default: the bundled fusec/data/blas)")
     listing.add_argument("--gpu", metavar="NAME", default=None,
                          help="only entries for GPUs whose folder starts with NAME, e.g. h100")
     listing.add_argument("--prune", action="store_true",
@@ -483,7 +484,7 @@ def parser() -> argparse.ArgumentParser:
                     " damaged or stale file; with one --dtype, keeps the other precision's timings of"
                     " a usable file. About a minute on an H100.")
     build.add_argument("--library", metavar="DIR", default=None,
-                       help="library of elementary functions (default: the bundled library/blas)")
+                       help="library of elementary functions (default: the bundled fusec/data/blas)")
     build.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
                        help="precisions to time (default: both)")
     build.add_argument("-o", "--output", metavar="DIR", default=None,

@@ -103,7 +103,7 @@ class UnknownGpuWarning(FusecWarning):
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict:
-    return json.loads(resources.files("fusec").joinpath("data/gpus.json").read_text(encoding="utf-8"))
+    return json.loads(resources.files("fusec.data").joinpath("gpus.json").read_text(encoding="utf-8"))
 
 
 @functools.lru_cache(maxsize=1)

@@ -40,7 +40,7 @@ def pytest_configure(config):
     if not given:
         _OWN_CACHE = tempfile.mkdtemp(prefix="fusec-test-cache-")
     os.environ["FUSEC_CACHE_DIR"] = given or _OWN_CACHE
-    os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans library/blas ships (tests of them set it)
+    os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans fusec/data/blas ships (tests of them set it)
 
 
 def pytest_unconfigure(config):

@@ -7,9 +7,11 @@ import functools
 import warnings
 from pathlib import Path
 
+from fusec import data
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted((ROOT / "scripts").glob("*.script"))
-LIBRARY = ROOT / "library" / "blas"
+LIBRARY = data.LIBRARY  # the installed package's library (a wheel's, where the suite runs against one)
 DTYPES = ("float32", "float64")
 
 

@@ -1,8 +1,8 @@
 """The library loader (fusec/library/loader.py): the real library, the worked example of
-library/README.md, and every error the loader reports, each at its file:line:column.
+docs/library-format.md, and every error the loader reports, each at its file:line:column.
 
 Broken libraries are built in tmp_path from MINI, a small library written out below, so that
-these tests do not move when library/blas changes. Every case edits MINI in one or two places
+these tests do not move when fusec/data/blas changes. Every case edits MINI in one or two places
 and names the error TYPE, the file and line, the word the caret must point at, and a key
 phrase of the message. The expected column is where that word is in the edited line.
 """
@@ -23,7 +23,7 @@ from fusec.library.model import Access, Geometry, Kind
 from tests.helpers import LIBRARY, ROOT
 
 F, V = LibraryFormatError, LibraryValidationError
-README = ROOT / "library" / "README.md"
+README = ROOT / "docs" / "library-format.md"
 
 BLAS_FUNCTIONS = ["saxpy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv", "sgemv_a",
                   "sgemv_ab", "sger", "smadd", "sscal", "svadd", "swaxpby", "sxmay"]
@@ -35,7 +35,7 @@ MINI = {
     "library.fusec": """\
 # A small library for loader tests
 library   mini
-summary   enough of library/blas to exercise every check
+summary   enough of fusec/data/blas to exercise every check
 prelude   prelude.cuh
 routines  vector.cuh tile.cuh
 mapping   vec        registers  VEC
@@ -182,7 +182,7 @@ def load_error(library: Path) -> LibraryError:
 
 def test_mini_library_loads(tmp_path):
     lib = load_library(write_mini(tmp_path / "mini"))
-    assert (lib.name, lib.summary) == ("mini", "enough of library/blas to exercise every check")
+    assert (lib.name, lib.summary) == ("mini", "enough of fusec/data/blas to exercise every check")
     assert sorted(lib.functions) == ["saxpy", "sdot", "sgemv_ab", "sger"]
     assert lib.mappings["block"].doc == "a whole chunk: thread t at t*VEC"
     store = lib.functions["sdot"].implementations[0].store
@@ -633,7 +633,7 @@ def test_readme_lists_every_blas_function_with_its_signature():
         assert listed[name] == (function.signature(), str(function.hof)), name
 
 
-# -- the worked example of library/README.md ----------------------------------------
+# -- the worked example of docs/library-format.md ----------------------------------------
 
 def readme_examples() -> dict[str, str]:
     """The fenced blocks of the README marked ``<!-- example: NAME -->``: the test runs the
@@ -644,7 +644,7 @@ def readme_examples() -> dict[str, str]:
 
 @pytest.fixture
 def example(tmp_path) -> Path:
-    """library/blas copied to tmp_path/mylib with the README's svmul.cu, and wdot.script."""
+    """fusec/data/blas copied to tmp_path/mylib with the README's svmul.cu, and wdot.script."""
     mylib = tmp_path / "mylib"
     shutil.copytree(LIBRARY, mylib)
     blocks = readme_examples()

@@ -20,7 +20,7 @@ from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion
 from fusec.space.implementations import by_time, implementations
 from fusec.space.search import LONGEST, Search, SpaceCutWarning, likeness
-from tests.helpers import ROOT, library
+from tests.helpers import LIBRARY, ROOT, library
 
 GPU = "h100-80gb-hbm3"
 BOUND = 5.0  # seconds: generous against CI noise (the benchmark has the real time)
@@ -99,7 +99,7 @@ def test_a_chain_end_is_not_alike_its_middle():
 
 
 def test_space_all_refuses_a_huge_space_and_says_how_large(capsys):
-    code = cli.main(["space", str(ROOT / "scripts" / "gemver.script"), "--library", str(ROOT / "library" / "blas"),
+    code = cli.main(["space", str(ROOT / "scripts" / "gemver.script"), "--library", str(LIBRARY),
                      "--gpu", GPU, "--all"])
     assert code == 1
     assert ("has 24,107,044 combinations, too many to list (at most 100,000); show the best with --top K"
@@ -109,7 +109,7 @@ def test_space_all_refuses_a_huge_space_and_says_how_large(capsys):
 def test_space_says_where_it_was_cut(tmp_path, capsys):
     script = tmp_path / "side.script"
     script.write_text(GENERATORS["side"](12))
-    assert cli.main(["space", str(script), "--library", str(ROOT / "library" / "blas"), "--gpu", GPU,
+    assert cli.main(["space", str(script), "--library", str(LIBRARY), "--gpu", GPU,
                      "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert "bounded          " in out and "too large to enumerate" in out

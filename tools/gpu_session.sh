@@ -5,7 +5,7 @@
 # horizontal-bench, horizontal-sanitize, striped-sanitize, held-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning), retune (bench.retune:
 # tune every bench.peers point without a usable plan, under $RETUNE_BUDGET seconds, shipping each winner
-# into library/blas/tunings; the folder comes back in the logs as tunings/, to commit).
+# into fusec/data/blas/tunings; the folder comes back in the logs as tunings/, to commit).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files). SANITIZE_K: the tests sanitize runs (pytest -k;
 # default numpy_against_oracle), SANITIZE_SIZES their sizes.
@@ -24,7 +24,7 @@ status=0
 for stage in "$@"; do
   case $stage in
     smoke)
-      python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=1000 2>&1 | tee "$OUT/smoke.log" || status=1 ;;
+      python3 -m fusec.cli run scripts/bicgk.script --library fusec/data/blas --size n=1000 2>&1 | tee "$OUT/smoke.log" || status=1 ;;
     programs)
       python3 -m pytest -q -p no:cacheprovider tests/gpu/test_programs.py 2>&1 | tee "$OUT/gpu-programs.log" | tail -5 || status=1 ;;
     tests)
@@ -37,7 +37,7 @@ for stage in "$@"; do
       done ;;
     run)
       for dtype in float32 float64; do
-        python3 -m fusec.cli run scripts/bicgk.script --library library/blas --size n=16384 --dtype $dtype 2>&1 \
+        python3 -m fusec.cli run scripts/bicgk.script --library fusec/data/blas --size n=16384 --dtype $dtype 2>&1 \
           | tee -a "$OUT/run.log" || status=1
       done ;;
     sweep)
@@ -48,15 +48,15 @@ for stage in "$@"; do
     fusion-bench)
       python3 -m bench.fusion --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/fusion-bench.log" || status=1 ;;
     perfdb)  # time the library's routines; the database lands in perfdb/ for the stages after it
-      python3 -m fusec.cli perfdb build --library library/blas 2>&1 | tee "$OUT/perfdb.log" || status=1
-      mkdir -p "$OUT/perfdb" && cp perfdb/*.json "$OUT/perfdb/" ;;
+      python3 -m fusec.cli perfdb build --library fusec/data/blas 2>&1 | tee "$OUT/perfdb.log" || status=1
+      mkdir -p "$OUT/perfdb" && cp fusec/data/perfdb/*.json "$OUT/perfdb/" ;;
     prediction)
       python3 -m bench.prediction --out "$OUT/results" ${PREDICTION_ARGS:-} 2>&1 | tee "$OUT/prediction.log" || status=1 ;;
     tune)
       for spec in ${TUNE:-gemver:float32:8192:20}; do
         IFS=: read -r script dtype n top <<<"$spec"
         ( TIMEFORMAT="tune wall %R s"; time python3 -m fusec.cli tune scripts/$script.script \
-          --library library/blas --size n=$n --dtype $dtype --top $top ) 2>&1 | tee -a "$OUT/tune.log" || status=1
+          --library fusec/data/blas --size n=$n --dtype $dtype --top $top ) 2>&1 | tee -a "$OUT/tune.log" || status=1
       done ;;
     horizontal-bench)
       python3 -m experiments.horizontal --out "$OUT/results" ${HORIZONTAL_ARGS:-} 2>&1 | tee "$OUT/horizontal-bench.log" || status=1 ;;
@@ -102,7 +102,7 @@ for stage in "$@"; do
     retune)
       python3 -m bench.retune --out "$OUT/results" --budget ${RETUNE_BUDGET:-400} ${RETUNE_ARGS:-} 2>&1 \
         | tee -a "$OUT/retune.log" || status=1
-      mkdir -p "$OUT/tunings" && cp -r library/blas/tunings/. "$OUT/tunings/" 2>/dev/null ;;
+      mkdir -p "$OUT/tunings" && cp -r fusec/data/blas/tunings/. "$OUT/tunings/" 2>/dev/null ;;
     save-cache)
       mkdir -p "$OUT/tuning" && cp -r "$FUSEC_CACHE_DIR"/tuning/. "$OUT/tuning/" ;;
     *) echo "unknown stage $stage"; status=2 ;;

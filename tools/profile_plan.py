@@ -44,7 +44,7 @@ def main() -> int:
     import cupy
 
     from bench.fusion import device_inputs
-    from fusec import nvcc
+    from fusec import data, nvcc
     from fusec.emit.program import generate
     from fusec.frontend import load_script
     from fusec.ir.geometry import Shape
@@ -55,8 +55,7 @@ def main() -> int:
     from fusec.runtime.program import Program
     from fusec.space.fusions import Fusion
     from fusec.space.implementations import steps_in_order
-
-    library = load_library(ROOT / "library" / "blas")
+    library = load_library(data.LIBRARY)
     dag = load_script(ROOT / "scripts" / f"{args.script}.script", library)
     sizes = {s: args.n for s in dag.sizes}
     if args.tuned:

@@ -2,7 +2,7 @@
 
 A block walks ITERS instances of BAND_ROWS whole rows (block b: rows from
 ``b * ITERS * BAND_ROWS``); thread t holds the 16-byte pieces ``j * BLOCK + t``
-of every row (``library/blas/band.cuh``). The analysis is the tile geometry's
+of every row (``fusec/data/blas/band.cuh``). The analysis is the tile geometry's
 with the serial loop along the rows (:func:`~fusec.lower.kernel.build_kernel`):
 vectors indexed by column are loaded once before the loop, column sums
 accumulate over it. What differs is in two places:

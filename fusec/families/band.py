@@ -1,5 +1,5 @@
 """The band family: nested functions' band implementations, a block owns whole
-rows (``library/blas/band.cuh``). Lowered like the tile geometry with the
+rows (``fusec/data/blas/band.cuh``). Lowered like the tile geometry with the
 serial loop along the rows (:func:`fusec.lower.kernel.build_kernel`), printed
 by :mod:`fusec.emit.band`; priced from its bytes and its column sums' atomics
 (the performance database has no band routines)."""

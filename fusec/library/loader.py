@@ -1,6 +1,6 @@
 """Reads a library directory into frozen :mod:`fusec.library.model` records.
 
-The format is documented for users in ``library/README.md``. A library is a
+The format is documented for users in ``docs/library-format.md``. A library is a
 directory with ``library.fusec`` (its name, shared CUDA files and the
 thread-to-data mappings) and one ``.cu`` file per function whose leading
 ``/*@fusec ... @*/`` comment holds the function's metadata. Metadata is

@@ -8,7 +8,7 @@ of every access, which the code generator needs to decide where an element
 lives (registers or shared memory) and where barriers go.
 
 The loader (:mod:`fusec.library.loader`) builds these from the files described
-in ``library/README.md``.
+in ``docs/library-format.md``.
 """
 
 from __future__ import annotations

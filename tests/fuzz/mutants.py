@@ -16,11 +16,13 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
+from fusec import data
+
 ROOT = Path(__file__).resolve().parent.parent.parent
-LIBRARY = ROOT / "library" / "blas"
+LIBRARY = data.LIBRARY
 SCRIPTS = sorted((ROOT / "scripts").glob("*.script"))
 SMALL = ROOT / "scripts" / "sscal.script"
-DATABASE = ROOT / "perfdb" / "h100-80gb-hbm3.json"
+DATABASE = data.PERFDB / "h100-80gb-hbm3.json"
 
 Mutant = tuple[str, Callable[[Path], None]]
 
@@ -364,7 +366,7 @@ API_VALUES = {
     "dtype": ["float32", "float64", None, "float16", "f4", 3, object()],
     "sizes": [{"n": 64}, {"n": 0}, {"n": -1}, {"n": 2 ** 31}, {"n": 1.5}, {"n": "8"}, {"n": None}, {"n": True},
               {"q": 4}, [("n", 4)], "n=4", {"n": 2 ** 64}],
-    "library": [42, b"library/blas", ["library"], 3.5],
+    "library": [42, b"fusec/data/blas", ["library"], 3.5],
     "plan": ["fused", 1, object()],
     "predictor": [object(), 3, "perfdb"],
     "gpu": [100, ["h100"], b"h100"],

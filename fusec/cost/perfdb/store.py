@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
+from ... import data
 from ... import validate as check
 from ...cache import atomic_write_text
 from ...errors import FusecWarning
@@ -26,7 +27,7 @@ from ...target import slug
 from .probes import RoutineKey
 
 FORMAT = 1
-BUNDLED = Path(__file__).resolve().parents[3] / "perfdb"
+BUNDLED = data.PERFDB
 
 
 class PerfdbWarning(FusecWarning):
@@ -152,7 +153,7 @@ class Database:
 
 
 def directory() -> Path:
-    """Where databases live: $FUSEC_PERFDB, else the perfdb/ folder beside the package."""
+    """Where databases live: $FUSEC_PERFDB, else the bundled ones (fusec/data/perfdb)."""
     return Path(os.environ.get("FUSEC_PERFDB") or BUNDLED)
 
 

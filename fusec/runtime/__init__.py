@@ -1,0 +1,1 @@
+"""Running programs: the PyCUDA binding, arrays, prepared calls, timing, the plan text."""
