@@ -460,7 +460,7 @@ SGEMV = ROOT / "scripts" / "sgemv.script"
     (["space", SSCAL, "--top", "-3"], "--top -3: it must be at least 1"),
     (["space", SSCAL, "--top", "0"], "--top 0: it must be at least 1"),
     (["space", SSCAL, "--gpu", "nosuchgpu"], "--gpu 'nosuchgpu' names no GPU"),
-    (["compile", SSCAL, "--gpu", "nosuchgpu", "--no-nvcc"], "(known: h100-80gb-hbm3)"),
+    (["compile", SSCAL, "--gpu", "nosuchgpu", "--no-nvcc"], "names no GPU fusec knows"),
     (["tune", SSCAL, "--size", "n=64", "--top", "0"], "--top 0: it must be at least 1"),
     (["tune", SSCAL, "--size", "n=64", "--repeat", "0"], "--repeat 0: it must be at least 1"),
     (["run", SSCAL, "--size", "n=64", "--warmup", "-1"], "--warmup -1: it must be at least 0"),
