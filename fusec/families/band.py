@@ -10,29 +10,17 @@ import math
 from typing import Mapping
 
 from ..cost.model import natural_blocks, traffic
-from ..emit.kernel import emit_kernel
-from ..emit.plan_text import kernel_lines
 from ..ir import geometry as geo
 from ..ir.dag import Dag
 from ..ir.kernel import PARTIALS_LINE, Kernel
-from ..ir.plan import KernelPlan
-from ..library.model import Library
-from ..lower.kernel import build_kernel
-from ..target import GpuTarget
 from .base import register
+from .tile import TileFamily
 
 
-class BandFamily:
+class BandFamily(TileFamily):
+    """A tile family's kernel, lowered and printed the same way, priced from its bytes."""
+
     name = "band"
-    joint = ""
-    note = ""
-
-    def build(self, dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int, *,
-              alone: bool = False, target: GpuTarget | None = None) -> Kernel:
-        return build_kernel(dag, library, plan, dtype, index, turns=alone, target=target)
-
-    def emit(self, kernel: Kernel, dag: Dag, library: Library) -> str:
-        return emit_kernel(kernel, dag, library)
 
     def analytic_seconds(self, model, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         return band_seconds(model, kernel, dag, sizes, model.launch, model.bandwidth, model.sms)
@@ -40,9 +28,6 @@ class BandFamily:
     def perfdb_seconds(self, model, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         return band_seconds(model.analytic, kernel, dag, sizes, model.database.launch, model.analytic.bandwidth,
                             model.database.sms)
-
-    def plan_text(self, generated, kernel: Kernel, sizes, resources, turning: bool) -> list[str]:
-        return kernel_lines(generated, kernel, sizes, resources, "  ", turning)
 
 
 def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: float, bandwidth: float,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ..cost.model import iterations, natural_blocks, traffic, warn_unmeasured
+from ..cost.model import natural_blocks, traffic, warn_unmeasured
 from ..emit.kernel import emit_body, library_sources
 from ..emit.lines import library_text
 from ..emit.plan_text import kernel_lines, nvcc_line
@@ -366,25 +366,16 @@ def perfdb_horizontal_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, i
     not modelled (see :func:`analytic_horizontal_seconds`).
     """
     sizes = dict(sizes)
-    sms = predictor.database.sms
     registers = max(max([p.estimated_registers] + [t.registers for _, t in predictor.timings(p, dag) or []])
                     for p in kernel.parts)
     blocks = natural_blocks(registers, kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block,
                             predictor.target)
     slowest, moved, counters, finish = 0.0, 0.0, 0.0, 0.0
     for part in kernel.parts:
-        grid = part.grid(sizes)
-        iters = iterations(part, sizes, grid)
-        full, rest = divmod(grid, sms * blocks)
-        streaming = 0.0
-        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
-            if count:
-                times = predictor.routine_seconds(part, dag, max(level, 1.0))
-                if times is None:
-                    warn_unmeasured(predictor.database, part)
-                    return predictor.analytic.kernel_seconds(kernel, dag, sizes)
-                transfer, compute, once = times
-                streaming += count * (max(transfer, compute) * iters + once)
+        streaming = predictor.streaming_seconds(part, dag, sizes, blocks)
+        if streaming is None:
+            warn_unmeasured(predictor.database, part)
+            return predictor.analytic.kernel_seconds(kernel, dag, sizes)
         slowest = max(slowest, streaming)
         moved += traffic(part, dag, sizes, predictor.target.l2_bytes)
         part_counters, part_finish = predictor.analytic.reduction_seconds(part, sizes)

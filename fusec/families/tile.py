@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..cost.model import iterations, traffic, warn_unmeasured
+from ..cost.model import traffic, warn_unmeasured
 from ..emit.kernel import emit_kernel
 from ..emit.plan_text import kernel_lines
 from ..ir import geometry as geo
@@ -57,22 +57,10 @@ class TileFamily:
 
     def perfdb_seconds(self, model, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         sizes = dict(sizes)
-        sms = model.database.sms
-        grid = kernel.grid(sizes)
-        blocks = model.blocks_per_sm(kernel, dag)
-        iters = iterations(kernel, sizes, grid)
-        # Blocks run in waves of sms x blocks; the last, partial wave has fewer
-        # blocks per SM, each of which then runs faster (less contention).
-        full, rest = divmod(grid, sms * blocks)
-        streaming = 0.0
-        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
-            if count:
-                times = model.routine_seconds(kernel, dag, max(level, 1.0))
-                if times is None:
-                    warn_unmeasured(model.database, kernel)
-                    return model.analytic.kernel_seconds(kernel, dag, sizes)
-                transfer, compute, once = times
-                streaming += count * (max(transfer, compute) * iters + once)
+        streaming = model.streaming_seconds(kernel, dag, sizes, model.blocks_per_sm(kernel, dag))
+        if streaming is None:
+            warn_unmeasured(model.database, kernel)
+            return model.analytic.kernel_seconds(kernel, dag, sizes)
         counters, finish = model.analytic.reduction_seconds(kernel, sizes)
         return model.database.launch + max(streaming, counters) + finish
 

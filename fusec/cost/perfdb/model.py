@@ -36,7 +36,7 @@ from ...library.model import Library, RoutineKind
 from ...lower.kernel import routine_of
 from ...target import GpuTarget, from_record
 from ..analytic import AnalyticPredictor
-from ..model import natural_blocks
+from ..model import iterations, natural_blocks
 from .probes import RoutineKey
 from .store import Database
 
@@ -94,6 +94,24 @@ class PerfdbPredictor:
 
     def kernel_seconds(self, kernel: Kernel, dag: Dag, sizes: Mapping[str, int]) -> float:
         return families.perfdb_seconds(self, kernel, dag, sizes)
+
+    def streaming_seconds(self, kernel: Kernel, dag: Dag, sizes: dict[str, int], blocks: int) -> float | None:
+        """The kernel's blocks' time at ``blocks`` per SM from its routines' timings, or None
+        when one was not measured. Blocks run in waves of sms x blocks; the last, partial
+        wave has fewer blocks per SM, each of which then runs faster (less contention)."""
+        sms = self.database.sms
+        grid = kernel.grid(sizes)
+        iters = iterations(kernel, sizes, grid)
+        full, rest = divmod(grid, sms * blocks)
+        streaming = 0.0
+        for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
+            if count:
+                times = self.routine_seconds(kernel, dag, max(level, 1.0))
+                if times is None:
+                    return None
+                transfer, compute, once = times
+                streaming += count * (max(transfer, compute) * iters + once)
+        return streaming
 
     def blocks_per_sm(self, kernel: Kernel, dag: Dag) -> int:
         """What registers and shared memory allow; the kernel has at least the
