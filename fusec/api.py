@@ -196,7 +196,7 @@ def nearby_origin(entry: TuningEntry) -> str:
     return f"tuned for the nearest size, {sizes} ({entry.describe()})"
 
 
-# The predictor's register estimate is rough (Kernel.estimated_registers), and a kernel
+# The predictor's register estimate is rough (fusec.cost.registers.estimate), and a kernel
 # that spills runs far slower than it was priced: GESUMMV at fp32 n = 6000, whose
 # best-predicted band kernel spilled 224 bytes, took 142.5 us against 95.3 for the best
 # of its space (fusec tune, 2026-11-24). So where nvcc is present the best-predicted

@@ -20,6 +20,7 @@ from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
 from fusec.cost.analytic import DEFAULT
+from fusec.cost.registers import estimate
 from fusec.emit.program import generate
 from fusec.errors import PlanError
 from fusec.families import build_kernel
@@ -631,7 +632,7 @@ def test_a_held_fusion_s_band_parts_are_priced_resident_as_its_blocks_are():
         shipped[0]["held"][1]["ahead"] = ahead
         kernels.append(generate(dag, library(), ProgramPlan.from_json(json.dumps(shipped)), "float32").kernels[0])
     consumers = [k.parts[1] for k in kernels]
-    assert [natural_blocks(c.estimated_registers, c.shared_reals * 4, c.block, DEFAULT.target)
+    assert [natural_blocks(estimate(c), c.shared_reals * 4, c.block, DEFAULT.target)
             for c in consumers] == [2, 1]
     alone = [DEFAULT.kernel_seconds(c, dag, sizes) for c in consumers]
     assert alone[0] > 1.5 * alone[1]

@@ -29,6 +29,7 @@ import fusec
 from fusec import nvcc
 from fusec.cost import perfdb
 from fusec.cost.analytic import DEFAULT
+from fusec.cost.registers import estimate
 from fusec.emit.program import generate
 from fusec.errors import PlanError
 from fusec.families import build_kernel
@@ -207,7 +208,7 @@ def test_register_bound_follows_hfuse_fig6():
     space = space_of("bicgk", 1024)
     for plan, kernel, _ in space.options[space.horizontals[0]]:
         if plan.bound:  # offered only where it binds
-            assert plan.bound < max(p.estimated_registers for p in kernel.parts)
+            assert plan.bound < max(estimate(p) for p in kernel.parts)
             assert plan.bound == register_bound(kernel.parts)
             assert HorizontalPlan(plan.parts) in {p for p, _, _ in space.options[space.horizontals[0]]}
 

@@ -24,6 +24,7 @@ from ..ir.kernel import Kernel
 from ..ir.plan import COLS
 from ..target import GpuTarget, reference
 from .model import natural_blocks
+from .registers import estimate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +73,7 @@ class AnalyticPredictor:
         return families.analytic_seconds(self, kernel, dag, sizes)
 
     def blocks_per_sm(self, kernel: Kernel, registers: int | None = None) -> int:
-        return natural_blocks(registers or kernel.estimated_registers,
+        return natural_blocks(registers or estimate(kernel),
                               kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block, self.target)
 
     def reduction_seconds(self, kernel: Kernel, sizes: Mapping[str, int]) -> tuple[float, float]:

@@ -10,6 +10,7 @@ import math
 from typing import Mapping
 
 from ..cost.model import natural_blocks, traffic
+from ..cost.registers import estimate
 from ..ir import geometry as geo
 from ..ir.dag import Dag
 from ..ir.kernel import PARTIALS_LINE, Kernel
@@ -48,7 +49,7 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     sizes = dict(sizes)
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     block = kernel.plan.shape.block
-    slots = sms * (blocks_per_sm or natural_blocks(kernel.estimated_registers, kernel.shared_reals * itemsize, block,
+    slots = sms * (blocks_per_sm or natural_blocks(estimate(kernel), kernel.shared_reals * itemsize, block,
                                                    analytic.target))
     grid = kernel.grid(sizes)
     resident = min(grid, slots) * block / sms

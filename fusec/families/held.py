@@ -54,6 +54,7 @@ import math
 from typing import Mapping
 
 from ..cost.model import traffic
+from ..cost.registers import MAX_REGISTERS, ahead, estimate
 from ..emit.band import finish_after_barrier
 from ..emit.plan_text import kernel_lines, nvcc_line
 from ..emit.writer import CudaWriter, call_text
@@ -64,7 +65,7 @@ from ..ir.dag import Dag
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
 from ..ir.plan import HeldPlan
 from ..library.model import Geometry, Kind, Library, RoutineKind, Storage
-from ..lower.kernel import MAX_REGISTERS, build_kernel
+from ..lower.kernel import build_kernel
 from ..target import GpuTarget, reference
 from .band import band_atomic_seconds, band_finish_seconds, band_seconds
 from .base import register
@@ -92,7 +93,7 @@ STORES_AFTER_EXPOSED = 0.6
 GRID_BARRIER_SECONDS = 2.8e-6
 
 SHARED_RESERVED = 1024  # per block, kept by the driver
-# Kernel.estimated_registers is off by 6.6 registers on average; past what a thread may have,
+# The register estimate (cost.registers) is off by 6.6 registers on average; past what a thread may have,
 # held tiles and the parts' own values spill to local memory (ptxas: SGEMVT fp64 with 10 tiles
 # held, estimated 245 of 255, spilled 256 bytes; GEMVER fp64 in 512-thread blocks, two per SM,
 # nothing held in registers, 912), so the estimate must leave this much room.
@@ -263,8 +264,8 @@ class HeldKernel(PartsKernel):
         # instance's copy about twice over (ptxas, fp32 n = 4096, 256 threads of 4 pieces:
         # GEMVER's with 2 rows, estimated 106, spilled 56 and 160 bytes held at 128 and 255
         # registers; its 1-row one, 73, sits under the producer's 110, whole in 121).
-        consumer_registers = consumer.estimated_registers + consumer.ahead_registers
-        return max(producer.estimated_registers, consumer_registers) + held  # past 255 it would spill
+        consumer_registers = estimate(consumer) + ahead(consumer)
+        return max(estimate(producer), consumer_registers) + held  # past 255 it would spill
 
     @property
     def most_registers(self) -> int:

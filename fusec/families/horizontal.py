@@ -32,6 +32,7 @@ import dataclasses
 from typing import Mapping
 
 from ..cost.model import natural_blocks, traffic, warn_unmeasured
+from ..cost.registers import MAX_REGISTERS, estimate
 from ..emit.kernel import emit_body, library_sources
 from ..emit.lines import library_text
 from ..emit.plan_text import kernel_lines, nvcc_line
@@ -42,7 +43,7 @@ from ..ir.dag import Dag
 from ..ir.kernel import MAX_STATIC_SHARED, Arg, Kernel, PartsKernel, Threads
 from ..ir.plan import HorizontalPlan
 from ..library.model import Geometry, Library
-from ..lower.kernel import MAX_REGISTERS, build_kernel
+from ..lower.kernel import build_kernel
 from ..target import GpuTarget, reference
 from .base import register
 
@@ -75,7 +76,7 @@ class HorizontalKernel(PartsKernel):
     def estimated_registers(self) -> int:
         """One thread runs one part, but registers are allocated for the kernel:
         the most any part needs, unless the bound is lower."""
-        most = max(p.estimated_registers for p in self.parts)
+        most = max(estimate(p) for p in self.parts)
         return min(most, self.plan.bound) if self.plan.bound else most
 
     def grid(self, sizes: dict[str, int]) -> int:
@@ -97,7 +98,7 @@ def register_bound(parts: tuple[Kernel, ...], registers: tuple[int, ...] | None 
     hardware allocates registers per warp in units of 256). ``target``: the GPU (default:
     the reference GPU)."""
     target = target or reference()
-    registers = registers or tuple(p.estimated_registers for p in parts)
+    registers = registers or tuple(estimate(p) for p in parts)
     itemsize = geo.DTYPES[parts[0].dtype].itemsize
     d0 = sum(p.block for p in parts)
     shared = sum(p.shared_reals for p in parts) * itemsize + 1024
@@ -333,7 +334,7 @@ def analytic_horizontal_seconds(model, kernel, dag: Dag, sizes: Mapping[str, int
     predicted as the unbounded one and the tuner decides (HFuse profiles both).
     """
     sizes = dict(sizes)
-    registers = max(p.estimated_registers for p in kernel.parts)  # the bound left out
+    registers = max(estimate(p) for p in kernel.parts)  # the bound left out
     slots = model.sms * model.blocks_per_sm(kernel, registers)
     moved_all, demand, slowest, tail, counters, finish = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     for part in kernel.parts:
@@ -366,7 +367,7 @@ def perfdb_horizontal_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, i
     not modelled (see :func:`analytic_horizontal_seconds`).
     """
     sizes = dict(sizes)
-    registers = max(max([p.estimated_registers] + [t.registers for _, t in predictor.timings(p, dag) or []])
+    registers = max(max([estimate(p)] + [t.registers for _, t in predictor.timings(p, dag) or []])
                     for p in kernel.parts)
     blocks = natural_blocks(registers, kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize, kernel.block,
                             predictor.target)

@@ -41,6 +41,7 @@ import math
 from typing import Mapping
 
 from ..cost.model import natural_blocks, traffic
+from ..cost.registers import estimate
 from ..emit.plan_text import kernel_lines, nvcc_line
 from ..emit.writer import CudaWriter, call_text
 from ..errors import PlanError
@@ -95,7 +96,7 @@ class StripedKernel(PartsKernel):
 
     @property
     def estimated_registers(self) -> int:
-        return max(p.estimated_registers for p in self.parts)
+        return max(estimate(p) for p in self.parts)
 
     def stripes(self, sizes: dict[str, int]) -> int:
         """Tiles of the stripe axis."""

@@ -221,48 +221,6 @@ class Kernel(LaunchNeeds):
         rows, cols = self.grid_extent(sizes)
         return rows * cols
 
-    @property
-    def estimated_registers(self) -> int:
-        """Registers per thread, roughly: 22 for indices and addresses, about half
-        a register per word of register elements (nvcc reuses a loop's
-        temporaries), and a whole one per word the serial loop carries (invariant
-        loads and accumulated reductions stay live throughout). Fitted to ptxas on
-        312 kernels of the space (mean error 6.6 registers, from 9.2 without the
-        carried term); nvcc tells the truth."""
-        words = geo.DTYPES[self.dtype].itemsize // 4
-        by_value = {e.value: e for e in self.elements if e.storage is Storage.REGISTERS}
-        if self.plan.geometry is Geometry.BAND:
-            return self._band_registers(by_value, words)
-        carried = {op.value for op in self.ops if op.section != LOOP and op.value in by_value}
-        carried |= {e.value for e in by_value.values() if e.accumulated}
-        slots = sum(e.size for e in by_value.values())
-        kept = sum(by_value[v].size for v in carried)
-        return min(255, round(22 + 0.47 * slots * words + 1.0 * kept * words))
-
-    def _band_registers(self, by_value: dict, words: int) -> int:
-        """A band kernel's registers, roughly: 24 for indices and addresses, the
-        matrix elements live at once (the rows in flight: a computed matrix
-        replaces the one it came from, but two matrices loaded in one phase are
-        both held; ``live_band_slots``) and every other register element whole
-        (ptxas, fp32 n = 16384, 512 threads of 8 pieces: ATAX 126 registers against
-        121 estimated, BiCGK 120 against 122; GEMVER's first kernel, 152 estimated,
-        spilled at the 128 a block of 512 may have; GESUMMV at fp32 n = 6000, 512
-        threads of 3 pieces and 2 rows, both matrices loaded at once: 84 against 88,
-        and with loads ahead it spilled 224 bytes, estimated 136)."""
-        matrices = [e.size for e in by_value.values() if e.mapping == "band"]
-        live = max(self.live_band_slots, max(matrices, default=0))
-        rest = sum(e.size for e in by_value.values() if e.mapping != "band")
-        return min(255, round(24 + words * (live + rest) + self.ahead_registers))
-
-    @property
-    def ahead_registers(self) -> int:
-        """Registers of the second copy a band kernel loading ahead holds (0 without)."""
-        if not self.plan.ahead:
-            return 0
-        words = geo.DTYPES[self.dtype].itemsize // 4
-        by_value = {e.value: e for e in self.elements}
-        return words * sum(by_value[v].size for v in self.loaded_ahead())
-
     def loaded_ahead(self) -> tuple[int, ...]:
         """The values a band kernel's loop loads into registers: with ``ahead``, each
         has a second copy, the next instance's, loaded before this one's computes."""

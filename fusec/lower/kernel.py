@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..cost import registers
+from ..cost.registers import MAX_REGISTERS
 from ..errors import PlanError
 from ..ir import geometry as geo
 from ..ir.barriers import LOOP, POST, PRE, Event, Mode, Touch, allocate, place_barriers
@@ -34,7 +36,6 @@ from ..target import GpuTarget, reference
 # share of L2 (20 MB of the H100's 50 MB), so the next launch, which starts there, finds them
 # in L2 whatever else L2 held before (Kernel.keep_blocks; experiments/results/h100-l2-keep-states.md).
 KEEP_L2_SHARE = 0.4
-MAX_REGISTERS = 255  # per thread, any sm_50 and later
 
 
 def axis_of(function: Function, dim: str) -> str:
@@ -252,9 +253,9 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
                     total, stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements))
     most = min(MAX_REGISTERS, target.registers_per_sm // plan.shape.block)
-    if plan.geometry is Geometry.BAND and kernel.estimated_registers > most:
+    if plan.geometry is Geometry.BAND and registers.estimate(kernel) > most:
         # a band keeps whole rows in registers: where they do not fit, they would spill
-        raise PlanError(f"about {kernel.estimated_registers} registers per thread, more than a block of"
+        raise PlanError(f"about {registers.estimate(kernel)} registers per thread, more than a block of"
                         f" {plan.shape.block} threads may have")
     if stream and turns:
         kernel = dataclasses.replace(kernel, keep_blocks=keep_l2_bytes(target) // _matrix_bytes_per_block(kernel, dag))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..cost.registers import ahead, estimate
 from ..errors import PlanError
 from ..families.held import (
     BAND_HELD_WORDS,
@@ -99,7 +100,7 @@ def held_counts(dag: Dag, producer: KernelPlan, parts: tuple[Kernel, Kernel], pe
     slots = next(e.size for e in parts[0].elements if e.value == held)
     block, tiles = producer.shape.block, producer.shape.iters
     first, second = parts  # as HeldKernel.estimated_registers counts them, less the held
-    own = max(first.estimated_registers, second.estimated_registers + second.ahead_registers)
+    own = max(estimate(first), estimate(second) + ahead(second))
     target = target or reference()
     spare = registers_allowed(block, per_sm, target) - own - register_margin(producer.geometry)
     if producer.geometry is Geometry.BAND:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+from ..cost.registers import estimate
 from ..errors import PlanError
 from ..families.horizontal import HorizontalKernel, assemble, register_bound
 from ..ir.dag import Dag
@@ -107,7 +108,7 @@ def horizontal_options(dag: Dag, library: Library, fusion: HorizontalFusion,
         kernels = tuple(kernel for _, kernel, _ in choice)
         variants = [HorizontalPlan(plans)]
         bound = register_bound(kernels, target=predictor.target)
-        if bound < max(k.estimated_registers for k in kernels):
+        if bound < max(estimate(k) for k in kernels):
             variants.append(HorizontalPlan(plans, bound))
         for plan in variants:
             try:

@@ -37,6 +37,7 @@ from ...lower.kernel import routine_of
 from ...target import GpuTarget, from_record
 from ..analytic import AnalyticPredictor
 from ..model import iterations, natural_blocks
+from ..registers import estimate
 from .probes import RoutineKey
 from .store import Database
 
@@ -117,7 +118,7 @@ class PerfdbPredictor:
         """What registers and shared memory allow; the kernel has at least the
         registers of its routines' probes."""
         timings = self.timings(kernel, dag) or []
-        registers = max([kernel.estimated_registers] + [t.registers for _, t in timings])
+        registers = max([estimate(kernel)] + [t.registers for _, t in timings])
         shared = kernel.shared_reals * geo.DTYPES[kernel.dtype].itemsize
         return natural_blocks(registers, shared, kernel.plan.shape.block, self.target)
 
