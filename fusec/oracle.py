@@ -1,4 +1,4 @@
-"""The numerical oracle: a float64 interpreter of a script's DAG (docs: TESTING.md).
+"""The numerical oracle: a float64 interpreter of a script's DAG (the reference BLAS test ratio of sblat2, generalised to a script).
 
 Every library function carries a ``reference``: a NumPy-style expression over
 its parameter names (``alpha * (A @ x) + beta * y``). The oracle parses it with
@@ -597,7 +597,7 @@ def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],
 
 def random_inputs(dag: Dag, sizes: Mapping[str, int], dtype: Any, rng: Any,
                   mode: str = "uniform") -> dict[str, np.ndarray | float]:
-    """Random inputs of every script input, keyed by name (TESTING.md ranges).
+    """Random inputs of every script input, keyed by name (the ranges the test suites use).
 
     ``"uniform"``: arrays uniform in [-0.5, 0.5], scalars uniform in [-1, 1].
     ``"integer"``: arrays of integers in [-8, 8], never all zeros; scalars

@@ -26,11 +26,11 @@ memory), the second read need not leave the chip. A
   the same tiles, taking the held ones from chip and loading the others
   (written or read last by the producer, so L2 may still hold them).
 
-``bench.one_barrier`` measured the idea by hand first (GEMVER fp32 n = 4096:
+``experiments.one_barrier`` measured the idea by hand first (GEMVER fp32 n = 4096:
 0.82x the two launches' GPU time with 61 % of the matrix held).
 
 Both parts may also be band kernels (:mod:`.band`; a block's n-th instance of
-whole rows the same in both), as ``bench.one_barrier`` was written: GEMVER's
+whole rows the same in both), as ``experiments.one_barrier`` was written: GEMVER's
 producer then adds its partials of x with vector atomics, the last block to
 arrive finishes x before it arrives at the barrier, and the units held are
 instances of rows.
@@ -74,7 +74,7 @@ from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_rer
 
 # A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
 # in its pass only what the consumer re-reads, past evict-first loads, so L2 keeps more of
-# it: bench.held (n = 4096, GEMVER's held band plans holding 38-44 %) measured it faster in
+# it: experiments.held (n = 4096, GEMVER's held band plans holding 38-44 %) measured it faster in
 # every pair, 0.9-3.4 us at fp32 (3.1 for the tuned plan's layout) and 1.9-8.4 at fp64
 # (bench/results/h100-held-after.md); this share gives that plan 1.8 us.
 STORES_AFTER_L2_SHARE = 0.75
@@ -468,7 +468,7 @@ def _kernel(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel], index: int, 
     # The consumer's loads are the call's last of its matrices. Where those are all the
     # program's inputs (SGEMVT's A, not GEMVER's B), they stay plain too: L2 then keeps
     # what it can of them for the next call on the same matrix, a solver's (fp32 n = 4096,
-    # SGEMVT's GPU us: bench.l2_keep 45.3 -> 41.8, then 44.1 as generated; bench.peers
+    # SGEMVT's GPU us: experiments.l2_keep 45.3 -> 41.8, then 44.1 as generated; bench.peers
     # 46.0 -> 44.2). A striped consumer streams instead: at its sizes L2 must keep the
     # stripes ahead.
     consumed = {a.value for a in parts[1].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}

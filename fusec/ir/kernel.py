@@ -146,14 +146,14 @@ class Kernel(LaunchNeeds):
     # stores a matrix (GEMVER's sger, MADD) is slower with it (bench/results/h100-l2-policies.md).
     stream_matrices: bool = False
     # Of a kernel that turns and streams its matrices: the blocks at the end of the grid (the
-    # last to run) whose matrix loads are plain, not evict-first, about KEEP_L2_BYTES of them.
+    # last to run) whose matrix loads are plain, not evict-first, about keep_l2_bytes(target) of them.
     # The next launch walks the other way and starts on those tiles, so it finds them in L2.
     # Evict-first alone never displaces what L2 already holds: after other work had filled L2
     # with its lines (generating the inputs on the GPU is enough) fp32 n = 4096 SGEMV took
     # 25.8 us against 21.9 from an empty L2, BiCGK 27.9 against 24.7; with the last 30 % of the
-    # blocks plain, 21.5 / 21.0 and 24.2 / 23.4 (bench.l2_keep --l2 polluted / clean).
+    # blocks plain, 21.5 / 21.0 and 24.2 / 23.4 (experiments.l2_keep --l2 polluted / clean).
     keep_blocks: int = 0
-    # A held fusion's band parts with HeldPlan.finish_after (fusec/codegen/held.py). The
+    # A held fusion's band parts with HeldPlan.finish_after (fusec/families/held.py). The
     # producer adds its column sums into the half of a doubled accumulator that its launch's
     # round picks, and leaves the finish to every block after the grid barrier; the consumer
     # takes those finished values (`given`, value ids) as arguments instead of loading them.

@@ -29,7 +29,7 @@
  * check, and a call passing that same object again reads only its other items.
  * The weak reference cannot mistake a new object at a freed one's address.
  *
- * A kernel that turns (fusec/codegen/kernel.py, Kernel.turns) takes the
+ * A kernel that turns (fusec/lower/kernel.py, Kernel.turns) takes the
  * direction of its walk as an int field (change kind 'D', source: its turn
  * group): each such launch gets the other direction from the launch of its
  * group before, so that it starts on the tiles that launch ended on, while L2

@@ -42,7 +42,7 @@ from .striped import StripedFusion
 
 PER_PART = 3  # implementations of each part per shape and serial axis that are paired
 # Shapes offered to held fusions besides the space's: at a resident grid a block must
-# keep more bytes in flight than the space's 256-thread blocks do (bench.held, fp32
+# keep more bytes in flight than the space's 256-thread blocks do (experiments.held, fp32
 # n = 4096: SGEMVT held with 512 threads and 128-row tiles 45.5 us, with 256 threads
 # and 64-row tiles, two per SM, 47.2; bench/results/h100-held-shapes.md).
 HELD_SHAPES = (Shape(Geometry.TILE, 512, 8, 128), Shape(Geometry.TILE, 512, 16, 64),
