@@ -1,4 +1,5 @@
-"""The numerical oracle: a float64 interpreter of a script's DAG (the reference BLAS test ratio of sblat2, generalised to a script).
+"""The numerical oracle: a float64 interpreter of a script's DAG, and the reference BLAS test
+ratio (sblat2's) generalised to a script.
 
 Every library function carries a ``reference``: a NumPy-style expression over
 its parameter names (``alpha * (A @ x) + beta * y``). The oracle parses it with
