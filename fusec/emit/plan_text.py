@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from ..ir.dag import Constant, Dag
+from ..ir.dag import Dag
 from ..ir.plan import ROWS
 from ..library.model import Geometry, Kind
+from .writer import call_text
 
 
 def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:
@@ -21,13 +21,6 @@ def minimum_bytes(dag: Dag, dtype: np.dtype, sizes: Mapping[str, int]) -> int:
     return inputs + sum(nbytes(v) for v in dict.fromkeys(dag.outputs))
 
 
-def _call(dag: Dag, call: int) -> str:
-    record = dag.call(call)
-    args = ", ".join(a.text if isinstance(a, Constant) else dag.value(a).label for a in record.args)
-    return (f"{Path(dag.file).name}:{record.coord.line}  "
-            f"{dag.value(record.result).label} = {record.function}({args})")
-
-
 def nvcc_line(r) -> str:
     return (f"nvcc     {r.registers} registers, {r.shared_bytes} bytes shared,"
             f" {r.spill_stores + r.spill_loads} bytes spilled")
@@ -36,7 +29,7 @@ def nvcc_line(r) -> str:
 def kernel_lines(generated, kernel, sizes, resources, indent: str, turning: bool = False) -> list[str]:
     dag, plan, lines = generated.dag, kernel.plan, []
     for call in plan.calls:
-        lines.append(f"call     {_call(dag, call)}")
+        lines.append(f"call     {call_text(dag, call)}")
     shape = plan.shape.describe(generated.dtype)
     if plan.geometry is Geometry.TILE:
         walk = "rows" if plan.serial == ROWS else "columns"
