@@ -46,28 +46,19 @@ class GpuInfo:
 
 
 @functools.lru_cache(maxsize=1)
-def _device():
-    """(pycuda.driver, the device fusec would run on: $FUSEC_DEVICE, default 0), or None
-    where there is no PyCUDA or no GPU. Asks the driver only; creates no context."""
+def present() -> GpuInfo | None:
+    """The GPU fusec would run on ($FUSEC_DEVICE, default 0), or None where there
+    is no PyCUDA or no GPU. Asks the driver only; creates no context."""
     try:
         import pycuda.driver as cuda
         cuda.init()
-        return cuda, cuda.Device(int(os.environ.get("FUSEC_DEVICE", "0")))
+        device = cuda.Device(int(os.environ.get("FUSEC_DEVICE", "0")))
+        major, minor = device.compute_capability()
+        version = cuda.get_driver_version()  # e.g. 13000
+        return GpuInfo(device.name(), device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT),
+                       f"{major}.{minor}", f"{version // 1000}.{version % 1000 // 10}")
     except Exception:  # ImportError, no driver, no device: a CPU machine
         return None
-
-
-@functools.lru_cache(maxsize=1)
-def present() -> GpuInfo | None:
-    """The GPU fusec would run on, by name, or None on a CPU machine."""
-    found = _device()
-    if found is None:
-        return None
-    cuda, device = found
-    major, minor = device.compute_capability()
-    version = cuda.get_driver_version()  # e.g. 13000
-    return GpuInfo(device.name(), device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT),
-                   f"{major}.{minor}", f"{version // 1000}.{version % 1000 // 10}")
 
 
 def chosen_slug(gpu: str | None = None) -> str | None:
@@ -143,13 +134,12 @@ def from_device() -> GpuTarget | None:
     or None on a machine without PyCUDA or a GPU. The copy bandwidth, which no
     attribute gives, is the known figure of that model, else 0.9 of the DRAM peak
     the memory clock and bus width give."""
-    found = _device()
-    if found is None:
-        return None
-    cuda, device = found
-    a = cuda.device_attribute
-    get = device.get_attribute
     try:
+        import pycuda.driver as cuda
+        cuda.init()
+        device = cuda.Device(int(os.environ.get("FUSEC_DEVICE", "0")))
+        a = cuda.device_attribute
+        get = device.get_attribute
         major, minor = device.compute_capability()
         name = device.name()
         figures = dict(sms=get(a.MULTIPROCESSOR_COUNT), threads_per_sm=get(a.MAX_THREADS_PER_MULTIPROCESSOR),
@@ -159,7 +149,7 @@ def from_device() -> GpuTarget | None:
                        shared_per_block=get(a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
                        threads_per_block=get(a.MAX_THREADS_PER_BLOCK), l2_bytes=get(a.L2_CACHE_SIZE))
         peak = 2.0 * get(a.MEMORY_CLOCK_RATE) * 1e3 * get(a.GLOBAL_MEMORY_BUS_WIDTH) / 8
-    except Exception:  # a driver that does not answer: as on a CPU machine
+    except Exception:  # ImportError, no driver, no device: a CPU machine
         return None
     same = by_name(name)
     bandwidth, source = ((same.copy_bandwidth, same.bandwidth_source) if same is not None
