@@ -9,13 +9,22 @@ from .errors import ArgumentError, FusecError, FusecWarning, LibraryError, Scrip
 from .version import __version__
 
 
-def compile(script, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,
-            tuned=True, reproducible=False):
-    """Compile a script into a callable program (see :func:`fusec.api.compile`)."""
+def compile(script=None, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,
+            tuned=True, reproducible=False, source=None, name="<string>"):
+    """Compile a script (a path, or its text as ``source=``) into a callable
+    :class:`Program` (see :func:`fusec.api.compile`)."""
     from .api import compile as _compile
     return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor, gpu=gpu, tuned=tuned,
-                    reproducible=reproducible)
+                    reproducible=reproducible, source=source, name=name)
 
 
-__all__ = ["compile", "FusecError", "ScriptError", "LibraryError", "ArgumentError", "FusecWarning",
+def __getattr__(name):
+    # Program is exported lazily: importing it pulls in the runtime and NumPy
+    if name == "Program":
+        from .runtime.program import Program
+        return Program
+    raise AttributeError(f"module 'fusec' has no attribute {name!r}")
+
+
+__all__ = ["compile", "Program", "FusecError", "ScriptError", "LibraryError", "ArgumentError", "FusecWarning",
            "__version__"]

@@ -14,7 +14,9 @@ from . import validate as check
 from .cost.model import Predictor
 from .emit.program import generate
 from .errors import ArgumentError, FusecWarning, LibraryFormatError, ScriptSemanticError
+from .frontend import check as check_script
 from .frontend import load_script
+from .frontend import parse as parse_script
 from .ir.dag import Constant
 from .ir.plan import ProgramPlan
 from .library.loader import load_library
@@ -49,16 +51,20 @@ DEFAULT_SIZE = 8192
 
 
 def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """The sizes to predict for: those given, the rest DEFAULT_SIZE."""
+    """The sizes to compile for: those given; a size not given takes the value
+    given for ``n`` (``{"n": 4096}`` sets every size of a script whose sizes
+    are m and n), else DEFAULT_SIZE. ``fusec compile --size`` follows the
+    same rule."""
     if sizes is not None and not isinstance(sizes, Mapping):
         raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
                                      " whole numbers, e.g. {'n': 8192}")
     sizes = dict(sizes or {})
-    unknown = set(sizes) - set(dag.sizes)
+    unknown = set(sizes) - set(dag.sizes) - {"n"}
     if unknown:
         raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}"
                                      f" (its sizes: {', '.join(dag.sizes)})")
-    chosen = {s: check.size(s, sizes.get(s, DEFAULT_SIZE)) for s in dag.sizes}
+    fill = sizes.get("n", DEFAULT_SIZE)
+    chosen = {s: check.size(s, sizes.get(s, fill)) for s in dag.sizes}
     check.sizes_fit({v.name: v.dims for v in dag.values if v.dims}, chosen)
     return chosen
 
@@ -82,11 +88,15 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     return dtype
 
 
-def compile(script: str | os.PathLike, library: str | os.PathLike | Library | None = None,
+def compile(script: str | os.PathLike | None = None, library: str | os.PathLike | Library | None = None,
             dtype="float32", *, sizes: Mapping[str, int] | None = None,
             plan: ProgramPlan | None = None, predictor: Predictor | None = None,
-            gpu: str | None = None, tuned: bool = True, reproducible: bool = False) -> Program:
+            gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
+            source: str | None = None, name: str = "<string>") -> Program:
     """Compile a script into a :class:`Program`.
+
+    The script is the file at ``script``, or the text ``source`` (errors then
+    name ``name`` as the file, ``<string>`` by default); exactly one of the two.
 
     ``library`` is a library directory (default: the bundled BLAS library);
     ``dtype`` is ``"float32"`` or ``"float64"``. The kernels are those
@@ -103,11 +113,26 @@ def compile(script: str | os.PathLike, library: str | os.PathLike | Library | No
     atomics, so that every run gives the same bits (a plan given is taken as it is;
     ``program.generated.reproducible`` says).
     """
-    if not isinstance(script, (str, os.PathLike)):
-        raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or os.PathLike)")
     lib = resolve_library(library)
-    return compile_dag(load_script(script, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
+    return compile_dag(script_dag(script, source, name, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
                        gpu=gpu, tuned=tuned, reproducible=reproducible)
+
+
+def script_dag(script, source, name, library: Library):
+    """The checked DAG of the script at path ``script`` or of the text ``source``."""
+    if (script is None) == (source is None):
+        raise ArgumentError("script", "pass either a script's path or source=TEXT, not both"
+                            if script is not None else "pass a script's path, or its text as source=TEXT")
+    if source is not None:
+        if not isinstance(source, str):
+            raise ArgumentError("source", f"is a {type(source).__name__}: pass the script's text (str)")
+        if not isinstance(name, str) or not name:
+            raise ArgumentError("name", f"is {name!r}: pass a non-empty str naming the script in messages")
+        return check_script(parse_script(source, name), library)
+    if not isinstance(script, (str, os.PathLike)):
+        raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or"
+                                      " os.PathLike), or its text as source=TEXT")
+    return load_script(script, library)
 
 
 def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
