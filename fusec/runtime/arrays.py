@@ -2,7 +2,7 @@
 
 Accepted: NumPy arrays (copied to the GPU and back), any device array
 with ``__cuda_array_interface__`` (PyCUDA ``GPUArray``, CuPy, PyTorch), used
-in place, and device arrays that offer only ``__dlpack__`` (JAX), read
+in place, and device arrays that offer only ``__dlpack__``, read
 through CuPy (or PyTorch) without a copy. Scalars are host numbers. Every
 mistake raises :class:`~fusec.errors.ArgumentError` naming the argument.
 """
@@ -155,7 +155,7 @@ DLPACK_CUDA, DLPACK_MANAGED = 2, 13  # kDLCUDA, kDLCUDAManaged
 
 
 def from_dlpack(name: str, obj: Any) -> Any:
-    """A device array that offers only ``__dlpack__`` (a JAX array), as a CuPy array
+    """A device array that offers only ``__dlpack__``, as a CuPy array
     (else a PyTorch tensor) on the same memory: no copy."""
     try:
         device = obj.__dlpack_device__()

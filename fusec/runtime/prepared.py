@@ -249,10 +249,11 @@ class PreparedCall:
     keep_alive: Any  # the buffers and loaded module the arguments point into
     native: Any = None  # the same call as the C extension's FastCall, where it is built
     turns: tuple[Callable[[], int], ...] = ()  # the program's, one per turn group
+    given: tuple[str | None, ...] = ()  # per output: the result name whose out= array it is, or None
     stream: int = 0  # where its launches go: the current stream of its arrays' framework when prepared
     current_stream: Callable[[], int] = lambda: 0  # that framework's current stream now
 
-    def __call__(self, arguments: Mapping[str, Any]):
+    def __call__(self, arguments: Mapping[str, Any], out: Mapping[str, Any] | None = None):
         """Outputs of the program on ``arguments``; None when a new output is
         not 16-byte aligned, which the prepared flags assumed (the caller then
         goes the whole way). Written for speed: this is all a warm call does."""
@@ -260,8 +261,14 @@ class PreparedCall:
         for name in self.scalar_names:
             value = arguments[name]
             values[name] = value if type(value) is float and isfinite(value) else scalar_value(name, value)
-        outputs = [self.allocate(shape) for shape in self.output_shapes]
+        if self.given:  # the out= arrays (their addresses are packed already), the others made
+            outputs = [(out[name], None) if name is not None else self.allocate(shape)
+                       for name, shape in zip(self.given, self.output_shapes)]
+        else:
+            outputs = [self.allocate(shape) for shape in self.output_shapes]
         for position, (_, pointer) in enumerate(outputs):
+            if pointer is None:
+                continue
             if pointer % 16:
                 return None
             values[position] = pointer

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
@@ -196,6 +197,13 @@ class Program:
         self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR)
         # out= and stream= are the call's options, unless the script has inputs of those names
         self._call_options = not {"out", "stream"} & {v.name for v in inputs}
+        # for out= arrays over inputs: the kernel writing each result, the last kernel reading each input
+        self._writer = {a.value: k.index for k in generated.kernels for a in k.args if a.role == "out"}
+        self._last_reader: dict[int, int] = {}
+        for kernel in generated.kernels:
+            for arg in kernel.args:
+                if arg.role == "in":
+                    self._last_reader[arg.value] = kernel.index
 
     # ------------------------------------------------------------------ description
     @property
@@ -323,8 +331,8 @@ class Program:
         outputs and every fusec buffer with NaN first, so an element no kernel
         writes shows up (tests use it)."""
         handle = None if stream is None else streams.given(stream)
-        if self._prepared and not poison and out is None:
-            results = self._run_prepared(arrays, handle)
+        if self._prepared and not poison:
+            results = self._run_prepared(arrays, handle, out)
             if results is not None:
                 return results
         binding = self.bind(arrays)
@@ -350,13 +358,22 @@ class Program:
             for kernel, grid, args in launches:
                 loaded.launch(kernel, grid, args, on)
             # prepared calls only on the framework's own current stream: they allocate there
-            key = None if poison or out is not None or on != current else signature(
-                cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
+            key = None if poison or on != current else self._key(cuda.context_key(ctx), arrays, out)
             if key is not None:
-                self._remember(key, self._prepare(loaded, buffers, launches, binding, key, on))
+                self._remember(key, self._prepare(loaded, buffers, launches, binding, key, on, outputs))
             return self._collect(results, pointers, binding, on)
 
-    def _run_prepared(self, arrays: Mapping[str, Any], handle: int | None):
+    def _key(self, context: int, arrays: Mapping[str, Any], out: Mapping[str, Any] | None) -> tuple | None:
+        """A prepared call's key: the arguments' signature, and the out= arrays' where given."""
+        key = signature(context, arrays, self._array_names, self._scalar_names)
+        if key is None or out is None:
+            return None if key is None else (key, None)
+        if not isinstance(out, Mapping):
+            return None
+        given = signature(context, out, tuple(sorted(out)), frozenset())
+        return None if given is None else (key, given)
+
+    def _run_prepared(self, arrays: Mapping[str, Any], handle: int | None, out: Mapping[str, Any] | None = None):
         """The results of a prepared call for these arguments, or None when
         there is none (or it declines): the whole way then runs. The context
         is the driver's current one (where CuPy or PyTorch ran, the runtime
@@ -368,12 +385,13 @@ class Program:
             context = cuda.primary_handle()
             ext.push_context(context)
         try:
-            key = signature(context, arrays, self._array_names, self._scalar_names)
+            key = self._key(context, arrays, out)
             prepared = self._prepared.get(key) if key is not None else None
             if prepared is None or (handle if handle is not None else prepared.current_stream()) != prepared.stream:
                 return None  # prepared on another stream: the whole way prepares for this one
-            self._make_hot(prepared.native, prepared.current_stream)
-            return prepared(arrays)
+            if prepared.native is not None:
+                self._make_hot(prepared.native, prepared.current_stream)
+            return prepared(arrays, out)
         finally:
             if pushed:
                 ext.pop_context()
@@ -405,35 +423,29 @@ class Program:
         return chosen
 
     def _check_out_overlaps(self, binding: Binding, chosen: dict[int, ArrayArg]) -> None:
+        itemsize = self.dtype.itemsize
+
         def extent(array: ArrayArg) -> tuple[int, int]:
             start = array.pointer if array.pointer is not None else array.obj.__array_interface__["data"][0]
-            return start, start + int(np.prod(array.shape)) * self.dtype.itemsize
+            return start, start + math.prod(array.shape) * itemsize
 
-        writer = {arg.value: kernel.index for kernel in self.kernels for arg in kernel.args if arg.role == "out"}
-        items = list(chosen.items())
-        for i, (value, array) in enumerate(items):
-            start, end = extent(array)
-            for other_value, other in items[i + 1:]:
-                other_start, other_end = extent(other)
+        outs = [(value, array, *extent(array)) for value, array in chosen.items()]
+        ins = [(value, given, *extent(given)) for value, given in binding.arrays.items()]
+        for i, (value, array, start, end) in enumerate(outs):
+            for _, other, other_start, other_end in outs[i + 1:]:
                 if start < other_end and other_start < end:
-                    raise ArgumentError(f"out[{array.name.split(chr(39))[1]!r}]",
-                                        f"overlaps {other.name}: two results cannot share memory")
-            for input_value, given in binding.arrays.items():
-                if given.where != array.where:
+                    raise ArgumentError(array.name, f"overlaps {other.name}: two results cannot share memory")
+            for input_value, given, other_start, other_end in ins:
+                if given.where != array.where or not (start < other_end and other_start < end):
                     continue
-                other_start, other_end = extent(given)
-                if not (start < other_end and other_start < end):
-                    continue
-                readers = [k.index for k in self.kernels
-                           if any(a.role == "in" and a.value == input_value for a in k.args)]
-                if any(k >= writer.get(value, 0) for k in readers):
+                if self._last_reader.get(input_value, -1) >= self._writer.get(value, 0):
                     raise ArgumentError(
-                        f"out[{self.dag.value(value).name!r}]",
+                        array.name,
                         f"overlaps the input {given.name!r}, which the program still reads once it starts writing"
                         f" {self.dag.value(value).name}: pass another array (two arrays in turn, in a loop)")
 
     def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding, key: tuple,
-                 stream: int) -> PreparedCall:
+                 stream: int, given: Mapping[int, ArrayArg]) -> PreparedCall:
         """What a call on the same device arrays needs to redo: scalars, outputs.
         Its kernels' residency was checked when ``buffers`` were made for these
         sizes in this context (:meth:`_buffers_for`), before any launch, and the
@@ -446,8 +458,8 @@ class Program:
         for kernel, grid, args in launches:
             changing, sources = [], []
             for index, arg in enumerate(kernel.args):
-                if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs:
-                    changing.append(index)  # later kernels read outputs too
+                if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs and arg.value not in given:
+                    changing.append(index)  # later kernels read outputs too (an out= array's stays put)
                     sources.append(outputs.index(arg.value))
                 elif arg.role == "scalar":
                     changing.append(index)
@@ -466,9 +478,12 @@ class Program:
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
                             cuda.allocator(binding.family, self.dtype, reference),
                             scalar_names, keep_alive=(loaded, buffers), turns=self._turns,
+                            given=tuple(self.dag.value(v).name if v in given else None for v in outputs),
                             stream=stream, current_stream=streams.current_getter(binding.family, reference))
+        if given:  # calls with out= run in Python: they allocate nothing, and a captured graph replays them
+            return call
         output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
-        return dataclasses.replace(call, native=native_call(extension, key[0], key, self._array_names,
+        return dataclasses.replace(call, native=native_call(extension, key[0][0], key[0], self._array_names,
                                                             natives, call, output_bytes, stream))
 
     def _make_hot(self, native_call, current_stream=None) -> None:
@@ -481,7 +496,8 @@ class Program:
 
     def _remember(self, key: tuple, prepared: PreparedCall) -> None:
         self._prepared[key] = prepared
-        self._make_hot(prepared.native, prepared.current_stream)
+        if prepared.native is not None:
+            self._make_hot(prepared.native, prepared.current_stream)
         while len(self._prepared) > PREPARED_CALLS:
             self._prepared.popitem(last=False)
 

@@ -41,11 +41,19 @@ def current_getter(family: str, reference: Any):
     ``reference`` (cheap: a warm call asks it every time)."""
     if family == "cupy":
         import cupy
+        raw = getattr(cupy.cuda.stream, "get_current_stream_ptr", None)  # C, where CuPy has it
+        if raw is not None:
+            return raw
         get = cupy.cuda.get_current_stream
         return lambda: get().ptr
     if family == "torch":
         import torch
-        device, get = reference.device, torch.cuda.current_stream
+        device = reference.device
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # C; current_stream() builds an object
+        if raw is not None:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            return lambda: raw(index)
+        get = torch.cuda.current_stream
         return lambda: get(device).cuda_stream
     return lambda: LEGACY
 
@@ -59,13 +67,31 @@ def interface_stream(cai: dict) -> int | None:
     return LEGACY if stream == 1 else stream
 
 
+class _Handle:
+    """A raw CUstream offered through the CUDA stream protocol (``__cuda_stream__``)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def cupy_stream(cupy, handle: int):
+    """A CuPy stream object for a raw handle (``Stream.from_external`` where CuPy has it:
+    its ``ExternalStream`` is deprecated there)."""
+    if hasattr(cupy.cuda.Stream, "from_external"):
+        return cupy.cuda.Stream.from_external(_Handle(handle))
+    return cupy.cuda.ExternalStream(handle)
+
+
 @contextlib.contextmanager
 def current(family: str, reference: Any, handle: int):
     """Make ``handle`` the current stream of ``family`` while results are allocated."""
     if family == "cupy":
         import cupy
         if cupy.cuda.get_current_stream().ptr != handle:
-            with cupy.cuda.Stream.null if handle == LEGACY else cupy.cuda.ExternalStream(handle):
+            with cupy.cuda.Stream.null if handle == LEGACY else cupy_stream(cupy, handle):
                 yield
             return
     elif family == "torch":
