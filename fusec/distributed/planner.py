@@ -16,7 +16,8 @@ and the collectives between them.
    whole result made by a stage is broadcast from rank 0 to them.
 
 With one rank holding rows (P = 1, or the rule of :mod:`.scaling` said so) the
-plan is the script itself as one stage, unchanged.
+plan is the script itself as one stage, unchanged. With one rank in all,
+nothing is split (every value is whole) and any script plans.
 """
 
 from __future__ import annotations
@@ -124,6 +125,10 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
         raise ArgumentError("ranks", f"is {ranks!r}: the number of processes, a whole number >= 1")
     sizes = check_sizes(dag, sizes)
     itemsize = np.dtype(dtype).itemsize
+    if ranks == 1:  # the plain program: nothing is split, and any script runs
+        whole = {v.id: Layout.WHOLE for v in dag.values}
+        return _whole_plan(dag, library, ranks, sizes, dtype, whole, tuple((v, Layout.WHOLE) for v in dag.outputs),
+                           itemsize)
     wants = _wanted(dag, library)
     outputs = set(dag.outputs)
     layout: dict[int, Layout] = {v: _input_layout(dag, v, wants) for v in dag.inputs}
