@@ -405,43 +405,6 @@ def test_a_damaged_cached_cubin_is_compiled_again(cache, damage):
     assert nvcc.compile_cubin(source).cached  # rewritten whole
 
 
-_LOAD_NATIVE = """
-import warnings, sys
-warnings.simplefilter("always")
-from fusec.runtime import native
-module = native.fastcall()
-print("target", native._target())
-print("loaded" if module is not None else "unavailable: %s" % native.unavailable())
-"""
-
-
-@pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_a_damaged_native_build_is_built_again(cache, damage):
-    import os
-    import subprocess
-    import sys
-
-    def load():  # a process of its own: a damaged extension loaded would kill it, not pytest
-        env = {**os.environ, "FUSEC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-        return subprocess.run([sys.executable, "-c", _LOAD_NATIVE], capture_output=True, text=True, env=env,
-                              timeout=300)
-
-    first = load()
-    if "loaded" not in first.stdout:
-        pytest.skip(f"no C extension here: {first.stdout} {first.stderr}")
-    target = Path(first.stdout.split("target ")[1].split("\n")[0])
-    data = bytearray(target.read_bytes())
-    if damage == "truncate":
-        data = data[: len(data) // 3]
-    else:
-        data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # a stretch of code zeroed
-    target.write_bytes(bytes(data))
-    again = load()
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert "loaded" in again.stdout and "does not match the sha256" in again.stderr
-    assert load().stderr.count("does not match") == 0  # built again whole
-
-
 # -- flags and arguments -------------------------------------------------------------
 
 import os  # noqa: E402
