@@ -304,9 +304,12 @@ def test_bad_ranks(ranks):
 
 
 def test_the_rule_for_fewer_gpus():
-    """With a collective costing a fixed latency, small problems run on one GPU,
-    large ones on all; the count chosen never falls as the size grows."""
-    latency = Latency("test", tuple(("all-reduce", 4, b, 20e-6) for b in (4, 1 << 20)), launch_seconds=3e-6)
+    """With an all-reduce dearer than the broadcast that takes its place when one
+    rank holds the rows, small problems run on one GPU, large ones on all; the
+    count chosen never falls as the size grows."""
+    latency = Latency("test", tuple((op, 4, b, 30e-6 if op == "all-reduce" else 10e-6)
+                                    for op in ("all-reduce", "broadcast") for b in (4, 1 << 20)),
+                      launch_seconds=3e-6)
     bandwidth = reference().copy_bandwidth
     dag = script_dag("bicgk")
     chosen = []

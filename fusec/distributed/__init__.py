@@ -86,18 +86,21 @@ def plan(script=None, *, source: str | None = None, name: str = "<string>", libr
 
 
 def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool = True,
-                   arch: str | None = None) -> Callable:
-    """Stages compiled by :func:`fusec.compile` for their sizes; with ``arch``
-    their cubins are built now (so no rank builds them while the others wait
-    in a collective)."""
+                   cache: dict | None = None) -> Callable:
+    """Stages compiled by :func:`fusec.compile` for their sizes. With ``cache``
+    (a dict the caller keeps) a stage of the same text is compiled once and
+    serves every size (a fusec program runs at any size): programs of one
+    script planned for several sizes share their stages."""
     import fusec
 
     def compile_stage(stage):
+        key = (stage.source, dtype)
+        if cache is not None and key in cache:
+            return cache[key]
         program = fusec.compile(source=stage.source, name=stage.name, library=library, dtype=dtype,
                                 sizes=dict(stage.sizes), gpu=gpu, tuned=tuned)
-        if arch is not None:
-            from .. import nvcc
-            nvcc.compile_cubin(program.source, arch=arch)
+        if cache is not None:
+            cache[key] = program
         return program
     return compile_stage
 
@@ -139,8 +142,13 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     dtype = validate.dtype(dtype)
     ranks = comm.size if comm is not None else 1
     the_plan = plan_dag(dag, lib, ranks, sizes, dtype, active=active, latency=_latency(latency, gpu), gpu=gpu)
-    executor = executor or fusec_executor(lib, dtype, gpu=gpu, tuned=tuned, arch=_arch(comm))
+    executor = executor or fusec_executor(lib, dtype, gpu=gpu, tuned=tuned)
     program = DistributedProgram(the_plan, dag, comm, executor, timeout=timeout, on_timeout=on_timeout)
+    arch = _arch(comm)
+    sources = [p.source for p in program.programs if isinstance(getattr(p, "source", None), str)]
+    if arch is not None and sources:  # built now, in parallel: no rank builds them while the others wait
+        from .. import nvcc
+        nvcc.compile_many(sources, arch)
     if comm is not None and ranks > 1:
         host_barrier(comm, max(timeout, DEFAULT_TIMEOUT))  # every rank compiled: calls start together
     return program

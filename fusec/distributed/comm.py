@@ -342,28 +342,36 @@ def launched_by() -> str | None:
     return None
 
 
+_MADE: dict = {}  # communicators fusec made, by what they were made from: one NCCL communicator each
+
+
 def communicator(comm: Any = None, *, timeout: float | None = None) -> Communicator | None:
     """A fusec communicator from what the caller has: a fusec communicator; an
     mpi4py communicator; a ``cupy.cuda.nccl.NcclCommunicator``; a
     ``torch.distributed`` process group (or ``"torch"`` for the default one);
     or None: made from mpirun's or torchrun's environment, and None in a
-    process nobody launched (one rank: the plain program)."""
+    process nobody launched (one rank: the plain program). What fusec makes
+    from an environment or an mpi4py communicator is made once per process
+    and handed out again."""
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if isinstance(comm, Communicator):
         return comm
     if comm is None:
         launcher = launched_by()
-        if launcher == "torchrun":
-            return from_torchrun(timeout)
         if launcher == "mpi":
             from mpi4py import MPI
-            return from_mpi(MPI.COMM_WORLD, timeout)
-        return None
+            return communicator(MPI.COMM_WORLD, timeout=timeout)
+        if launcher == "torchrun" and launcher not in _MADE:
+            _MADE[launcher] = from_torchrun(timeout)
+        return _MADE.get(launcher)
     if comm == "torch":
         return TorchComm(None)
     module = type(comm).__module__
     if hasattr(comm, "Get_rank") and hasattr(comm, "Get_size"):
-        return from_mpi(comm, timeout)
+        key = ("mpi", comm.py2f()) if hasattr(comm, "py2f") else ("mpi", id(comm))
+        if key not in _MADE:
+            _MADE[key] = from_mpi(comm, timeout)
+        return _MADE[key]
     if module.startswith("cupy") and hasattr(comm, "rank_id"):
         _use_device(comm.device_id())
         return NcclComm(comm, comm.device_id())

@@ -139,10 +139,13 @@ class DistributedProgram:
         return whole if rows is None else whole[rows[0]:rows[1]]
 
     # ------------------------------------------------------------------ running
-    def __call__(self, *, stream: int | None = None, **arrays):
+    def __call__(self, **arrays):
+        """Run on this rank's keyword arrays and scalars; ``stream=`` as for a
+        fusec program (unless the script has an input of that name: then use ``run``)."""
+        stream = None if "stream" in self._names else arrays.pop("stream", None)
         return self.run(arrays, stream=stream)
 
-    def run(self, arrays: Mapping[str, Any], *, stream: int | None = None, timings: bool = False):
+    def run(self, arrays: Mapping[str, Any], *, stream: Any = None, timings: bool = False):
         """Run on this rank's blocks. ``stream`` is a raw CUDA stream handle
         (default: the current stream of the arrays' framework); with
         ``timings`` the steps are timed with events (``last_timings``)."""
@@ -178,23 +181,17 @@ class DistributedProgram:
     def _plain(self, arrays, stream):
         """One rank: the script's own program, as fusec.compile makes it."""
         program = self.programs[0]
-        if stream is not None:
-            if not self._streams:
-                raise ArgumentError("stream", "this fusec runtime runs programs on the default stream only")
-            return program(stream=stream, **arrays)
+        if stream is not None and self._streams:
+            return program.run(arrays, stream=stream)
         return program(**arrays)
 
-    def _stream(self, helper, stream):
+    def _stream(self, helper, stream) -> int:
+        """The handle of ``stream=`` (a CuPy, PyTorch or PyCUDA stream, or a raw
+        CUstream), else the current stream of the arrays' framework."""
         if stream is None:
-            stream = helper.current_stream()
-        if isinstance(stream, bool) or not isinstance(stream, (int, np.integer)):
-            stream = getattr(stream, "ptr", None) or getattr(stream, "cuda_stream", None) or stream
-            if not isinstance(stream, (int, np.integer)):
-                raise ArgumentError("stream", "pass a raw CUDA stream handle, a CuPy or a PyTorch stream")
-        if stream and self.programs and not self._streams:
-            # fusec's runtime launches on the legacy default stream here: every step goes there with it
-            return 0
-        return int(stream)
+            return helper.current_stream()
+        from ..runtime.streams import given
+        return given(stream)
 
     def _bind(self, arrays: Mapping[str, Any]):
         for name in arrays:
@@ -244,7 +241,7 @@ class DistributedProgram:
         stage, program = self.plan.stages[index], self.programs[index]
         args = {a.name: self._stage_value(env, a, helper, stream) for a in stage.inputs}
         start = self._mark(helper, stream, marks)
-        results = program(stream=stream, **args) if self._streams else program(**args)
+        results = program.run(args, stream=stream) if self._streams else program(**args)
         results = results if isinstance(results, tuple) else (results,)
         for arg, result in zip(stage.outputs, results):
             env[arg.value, arg.layout] = result

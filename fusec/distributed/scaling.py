@@ -13,6 +13,13 @@ floor fusec's kernels run near (one pass over each array; bench.peers' "x floor"
 column is how near); the collective part and the launch cost come from a
 table ``bench/distributed.py`` measures on the machine (:class:`Latency`).
 Without a table the rule is not applied: every rank holds rows.
+
+Every rank gets the whole results, so with fewer ranks holding rows the
+others still take part in a collective (a broadcast in place of the
+all-reduce): the planner's choice weighs the local work saved against the
+difference between them. Whether to start fewer processes at all (the
+others needing nothing) is the same sum without those broadcasts
+(``idle_results=False``): bench/distributed.py reports both.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir.dag import Dag
+from .layout import Op
 from .plan import DistributedPlan
 from .stages import dims_of
 
@@ -105,10 +113,15 @@ def stage_bytes(plan: DistributedPlan, dag: Dag) -> list[int]:
     return out
 
 
-def predicted_seconds(plan: DistributedPlan, dag: Dag, latency: Latency, bandwidth: float) -> float:
+def predicted_seconds(plan: DistributedPlan, dag: Dag, latency: Latency, bandwidth: float, *,
+                      idle_results: bool = True) -> float:
+    """The plan's predicted seconds a call; without ``idle_results``, as if the
+    ranks holding no rows were not there (no broadcasts to them)."""
     local = sum(b / bandwidth + latency.launch_seconds for b in stage_bytes(plan, dag))
     collectives = 0.0
     for c in plan.collectives:
+        if not idle_results and c.op is Op.BROADCAST:
+            continue
         measured = latency.seconds(str(c.op), plan.ranks, c.bytes)
         collectives += measured if measured is not None else 0.0
     return local + collectives
