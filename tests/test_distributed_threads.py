@@ -196,3 +196,56 @@ def test_a_communicator_of_another_size_is_refused():
         with pytest.raises(ArgumentError, match="argument 'comm'.*2 rank"):
             DistributedProgram(plan, script_dag("bicgk"), comm, oracle_executor(library(), "float64"))
     run_ranks(2, work)
+
+
+OVERLAP = """\
+# s's sum is first read two stages on: its reduce-scatter may run beside stage 1
+matrix A[n, n];
+vector r[n], p[n], s[n], q[n], t[n], z[n], w[n];
+input A, r, p;
+s = sgemtv(A, r);
+q = sgemv(A, p);
+t = sgemv(A, q);
+z = sgemv(A, t);
+w = svadd(z, s);
+return w;
+"""
+
+
+def test_a_collective_that_stages_can_overlap():
+    plan = fd.plan(source=OVERLAP, sizes={"n": 23}, ranks=3)
+    (spare,) = [c for c in plan.collectives if c.overlaps]
+    assert (spare.op, spare.after, spare.first_use, spare.overlaps) == (fd.Op.REDUCE_SCATTER, 0, 2, (1,))
+    from fusec.frontend import check, parse
+    dag = check(parse(OVERLAP, "<string>"), library())
+    inputs = oracle.random_inputs(dag, {"n": 23}, "float64", 3)
+
+    def work(comm):
+        prog = fd.compile(source=OVERLAP, dtype="float64", sizes={"n": 23}, comm=comm,
+                          executor=oracle_executor(library(), "float64"), latency=False)
+        return prog, prog(**{k: prog.local(k, v) for k, v in inputs.items()})
+    results = run_ranks(3, work)
+    whole = {"w": np.concatenate([w for _, w in results])}
+    checks = oracle.check_outputs(dag, library(), inputs, whole, "float64")
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
+def test_the_gpu_tests_cases_on_thread_ranks():
+    """The cases tests/gpu/test_distributed.py runs on GPUs, here on thread ranks
+    with the oracle for fusec's kernels: the worker's own logic (shapes, blocks,
+    the comparison with one GPU) is right before it meets a GPU."""
+    from tests.gpu.test_distributed import run_cases, where
+
+    def executor(dtype, cache):
+        return oracle_executor(library(), dtype)
+
+    def plain(script, dtype, sizes):
+        (stage,) = fd.plan(**where(script), sizes=sizes, ranks=1, dtype=dtype).stages
+        return oracle_executor(library(), dtype)(stage)
+    scripts = ["bicgk", "gemver", "axpydot", "overlap"]
+    results = run_ranks(2, lambda comm: run_cases(comm, scripts, [0, 2], (np.asarray, np.asarray), (executor, plain)),
+                        timeout=120)
+    records = [r for rank in results for r in rank]
+    assert {r["script"] for r in records} == set(scripts) and {r["rank"] for r in records} == {0, 1}
+    assert not [r for r in records if r["why"]]
+    assert all(r["ratio"] < r["threshold"] for r in records)

@@ -93,6 +93,7 @@ class DistributedProgram:
         self._outputs = {dag.value(v).name: (v, layout) for v, layout in plan.outputs}
         self._zeros: dict = {}
         self._side: dict = {}
+        self._last_collective = None
         self.last_timings: Timings | None = None
 
     # ------------------------------------------------------------------ description
@@ -157,6 +158,7 @@ class DistributedProgram:
         stream = self._stream(helper, stream)
         marks: list = []
         joins: dict[int, list] = {}
+        self._last_collective = None  # (stream, event) of the collective issued last
         with helper.on(stream):
             for step in self.plan.steps:
                 if step.stage is not None:
@@ -276,6 +278,10 @@ class DistributedProgram:
         if c.overlaps:
             on = self._side.get(helper.name) or self._side.setdefault(helper.name, helper.new_stream())
             helper.wait_event(on, helper.event().record(stream))
+        if self._last_collective is not None and self._last_collective[0] != on:
+            # one communicator's collectives run one after the other, in the order issued, whatever
+            # their streams: two in flight at once on two streams could each hold the GPU the other needs
+            helper.wait_event(on, self._last_collective[1])
         start = self._mark(helper, on, marks)
         if c.op is Op.ALL_REDUCE:
             send = env[value, Layout.PARTIAL] if self.holds_rows else self._zero(helper, whole)
@@ -298,6 +304,7 @@ class DistributedProgram:
             comm.broadcast(_flat(buffer), 0, on)
             env[value, Layout.WHOLE] = buffer
         done = helper.event().record(on)
+        self._last_collective = (on, done)
         what = f"the {c.op} of {self.dag.value(value).label} ({c.bytes} bytes)"
         watchdog.WATCHDOG.watch(done, what, comm, self.timeout, self.on_timeout)
         if marks is not None:

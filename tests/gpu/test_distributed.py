@@ -175,14 +175,25 @@ def test_one_process_is_the_plain_program():
 
 
 def _sequences(names: str) -> list[str]:
-    every = sorted(p.stem for p in (ROOT / "scripts").glob("*.script"))
+    """The scripts/ sequences named (all: every one, and "overlap", a chain whose
+    reduce-scatter runs on a second stream beside a stage)."""
+    every = sorted(p.stem for p in (ROOT / "scripts").glob("*.script")) + ["overlap"]
     return every if names == "all" else [n for n in names.split(",") if n]
 
 
+def where(script: str) -> dict:
+    """How fusec.compile and fusec.distributed.compile are told the script."""
+    if script == "overlap":
+        from tests.test_distributed_threads import OVERLAP
+        return {"source": OVERLAP, "name": "overlap.script"}
+    return {"script": str(ROOT / "scripts" / f"{script}.script")}
+
+
 def _shapes(script: str, chosen=None) -> list[dict]:
-    from fusec.frontend import load_script
+    from fusec.frontend import check, parse
     from tests.helpers import library
-    dag = load_script(ROOT / "scripts" / f"{script}.script", library())
+    told = where(script)
+    dag = check(parse(told.get("source") or Path(told["script"]).read_text(), script), library())
     shapes = [SHAPES[i] for i in chosen] if chosen is not None else list(SHAPES)
     if len(dag.sizes) == 1:  # a vector script has one size: no rectangular shape
         shapes = [s for s in shapes if "m" not in s]
@@ -201,46 +212,65 @@ def _frame(name: str):
 
 
 def _sequences_worker(args) -> None:
-    import fusec
     import fusec.distributed as fd
-    from fusec import oracle
-    from tests.helpers import library
     if args.frame == "torch":
         comm = fd.communicator(None, timeout=120)  # torchrun's environment: torch.distributed
     else:
         from mpi4py import MPI
         comm = fd.communicator(MPI.COMM_WORLD, timeout=120)  # the caller's mpi4py communicator
-    rank, ranks = comm.rank, comm.size
-    lib = library()
-    upload, download = _frame(args.frame)
     chosen = None if args.shapes == "all" else [int(i) for i in args.shapes.split(",")]
-    work = [(s, d) for s in _sequences(args.scripts) for d in DTYPES]
+    started = time.monotonic()
+    results = run_cases(comm, _sequences(args.scripts), chosen, _frame(args.frame), _fusec_programs())
+    Path(args.out, f"rank{comm.rank}.json").write_text(json.dumps(results))
+    print(f"rank {comm.rank}: {len(results)} checks in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def _fusec_programs():
+    """(stage executor, the one-GPU program) of fusec itself."""
+    import fusec
+    import fusec.distributed as fd
+    from tests.helpers import library
+
+    def executor(dtype, cache):
+        return fd.fusec_executor(library(), dtype, cache=cache)
+
+    def plain(script, dtype, sizes):
+        return fusec.compile(library=library(), dtype=dtype, sizes=sizes, **where(script))
+    return executor, plain
+
+
+def run_cases(comm, scripts, chosen, frame, programs) -> list[dict]:
+    """Every script and precision at each shape: the distributed result on this
+    rank against the oracle and against the one-GPU program (on this rank's GPU,
+    whole arrays), as records with ``why`` empty where they pass. Each rank
+    builds its share of the programs first (nvcc's cache is shared), then the rest."""
+    import fusec.distributed as fd
+    from fusec import oracle
+    from tests.helpers import library
+    lib, (upload, download), (executor, plain) = library(), frame, programs
+    rank, ranks = comm.rank, comm.size
+    work = [(s, d) for s in scripts for d in DTYPES]
     stages: dict = {}
     plains: dict = {}
-    started = time.monotonic()
 
     def build(script, dtype):
-        path = str(ROOT / "scripts" / f"{script}.script")
         sizes = max(_shapes(script, chosen), key=lambda s: sum(s.values()))
-        executor = fd.fusec_executor(lib, dtype, cache=stages)
-        for stage in fd.plan(path, sizes=sizes, ranks=ranks, dtype=dtype).stages:
-            executor(stage)
-        plains[script, dtype] = fusec.compile(path, lib, dtype, sizes=sizes)
+        for stage in fd.plan(**where(script), sizes=sizes, ranks=ranks, dtype=dtype).stages:
+            executor(dtype, stages)(stage)
+        plains[script, dtype] = plain(script, dtype, sizes)
 
-    for i, item in enumerate(work):  # each rank builds its share first (nvcc's cache is shared), then the rest
+    for i, item in enumerate(work):
         if i % ranks == rank:
             build(*item)
     fd.comm.host_barrier(comm, 600)
     for item in work:
         if item not in plains:
             build(*item)
-    compiled = time.monotonic() - started
     results = []
     for script, dtype in work:
-        path = str(ROOT / "scripts" / f"{script}.script")
         for sizes in _shapes(script, chosen):
-            prog = fd.compile(path, dtype=dtype, sizes=sizes, comm=comm, latency=False,
-                              executor=fd.fusec_executor(lib, dtype, cache=stages))
+            prog = fd.compile(**where(script), dtype=dtype, sizes=sizes, comm=comm, latency=False,
+                              executor=executor(dtype, stages))
             dag = prog.dag
             inputs = oracle.random_inputs(dag, sizes, dtype, zlib.crc32(repr((script, dtype, sizes)).encode()))
             expected = oracle.expect(dag, lib, inputs)
@@ -267,9 +297,7 @@ def _sequences_worker(args) -> None:
                 results.append({"rank": rank, "script": script, "dtype": dtype, "shape": repr(sizes),
                                 "output": name, "ratio": ratio, "versus_one_gpu": versus, "threshold": limit,
                                 "why": why})
-    Path(args.out, f"rank{rank}.json").write_text(json.dumps(results))
-    print(f"rank {rank}: {len(results)} checks, compiled in {compiled:.0f} s,"
-          f" all in {time.monotonic() - started:.0f} s", flush=True)
+    return results
 
 
 def _fail_worker(args) -> None:
