@@ -18,6 +18,7 @@ these collectives are small, and NCCL picks ring or tree for them anyway.
 
 from __future__ import annotations
 
+import atexit
 import os
 import time
 from typing import Any
@@ -343,6 +344,19 @@ def launched_by() -> str | None:
 
 
 _MADE: dict = {}  # communicators fusec made, by what they were made from: one NCCL communicator each
+
+
+@atexit.register
+def _close_made() -> None:
+    """Destroy the NCCL communicators fusec made while CUDA is still up (left to
+    the interpreter's teardown, they would go after it). One with collectives in
+    flight was aborted already (watchdog, registered later, runs first)."""
+    for comm in _MADE.values():
+        if isinstance(comm, NcclComm) and comm.failed is None:
+            try:
+                comm.nccl.destroy()
+            except Exception:  # exiting: nothing more to do about it
+                pass
 
 
 def communicator(comm: Any = None, *, timeout: float | None = None) -> Communicator | None:

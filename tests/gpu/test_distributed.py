@@ -60,9 +60,11 @@ def _mpirun() -> list[str] | None:
     version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
     command = [path, "-n", str(RANKS)]
     if "Open MPI" in version or "OpenRTE" in version:  # runs as root in the GPU machines; no core binding
-        command += ["--allow-run-as-root", "--bind-to", "none", "--oversubscribe"]
+        command += ["--allow-run-as-root", "--bind-to", "none"]
+        env = _environment()
         for name in ("PYTHONPATH", "FUSEC_CACHE_DIR", "FUSEC_SHIPPED_TUNINGS", *MULTICAST_OFF):
-            command += ["-x", name]
+            if name in env:
+                command += ["-x", name]
     return command
 
 
