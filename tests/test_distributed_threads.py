@@ -21,7 +21,6 @@ from fusec.distributed.threads import oracle_executor, run_ranks
 from fusec.errors import ArgumentError
 from tests.helpers import ROOT, library, script_dag, script_names
 
-pytestmark = pytest.mark.unit
 
 
 def _path(script: str) -> str:
@@ -230,6 +229,7 @@ def test_a_collective_that_stages_can_overlap():
     assert all(c.passed for c in checks), [str(c) for c in checks]
 
 
+@pytest.mark.slow  # the oracle on 1001 x 1001 and 2049 x 1001 matrices, both precisions
 def test_the_gpu_tests_cases_on_thread_ranks():
     """The cases tests/gpu/test_distributed.py runs on GPUs, here on thread ranks
     with the oracle for fusec's kernels: the worker's own logic (shapes, blocks,
