@@ -93,7 +93,9 @@ def _inputs(cupy, dag, shapes: dict, dtype: str, seed: int) -> dict:
         if value.kind.value == "scalar":
             out[value.name] = 0.7
         else:
-            out[value.name] = rng.random(shapes[value.name], dtype=np.dtype(dtype)) - 0.5
+            array = rng.random(shapes[value.name], dtype=np.dtype(dtype))
+            array -= 0.5  # in place: the weak case's rows leave no room for a temporary
+            out[value.name] = array
     return out
 
 
@@ -169,15 +171,16 @@ def launch_seconds(cupy) -> float:
     return statistics.median(samples)
 
 
-def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repeat: int, stages: dict,
-                plains: dict) -> dict:
+def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repeat: int) -> dict:
+    """One sequence, precision and n: rank 0's one-GPU time, then every rank's.
+    Both programs are compiled for their own sizes (the one-GPU one for n, the
+    stages for a rank's rows), as a user compiling for the problem would."""
     import fusec
     import fusec.distributed as fd
     from fusec.api import resolve_library
     lib = resolve_library(None)
     path = _script(script)
-    prog = fd.compile(path, dtype=dtype, sizes={"n": n}, comm=comm, latency=False,
-                      executor=fd.fusec_executor(lib, dtype, cache=stages))
+    prog = fd.compile(path, dtype=dtype, sizes={"n": n}, comm=comm, latency=False)
     dag = prog.dag
     sizes = dict(prog.plan.sizes)
     timer = Timer(cupy, ranks)
@@ -187,12 +190,10 @@ def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repea
     # one GPU: rank 0 runs the script's own program on the whole arrays
     one = [0.0]
     if ranks.rank == 0:
-        key = (script, dtype)
-        if key not in plains:
-            plains[key] = fusec.compile(path, lib, dtype, sizes=sizes)
+        plain = fusec.compile(path, lib, dtype, sizes=sizes)
         shapes = {dag.value(v).name: tuple(sizes[d] for d in dag.value(v).dims) for v in dag.inputs}
         whole = _inputs(cupy, dag, shapes, dtype, seed=1)
-        one = timer.samples_ms(lambda: plains[key](**whole), repeat, together=False)
+        one = timer.samples_ms(lambda: plain(**whole), repeat, together=False)
         whole.clear()
         _free(cupy)
     ranks.barrier()
@@ -218,27 +219,35 @@ def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repea
     return row
 
 
-def weak_case(cupy, comm, ranks: Ranks, repeat: int, bandwidth: float) -> dict | None:
-    """BiCGK fp64 at n = WEAK_N over the ranks, if every GPU has the memory for its rows."""
+def weak_case(cupy, comm, ranks: Ranks, repeat: int, bandwidth: float, force: bool = False) -> dict:
+    """BiCGK fp64 at n = WEAK_N over the ranks, where every GPU has the memory for
+    its rows (``force``: try anyway). The ranks agree that every one made its
+    rows before any collective runs."""
     import fusec.distributed as fd
     n, itemsize = WEAK_N, 8
     rows = -(-n // ranks.size)
     needed = rows * n * itemsize + 8 * n * itemsize
     free = cupy.cuda.runtime.memGetInfo()[0]
-    free_everywhere = -ranks.slowest([-float(free)])[0]  # the least free memory of any rank
-    if free_everywhere < 1.1 * needed:
-        return {"script": "bicgk", "dtype": "float64", "n": n, "ranks": ranks.size,
-                "skipped": f"needs {needed / 1e9:.1f} GB a GPU, {free_everywhere / 1e9:.1f} GB free"}
+    least = -ranks.slowest([-float(free)])[0]  # the least free memory of any rank
+    row = {"script": "bicgk", "dtype": "float64", "n": n, "ranks": ranks.size, "matrix_gb": n * n * itemsize / 1e9}
+    if least < 1.1 * needed and not force:
+        return dict(row, skipped=f"needs {needed / 1e9:.1f} GB a GPU, {least / 1e9:.1f} GB free")
     prog = fd.compile(_script("bicgk"), dtype="float64", sizes={"n": n}, comm=comm, latency=False)
-    local = _inputs(cupy, prog.dag, {name: prog.local_shape(name) for name in prog.inputs}, "float64", seed=3)
+    try:
+        local = _inputs(cupy, prog.dag, {name: prog.local_shape(name) for name in prog.inputs}, "float64", seed=3)
+        made = 1.0
+    except cupy.cuda.memory.OutOfMemoryError:
+        local, made = {}, 0.0
+    if -ranks.slowest([-made])[0] < 1:
+        _free(cupy)
+        return dict(row, skipped="a GPU ran out of memory making its rows")
     samples = ranks.slowest(Timer(cupy, ranks).samples_ms(lambda: prog(**local), repeat))
     seconds = statistics.median(samples) * 1e-3
     local_bytes = (rows * n + rows * 2 + 2 * n) * itemsize  # A's rows, r and q, p and s
     local.clear()
     _free(cupy)
-    return {"script": "bicgk", "dtype": "float64", "n": n, "ranks": ranks.size, "matrix_gb": n * n * itemsize / 1e9,
-            "p_gpus_us": seconds * 1e6, "gb_per_s_per_gpu": local_bytes / seconds / 1e9,
-            "of_copy_bandwidth": local_bytes / seconds / bandwidth}
+    return dict(row, p_gpus_us=seconds * 1e6, gb_per_s_per_gpu=local_bytes / seconds / 1e9,
+                of_copy_bandwidth=local_bytes / seconds / bandwidth)
 
 
 def rule_sizes(latency, ranks: int, scripts, dtypes, bandwidth: float) -> dict:
@@ -371,7 +380,7 @@ def main(argv=None) -> int:
     launch_s = ranks.agree(launch_seconds(cupy) if ranks.rank == 0 else None)
     gpu = device_name(cupy)
     latency = fd.Latency(gpu, tuple(latency_points), launch_s)
-    stages, plains, rows = {}, {}, []
+    rows = []
     for script in scripts:
         for dtype in dtypes:
             for n in sizes:
@@ -379,36 +388,39 @@ def main(argv=None) -> int:
                 if over:
                     rows.append({"script": script, "dtype": dtype, "n": n, "skipped": "not run (--budget)"})
                     continue
-                rows.append(strong_case(cupy, comm, ranks, script, dtype, n, args.repeat, stages, plains))
+                rows.append(strong_case(cupy, comm, ranks, script, dtype, n, args.repeat))
                 if ranks.rank == 0:
                     r = rows[-1]
                     print(f"{script} {dtype} n={n}: {r['one_gpu_us']:.1f} -> {r['p_gpus_us']:.1f} us"
                           f" ({r['speedup']:.2f}x; local {r['local_us']:.1f}, collective {r['collective_us']:.1f})",
                           file=sys.stderr, flush=True)
-    weak = None
-    if args.weak != "off" and ranks.size > 1:
-        weak = weak_case(cupy, comm, ranks, args.repeat, bandwidth)
     rules = rule_sizes(latency, ranks.size, scripts, dtypes, bandwidth)
-    if ranks.rank == 0:
-        from fusec.target import slug
-        name = f"{slug(gpu).split('-')[0]}-p{ranks.size}"
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        meta = {"gpu": gpu, "ranks": ranks.size, "nccl": nccl.get_version(), "bandwidth": bandwidth,
-                "repeat": args.repeat, "date": datetime.date.today().isoformat(),
-                "command": "mpirun -n {} python -m mpi4py -m bench.distributed {}".format(
-                    ranks.size, " ".join(sys.argv[1:]))}
-        (out / f"{name}-distributed.md").write_text(report(rows, weak, latency_points, launch_s, rules, meta),
-                                                     encoding="utf-8")
-        (out / f"{name}-distributed.json").write_text(json.dumps(
-            {"meta": meta, "strong": rows, "weak": weak, "rule": rules}, indent=1), encoding="utf-8")
-        (out / f"{name}-collectives.json").write_text(latency.to_json(), encoding="utf-8")
-        plotted = plot(rows, out / f"{name}-distributed.png", ranks.size)
-        if args.ship:
-            ship(latency, slug(gpu).split("-")[0])
-        print(f"wrote {out / name}-distributed.md, .json, -collectives.json" + (", .png" if plotted else ""),
-              file=sys.stderr)
+    meta = {"gpu": gpu, "ranks": ranks.size, "nccl": nccl.get_version(), "bandwidth": bandwidth,
+            "repeat": args.repeat, "date": datetime.date.today().isoformat(),
+            "command": "mpirun -n {} python -m mpi4py -m bench.distributed {}".format(ranks.size, " ".join(
+                sys.argv[1:]))}
+    write = (lambda weak: save(Path(args.out), rows, weak, latency, rules, meta, args.ship)) if ranks.rank == 0 \
+        else (lambda weak: None)
+    write(None)  # the strong cases are kept whatever the weak case does
+    if args.weak != "off" and ranks.size > 1:
+        write(weak_case(cupy, comm, ranks, args.repeat, bandwidth, force=args.weak == "on"))
     return 0
+
+
+def save(out: Path, rows, weak, latency, rules, meta, ship_it: bool) -> None:
+    from fusec.target import slug
+    name = f"{slug(meta['gpu']).split('-')[0]}-p{meta['ranks']}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}-distributed.md").write_text(
+        report(rows, weak, latency.points, latency.launch_seconds, rules, meta), encoding="utf-8")
+    (out / f"{name}-distributed.json").write_text(json.dumps(
+        {"meta": meta, "strong": rows, "weak": weak, "rule": rules}, indent=1), encoding="utf-8")
+    (out / f"{name}-collectives.json").write_text(latency.to_json(), encoding="utf-8")
+    plotted = plot(rows, out / f"{name}-distributed.png", meta["ranks"])
+    if ship_it:
+        ship(latency, slug(meta["gpu"]).split("-")[0])
+    print(f"wrote {out / name}-distributed.md, .json, -collectives.json" + (", .png" if plotted else ""),
+          file=sys.stderr)
 
 
 def ship(latency, name: str) -> None:
