@@ -3,15 +3,16 @@
 A collective is queued on a stream and the host goes on; if another rank has
 failed (raised, died) the collective never finishes, and whoever waits for the
 stream waits for ever. So each collective is *watched*: an event recorded after
-it, and a deadline. A thread of this process polls the events; one past its
-deadline aborts the communicator (NCCL's kernels then return) and
+it, and a deadline. A thread of this process polls the events; for one past
+its deadline
 
 - ``on_timeout="exit"`` (the default, as PyTorch's NCCL watchdog does): prints
   the error and ends the process with exit status 1, however the main thread
-  is stuck (in a synchronisation of its own, say). The launcher (mpirun,
-  torchrun) then ends the other ranks;
-- ``on_timeout="raise"``: the error is raised by the program's next call or
-  wait, and every call after.
+  is stuck (in a synchronisation of its own, say); its NCCL kernels end with
+  it. The launcher (mpirun, torchrun) then ends the other ranks;
+- ``on_timeout="raise"``: the communicator is aborted, so that what waits for
+  its collectives returns, and the error is raised by the program's next call
+  or wait, and every call after.
 
 Where fusec itself waits on the host (a scalar a later stage needs, a
 ``synchronize()``) it polls with the same deadline and raises
@@ -93,15 +94,23 @@ def timeout_error(what: str, comm, timeout: float) -> CollectiveTimeoutError:
 
 
 def fail(comm, error: Exception, policy: str) -> None:
-    """Abort ``comm`` and end the process (policy "exit") or keep the error for the next call."""
+    """End the process with the error (policy "exit": its NCCL kernels end with
+    it, and an abort that waits for them is not risked), or abort ``comm`` so
+    that whatever waits for its collectives returns, and keep the error for the
+    next call (policy "raise")."""
     if comm.failed is None:
         comm.failed = error
-    try:
-        comm.abort()
-    finally:
-        if policy == "exit":
-            print(f"fusec.distributed: {error}", file=sys.stderr, flush=True)
-            os._exit(EXIT_STATUS)
+    if policy == "exit":
+        print(f"fusec.distributed: {error}", file=sys.stderr, flush=True)
+        os._exit(EXIT_STATUS)
+    comm.abort()
+
+
+def abort_within(comm, seconds: float) -> None:
+    """``comm.abort()``, waiting for it at most ``seconds`` (exiting must not hang on it)."""
+    aborting = threading.Thread(target=comm.abort, name="fusec-abort", daemon=True)
+    aborting.start()
+    aborting.join(seconds)
 
 
 def wait(event, what: str, comm, timeout: float, policy: str) -> None:
@@ -122,11 +131,17 @@ def wait(event, what: str, comm, timeout: float, policy: str) -> None:
 WATCHDOG = Watchdog()
 
 
+EXIT_ABORT_SECONDS = 5.0
+
+
 @atexit.register
 def _abort_in_flight() -> None:
+    aborted = set()
     for item in WATCHDOG.pending():
         try:
-            if not item.event.done():
-                item.comm.abort()
+            if id(item.comm) not in aborted and not item.event.done():
+                aborted.add(id(item.comm))
+                item.comm.failed = item.comm.failed or CollectiveTimeoutError("exiting with this collective in flight")
+                abort_within(item.comm, EXIT_ABORT_SECONDS)
         except Exception:  # exiting: nothing more to do about it
             pass
