@@ -25,7 +25,6 @@ from fusec.library.model import Kind
 from fusec.target import reference
 from tests.helpers import ROOT, library, script_dag, script_names
 
-
 RANKS = (1, 2, 3, 4, 8)
 
 # The collectives each sequence needs, and why (the specification the planner must meet):

@@ -22,7 +22,6 @@ from fusec.errors import ArgumentError
 from tests.helpers import ROOT, library, script_dag, script_names
 
 
-
 def _path(script: str) -> str:
     return str(ROOT / "scripts" / f"{script}.script")
 
