@@ -331,6 +331,7 @@ def from_torchrun(timeout: float = DEFAULT_TIMEOUT) -> TorchComm:
     if not dist.is_initialized():
         dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=timeout),
                                 device_id=torch.device("cuda", device))
+        _STARTED.append(dist)  # fusec started it: fusec ends it at exit
     return TorchComm(None)
 
 
@@ -344,6 +345,7 @@ def launched_by() -> str | None:
 
 
 _MADE: dict = {}  # communicators fusec made, by what they were made from: one NCCL communicator each
+_STARTED: list = []  # torch.distributed, where fusec started its default group
 
 
 @atexit.register
@@ -357,6 +359,12 @@ def _close_made() -> None:
                 comm.nccl.destroy()
             except Exception:  # exiting: nothing more to do about it
                 pass
+    for dist in _STARTED:  # PyTorch aborts the process at exit when its NCCL group is left alive
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # exiting: nothing more to do about it
+            pass
 
 
 def communicator(comm: Any = None, *, timeout: float | None = None) -> Communicator | None:
