@@ -155,7 +155,8 @@ def test_torchrun_with_torch_tensors(tmp_path):
 
 
 def test_one_process_is_the_plain_program():
-    """No launcher: one rank, the script's own program; the same bits as fusec.compile's."""
+    """No launcher: one rank, the script's own program; the same bits as fusec.compile's
+    where that program is reproducible (no atomics), else the same within float32 rounding."""
     cupy = pytest.importorskip("cupy")
     import fusec
     import fusec.distributed as fd
@@ -170,7 +171,11 @@ def test_one_process_is_the_plain_program():
         ours, theirs = dist(**device), plain(**device)
         ours, theirs = (x if isinstance(x, tuple) else (x,) for x in (ours, theirs))
         for a, b in zip(ours, theirs):
-            np.testing.assert_array_equal(cupy.asnumpy(a), cupy.asnumpy(b))
+            if plain.generated.reproducible:
+                np.testing.assert_array_equal(cupy.asnumpy(a), cupy.asnumpy(b))
+            else:  # column sums added with atomics: the same program, not the same bits each run
+                scale = max(float(np.abs(cupy.asnumpy(b)).max()), 1e-30)
+                assert float(np.abs(cupy.asnumpy(a) - cupy.asnumpy(b)).max()) <= 1e-5 * scale
 
 
 # ---------------------------------------------------------------------------------------------- the worker
