@@ -12,6 +12,7 @@ for runs under compute-sanitizer.
 from __future__ import annotations
 
 import os
+import shutil
 import zlib
 
 import numpy as np
@@ -193,3 +194,25 @@ def test_perfdb_missing_times_the_new_routines(tmp_path):
     assert again.library["hash"] == library().content_hash and again.library["files"] == dict(library().files)
     for key in new:
         assert all(s > 0 for s in grown.timings[key].seconds.values())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_worked_example_sums_exponentials(tmp_path, dtype):
+    """docs/library-format.md's user-added sexp, fused with sasum: right at sizes with
+    padded lanes (exp(0) = 1 there, which exp_compute must not let sasum add)."""
+    from fusec.library.loader import load_library
+    from tests.test_library_loader import readme_examples
+    blocks = readme_examples()
+    mylib = tmp_path / "mylib"
+    shutil.copytree(library().path, mylib, ignore=shutil.ignore_patterns("tunings"))
+    (mylib / "sexp.cu").write_text(blocks["sexp.cu"], encoding="utf-8")
+    lib = load_library(mylib)
+    dag = script_dag(None, blocks["softsum.script"], "softsum.script", lib)
+    best = build_space(dag, lib, dtype, {"n": 1 << 22}, DEFAULT).best().plan
+    assert len(best.kernels) == 1
+    prog = fusec.compile(source=blocks["softsum.script"], name="softsum.script", library=lib, dtype=dtype, plan=best)
+    for n in (1, 33, 1000, 4097, 1000003):
+        inputs = oracle.random_inputs(prog.dag, {"n": n}, dtype, np.random.default_rng(_seed("softsum", n)))
+        result = prog.run(inputs, poison=True)
+        checks = oracle.check_outputs(prog.dag, lib, inputs, {"s": _host(result)}, dtype)
+        assert all(c.passed for c in checks), [str(c) for c in checks]
