@@ -160,17 +160,18 @@ def test_probes_cover_the_new_routines_in_every_shape(new_probes):
         assert keys == {(d, s.block, s.iters) for d in DTYPES for s in VECTOR_SHAPES}, routine
 
 
-def test_the_h100_database_lacks_only_the_new_routines():
+def test_the_h100_database_is_used_and_lacks_only_the_new_routines():
     """The bundled H100 database timed the library before these functions; it is still
-    the library's (every file it timed is unchanged), and what `fusec perfdb build
-    --missing` times on the H100 is exactly the new functions' own routines."""
+    the library's (every file it timed is unchanged), and what it lacks, which `fusec
+    perfdb build --missing` times on the H100, is only the new functions' own routines
+    (nothing once that ran)."""
     path = store.find("h100-80gb-hbm3")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         database = store.load(path, library())
-    assert database is not None and database.library["hash"] != library().content_hash
+    assert database is not None
     lacking = {p.key.routine for p in P.probes(library()) if p.key not in database.timings}
-    assert lacking == set(OWN_ROUTINES.values())
+    assert lacking <= set(OWN_ROUTINES.values())
 
 
 @pytest.mark.nvcc
