@@ -24,7 +24,7 @@ from fusec.api import script_dag
 from fusec.cost.analytic import DEFAULT
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
-from tests.helpers import DTYPES, library, size_cases
+from tests.helpers import DTYPES, compile_for_this_gpu, library, size_cases
 from tests.library_scripts import DIVISORS, FUSED, SCRIPTS
 
 pytestmark = pytest.mark.gpu
@@ -57,6 +57,14 @@ def program(name: str, dtype: str, plan: str):
                   build_space(dag, library(), dtype, {s: 1 << 22 for s in dag.sizes}, DEFAULT).best().plan)
         _PROGRAMS[key] = fusec.compile(source=SCRIPTS[name], name=f"{name}.script", dtype=dtype, plan=chosen)
     return _PROGRAMS[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    """Every program of this module, compiled up front in parallel (nvcc's cache then
+    has each when a test first runs it)."""
+    programs = [program(name, dtype, plan) for name in SCRIPTS for dtype in DTYPES for plan in PLANS]
+    compile_for_this_gpu([p.source for p in programs])
 
 
 def _cases():
