@@ -265,8 +265,16 @@ def test_an_altered_entry_is_a_warning_and_the_prediction(cache, name):
     assert program.tuned is None and program.generated.plan != entry.plan
 
 
+def _library_copy(tmp_path) -> str:
+    """The bundled library copied: --prune deletes a stale shipped plan from the library it is given."""
+    import shutil
+
+    from fusec import data
+    return str(shutil.copytree(data.LIBRARY, tmp_path / "blas"))
+
+
 @pytest.mark.parametrize("value", [float("inf"), 1.5, "200", 2 ** 40, -1])
-def test_an_entry_with_bad_sizes_is_skipped_by_every_reader(cache, capsys, value):
+def test_an_entry_with_bad_sizes_is_skipped_by_every_reader(cache, capsys, value, tmp_path):
     from fusec.cli import main
     entry = tuned_entry()
     data = json.loads(entry.key.path.read_text())
@@ -275,18 +283,18 @@ def test_an_entry_with_bad_sizes_is_skipped_by_every_reader(cache, capsys, value
     near = {"m": 310, "n": 210}
     program = fusec.compile(BICGK, library(), sizes=near, gpu="h100")  # nearby: the file is not borrowed
     assert program.nearby is None
-    assert main(["tunings", "--prune", "--gpu", "h100"]) == 0
+    assert main(["tunings", "--library", _library_copy(tmp_path), "--prune", "--gpu", "h100"]) == 0
     assert "does not parse" in capsys.readouterr().out
 
 
-def test_an_entry_nested_50000_deep_is_skipped(cache, capsys):
+def test_an_entry_nested_50000_deep_is_skipped(cache, capsys, tmp_path):
     from fusec.cli import main
     entry = tuned_entry()
     entry.key.path.write_text("[" * 50000 + "]" * 50000)
     with pytest.warns(FusecWarning, match="does not parse"):
         assert _compile_quietly().tuned is None
     assert fusec.compile(BICGK, library(), sizes={"m": 310, "n": 210}, gpu="h100").nearby is None
-    assert main(["tunings", "--prune"]) == 0
+    assert main(["tunings", "--library", _library_copy(tmp_path), "--prune"]) == 0
     assert "does not parse" in capsys.readouterr().out
 
 
