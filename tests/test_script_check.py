@@ -326,7 +326,7 @@ return x;
     ("vector t[n];\nt = sscal(alpha, t);\n", at(6, 18), "'t' is used before it is assigned"),
     ("return s;\n", at(5, 8), "'s' is returned but never assigned"),
     ("q = sgemv(A, p);\nreturn q, p;\n", at(6, 11),
-     "'p' is an input returned unchanged; only results of calls can be returned"),
+     "'p' is an input returned unchanged; only results of calls and expressions can be returned"),
 ])
 def test_unassigned_names(body, coord, message):
     error = error_of(HEAD + body, UnassignedNameError)

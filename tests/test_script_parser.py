@@ -136,7 +136,7 @@ def error_of(text: str, kind=ScriptSyntaxError):
 
 @pytest.mark.parametrize("text, coord, message", [
     ("vector x;\nmatrix $A;", at(2, 8), "illegal character '$'"),
-    ("vector x; / y", at(1, 11), "illegal character '/'"),
+    ("vector x; % y", at(1, 11), "illegal character '%'"),
     ("y = sscal(0.5, x);\ny = f(1e999);", at(2, 7), "number 1e999 is out of range"),
     ("vector p;\nvector é;", at(2, 8), "illegal character 'é'"),
     # C reads 010 as octal 8; a script refuses a leading zero rather than mean another number
@@ -157,11 +157,15 @@ def test_lex_errors(text, coord, message):
     ("scalar alpha[n];", at(1, 13), "unexpected '[', expected ';' or ','"),
     ("vector x\nvector y;", at(2, 1), "unexpected 'vector', expected ';', ',' or '['"),
     ("matrix input;", at(1, 8), "unexpected 'input', expected a name"),
-    ("q = sgemv(A, p;", at(1, 15), "unexpected ';', expected ',' or ')'"),
-    ("q = sgemv(A,, p);", at(1, 13), "unexpected ',', expected '-', a name or a number"),
-    ("q = sgemv(, p);", at(1, 11), "unexpected ',', expected ')', '-', a name or a number"),
-    ("q = sgemv(A, -p);", at(1, 15), "unexpected 'p', expected a number"),
-    ("q = (A, p);", at(1, 5), "unexpected '(', expected a name"),
+    ("q = sgemv(A, p;", at(1, 15), "unexpected ';', expected ',', ')', '+', '-', '*' or '/'"),
+    ("q = sgemv(A,, p);", at(1, 13), "unexpected ',', expected '(', '-', a name or a number"),
+    ("q = sgemv(, p);", at(1, 11), "unexpected ',', expected '(', ')', '-', a name or a number"),
+    ("q = (A, p);", at(1, 7), "unexpected ',', expected ')', '+', '-', '*' or '/'"),
+    ("t = a b;", at(1, 7), "unexpected 'b', expected ';', '(', '+', '-', '*' or '/'"),
+    ("t = a + ;", at(1, 9), "unexpected ';', expected '(', '-', a name or a number"),
+    ("t = a * / b;", at(1, 9), "unexpected '/', expected '(', '-', a name or a number"),
+    ("t = (a + b;", at(1, 11), "unexpected ';', expected ')', '+', '-', '*' or '/'"),
+    ("t = ;", at(1, 5), "unexpected ';', expected '(', '-', a name or a number"),
     ("q sgemv(A, p);", at(1, 3), "unexpected 'sgemv', expected '='"),
     ("return;", at(1, 7), "unexpected ';', expected a name"),
     ("1 = f(x);", at(1, 1), "unexpected '1', expected 'matrix', 'vector', 'scalar', "
@@ -174,10 +178,10 @@ def test_syntax_errors_name_the_token_and_what_was_expected(text, coord, message
 
 @pytest.mark.parametrize("text, coord, message", [
     ("return q, s", at(1, 12), "unexpected end of input, expected ';' or ','"),
-    ("vector p;\nq = sgemv(A, p)\n", at(2, 16), "unexpected end of input, expected ';'"),
+    ("vector p;\nq = sgemv(A, p)\n", at(2, 16), "unexpected end of input, expected ';', '+', '-', '*' or '/'"),
     # blank lines and a trailing comment do not move it: it stays after the last token
     ("q = sgemv(A, p  # unclosed\n\n  \n", at(1, 15),
-     "unexpected end of input, expected ',' or ')'"),
+     "unexpected end of input, expected ',', '(', ')', '+', '-', '*' or '/'"),
     ("matrix A[m, n", at(1, 14), "unexpected end of input, expected ']'"),
 ])
 def test_end_of_input_is_located_after_the_last_token(text, coord, message):
