@@ -199,6 +199,10 @@ class _Checker:
                       self.script.end)
         self.warn_unused()
         dag, dead = without_dead_calls(self.dag())
+        if not dag.calls:  # scalars of inputs only: nothing for a GPU kernel to stream
+            self.fail(ScriptSemanticError, "no returned value depends on a call of the library: a script"
+                      " computes with calls (scalar expressions of inputs alone are the caller's to compute)",
+                      self.returned.coord)
         if dead:  # the lines whose result is never read were named above; these are all left out
             lines = ", ".join(str(c.coord.line) for c in dead)
             warnings.warn(ScriptWarning(f"{len(dead)} statement{'s' if len(dead) > 1 else ''} that no returned value"

@@ -159,7 +159,8 @@ def _binding(tree: Expr) -> int:
 def printed(tree: Expr, leaf: Callable[[Expr], str], apply: Callable[[str, str], str],
             negate: str = "-") -> str:
     """The tree as infix text, with the parentheses its structure needs (``a - (b - c)``,
-    ``(a + b) * c``, ``-(a * b)``); ``leaf`` prints a Ref or a Constant, ``apply`` a
+    ``a + (b + c)``, ``(a + b) * c``, ``-(a * b)``): it parses back to the same tree, so
+    C evaluates in the order written; ``leaf`` prints a Ref or a Constant, ``apply`` a
     function of its printed argument. The script's own text and C share this."""
     def show(node: Expr) -> str:
         if isinstance(node, (Ref, Constant)):
@@ -174,9 +175,9 @@ def printed(tree: Expr, leaf: Callable[[Expr], str], apply: Callable[[str, str],
         left, right = show(node.left), show(node.right)
         if _binding(node.left) < _BINDING[node.op]:
             left = f"({left})"
-        # the right operand of - and / groups: a - (b + c), a / (b * c)
-        if _binding(node.right) < _BINDING[node.op] or (
-                _binding(node.right) == _BINDING[node.op] and node.op in "-/"):
+        # operators group to the left, so a right operand of the same level keeps its
+        # parentheses: a - (b - c), and a + (b + c) too (floating-point + is not associative)
+        if _binding(node.right) <= _BINDING[node.op]:
             right = f"({right})"
         return f"{left} {node.op} {right}"
     return show(tree)
