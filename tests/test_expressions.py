@@ -354,3 +354,14 @@ def test_nvcc_compiles_every_expression_program():
         for e in dag.expressions:
             if any(e.value in k.expressions for k in _leaf_kernels(program)) or e.value in dag.outputs:
                 assert f"const real {dag.value(e.value).c_name} = " in program.source, (name, e)
+
+
+def test_a_literal_outside_the_precision_is_refused_where_it_is_written():
+    from fusec.api import check_arguments
+    from fusec.errors import ScriptSemanticError
+    dag = checked(ROUND_TRIP.format("a * 1e39 + 2"))
+    with pytest.raises(ScriptSemanticError) as info:
+        check_arguments(dag, "float32", None, None, None)
+    assert (info.value.coord.line, info.value.coord.column, info.value.message) == (
+        4, 9, "1e39 is outside the range of float32")
+    assert check_arguments(dag, "float64", None, None, None) == "float64"
