@@ -2,7 +2,9 @@
 
 One pass over the statements in source order, so the first error reported is
 the first one in the text. Each name gets a new :class:`~fusec.ir.dag.Value` at
-every input or assignment (versions 1, 2, ...); a read sees the newest one.
+every input or assignment (versions 1, 2, ...); a read sees the newest one. An
+assignment of a scalar expression makes a value and an
+:class:`~fusec.ir.expr.Expression` whose tree refers to the values it read.
 
 Sizes are unified with union-find: a declared size symbol (``m`` in
 ``vector q[m]``) is one fixed node wherever it appears, a size left out

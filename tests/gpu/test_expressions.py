@@ -83,6 +83,9 @@ def _outputs(prog, results) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", NAMES)
 def test_against_oracle(programs, name, dtype, n):
+    if name == "bicgstab" and n == 1:
+        pytest.skip("BiCGStab solves a 1 x 1 system in its half step: s = r - alpha A p = 0, and then"
+                    " omega = (t . s) / (t . t) is 0 / 0 (the float64 reference's r1 is all zeros)")
     prog = programs[name, dtype]
     dag = prog.dag
     inputs = oracle.random_inputs(dag, {s: n for s in dag.sizes}, dtype, np.random.default_rng(_seed(name, dtype, n)))
