@@ -106,7 +106,8 @@ def test_against_oracle(programs, name, dtype, n):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_device_arrays_in_and_out(programs, dtype):
-    """CuPy arrays in: every result, the returned expressions too, a CuPy array on the GPU."""
+    """CuPy arrays in: every result, the returned expressions too, a CuPy array on the GPU;
+    a second call on the same arrays (a prepared call) gives the same bits."""
     cp = pytest.importorskip("cupy")
     prog = programs["scaled", dtype]
     inputs = oracle.random_inputs(prog.dag, {"n": 1000}, dtype, np.random.default_rng(_seed("cupy", dtype)))
@@ -115,6 +116,10 @@ def test_device_arrays_in_and_out(programs, dtype):
     assert all(isinstance(r, cp.ndarray) for r in results)
     checks = oracle.check_outputs(prog.dag, library(), inputs, _outputs(prog, results), dtype)
     assert all(c.passed for c in checks), [str(c) for c in checks]
+    # the same arrays again: the prepared call (in C where the extension builds), new outputs
+    again = prog(**device)
+    for first, second in zip(_outputs(prog, results).values(), _outputs(prog, again).values()):
+        np.testing.assert_array_equal(first, second)
 
 
 # -- the iterations, looped ---------------------------------------------------------------
