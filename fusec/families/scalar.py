@@ -10,8 +10,8 @@ expressions may read results of different kernels), and the program's stream
 orders it after them. It reads call results from memory (``scalar_ptr``),
 inputs by value, evaluates the expressions as every other kernel does
 (:mod:`fusec.emit.scalars`) and stores each returned one. It costs a launch
-(a few microseconds, not measured) and is the same in every plan of the
-script, so it is not part of the space and prices at zero.
+(its time not measured) and is the same in every plan of the script, so it is
+not part of the space and prices at zero.
 """
 
 from __future__ import annotations
