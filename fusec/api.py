@@ -17,6 +17,7 @@ from .errors import ArgumentError, FusecWarning, LibraryFormatError, ScriptSeman
 from .frontend import check as check_script
 from .frontend import load_script
 from .frontend import parse as parse_script
+from .ir import expr
 from .ir.dag import Constant
 from .ir.plan import ProgramPlan
 from .library.loader import load_library
@@ -80,11 +81,12 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
                                          " pass a fusec predictor or None")
     if gpu is not None and not isinstance(gpu, str):
         raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
-    for call in dag.calls:  # a literal too large for float32 would be inf in the kernel
-        for arg in call.args:
-            if isinstance(arg, Constant) and abs(arg.value) > float(np.finfo(dtype).max):
-                raise ScriptSemanticError(f"{arg.text} is outside the range of {dtype}", arg.coord,
-                                          dag.text.split("\n")[arg.coord.line - 1])
+    literals = [a for call in dag.calls for a in call.args if isinstance(a, Constant)]
+    literals += [c for e in dag.expressions for c in expr.constants(e.tree)]
+    for arg in sorted(literals, key=lambda c: c.coord):  # one too large for float32 would be inf in a kernel
+        if abs(arg.value) > float(np.finfo(dtype).max):
+            raise ScriptSemanticError(f"{arg.text} is outside the range of {dtype}", arg.coord,
+                                      dag.text.split("\n")[arg.coord.line - 1])
     return dtype
 
 

@@ -114,6 +114,18 @@ class UnassignedNameError(ScriptSemanticError):
     """A name read or returned that nothing assigns."""
 
 
+class DivisionByZeroError(ScriptSemanticError):
+    """A scalar expression that divides by a constant zero (``a / 0``, ``a / (1 - 1)``)."""
+
+
+class InputAssignmentError(ScriptSemanticError):
+    """A scalar expression assigned to an input: an input's name keeps the caller's value."""
+
+
+class NestedCallError(ScriptSemanticError):
+    """A library function called inside a scalar expression: a call is a statement of its own."""
+
+
 class LibraryError(FusecError):
     """Something is wrong in an elementary-function library."""
 

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFunctionError
+from .ir import expr
 from .ir import geometry as geo
 from .ir.dag import Constant, Dag
 from .library.model import Function, Kind
@@ -407,7 +408,16 @@ def _interpret(dag: Dag, library: Any, inputs: Mapping[str, Any],
     """(values, gauges) of every value of the DAG; gauges None unless ``gauged``."""
     values, sizes = _bind_inputs(dag, inputs)
     gauges = {k: np.abs(v) for k, v in values.items()} if gauged else None
-    for call in dag.calls:
+    for made in dag.values:  # in id order: every value after those it is made from
+        if made.id in values:
+            continue  # an input
+        expression = dag.expression(made.id)
+        if expression is not None:  # the gauge of a quotient or a root needs the operands' values
+            values[made.id] = _expression_value(expression.tree, values)
+            if gauged:
+                gauges[made.id] = _expression_gauge(expression.tree, gauges, values)
+            continue
+        call = dag.call(made.producer)
         function = _function(library, call)
         tree = _checked(function)
         env: dict[str, np.ndarray] = {}
@@ -456,9 +466,87 @@ def gauge(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.nda
     ``/``, ``sqrt`` and ``exp`` take the first-order bound instead, which
     needs the exact values too (see :func:`_walk`): it bounds the rounding
     when their operands are well conditioned (``sqrt(dot(x, x))``, a divisor
-    far from 0), and grows as they lose it, as the error itself does.
+    far from 0), and grows as they lose it, as the error itself does. Scalar
+    expressions follow the same rules (:func:`_expression_gauge`).
     """
     return _interpret(dag, library, inputs, gauged=True)[1]
+
+
+# ---------------------------------------------------------------------------
+# Scalar expressions of scripts (fusec.ir.expr)
+# ---------------------------------------------------------------------------
+
+
+def _expression_value(tree: expr.Expr, values: Mapping[int, np.ndarray]) -> np.ndarray:
+    """The float64 value of a scalar expression (IEEE: a quotient by 0 is inf or NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(_value(tree, values), dtype=np.float64)
+
+
+def _value(tree: expr.Expr, values: Mapping[int, np.ndarray]) -> np.float64:
+    if isinstance(tree, expr.Constant):
+        return np.float64(tree.value)
+    if isinstance(tree, expr.Ref):
+        return np.float64(values[tree.value])
+    if isinstance(tree, expr.Negate):
+        return -_value(tree.operand, values)
+    if isinstance(tree, expr.Apply):
+        operand = _value(tree.operand, values)
+        return np.sqrt(operand) if tree.function == "sqrt" else np.abs(operand)
+    a, b = _value(tree.left, values), _value(tree.right, values)
+    if tree.op == "+":
+        return a + b
+    if tree.op == "-":
+        return a - b
+    return a * b if tree.op == "*" else a / b
+
+
+def _expression_gauge(tree: expr.Expr, gauges: Mapping[int, np.ndarray],
+                      reference: Mapping[int, np.ndarray]) -> np.ndarray:
+    """The gauge of a scalar expression: a bound of its rounding error in units of
+    eps, from its operands' gauges ``G`` and values (``reference``).
+
+    As elsewhere, numbers count by magnitude, ``-a`` and ``|a|`` have ``G(a)``,
+    ``a ± b`` has ``G(a) + G(b)`` and ``a * b`` has ``G(a) G(b)``. A quotient and
+    a root have no such magnitude rule: their error grows as the divisor or the
+    radicand shrinks, so they take the first-order bound of the error of the
+    computed operands (each off by about ``eps G``) plus their own rounding:
+
+    - ``a / b``: ``G(a) / |b| + |a| G(b) / b²`` (at least ``2 |a / b|``, since
+      ``G >= |value|``): a divisor that cancels (``G(b) >> |b|``) widens it;
+    - ``sqrt(a)``: ``G(a) / (2 sqrt(a)) + sqrt(a)`` for ``a > 0``; ``sqrt(G(a))``
+      at ``a = 0``, where no first-order bound exists.
+
+    ``reference`` is the float64 value of every value (:func:`evaluate`). The
+    gauge is again at least the value's magnitude, so a call that reads it is
+    gauged as it would be with an input."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(_gauge(tree, gauges, reference)[0], dtype=np.float64)
+
+
+def _gauge(tree: expr.Expr, gauges, reference) -> tuple[np.float64, np.float64]:
+    """(gauge, float64 value) of a subtree."""
+    if isinstance(tree, expr.Constant):
+        return np.float64(abs(tree.value)), np.float64(tree.value)
+    if isinstance(tree, expr.Ref):
+        return np.float64(gauges[tree.value]), np.float64(reference[tree.value])
+    if isinstance(tree, expr.Negate):
+        g, v = _gauge(tree.operand, gauges, reference)
+        return g, -v
+    if isinstance(tree, expr.Apply):
+        g, v = _gauge(tree.operand, gauges, reference)
+        if tree.function == "abs":
+            return g, np.abs(v)
+        root = np.sqrt(v)
+        return (g / (2 * root) + root if v > 0 else np.sqrt(g)), root
+    (ga, a), (gb, b) = _gauge(tree.left, gauges, reference), _gauge(tree.right, gauges, reference)
+    if tree.op == "+":
+        return ga + gb, a + b
+    if tree.op == "-":
+        return ga + gb, a - b
+    if tree.op == "*":
+        return ga * gb, a * b
+    return ga / np.abs(b) + np.abs(a) * gb / (b * b), a / b
 
 
 def _dim_bindings(dag: Dag, function: Function, call) -> dict[str, str]:
@@ -506,10 +594,18 @@ def sum_lengths(dag: Dag, library: Any, sizes: Mapping[str, int]) -> dict[int, i
     reduces, the reduction length: the size of ``hof.axis`` as bound by this
     call (nested reduce), or the length of its vectors (unnested reduce).
     For ATAX ``t = A @ x; y = A.T @ t`` with ``A: m x n``, ``t`` sums ``n``
-    and ``y`` sums ``n + m``.
+    and ``y`` sums ``n + m``. A scalar expression sums nothing itself: its
+    value sums the maximum over the values it reads.
     """
     k: dict[int, int] = {vid: 0 for vid in dag.inputs}
-    for call in dag.calls:
+    for made in dag.values:  # in id order: every value after those it is made from
+        if made.id in k:
+            continue
+        expression = dag.expression(made.id)
+        if expression is not None:  # no sum of its own: its operands' longest
+            k[made.id] = max((k[v] for v in expr.refs(expression.tree)), default=0)
+            continue
+        call = dag.call(made.producer)
         function = _function(library, call)
         before = max((k[a] for a in call.value_args()), default=0)
         k[call.result] = before + _reduction_length(dag, function, call, sizes)

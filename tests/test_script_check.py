@@ -11,8 +11,11 @@ from fake_library import fake_library
 from fusec.errors import (
     ArityError,
     Coord,
+    DivisionByZeroError,
     DuplicateDeclarationError,
+    InputAssignmentError,
     KindError,
+    NestedCallError,
     ScriptLexError,
     ScriptSemanticError,
     ScriptWarning,
@@ -22,7 +25,8 @@ from fusec.errors import (
     UnknownFunctionError,
 )
 from fusec.frontend import check, load_script, parse
-from fusec.ir.dag import Call, Constant, Value
+from fusec.ir import expr
+from fusec.ir.dag import Call, Constant, Expression, Value
 from fusec.library.model import Kind
 
 LIB = fake_library()
@@ -326,7 +330,7 @@ return x;
     ("vector t[n];\nt = sscal(alpha, t);\n", at(6, 18), "'t' is used before it is assigned"),
     ("return s;\n", at(5, 8), "'s' is returned but never assigned"),
     ("q = sgemv(A, p);\nreturn q, p;\n", at(6, 11),
-     "'p' is an input returned unchanged; only results of calls can be returned"),
+     "'p' is an input returned unchanged; only results of calls and expressions can be returned"),
 ])
 def test_unassigned_names(body, coord, message):
     error = error_of(HEAD + body, UnassignedNameError)
@@ -444,3 +448,134 @@ def test_no_warnings_when_the_check_fails():
         warnings.simplefilter("error")
         with pytest.raises(UnassignedNameError):
             check(parse(text, F), LIB)
+
+
+# -- scalar expressions -------------------------------------------------------
+
+SCALARS = """\
+vector x[n], y[n], z[n];
+scalar a, rho, pq, alpha, beta, t;
+input x, y, a;
+rho = sdot(x, y);
+"""  # lines 1-4; the statements under test start on line 5
+
+
+def quietly(text: str):
+    """Check ``text``, ignoring the warnings about names SCALARS declares and a test leaves unused."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScriptWarning)
+        return check(parse(text, F), LIB)
+
+
+def test_expression_dag():
+    dag = quietly(SCALARS + "pq = sdot(x, x);\nalpha = -(rho + 2.5) / abs(pq);\n"
+                                 "z = saxpy(alpha, x, y);\nreturn z, alpha;\n")
+    x, y, a, rho, pq, alpha, z = range(7)
+    assert dag.value(alpha) == Value(alpha, "alpha", 1, Kind.SCALAR, (), at(6, 1), None)
+    assert dag.expressions == (Expression(alpha, expr.Binary(
+        "/", expr.Negate(expr.Binary("+", expr.Ref(rho, at(6, 11)), Constant(2.5, "2.5", at(6, 17)), at(6, 15)),
+                         at(6, 9)),
+        expr.Apply("abs", expr.Ref(pq, at(6, 28)), at(6, 24)), at(6, 22)), at(6, 1)),)
+    assert dag.expressions[0].source_line == "alpha = -(rho + 2.5) / abs(pq);"
+    assert dag.expression(alpha) is dag.expressions[0] and dag.expression(rho) is None
+    assert dag.expression_text(alpha) == "-(rho + 2.5) / abs(pq)"
+    assert dag.calls[2] == Call(2, "saxpy", (alpha, x, y), z, at(7, 1))
+    assert [dag.is_input(v) for v in range(7)] == [True, True, True, False, False, False, False]
+    # calls that read an expression depend on what it reads
+    assert dag.leaves(alpha) == (rho, pq) and dag.leaves(x) == (x,)
+    assert dag.reads(2) == (rho, pq, x, y)
+    assert dag.predecessors(2) == (0, 1) and dag.reaches(0, 2) and dag.reaches(1, 2)
+    assert dag.consumers(rho) == (2,) and dag.consumers(alpha) == ()
+    assert dag.outputs == (z, alpha)
+    assert dag.describe().split("\n")[2:] == [f"{F}:6: alpha = -(rho + 2.5) / abs(pq)",
+                                              f"{F}:7: z = saxpy(alpha, x, y)"]
+
+
+def test_expressions_read_expressions_and_a_scalar_may_be_reassigned():
+    dag = quietly(SCALARS + "alpha = rho * 2;\nalpha = alpha - a;\nbeta = alpha / rho;\n"
+                                 "z = sscal(beta, x);\nreturn z;\n")
+    first, second, beta = (e.value for e in dag.expressions)
+    assert [dag.value(v).label for v in (first, second, beta)] == ["alpha", "alpha#2", "beta"]
+    assert expr.refs(dag.expression(second).tree) == (first, 2)  # alpha#2 reads alpha, then a
+    assert dag.leaves(beta) == (3, 2)  # rho, a: through alpha#2 and alpha
+    assert dag.needed_expressions([beta]) == (first, second, beta)
+    assert dag.needed_expressions([3, 0]) == ()
+
+
+def test_a_returned_expression_may_read_inputs_only_beside_calls():
+    dag = quietly(SCALARS + "t = sqrt(a * a + 1);\nreturn rho, t;\n")
+    assert dag.leaves(dag.outputs[1]) == (2,)
+
+
+@pytest.mark.parametrize("body, kind, coord, message", [
+    ("t = x + 1;\n", KindError, at(5, 5), "'x' is a vector, but an expression takes scalars and numbers"),
+    ("z = rho * 2;\n", KindError, at(5, 1),
+     "'z' is a vector, but an expression makes a scalar (a vector or matrix is the result of a call)"),
+    ("t = rho / 0;\n", DivisionByZeroError, at(5, 9), "division by zero: the divisor 0 is a constant 0"),
+    ("t = 1 + rho / (2 - 2.0) * a;\n", DivisionByZeroError, at(5, 13),
+     "division by zero: the divisor 2 - 2.0 is a constant 0"),
+    ("t = rho / -0.0;\n", DivisionByZeroError, at(5, 9), "division by zero: the divisor -0.0 is a constant 0"),
+    ("t = rho + w;\n", UndefinedNameError, at(5, 11), "'w' is not declared"),
+    ("t = rhoo;\n", UndefinedNameError, at(5, 5), "'rhoo' is not declared; did you mean 'rho'?"),
+    ("w = rho;\n", UndefinedNameError, at(5, 1), "'w' is not declared"),
+    ("t = 1 + exp(rho);\n", UnknownFunctionError, at(5, 9),
+     "unknown function 'exp' in an expression (its functions are sqrt and abs)"),
+    ("t = exp(rho);\n", UnknownFunctionError, at(5, 5), "unknown function 'exp'"),  # a call of the library
+    ("t = 2 * sqr(rho);\n", UnknownFunctionError, at(5, 9),
+     "unknown function 'sqr' in an expression (its functions are sqrt and abs); did you mean 'sqrt'?"),
+    ("t = sqr(rho);\n", UnknownFunctionError, at(5, 5), "unknown function 'sqr'; did you mean 'sqrt'?"),
+    ("t = 2 * sdot(x, y);\n", NestedCallError, at(5, 9),
+     "sdot is a library function: call it in an assignment of its own (t = sdot(...);) and use t here"),
+    ("t = sqrt(rho, a);\n", ArityError, at(5, 5), "sqrt takes 1 argument, 2 given"),
+    ("t = abs();\n", ArityError, at(5, 5), "abs takes 1 argument, 0 given"),
+    ("t = pq * 2;\n", UnassignedNameError, at(5, 5), "'pq' is used before it is assigned"),
+    ("t = t + 1;\n", UnassignedNameError, at(5, 5), "'t' is used before it is assigned"),
+    ("a = rho * 2;\n", InputAssignmentError, at(5, 1),
+     "'a' is an input: an expression cannot assign it (an input's name keeps the caller's value;"
+     " declare another scalar)"),
+])
+def test_expression_errors(body, kind, coord, message):
+    error = error_of(SCALARS + body + "return rho;\n", kind)
+    assert (error.coord, error.message) == (coord, message)
+    assert error.source_line == body.rstrip("\n")
+
+
+def test_expression_error_renders_with_a_caret_under_the_operator():
+    error = error_of(SCALARS + "t = rho / (1 - 1);\nreturn t;\n", DivisionByZeroError)
+    assert str(error) == (f"{F}:5:9: division by zero: the divisor 1 - 1 is a constant 0\n"
+                          "    t = rho / (1 - 1);\n"
+                          "            ^")
+
+
+def test_the_target_is_checked_before_the_expression():
+    error = error_of(SCALARS + "z = w * 2;\nreturn z;\n", KindError)
+    assert error.coord == at(5, 1)
+
+
+def test_a_script_must_call_the_library():
+    text = "scalar a, t;\ninput a;\nt = a * 2;\nreturn t;\n"
+    error = error_of(text, ScriptSemanticError)
+    assert (error.coord, error.message) == (at(4, 1), (
+        "no returned value depends on a call of the library: a script computes with calls"
+        " (scalar expressions of inputs alone are the caller's to compute)"))
+
+
+def test_unused_and_dead_expressions_warn():
+    text = SCALARS + "alpha = rho * 2;\nbeta = alpha + 1;\nt = beta * a;\nreturn rho;\n"
+    with pytest.warns(ScriptWarning) as record:
+        dag = check(parse(text, F), LIB)
+    assert dag.expressions == () and [v.name for v in dag.values] == ["x", "y", "a", "rho"]
+    assert [m for m in messages(record) if m[0].line >= 5] == [
+        (at(7, 1), "'t' is assigned but never used"),
+        (at(5, 1), "3 statements that no returned value depends on (lines 5, 6, 7) left out"),
+    ]
+
+
+def test_dead_code_left_out_renumbers_expressions():
+    text = SCALARS + "z = sscal(a, y);\nalpha = rho / a;\nz = sscal(alpha, x);\nreturn z, alpha;\n"
+    with pytest.warns(ScriptWarning):
+        dag = check(parse(text, F), LIB)
+    assert [v.label for v in dag.values] == ["x", "y", "a", "rho", "alpha", "z#2"]
+    (alpha,) = dag.expressions
+    assert alpha.value == 4 and expr.refs(alpha.tree) == (3, 2)
+    assert dag.outputs == (5, 4) and dag.calls[1].args == (4, 0)

@@ -136,7 +136,7 @@ def error_of(text: str, kind=ScriptSyntaxError):
 
 @pytest.mark.parametrize("text, coord, message", [
     ("vector x;\nmatrix $A;", at(2, 8), "illegal character '$'"),
-    ("vector x; / y", at(1, 11), "illegal character '/'"),
+    ("vector x; % y", at(1, 11), "illegal character '%'"),
     ("y = sscal(0.5, x);\ny = f(1e999);", at(2, 7), "number 1e999 is out of range"),
     ("vector p;\nvector é;", at(2, 8), "illegal character 'é'"),
     # C reads 010 as octal 8; a script refuses a leading zero rather than mean another number
@@ -157,11 +157,15 @@ def test_lex_errors(text, coord, message):
     ("scalar alpha[n];", at(1, 13), "unexpected '[', expected ';' or ','"),
     ("vector x\nvector y;", at(2, 1), "unexpected 'vector', expected ';', ',' or '['"),
     ("matrix input;", at(1, 8), "unexpected 'input', expected a name"),
-    ("q = sgemv(A, p;", at(1, 15), "unexpected ';', expected ',' or ')'"),
-    ("q = sgemv(A,, p);", at(1, 13), "unexpected ',', expected '-', a name or a number"),
-    ("q = sgemv(, p);", at(1, 11), "unexpected ',', expected ')', '-', a name or a number"),
-    ("q = sgemv(A, -p);", at(1, 15), "unexpected 'p', expected a number"),
-    ("q = (A, p);", at(1, 5), "unexpected '(', expected a name"),
+    ("q = sgemv(A, p;", at(1, 15), "unexpected ';', expected ',', ')', '+', '-', '*' or '/'"),
+    ("q = sgemv(A,, p);", at(1, 13), "unexpected ',', expected '(', '-', a name or a number"),
+    ("q = sgemv(, p);", at(1, 11), "unexpected ',', expected '(', ')', '-', a name or a number"),
+    ("q = (A, p);", at(1, 7), "unexpected ',', expected ')', '+', '-', '*' or '/'"),
+    ("t = a b;", at(1, 7), "unexpected 'b', expected ';', '(', '+', '-', '*' or '/'"),
+    ("t = a + ;", at(1, 9), "unexpected ';', expected '(', '-', a name or a number"),
+    ("t = a * / b;", at(1, 9), "unexpected '/', expected '(', '-', a name or a number"),
+    ("t = (a + b;", at(1, 11), "unexpected ';', expected ')', '+', '-', '*' or '/'"),
+    ("t = ;", at(1, 5), "unexpected ';', expected '(', '-', a name or a number"),
     ("q sgemv(A, p);", at(1, 3), "unexpected 'sgemv', expected '='"),
     ("return;", at(1, 7), "unexpected ';', expected a name"),
     ("1 = f(x);", at(1, 1), "unexpected '1', expected 'matrix', 'vector', 'scalar', "
@@ -174,10 +178,10 @@ def test_syntax_errors_name_the_token_and_what_was_expected(text, coord, message
 
 @pytest.mark.parametrize("text, coord, message", [
     ("return q, s", at(1, 12), "unexpected end of input, expected ';' or ','"),
-    ("vector p;\nq = sgemv(A, p)\n", at(2, 16), "unexpected end of input, expected ';'"),
+    ("vector p;\nq = sgemv(A, p)\n", at(2, 16), "unexpected end of input, expected ';', '+', '-', '*' or '/'"),
     # blank lines and a trailing comment do not move it: it stays after the last token
     ("q = sgemv(A, p  # unclosed\n\n  \n", at(1, 15),
-     "unexpected end of input, expected ',' or ')'"),
+     "unexpected end of input, expected ',', '(', ')', '+', '-', '*' or '/'"),
     ("matrix A[m, n", at(1, 14), "unexpected end of input, expected ']'"),
 ])
 def test_end_of_input_is_located_after_the_last_token(text, coord, message):
@@ -238,3 +242,98 @@ def test_parser_is_built_once_and_reused():
     assert parser_module._parser() is parser_module._parser()
     assert parse(BICGK, F) == parse(BICGK, F)
     assert parse(BICGK, "other.script").file == "other.script"
+
+
+# -- scalar expressions -------------------------------------------------------
+
+def shown(node) -> str:
+    """A parsed expression with every group in parentheses: its structure, plainly."""
+    if isinstance(node, (ast.Name, ast.Number)):
+        return node.text
+    if isinstance(node, ast.Negation):
+        return f"(-{shown(node.operand)})"
+    if isinstance(node, ast.Application):
+        return f"{node.function.text}({', '.join(shown(a) for a in node.args)})"
+    return f"({shown(node.left)} {node.op} {shown(node.right)})"
+
+
+def right_side(text: str):
+    (statement,) = parse(text, F).statements
+    assert isinstance(statement, ast.ScalarAssignment)
+    return statement.value
+
+
+def test_expression_tokens():
+    assert [t.type for t in tokenize("t = -a + b * c / 2;", F)] == [
+        "ID", "EQUALS", "MINUS", "ID", "PLUS", "ID", "TIMES", "ID", "DIVIDE", "NUMBER", "SEMI"]
+
+
+@pytest.mark.parametrize("text, structure", [
+    ("a + b * c", "(a + (b * c))"),
+    ("a * b + c", "((a * b) + c)"),
+    ("a - b - c", "((a - b) - c)"),
+    ("a / b / c", "((a / b) / c)"),
+    ("a / b * c", "((a / b) * c)"),
+    ("a - b + c", "((a - b) + c)"),
+    ("(a + b) * c", "((a + b) * c)"),
+    ("a / (b * c)", "(a / (b * c))"),
+    ("-a * b", "((-a) * b)"),
+    ("-(a * b)", "(-(a * b))"),
+    ("a * -b", "(a * (-b))"),
+    ("- - a", "(-(-a))"),
+    ("a - -2.5", "(a - (-2.5))"),
+    ("sqrt(abs(a) + 1)", "sqrt((abs(a) + 1))"),
+    ("-(a + 2.5) * abs(b)", "((-(a + 2.5)) * abs(b))"),
+    ("((rho))", "rho"),
+    ("2", "2"),
+])
+def test_expression_precedence_and_grouping(text, structure):
+    """Unary minus binds tightest, then * and /, then + and -; binary operators group to the left."""
+    assert shown(right_side(f"t = {text};")) == structure
+
+
+def test_expression_nodes_carry_coordinates():
+    (statement,) = parse("alpha = rho / sqrt(pq);", F).statements
+    assert statement == ast.ScalarAssignment(
+        ast.Name("alpha", at(1, 1)),
+        ast.BinaryOperation("/", ast.Name("rho", at(1, 9)),
+                            ast.Application(ast.Name("sqrt", at(1, 15)), (ast.Name("pq", at(1, 20)),), at(1, 15)),
+                            at(1, 13)),
+        at(1, 1))
+    negation = parse("t = -2;", F).statements[0].value
+    assert negation == ast.Negation(ast.Number("2", 2.0, at(1, 6)), at(1, 5))
+
+
+def test_a_whole_right_side_call_is_a_library_call_unless_sqrt_or_abs():
+    call, root, size, nested = parse("y = sscal(-2, x);\nn = sqrt(rr);\nm = abs(a);\nt = 2 * sdot(x, y);",
+                                     F).statements
+    assert call == ast.Assignment(ast.Name("y", at(1, 1)), ast.Name("sscal", at(1, 5)),
+                                  (ast.Number("-2", -2.0, at(1, 11)), ast.Name("x", at(1, 15))), at(1, 1))
+    assert isinstance(root, ast.ScalarAssignment) and shown(root.value) == "sqrt(rr)"
+    assert isinstance(size, ast.ScalarAssignment) and shown(size.value) == "abs(a)"
+    # a library function inside an expression parses; the checker says what is wrong with it
+    assert isinstance(nested, ast.ScalarAssignment) and shown(nested.value) == "(2 * sdot(x, y))"
+
+
+@pytest.mark.parametrize("text, coord", [
+    ("q = sgemv(A, -p);", at(1, 14)),
+    ("y = sscal(2 * a, x);", at(1, 13)),
+    ("y = sscal(sqrt(a), x);", at(1, 11)),
+    ("y = sscal(-(-2), x);", at(1, 11)),
+    ("y = sscal((a), (x + 1));", at(1, 19)),
+])
+def test_a_call_argument_is_a_name_or_a_number(text, coord):
+    """Calls take names and numbers only: an expression is assigned to a scalar first."""
+    error = error_of(text)
+    function = text.split("=")[1].split("(")[0].strip()
+    assert (error.coord, error.message) == (coord, (
+        f"an argument of {function} is a name or a number, not an expression:"
+        " assign the expression to a scalar first (e.g. nalpha = -alpha;)"))
+    assert error.source_line == text
+
+
+def test_slash_divides_and_two_slashes_start_a_comment():
+    assert shown(right_side("t = a / b; // a / b")) == "(a / b)"
+    error = error_of("t = a // b;\n")
+    assert (error.coord, error.message) == (
+        at(1, 6), "unexpected end of input, expected ';', '(', '+', '-', '*' or '/'")

@@ -59,7 +59,9 @@ def test_dead_code_is_left_out_before_the_search():
 
 
 def test_scripts_are_searched_whole():
-    for path in sorted((ROOT / "scripts").rglob("*.script")):
+    """Table 1's scripts and the horizontal ones; the solver iterations (BiCG 11 calls, BiCGStab 14) are
+    past EXACT_CALLS and searched by the bounded search."""
+    for path in sorted(p for p in (ROOT / "scripts").rglob("*.script") if p.parent.name != "solvers"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dag = check(parse(path.read_text(), str(path)), library())

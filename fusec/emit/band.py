@@ -28,6 +28,7 @@ from ..ir.steps import function_of
 from ..library.model import Library, RoutineKind
 from ..lower.kernel import whole_in_block
 from .ops import emit_loop_ops, emit_op, finish_expression
+from .scalars import emit_scalars
 from .writer import CudaWriter
 
 FULL = "c.full = c.vec_ok && cols == BAND_COLS && c.row0 + BAND_ROWS <= rows;"
@@ -144,6 +145,7 @@ def finish_after_barrier(kernel: Kernel, dag: Dag, library: Library) -> tuple[st
     w(f"__device__ __forceinline__ void finish_sums(\n    {joined})")
     w("{")
     w.depth += 1
+    emit_scalars(w, kernel, dag)  # a finish may read scalars (sgemtv_ab's alpha, beta)
     w("fusec_band c;")
     w("c.t = threadIdx.x;")
     w("c.cols = cols;")

@@ -18,6 +18,7 @@ from ..lower.kernel import routine_of
 from .band import emit_band_body
 from .lines import library_text
 from .ops import emit_loop_ops, emit_op, finish_expression
+from .scalars import emit_scalars
 from .writer import CudaWriter, call_text
 
 
@@ -138,10 +139,7 @@ def emit_body(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, probe: 
         else:
             w(f"real* const {e.var} = smem + {e.region.offset};  // {what}{label}, mapping {e.mapping},"
               f" {e.size} reals")
-    for arg in kernel.args:
-        if arg.role == "scalar_ptr":
-            c = dag.value(arg.value).c_name
-            w(f"const real {c} = *g_{c};  // computed by an earlier kernel")
+    emit_scalars(w, kernel, dag)
     if probe:
         _emit_probe_seed(w, kernel)
 

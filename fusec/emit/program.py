@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import families
 from ..ir import geometry as geo
 from ..ir.dag import Dag
-from ..ir.plan import ProgramPlan
+from ..ir.plan import ProgramPlan, ScalarPlan
 from ..library.model import Library
 from ..target import GpuTarget
 from ..version import __version__
@@ -29,7 +29,9 @@ class GeneratedProgram:
     library: Library = dataclasses.field(repr=False)
     plan: ProgramPlan
     dtype: str
-    kernels: tuple  # one frozen kernel per plan kernel, of its family's kernel class
+    # one frozen kernel per plan kernel, of its family's kernel class; then, where the script
+    # returns a scalar expression, the kernel that stores it (families.scalar)
+    kernels: tuple
     sources: tuple[str, ...] = dataclasses.field(repr=False)  # each kernel's CUDA, in order
     source: str = dataclasses.field(repr=False)  # the whole .cu file
 
@@ -49,6 +51,9 @@ def generate(dag: Dag, library: Library, plan: ProgramPlan, dtype: str,
     dtype = geo.dtype_name(dtype)
     kernels = tuple(families.build_kernel(dag, library, k, dtype, i, alone=True, target=target)
                     for i, k in enumerate(plan.kernels))
+    returned = tuple(v for v in dict.fromkeys(dag.outputs) if dag.expression(v) is not None)
+    if returned:  # the scalar expressions returned: stored by a kernel after all the plan's (families.scalar)
+        kernels += (families.build_kernel(dag, library, ScalarPlan(returned), dtype, len(kernels), target=target),)
     sources = tuple(families.emit(k, dag, library) for k in kernels)
     script_hash = hashlib.sha256(dag.text.encode()).hexdigest()[:16]
     lines = [

@@ -1,4 +1,5 @@
-"""Kernel families: tile/vector, band, horizontal, striped and held.
+"""Kernel families: tile/vector, band, horizontal, striped and held; and scalar,
+the one kernel no search picks (it stores the scalar expressions a script returns).
 
 Each family is one module implementing :class:`~fusec.families.base.Family`;
 importing this package registers them all. The functions below are how the
@@ -12,7 +13,7 @@ from typing import Mapping
 from ..ir.dag import Dag
 from ..library.model import Library
 from ..target import GpuTarget
-from . import band, held, horizontal, striped, tile  # noqa: F401  (each registers its family)
+from . import band, held, horizontal, scalar, striped, tile  # noqa: F401  (each registers its family)
 from .base import Family, family_of, names
 
 

@@ -70,7 +70,7 @@ from ..target import GpuTarget, reference
 from .band import band_atomic_seconds, band_finish_seconds, band_seconds
 from .base import register
 from .horizontal import emit_part, union_args
-from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_reread
+from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_reread, why_scalar_crosses
 
 # A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
 # in its pass only what the consumer re-reads, past evict-first loads, so L2 keeps more of
@@ -358,6 +358,9 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
                 " of a block")
     if not crossing(dag, producer.calls, consumer.calls):
         return "the consumer reads nothing the producer computes"
+    scalar = why_scalar_crosses(dag, producer.calls, consumer.calls)
+    if scalar:
+        return scalar
     if (plan.stores_after or plan.finish_after) and producer.geometry is not Geometry.BAND:
         # tile plans measured slower with their held stores moved (bench/results/h100-held-stores.md)
         return "stores or finishes after the barrier: band parts only"

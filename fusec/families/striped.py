@@ -119,10 +119,24 @@ class StripedKernel(PartsKernel):
 
 
 def crossing(dag: Dag, producer_calls: tuple[int, ...], consumer_calls: tuple[int, ...]) -> list[int]:
-    """Values a producer call computes and a consumer call reads."""
+    """Values a producer call computes and a consumer call reads (through a scalar
+    expression of its arguments too)."""
     produced = {dag.call(c).result for c in producer_calls}
-    return sorted({a for c in consumer_calls for a in dag.call(c).args
-                   if isinstance(a, int) and a in produced})
+    return sorted({a for c in consumer_calls for a in dag.reads(c) if a in produced})
+
+
+def why_scalar_crosses(dag: Dag, producer_calls: tuple[int, ...], consumer_calls: tuple[int, ...]) -> str | None:
+    """Why the consumer may not share a launch with its producer because it reads a
+    scalar the producer makes (None: it reads none). A part reads its scalars once,
+    as it starts, through the read-only path (``const real* __restrict__``), and a
+    scalar is whole only when every producer block has added its share: scalars pass
+    between launches. (No nested function makes a scalar today; this keeps a
+    library's that would out of striped and held fusions.)"""
+    for value in crossing(dag, producer_calls, consumer_calls):
+        if dag.value(value).kind is Kind.SCALAR:
+            return (f"the consumer reads {dag.value(value).label}, a scalar the producer makes:"
+                    " scalars pass from one launch to the next")
+    return None
 
 
 def matrices_reread(dag: Dag, plan: StripedPlan) -> list[int]:
@@ -151,6 +165,9 @@ def why_not_striped(dag: Dag, plan: StripedPlan, parts: tuple[Kernel, Kernel] | 
         return f"a lag of {plan.lag}: the producer runs at least one stripe ahead"
     if not crossing(dag, plan.producer.calls, plan.consumer.calls):
         return "the consumer reads nothing the producer computes"
+    scalar = why_scalar_crosses(dag, plan.producer.calls, plan.consumer.calls)
+    if scalar:
+        return scalar
     if parts is None:
         return None
     first, second = parts

@@ -1,7 +1,8 @@
 """The syntax tree of a script: what was written, where, and nothing more.
 
 Every node is a frozen dataclass with the :class:`~fusec.errors.Coord` of its
-first character, so the checker can point at any name, number or statement.
+first character (an operator's node: the operator's), so the checker can point
+at any name, number, operator or statement.
 Meaning (declared or not, kinds, sizes) is the checker's business
 (:mod:`fusec.frontend.check`).
 """
@@ -44,6 +45,38 @@ class Number:
 
 
 Argument = Name | Number
+
+
+@dataclasses.dataclass(frozen=True)
+class Negation:
+    """``-x`` in a scalar expression: ``coord`` is the minus sign's."""
+
+    operand: "Expression"
+    coord: Coord
+
+
+@dataclasses.dataclass(frozen=True)
+class BinaryOperation:
+    """``a + b``, ``a - b``, ``a * b``, ``a / b``: ``coord`` is the operator's."""
+
+    op: str
+    left: "Expression"
+    right: "Expression"
+    coord: Coord
+
+
+@dataclasses.dataclass(frozen=True)
+class Application:
+    """``f(a, ...)`` inside a scalar expression (``sqrt(rr)``): ``coord`` is the name's.
+    A whole right-hand side ``f(...)`` with ``f`` other than ``sqrt`` or ``abs``
+    is a call, an :class:`Assignment`, instead."""
+
+    function: Name
+    args: tuple["Expression", ...]
+    coord: Coord
+
+
+Expression = Name | Number | Negation | BinaryOperation | Application
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +127,16 @@ class Return:
     coord: Coord
 
 
-Statement = Declaration | Input | Assignment | Return
+@dataclasses.dataclass(frozen=True)
+class ScalarAssignment:
+    """``alpha = rho / pq;``: ``coord`` is the target's, which starts the statement."""
+
+    target: Name
+    value: Expression
+    coord: Coord
+
+
+Statement = Declaration | Input | Assignment | ScalarAssignment | Return
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 One pass over the statements in source order, so the first error reported is
 the first one in the text. Each name gets a new :class:`~fusec.ir.dag.Value` at
-every input or assignment (versions 1, 2, ...); a read sees the newest one.
+every input or assignment (versions 1, 2, ...); a read sees the newest one. An
+assignment of a scalar expression makes a value and an
+:class:`~fusec.ir.expr.Expression` whose tree refers to the values it read.
 
 Sizes are unified with union-find: a declared size symbol (``m`` in
 ``vector q[m]``) is one fixed node wherever it appears, a size left out
@@ -26,8 +28,11 @@ from typing import Mapping, Protocol
 from ..errors import (
     ArityError,
     Coord,
+    DivisionByZeroError,
     DuplicateDeclarationError,
+    InputAssignmentError,
     KindError,
+    NestedCallError,
     ScriptSemanticError,
     ScriptWarning,
     SizeMismatchError,
@@ -35,7 +40,8 @@ from ..errors import (
     UndefinedNameError,
     UnknownFunctionError,
 )
-from ..ir.dag import Argument, Call, Constant, Dag, Value, without_dead_calls
+from ..ir import expr
+from ..ir.dag import Argument, Call, Constant, Dag, Expression, Value, without_dead_calls
 from ..library.model import Function, Kind, Param
 from . import ast
 
@@ -139,6 +145,7 @@ class _Pending:
     producer: int | None
     read: bool = False
     returned: bool = False
+    expression: bool = False  # made by a scalar expression (producer None)
 
 
 _AXES = {Kind.VECTOR: ("length",), Kind.MATRIX: ("rows", "columns")}
@@ -169,6 +176,7 @@ class _Checker:
         self.values: list[_Pending] = []
         self.current: dict[str, int] = {}  # name -> newest value id
         self.calls: list[Call] = []
+        self.expressions: list[Expression] = []
         self.input_ids: list[int] = []
         self.output_ids: list[int] = []
         self.returned: ast.Return | None = None
@@ -180,7 +188,8 @@ class _Checker:
 
     def run(self) -> Dag:
         handlers = {ast.Declaration: self.declaration, ast.Input: self.input,
-                    ast.Assignment: self.assignment, ast.Return: self.return_}
+                    ast.Assignment: self.assignment, ast.ScalarAssignment: self.scalar_assignment,
+                    ast.Return: self.return_}
         for statement in self.script.statements:
             if self.returned is not None:
                 self.fail(ScriptSemanticError,
@@ -192,6 +201,10 @@ class _Checker:
                       self.script.end)
         self.warn_unused()
         dag, dead = without_dead_calls(self.dag())
+        if not dag.calls:  # scalars of inputs only: nothing for a GPU kernel to stream
+            self.fail(ScriptSemanticError, "no returned value depends on a call of the library: a script"
+                      " computes with calls (scalar expressions of inputs alone are the caller's to compute)",
+                      self.returned.coord)
         if dead:  # the lines whose result is never read were named above; these are all left out
             lines = ", ".join(str(c.coord.line) for c in dead)
             warnings.warn(ScriptWarning(f"{len(dead)} statement{'s' if len(dead) > 1 else ''} that no returned value"
@@ -250,6 +263,56 @@ class _Checker:
         self.calls.append(Call(call_id, function.name, args, value_id, statement.coord,
                                self.script.line(statement.coord.line)))
 
+    def scalar_assignment(self, statement: ast.ScalarAssignment) -> None:
+        """``t = <expression>;``: the target, then the expression from left to right."""
+        name = statement.target
+        target = self.lookup(name)
+        if target.kind is not Kind.SCALAR:
+            self.fail(KindError, f"'{name.text}' is a {target.kind}, but an expression makes a scalar"
+                      " (a vector or matrix is the result of a call)", name.coord)
+        if name.text in self.inputs:
+            self.fail(InputAssignmentError, f"'{name.text}' is an input: an expression cannot assign it"
+                      " (an input's name keeps the caller's value; declare another scalar)", name.coord)
+        tree = self.expression(statement.value)
+        value_id = self.new_value(name, target, producer=None)
+        self.values[value_id].expression = True
+        self.expressions.append(Expression(value_id, tree, statement.coord, self.script.line(statement.coord.line)))
+
+    def expression(self, node: ast.Expression) -> expr.Expr:
+        """The DAG's tree of a scalar expression, checked: scalars that hold a value,
+        sqrt and abs of one argument, no division by a constant zero."""
+        if isinstance(node, ast.Number):
+            return Constant(node.value, node.text, node.coord)
+        if isinstance(node, ast.Name):
+            declared = self.lookup(node)
+            if declared.kind is not Kind.SCALAR:
+                self.fail(KindError, f"'{node.text}' is a {declared.kind}, but an expression"
+                          " takes scalars and numbers", node.coord)
+            if node.text not in self.current:
+                self.fail(UnassignedNameError, f"'{node.text}' is used before it is assigned", node.coord)
+            value_id = self.current[node.text]
+            self.values[value_id].read = True
+            return expr.Ref(value_id, node.coord)
+        if isinstance(node, ast.Negation):
+            return expr.Negate(self.expression(node.operand), node.coord)
+        if isinstance(node, ast.BinaryOperation):
+            left, right = self.expression(node.left), self.expression(node.right)
+            if node.op == "/" and expr.folded(right) == 0:
+                self.fail(DivisionByZeroError, f"division by zero: the divisor"
+                          f" {expr.text(right, lambda v: self.values[v].name)} is a constant 0", node.coord)
+            return expr.Binary(node.op, left, right, node.coord)
+        function = node.function
+        if function.text not in expr.FUNCTIONS:
+            if function.text in self.functions:
+                self.fail(NestedCallError, f"{function.text} is a library function: call it in an assignment"
+                          f" of its own (t = {function.text}(...);) and use t here", function.coord)
+            self.fail(UnknownFunctionError, f"unknown function '{function.text}' in an expression (its"
+                      f" functions are {' and '.join(expr.FUNCTIONS)}){_suggest(function.text, expr.FUNCTIONS)}",
+                      function.coord)
+        if len(node.args) != 1:
+            self.fail(ArityError, f"{function.text} takes 1 argument, {len(node.args)} given", function.coord)
+        return expr.Apply(function.text, self.expression(node.args[0]), function.coord)
+
     def return_(self, statement: ast.Return) -> None:
         self.returned = statement
         seen: set[str] = set()
@@ -262,10 +325,10 @@ class _Checker:
                 self.fail(UnassignedNameError,
                           f"'{name.text}' is returned but never assigned", name.coord)
             value = self.values[self.current[name.text]]
-            if value.producer is None:
+            if value.producer is None and not value.expression:
                 self.fail(UnassignedNameError,
                           f"'{name.text}' is an input returned unchanged; "
-                          "only results of calls can be returned", name.coord)
+                          "only results of calls and expressions can be returned", name.coord)
             value.returned = True
             self.output_ids.append(self.current[name.text])
 
@@ -287,7 +350,7 @@ class _Checker:
         function = self.functions.get(name.text)
         if function is None:
             self.fail(UnknownFunctionError,
-                      f"unknown function '{name.text}'{_suggest(name.text, self.functions)}",
+                      f"unknown function '{name.text}'{_suggest(name.text, [*self.functions, *expr.FUNCTIONS])}",
                       name.coord)
         wanted, given = len(function.params), len(statement.args)
         if wanted != given:
@@ -343,7 +406,7 @@ class _Checker:
         for value_id, value in enumerate(self.values):
             if value.read or value.returned:
                 continue
-            if value.producer is None:
+            if value.producer is None and not value.expression:
                 found.append((value.coord, f"input '{value.name}' is never used"))
             elif self.current[value.name] != value_id:
                 found.append((value.coord,
@@ -376,6 +439,7 @@ class _Checker:
         sizes += [size for v in values for size in v.dims if size not in sizes]
         return Dag(name=pathlib.PurePath(self.script.file).stem, file=self.script.file,
                    text=self.script.text, values=values, calls=tuple(self.calls),
+                   expressions=tuple(self.expressions),
                    inputs=tuple(self.input_ids), outputs=tuple(self.output_ids),
                    sizes=tuple(dict.fromkeys(sizes)))
 

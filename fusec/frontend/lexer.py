@@ -33,7 +33,10 @@ PUNCTUATION = {
     "LPAREN": "(",
     "RPAREN": ")",
     "EQUALS": "=",
+    "PLUS": "+",
     "MINUS": "-",
+    "TIMES": "*",
+    "DIVIDE": "/",
 }
 
 
@@ -52,7 +55,10 @@ class ScriptLexer:
     t_LPAREN = r"\("
     t_RPAREN = r"\)"
     t_EQUALS = r"="
+    t_PLUS = r"\+"
     t_MINUS = r"-"
+    t_TIMES = r"\*"
+    t_DIVIDE = r"/"  # "//" starts a comment: PLY tries the longer t_ignore_COMMENT first
 
     # Function rules match before string rules, in the order written here.
 

@@ -19,6 +19,7 @@ import threading
 from ply import lex, yacc
 
 from ..errors import Coord, ScriptSyntaxError, coord_at
+from ..ir.expr import FUNCTIONS
 from ..library.model import Kind
 from . import ast
 from .lexer import KEYWORDS, PUNCTUATION, ScriptLexer, new_lexer
@@ -98,9 +99,26 @@ class ScriptParser:
         return ast.Name(p[n], self._coord(p, n))
 
     def _expected(self) -> str:
-        state = self.parser.statestack[-1]
-        allowed = self.parser.action[state]
-        return _one_of([shown for kind, shown in _SHOWN.items() if kind in allowed])
+        return _one_of([shown for kind, shown in _SHOWN.items() if self._accepts(kind)])
+
+    def _accepts(self, kind: str) -> bool:
+        """Whether a token of ``kind`` would be shifted next, after the reductions it
+        causes. A state's action table alone over-states it: LALR merges the
+        lookaheads of states alike (after ``p`` in ``q = sgemv(A, p)`` it lists
+        ',' and ')' wherever an argument may end), so the automaton is run on a
+        copy of the stack until it shifts or fails."""
+        action, goto, productions = self.parser.action, self.parser.goto, self.parser.productions
+        stack = list(self.parser.statestack)
+        while True:
+            step = action[stack[-1]].get(kind)
+            if step is None:
+                return False
+            if step >= 0:  # a shift, or accept
+                return True
+            production = productions[-step]
+            if production.len:
+                del stack[-production.len:]
+            stack.append(goto[stack[-1]][production.name])
 
     # -- statements -----------------------------------------------------------
 
@@ -202,38 +220,84 @@ class ScriptParser:
         p[0] = p[1] + (self._name(p, 3),)
 
     # -- assignments ----------------------------------------------------------
+    # One rule: the right-hand side is an expression. A whole right-hand side
+    # ``f(...)`` with ``f`` not a function of expressions (sqrt, abs) is a call
+    # of the library, whose arguments are names and numbers; anything else is
+    # a scalar expression, which the checker turns into an Expression of the DAG.
 
-    def p_assignment_1(self, p):
-        """assignment : ID EQUALS ID LPAREN arguments RPAREN SEMI"""
+    def p_assignment(self, p):
+        """assignment : ID EQUALS expression SEMI"""
         target = self._name(p, 1)
-        p[0] = ast.Assignment(target, self._name(p, 3), p[5], target.coord)
+        value = p[3]
+        if isinstance(value, ast.Application) and value.function.text not in FUNCTIONS:
+            args = tuple(self._call_argument(value.function, arg) for arg in value.args)
+            p[0] = ast.Assignment(target, value.function, args, target.coord)
+        else:
+            p[0] = ast.ScalarAssignment(target, value, target.coord)
 
-    def p_assignment_2(self, p):
-        """assignment : ID EQUALS ID LPAREN RPAREN SEMI"""
+    def _call_argument(self, function: ast.Name, arg) -> ast.Argument:
+        """A call's argument: a name, a number, or a negated number (``-0.5``)."""
+        if isinstance(arg, (ast.Name, ast.Number)):
+            return arg
+        if isinstance(arg, ast.Negation) and isinstance(arg.operand, ast.Number):
+            number = arg.operand
+            return ast.Number("-" + number.text, -number.value, arg.coord)
+        raise ScriptSyntaxError(
+            f"an argument of {function.text} is a name or a number, not an expression:"
+            " assign the expression to a scalar first (e.g. nalpha = -alpha;)",
+            arg.coord, ast.source_line(self._context.text, arg.coord.line))
+
+    # -- scalar expressions ---------------------------------------------------
+    # Usual precedence: unary minus binds tightest, then * and /, then + and -;
+    # binary operators group to the left (a - b - c is (a - b) - c).
+
+    precedence = (
+        ("left", "PLUS", "MINUS"),
+        ("left", "TIMES", "DIVIDE"),
+        ("right", "UMINUS"),
+    )
+
+    def p_expression_1(self, p):
+        """expression : expression PLUS expression
+                      | expression MINUS expression
+                      | expression TIMES expression
+                      | expression DIVIDE expression"""
+        p[0] = ast.BinaryOperation(p[2], p[1], p[3], self._coord(p, 2))
+
+    def p_expression_2(self, p):
+        """expression : MINUS expression %prec UMINUS"""
+        p[0] = ast.Negation(p[2], self._coord(p, 1))
+
+    def p_expression_3(self, p):
+        """expression : LPAREN expression RPAREN"""
+        p[0] = p[2]
+
+    def p_expression_4(self, p):
+        """expression : ID LPAREN arguments RPAREN"""
+        name = self._name(p, 1)
+        p[0] = ast.Application(name, p[3], name.coord)
+
+    def p_expression_5(self, p):
+        """expression : ID LPAREN RPAREN"""
         # No function takes no argument, but the checker says so better.
-        target = self._name(p, 1)
-        p[0] = ast.Assignment(target, self._name(p, 3), (), target.coord)
+        name = self._name(p, 1)
+        p[0] = ast.Application(name, (), name.coord)
+
+    def p_expression_6(self, p):
+        """expression : ID"""
+        p[0] = self._name(p, 1)
+
+    def p_expression_7(self, p):
+        """expression : NUMBER"""
+        p[0] = ast.Number(p[1], float(p[1]), self._coord(p, 1))
 
     def p_arguments_1(self, p):
-        """arguments : argument"""
+        """arguments : expression"""
         p[0] = (p[1],)
 
     def p_arguments_2(self, p):
-        """arguments : arguments COMMA argument"""
+        """arguments : arguments COMMA expression"""
         p[0] = p[1] + (p[3],)
-
-    def p_argument_1(self, p):
-        """argument : ID"""
-        p[0] = self._name(p, 1)
-
-    def p_argument_2(self, p):
-        """argument : NUMBER"""
-        p[0] = ast.Number(p[1], float(p[1]), self._coord(p, 1))
-
-    def p_argument_3(self, p):
-        """argument : MINUS NUMBER"""
-        text = "-" + p[2]
-        p[0] = ast.Number(text, float(text), self._coord(p, 1))
 
     # -- errors ---------------------------------------------------------------
 

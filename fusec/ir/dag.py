@@ -4,6 +4,12 @@ Vertices are calls of elementary functions; edges are the values one call
 produces and another reads. Names are single-assignment here: a script that
 reassigns ``x`` gets a second :class:`Value` for it. Every record keeps the
 source coordinate it came from, so later stages can point back at the script.
+
+A scalar may also be made by an :class:`~fusec.ir.expr.Expression` over other
+scalars (``alpha = rho / pq``). An expression is no vertex: the calls that read
+its value depend on the values it reads (:meth:`Dag.leaves`), so a call reading
+``alpha`` comes after the calls making ``rho`` and ``pq``, and may share no kernel
+with a reduction making either (its final result needs a global barrier).
 """
 
 from __future__ import annotations
@@ -13,11 +19,16 @@ import functools
 
 from ..errors import Coord
 from ..library.model import Kind
+from . import expr
+from .expr import Constant, Expression
+
+__all__ = ["Value", "Constant", "Argument", "Call", "Dag", "Expression", "without_dead_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Value:
-    """A single-assignment value: a script input or the result of one call."""
+    """A single-assignment value: a script input, the result of one call, or the
+    scalar an expression makes (``producer`` None, :meth:`Dag.expression` not None)."""
 
     id: int
     name: str  # the name in the script
@@ -25,7 +36,7 @@ class Value:
     kind: Kind
     dims: tuple[str, ...]  # size symbols, e.g. ("m", "n")
     coord: Coord = dataclasses.field(compare=False)  # declaration or assignment
-    producer: int | None = None  # id of the call that assigns it; None for inputs
+    producer: int | None = None  # id of the call that assigns it; None for inputs and expressions
 
     @property
     def label(self) -> str:
@@ -36,22 +47,6 @@ class Value:
     def c_name(self) -> str:
         """A C identifier that no other value and no C keyword can take."""
         return f"v{self.id}_{self.name}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Constant:
-    """A number written in the script as a scalar argument."""
-
-    value: float
-    text: str
-    coord: Coord = dataclasses.field(compare=False)
-
-    @property
-    def literal(self) -> str:
-        """The value as a C double literal: Python's shortest round-trip form
-        (``10.0``, ``0.5``, ``1e-05``), never the script's text, which C may read
-        otherwise (``010`` is octal there)."""
-        return repr(float(self.value))
 
 
 Argument = int | Constant  # a value id, or a literal
@@ -80,9 +75,57 @@ class Dag:
     inputs: tuple[int, ...] = ()  # value ids, in the order of the input statement
     outputs: tuple[int, ...] = ()  # value ids, in the order of the return statement
     sizes: tuple[str, ...] = ()  # size symbols in order of first appearance
+    expressions: tuple[Expression, ...] = ()  # in script order; each makes a value after those it reads
 
     def value(self, value_id: int) -> Value:
         return self.values[value_id]
+
+    @functools.cached_property
+    def _expressions(self) -> dict[int, Expression]:
+        return {e.value: e for e in self.expressions}
+
+    def expression(self, value_id: int) -> Expression | None:
+        """The expression that makes the value; None for inputs and call results."""
+        return self._expressions.get(value_id)
+
+    def is_input(self, value_id: int) -> bool:
+        value = self.values[value_id]
+        return value.producer is None and value_id not in self._expressions
+
+    @functools.cached_property
+    def _leaves(self) -> dict[int, tuple[int, ...]]:
+        out: dict[int, tuple[int, ...]] = {}
+        for e in self.expressions:  # script order: what an expression reads is done before it
+            out[e.value] = tuple(dict.fromkeys(leaf for ref in expr.refs(e.tree) for leaf in out.get(ref, (ref,))))
+        return out
+
+    def leaves(self, value_id: int) -> tuple[int, ...]:
+        """The inputs and call results a value is made from through expressions,
+        in the order written: the value itself unless an expression makes it."""
+        return self._leaves.get(value_id, (value_id,))
+
+    def needed_expressions(self, value_ids) -> tuple[int, ...]:
+        """The expression values that must be evaluated to have ``value_ids``
+        (those of them that are expressions, and every expression they read), in
+        an order where each comes after those it reads (value ids ascend so)."""
+        out: set[int] = set()
+        stack = [v for v in value_ids if v in self._expressions]
+        while stack:
+            value = stack.pop()
+            if value not in out:
+                out.add(value)
+                stack.extend(r for r in expr.refs(self._expressions[value].tree) if r in self._expressions)
+        return tuple(sorted(out))
+
+    @functools.cached_property
+    def _reads(self) -> dict[int, tuple[int, ...]]:
+        return {call.id: tuple(dict.fromkeys(leaf for arg in call.value_args() for leaf in self.leaves(arg)))
+                for call in self.calls}
+
+    def reads(self, call_id: int) -> tuple[int, ...]:
+        """The inputs and call results a call reads, directly or through the
+        expressions of its scalar arguments, each once."""
+        return self._reads[call_id]
 
     def call(self, call_id: int) -> Call:
         return self.calls[call_id]
@@ -91,12 +134,13 @@ class Dag:
     def _consumers(self) -> dict[int, tuple[int, ...]]:
         out: dict[int, list[int]] = {v.id: [] for v in self.values}
         for call in self.calls:
-            for arg in dict.fromkeys(call.value_args()):
+            for arg in self.reads(call.id):
                 out[arg].append(call.id)
         return {k: tuple(v) for k, v in out.items()}
 
     def consumers(self, value_id: int) -> tuple[int, ...]:
-        """Calls that read the value, in script order."""
+        """Calls that read the value, in script order; through an expression too
+        (an expression's own value has none: the calls read what it is made of)."""
         return self._consumers[value_id]
 
     def producer(self, value_id: int) -> int | None:
@@ -104,7 +148,7 @@ class Dag:
 
     def predecessors(self, call_id: int) -> tuple[int, ...]:
         """Calls whose results this call reads."""
-        preds = (self.values[a].producer for a in self.calls[call_id].value_args())
+        preds = (self.values[a].producer for a in self.reads(call_id))
         return tuple(dict.fromkeys(p for p in preds if p is not None))
 
     def successors(self, call_id: int) -> tuple[int, ...]:
@@ -131,34 +175,46 @@ class Dag:
     def is_output(self, value_id: int) -> bool:
         return value_id in self.outputs
 
+    def expression_text(self, value_id: int) -> str:
+        """The expression making the value, as a script writes it (``rho / pq``)."""
+        return expr.text(self._expressions[value_id].tree, lambda v: self.values[v].label)
+
     def describe(self) -> str:
-        """A readable listing, one call per line, for plans and debugging."""
+        """A readable listing, one call or expression per line in script order, for
+        plans and debugging."""
         lines = []
         for call in self.calls:
             args = ", ".join(
                 a.text if isinstance(a, Constant) else self.values[a].label
                 for a in call.args)
-            lines.append(f"{self.file}:{call.coord.line}: "
-                         f"{self.values[call.result].label} = {call.function}({args})")
-        return "\n".join(lines)
+            lines.append((call.result, f"{self.file}:{call.coord.line}: "
+                          f"{self.values[call.result].label} = {call.function}({args})"))
+        for e in self.expressions:
+            lines.append((e.value, f"{self.file}:{e.coord.line}: "
+                          f"{self.values[e.value].label} = {self.expression_text(e.value)}"))
+        return "\n".join(line for _, line in sorted(lines))
 
 
-def without_dead_calls(dag: Dag) -> tuple[Dag, tuple[Call, ...]]:
-    """The DAG without the calls no returned value depends on (dead code: their
-    results would be computed and thrown away), and those calls. Calls and the
-    values they make are renumbered in order; inputs are all kept (the caller
-    still passes them)."""
+def without_dead_calls(dag: Dag) -> tuple[Dag, tuple[Call | Expression, ...]]:
+    """The DAG without the calls and expressions no returned value depends on
+    (dead code: their results would be computed and thrown away), and those, in
+    script order. Values, calls and expressions are renumbered in order; inputs
+    are all kept (the caller still passes them)."""
     live: set[int] = set()
-    stack = [dag.producer(v) for v in dag.outputs if dag.producer(v) is not None]
+    stack = [dag.producer(leaf) for v in dag.outputs for leaf in dag.leaves(v) if dag.producer(leaf) is not None]
     while stack:
         call = stack.pop()
         if call not in live:
             live.add(call)
             stack.extend(dag.predecessors(call))
-    dead = tuple(c for c in dag.calls if c.id not in live)
+    wanted = set(dag.outputs) | {a for c in dag.calls if c.id in live for a in c.value_args()}
+    live_expressions = set(dag.needed_expressions(wanted))
+    dead = tuple(sorted((*(c for c in dag.calls if c.id not in live),
+                         *(e for e in dag.expressions if e.value not in live_expressions)),
+                        key=lambda s: s.coord))
     if not dead:
         return dag, ()
-    kept = [v for v in dag.values if v.producer is None or v.producer in live]
+    kept = [v for v in dag.values if dag.is_input(v.id) or v.producer in live or v.id in live_expressions]
     value_ids = {v.id: i for i, v in enumerate(kept)}
     call_ids = {c.id: i for i, c in enumerate(c for c in dag.calls if c.id in live)}
     values = tuple(dataclasses.replace(v, id=value_ids[v.id],
@@ -167,8 +223,11 @@ def without_dead_calls(dag: Dag) -> tuple[Dag, tuple[Call, ...]]:
     calls = tuple(dataclasses.replace(c, id=call_ids[c.id], result=value_ids[c.result],
                                       args=tuple(value_ids[a] if isinstance(a, int) else a for a in c.args))
                   for c in dag.calls if c.id in live)
+    expressions = tuple(dataclasses.replace(e, value=value_ids[e.value],
+                                            tree=expr.relabelled(e.tree, value_ids.__getitem__))
+                        for e in dag.expressions if e.value in live_expressions)
     used = {s for v in values for s in v.dims}
-    return dataclasses.replace(dag, values=values, calls=calls,
+    return dataclasses.replace(dag, values=values, calls=calls, expressions=expressions,
                                inputs=tuple(value_ids[v] for v in dag.inputs),
                                outputs=tuple(value_ids[v] for v in dag.outputs),
                                sizes=tuple(s for s in dag.sizes if s in used)), dead

@@ -162,6 +162,10 @@ class Kernel(LaunchNeeds):
     # Band kernels: the most register slots of whole-row matrix elements live at once in
     # the loop (:func:`_live_band_slots`), which the register estimate counts.
     live_band_slots: int = 0
+    # The scalar expressions (value ids) the kernel evaluates before its work, each after
+    # those it reads, from its scalar and scalar_ptr arguments (fusec.ir.expr): their
+    # values feed its calls' scalar parameters and finishes.
+    expressions: tuple[int, ...] = ()
 
     @property
     def shape(self) -> geo.Shape:

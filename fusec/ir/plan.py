@@ -10,7 +10,9 @@ in one launch, stripe by stripe (cuSync, KTILER); a :class:`HeldPlan` runs
 them in one launch of resident blocks with one grid barrier between them, the
 producer's matrix tiles held on chip across it. A :class:`ProgramPlan` is
 a *combination*: kernels that cover every call, in an order that respects
-the DAG. They print, sort, hash into cache keys and serialise to JSON.
+the DAG. They print, sort, hash into cache keys and serialise to JSON. A
+:class:`ScalarPlan` is the one kernel no search picks: it stores the scalar
+expressions a script returns.
 """
 
 from __future__ import annotations
@@ -296,6 +298,29 @@ class HeldPlan(TwoPartPlan):
         producer, consumer = (KernelPlan.from_json(p) for p in data["held"])
         return cls(producer, consumer, int(data["registers"]), int(data["shared"]), int(data["per_sm"]),
                    bool(data.get("stores_after", False)), bool(data.get("finish_after", False)))
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ScalarPlan(Plan):
+    """The kernel that computes and stores the scalar expressions a script returns
+    (``values``, value ids): one thread, launched after every other kernel, so
+    that the results of calls it reads are final. It is not a point of the space:
+    every plan of a script that returns an expression has the same one, so
+    :func:`fusec.emit.program.generate` appends it to the plan's kernels. An
+    expression that only calls read is evaluated by those calls' kernels instead
+    (:attr:`fusec.ir.kernel.Kernel.expressions`)."""
+
+    values: tuple[int, ...]
+    family = "scalar"
+    calls = ()  # it covers no call
+    parts = ()  # nor any kernel plan
+
+    @property
+    def composite(self) -> bool:
+        return False
+
+    def summary(self, dag) -> str:
+        return "+".join(dag.value(v).label for v in self.values) + " [1 thread]"
 
 
 def kernel_plan_from_json(data: dict) -> Plan:

@@ -250,8 +250,11 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     name = f"k{index}_" + "_".join(dag.call(c).function for c in plan.calls)
     stores_matrix = any(a.role == "out" and dag.value(a.value).kind is Kind.MATRIX for a in args)
     stream = plan.geometry is not Geometry.VECTOR and not stores_matrix
+    scalars = [a for c in plan.calls for p, a in zip(function_of(dag, library, c).params, dag.call(c).args)
+               if p.kind is Kind.SCALAR and isinstance(a, int)]
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
-                    total, stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements))
+                    total, stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements),
+                    expressions=dag.needed_expressions(scalars))
     most = min(MAX_REGISTERS, target.registers_per_sm // plan.shape.block)
     if plan.geometry is Geometry.BAND and registers.estimate(kernel) > most:
         # a band keeps whole rows in registers: where they do not fit, they would spill
@@ -313,10 +316,16 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
             value = dag.value(arg)
             if param.kind is Kind.SCALAR:
                 seen.add(arg)
-                if value.producer is None:
-                    scalars.append(Arg("scalar", f"const real {value.c_name}", arg))
-                else:  # computed by an earlier kernel: it stays on the device
-                    scalars.append(Arg("scalar_ptr", f"const real* __restrict__ g_{value.c_name}", arg))
+                # an expression is evaluated in the kernel (Kernel.expressions): its operands are passed
+                for leaf in dag.leaves(arg):
+                    if leaf != arg and leaf in seen:  # an operand passed already (arg itself was not)
+                        continue
+                    seen.add(leaf)
+                    operand = dag.value(leaf)
+                    if operand.producer is None:
+                        scalars.append(Arg("scalar", f"const real {operand.c_name}", leaf))
+                    else:  # computed by an earlier kernel: it stays on the device
+                        scalars.append(Arg("scalar_ptr", f"const real* __restrict__ g_{operand.c_name}", leaf))
             elif dag.producer(arg) not in kernel_calls:
                 seen.add(arg)
                 axis = (axis_of(function, param.dims[0])

@@ -6,7 +6,8 @@ A set of calls may share one kernel when
   consumer instance then runs in its producer's block: same element shapes,
   same tile, same chunk);
 - no call reads the *final* result of a reduction made in the set (that needs
-  a global barrier; partial reductions may still share on-chip data), nor
+  a global barrier; partial reductions may still share on-chip data), directly
+  or through a scalar expression of its arguments (``alpha = rho / pq``), nor
   reads in its finish epilogue a value made in the set; except, in the band
   geometry (a block owns whole rows), a sum along the rows, which is whole
   inside the block (ATAX's ``t = A x`` feeding ``y = A^T t``): such a set
@@ -109,15 +110,17 @@ def why_not_fusible(dag: Dag, library: Library, calls: tuple[int, ...],
         for param, arg in zip(function.params, record.args):
             if not isinstance(arg, int):
                 continue
-            producer = dag.producer(arg)
-            if producer not in members:
-                continue
-            if function_of(dag, library, producer).hof.reduce and not (
-                    geometry is Geometry.BAND and _whole_in_band(dag, library, producer)):
-                return (f"call {call} reads {dag.value(arg).label}, the final result of a reduction"
-                        " in the same kernel (a global barrier)")
-            if param.name in function.finish_only:
-                return f"call {call} finishes with {dag.value(arg).label}, made in the same kernel"
+            for leaf in dag.leaves(arg):  # a scalar expression's operands, as if read directly
+                producer = dag.producer(leaf)
+                if producer not in members:
+                    continue
+                read = dag.value(leaf).label + (f" (in {dag.value(arg).label})" if leaf != arg else "")
+                if function_of(dag, library, producer).hof.reduce and not (
+                        geometry is Geometry.BAND and _whole_in_band(dag, library, producer)):
+                    return (f"call {call} reads {read}, the final result of a reduction"
+                            " in the same kernel (a global barrier)")
+                if param.name in function.finish_only:
+                    return f"call {call} finishes with {read}, made in the same kernel"
     for a in calls:
         for b in calls:
             if a == b or not dag.reaches(a, b):

@@ -32,6 +32,7 @@ import warnings
 
 from ..errors import FusecWarning, PlanError
 from ..families import build_kernel
+from ..ir import expr
 from ..ir.dag import Dag
 from ..ir.plan import KernelPlan
 from ..ir.steps import function_of
@@ -76,28 +77,38 @@ def likeness(dag: Dag, calls: tuple[int, ...], parts: tuple[tuple[int, ...], ...
     the same constants, results of the same earlier call of the set, or values
     from outside (the same one where the other reads the same one) of the same
     kind and size symbols (and, for a scalar, producing function: a reduction's
-    result is finished elsewhere); and results of the same kind and
+    result is finished elsewhere; for a scalar expression, trees alike over
+    operands alike); and results of the same kind and
     sizes, returned or read outside alike."""
     index = {c: i for i, c in enumerate(calls)}
     outside: dict[int, int] = {}
+
+    def value_key(arg: int) -> tuple:
+        expression = dag.expression(arg)
+        if expression is not None:  # alike when the trees are, over operands alike
+            return ("expression", tree_key(expression.tree))
+        producer = dag.producer(arg)
+        if producer in index:
+            return ("call", index[producer])
+        value = dag.value(arg)
+        made_by = None if producer is None or value.kind is not Kind.SCALAR else dag.call(producer).function
+        return ("value", outside.setdefault(arg, len(outside)), value.kind, value.dims, made_by)
+
+    def tree_key(tree: expr.Expr) -> tuple:
+        if isinstance(tree, expr.Ref):
+            return value_key(tree.value)
+        if isinstance(tree, expr.Constant):
+            return ("constant", tree.text)
+        head = tree.op if isinstance(tree, expr.Binary) else tree.function if isinstance(tree, expr.Apply) else "neg"
+        return (head, *(tree_key(child) for child in expr.children(tree)))
+
     items = []
     for call in calls:
         record = dag.call(call)
-        args = []
-        for arg in record.args:
-            if not isinstance(arg, int):
-                args.append(("constant", arg.text))
-                continue
-            producer = dag.producer(arg)
-            if producer in index:
-                args.append(("call", index[producer]))
-                continue
-            value = dag.value(arg)
-            made_by = None if producer is None or value.kind is not Kind.SCALAR else dag.call(producer).function
-            args.append(("value", outside.setdefault(arg, len(outside)), value.kind, value.dims, made_by))
+        args = tuple(value_key(arg) if isinstance(arg, int) else ("constant", arg.text) for arg in record.args)
         result = dag.value(record.result)
         leaves = any(c not in index for c in dag.consumers(record.result))
-        items.append((record.function, tuple(args), result.kind, result.dims, dag.is_output(record.result), leaves))
+        items.append((record.function, args, result.kind, result.dims, dag.is_output(record.result), leaves))
     return tuple(items), tuple(tuple(index[c] for c in part) for part in parts)
 
 
