@@ -102,7 +102,7 @@ def main(argv=None) -> int:
                 + (" variant" if (args.unroll or args.min_blocks) and rank > len(combos) // 2 else ""))
         labels.append(line)
         print(line, flush=True)
-        prog._buffers.clear()
+        prog.release()
     print("fastest measured:")
     for i in sorted(range(len(rows)), key=rows.__getitem__)[:10]:
         print(labels[i])

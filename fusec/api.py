@@ -141,8 +141,12 @@ def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, i
                 plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                 gpu: str | None = None, tuned: bool = True, reproducible: bool = False) -> Program:
     """:func:`compile` for a script already checked into a DAG."""
-    return build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
-                         gpu=gpu, tuned=tuned, reproducible=reproducible)[0]
+    program = build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
+                            gpu=gpu, tuned=tuned, reproducible=reproducible)[0]
+    if plan is None:  # sizes its plan cannot serve get the plan compile chooses for them
+        program.replan = lambda other: compile_dag(dag, library, dtype, sizes=other, predictor=predictor, gpu=gpu,
+                                                   tuned=tuned, reproducible=reproducible)
+    return program
 
 
 def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,

@@ -4,8 +4,10 @@ ratio (sblat2's) generalised to a script.
 Every library function carries a ``reference``: a NumPy-style expression over
 its parameter names (``alpha * (A @ x) + beta * y``). The oracle parses it with
 :mod:`ast` and evaluates it with its own small tree walker, never ``eval``:
-the language is numbers, parameter names, binary ``+ - * @``, unary ``-``,
-parentheses, ``.T``, and calls of ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``.
+the language is numbers, parameter names, binary ``+ - * / @``, unary ``-``,
+parentheses, ``.T``, the sums ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``, and
+the element-wise ``abs(a)``, ``sqrt(a)``, ``exp(a)``, ``min(a, b)``,
+``max(a, b)`` (NumPy's ``abs``, ``sqrt``, ``exp``, ``minimum``, ``maximum``).
 
 A compiled output is judged with the reference BLAS test ratio (SMVCH in
 Reference-LAPACK ``sblat2.f``) generalised to a whole script:
@@ -13,7 +15,9 @@ Reference-LAPACK ``sblat2.f``) generalised to a whole script:
 - the *gauge* ``g`` is the script evaluated in magnitude arithmetic on the
   absolute values of every input and constant (``a - b`` becomes
   ``|a| + |b|``, ``-a`` becomes ``|a|``); for ``y = alpha*A@x + beta*y`` it is
-  SMVCH's ``|alpha| * sum_j |A_ij x_j| + |beta y_i|``;
+  SMVCH's ``|alpha| * sum_j |A_ij x_j| + |beta y_i|``. Where magnitudes do
+  not bound the rounding (``/``, ``sqrt``, ``exp``) the gauge is the
+  first-order one, from the exact values (see :func:`gauge`);
 - ``ratio = max_i |computed_i - reference_i| / (eps * g_i)`` with ``eps`` the
   machine epsilon of the compiled precision;
 - the output passes when ``ratio < threshold(k)``, ``k`` being the number of
@@ -43,9 +47,11 @@ __all__ = [
 ]
 
 # name -> number of positional arguments
-_FUNCTIONS = {"outer": 2, "dot": 2, "sum": 1}
+_FUNCTIONS = {"outer": 2, "dot": 2, "sum": 1, "abs": 1, "sqrt": 1, "exp": 1, "min": 2, "max": 2}
+# element-wise: the shape of their operands (min and max broadcast a scalar as + does)
+_ELEMENTWISE = ("abs", "sqrt", "exp", "min", "max")
 
-_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.MatMult: "@"}
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@"}
 
 # Friendly names for constructs that are rejected (the rest use the node type).
 _CONSTRUCT_NAMES = {
@@ -101,7 +107,7 @@ class _Checker:
             op = _BINARY.get(type(node.op))
             if op is None:
                 raise self.fail(f"operator {_op_text(node.op)!r} is not allowed "
-                                "(only + - * @)")
+                                "(only + - * / @)")
             left, right = self.shape(node.left), self.shape(node.right)
             return self.matmul(left, right, node) if op == "@" else \
                 self.elementwise(left, right, op, node)
@@ -136,6 +142,8 @@ class _Checker:
             raise self.fail(f"{name} takes {_FUNCTIONS[name]} argument(s), "
                             f"got {len(node.args)} in `{ast.unparse(node)}`")
         args = [self.shape(a) for a in node.args]  # rejects Starred too
+        if name in _ELEMENTWISE:
+            return args[0] if len(args) == 1 else self.elementwise(args[0], args[1], name, node)
         self.reduces |= name in ("dot", "sum")
         if name == "sum":
             self.contracted.update(args[0])
@@ -169,7 +177,7 @@ class _Checker:
         self.contracted.add(inner_left)
         return left[:-1] + right[1:]
 
-    def elementwise(self, left: Shape, right: Shape, op: str, node: ast.BinOp) -> Shape:
+    def elementwise(self, left: Shape, right: Shape, op: str, node: ast.expr) -> Shape:
         if not left:
             return right
         if not right or left == right or not self.shapes:
@@ -233,11 +241,13 @@ def check_reference(function: Function, *, shapes: bool = True) -> None:
     """Validate ``function.reference``; raise :class:`LibraryValidationError` if bad.
 
     Always checked: it parses as one expression of the reference language
-    (numbers, the function's parameter names, binary ``+ - * @``, unary ``-``,
-    ``.T``, ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``). With ``shapes`` (the
-    default) the expression is also shape-checked over the parameters'
-    dimension variables: operands of ``+ - *`` have equal shapes or one is a
-    scalar, ``@`` contracts equal dimensions, ``.T`` applies to a matrix,
+    (numbers, the function's parameter names, binary ``+ - * / @``, unary
+    ``-``, ``.T``, ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``, ``abs(a)``,
+    ``sqrt(a)``, ``exp(a)``, ``min(a, b)``, ``max(a, b)``). With ``shapes``
+    (the default) the expression is also shape-checked over the parameters'
+    dimension variables: operands of ``+ - * /``, ``min`` and ``max`` have
+    equal shapes or one is a scalar, ``@`` contracts equal dimensions, ``.T``
+    applies to a matrix,
     ``dot``/``outer`` take vectors, the result has the declared kind and
     dimensions, and it sums (``@``, ``dot``, ``sum``) exactly when the
     function's hof reduces, over ``hof.axis`` for a nested reduce (the oracle's
@@ -269,42 +279,83 @@ def _checked(function: Function, shapes: bool = True) -> ast.expr:
 # ---------------------------------------------------------------------------
 
 
-def _walk(node: ast.expr, env: Mapping[str, np.ndarray], magnitude: bool) -> np.ndarray:
-    """Evaluate a checked reference tree in float64.
+def _walk(node: ast.expr, env: Mapping[str, np.ndarray],
+          genv: Mapping[str, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Evaluate a checked reference tree in float64: (value, gauge).
 
-    With ``magnitude`` the tree is evaluated in magnitude arithmetic (the
-    gauge): literals are taken by absolute value, ``a - b`` is ``|a| + |b|``
-    and ``-a`` is ``|a|``; every other operation keeps its meaning, which on
-    non-negative operands already sums magnitudes.
+    ``genv`` holds the gauges of the names (None: values only, gauge None).
+    The gauge is magnitude arithmetic where that bounds the rounding: literals
+    by absolute value, ``a - b`` as ``|a| + |b|``, ``-a`` as ``|a|``, every
+    other sum and product of the gauges as they are, ``abs`` keeps its
+    operand's. ``min`` and ``max`` give either operand, so the larger gauge.
+    Where magnitudes bound nothing (an error of ``b`` in ``a / b`` grows as
+    ``1 / b**2``) it is the first-order bound from the exact values, with
+    ``g`` an operand's gauge: ``a / b`` -> ``(g_a + |a / b| g_b) / |b|``,
+    ``sqrt(a)`` -> ``g_a / (2 sqrt(a)) + sqrt(a)``, ``exp(a)`` ->
+    ``exp(a) (g_a + 1)``; the last term of each is the rounding of the
+    operation itself.
     """
+    gauged = genv is not None
     if isinstance(node, ast.Constant):
-        value = float(node.value)
-        return np.asarray(abs(value) if magnitude else value, dtype=np.float64)
+        value = np.asarray(float(node.value), dtype=np.float64)
+        return value, (np.abs(value) if gauged else None)
     if isinstance(node, ast.Name):
-        return env[node.id]
+        return env[node.id], (genv[node.id] if gauged else None)
     if isinstance(node, ast.BinOp):
-        a = _walk(node.left, env, magnitude)
-        b = _walk(node.right, env, magnitude)
+        a, ga = _walk(node.left, env, genv)
+        b, gb = _walk(node.right, env, genv)
         if isinstance(node.op, ast.Add):
-            return a + b
+            return a + b, (ga + gb if gauged else None)
         if isinstance(node.op, ast.Sub):
-            return np.abs(a) + np.abs(b) if magnitude else a - b
+            return a - b, (ga + gb if gauged else None)
         if isinstance(node.op, ast.Mult):
-            return a * b
-        return np.asarray(a @ b)  # MatMult
+            return a * b, (ga * gb if gauged else None)
+        if isinstance(node.op, ast.Div):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                q = np.asarray(a / b)
+                return q, ((ga + np.abs(q) * gb) / np.abs(b) if gauged else None)
+        return np.asarray(a @ b), (np.asarray(ga @ gb) if gauged else None)  # MatMult
     if isinstance(node, ast.UnaryOp):  # USub
-        a = _walk(node.operand, env, magnitude)
-        return np.abs(a) if magnitude else -a
+        a, ga = _walk(node.operand, env, genv)
+        return -a, ga
     if isinstance(node, ast.Attribute):  # .T
-        return _walk(node.value, env, magnitude).T
+        a, ga = _walk(node.value, env, genv)
+        return a.T, (ga.T if gauged else None)
     assert isinstance(node, ast.Call), ast.dump(node)  # _Checker admits nothing else
-    args = [_walk(a, env, magnitude) for a in node.args]
+    pairs = [_walk(a, env, genv) for a in node.args]
+    args, gauges = [p[0] for p in pairs], [p[1] for p in pairs]
     name = node.func.id
-    if name == "outer":
-        return np.outer(args[0], args[1])
-    if name == "dot":
-        return np.asarray(np.dot(args[0], args[1]))
-    return np.asarray(np.sum(args[0]))  # sum
+    value = _CALLS[name](*args)
+    if not gauged:
+        return value, None
+    if name in ("outer", "dot", "sum", "abs"):
+        return value, (gauges[0] if name == "abs" else _CALLS[name](*gauges))
+    if name in ("min", "max"):
+        return value, np.maximum(gauges[0], gauges[1])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if name == "exp":
+            return value, value * (gauges[0] + 1.0)
+        # sqrt: where sqrt(a) is 0 its slope is infinite; 0 when the operand is exact too
+        slope = np.where(value > 0, gauges[0] / (2.0 * value), np.where(gauges[0] > 0, np.inf, 0.0))
+        return value, np.asarray(slope + value)
+
+
+def _sqrt(a: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # sqrt of a negative is NaN, which never passes
+        return np.sqrt(a)
+
+
+def _exp(a: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.exp(a)
+
+
+_CALLS = {
+    "outer": np.outer,
+    "dot": lambda a, b: np.asarray(np.dot(a, b)),
+    "sum": lambda a: np.asarray(np.sum(a)),
+    "abs": np.abs, "sqrt": _sqrt, "exp": _exp, "min": np.minimum, "max": np.maximum,
+}
 
 
 # ---------------------------------------------------------------------------
@@ -353,32 +404,35 @@ def _bind_inputs(dag: Dag, inputs: Mapping[str, Any]) -> tuple[dict[int, np.ndar
 
 
 def _interpret(dag: Dag, library: Any, inputs: Mapping[str, Any],
-               magnitude: bool) -> dict[int, np.ndarray]:
+               gauged: bool) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray] | None]:
+    """(values, gauges) of every value of the DAG; gauges None unless ``gauged``."""
     values, sizes = _bind_inputs(dag, inputs)
-    reference = None
-    if magnitude:
-        values = {k: np.abs(v) for k, v in values.items()}
-        if dag.expressions:  # the gauge of a quotient or a root needs the operands' values
-            reference = _interpret(dag, library, inputs, magnitude=False)
+    gauges = {k: np.abs(v) for k, v in values.items()} if gauged else None
     for made in dag.values:  # in id order: every value after those it is made from
         if made.id in values:
             continue  # an input
         expression = dag.expression(made.id)
-        if expression is not None:
-            values[made.id] = (_expression_gauge(expression.tree, values, reference) if magnitude
-                               else _expression_value(expression.tree, values))
+        if expression is not None:  # the gauge of a quotient or a root needs the operands' values
+            values[made.id] = _expression_value(expression.tree, values)
+            if gauged:
+                gauges[made.id] = _expression_gauge(expression.tree, gauges, values)
             continue
         call = dag.call(made.producer)
         function = _function(library, call)
         tree = _checked(function)
         env: dict[str, np.ndarray] = {}
+        genv: dict[str, np.ndarray] | None = {} if gauged else None
         for param, arg in zip(function.params, call.args):
             if isinstance(arg, Constant):
-                number = abs(arg.value) if magnitude else arg.value
-                env[param.name] = np.asarray(number, dtype=np.float64)
+                env[param.name] = np.asarray(arg.value, dtype=np.float64)
+                if gauged:
+                    genv[param.name] = np.asarray(abs(arg.value), dtype=np.float64)
             else:
                 env[param.name] = values[arg]
-        result = np.array(_walk(tree, env, magnitude), dtype=np.float64)  # owned copy
+                if gauged:
+                    genv[param.name] = gauges[arg]
+        result, result_gauge = _walk(tree, env, genv)
+        result = np.array(result, dtype=np.float64)  # owned copies
         value = dag.value(call.result)
         expected = tuple(sizes.get(d, -1) for d in value.dims)
         if result.shape != expected and -1 not in expected:
@@ -387,7 +441,9 @@ def _interpret(dag: Dag, library: Any, inputs: Mapping[str, Any],
                 f"{value.label} (line {call.coord.line}), expected {expected}",
                 function.coord)
         values[call.result] = result
-    return values
+        if gauged:
+            gauges[call.result] = np.array(result_gauge, dtype=np.float64)
+    return values, gauges
 
 
 def evaluate(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.ndarray]:
@@ -397,7 +453,7 @@ def evaluate(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.
     the caller's arrays are never touched). ``library`` is anything with a
     ``functions`` mapping of :class:`Function`.
     """
-    return _interpret(dag, library, inputs, magnitude=False)
+    return _interpret(dag, library, inputs, gauged=False)[0]
 
 
 def gauge(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.ndarray]:
@@ -407,10 +463,13 @@ def gauge(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> dict[int, np.nda
     replaced by its absolute value, ``a - b`` by ``|a| + |b|`` and ``-a`` by
     ``|a|``. Intermediate values are the gauges of their producers, so the
     gauge of a chain bounds the rounding of the whole chain, not one call.
-    Scalar expressions follow the same rules, and quotients and square roots
-    the first-order error bound (:func:`_expression_gauge`).
+    ``/``, ``sqrt`` and ``exp`` take the first-order bound instead, which
+    needs the exact values too (see :func:`_walk`): it bounds the rounding
+    when their operands are well conditioned (``sqrt(dot(x, x))``, a divisor
+    far from 0), and grows as they lose it, as the error itself does. Scalar
+    expressions follow the same rules (:func:`_expression_gauge`).
     """
-    return _interpret(dag, library, inputs, magnitude=True)
+    return _interpret(dag, library, inputs, gauged=True)[1]
 
 
 # ---------------------------------------------------------------------------
@@ -645,8 +704,8 @@ class Expected:
 def expect(dag: Dag, library: Any, inputs: Mapping[str, Any]) -> Expected:
     """The reference, gauge and sum lengths of ``inputs``: computed once where
     many programs are judged on the same inputs (``fusec tune``)."""
-    return Expected(evaluate(dag, library, inputs), gauge(dag, library, inputs),
-                    sum_lengths(dag, library, _bind_inputs(dag, inputs)[1]))
+    values, gauges = _interpret(dag, library, inputs, gauged=True)  # one pass for both
+    return Expected(values, gauges, sum_lengths(dag, library, _bind_inputs(dag, inputs)[1]))
 
 
 def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],

@@ -25,8 +25,9 @@ from tests.helpers import LIBRARY, ROOT
 F, V = LibraryFormatError, LibraryValidationError
 README = ROOT / "docs" / "library-format.md"
 
-BLAS_FUNCTIONS = ["saxpy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv", "sgemv_a",
-                  "sgemv_ab", "sger", "smadd", "sscal", "svadd", "swaxpby", "sxmay"]
+BLAS_FUNCTIONS = ["sasum", "saxpby", "saxpy", "scopy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv",
+                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "svadd", "svdiv", "svmul", "swaxpby",
+                  "sxmay"]
 
 
 # -- a minimal library --------------------------------------------------------------
@@ -515,8 +516,8 @@ REFERENCE_CASES = [
         "alpha * x + q", "unknown name 'q' (parameters: alpha, x, y)"),
     bad("reference-does-not-parse", ("saxpy.cu", "alpha * x + y\n", "alpha * (x + y\n"), V, "saxpy.cu", 9,
         "alpha", "does not parse"),
-    bad("reference-operator-not-allowed", ("saxpy.cu", "alpha * x + y\n", "alpha * x / y\n"), V, "saxpy.cu", 9,
-        "alpha", "operator '/' is not allowed (only + - * @)"),
+    bad("reference-operator-not-allowed", ("saxpy.cu", "alpha * x + y\n", "alpha * x // y\n"), V, "saxpy.cu", 9,
+        "alpha", "operator '//' is not allowed (only + - * / @)"),
     bad("reference-numpy-call", ("sdot.cu", "dot(x, y)", "np.dot(x, y)"), V, "sdot.cu", 8, "np.dot",
         "call of `np.dot` is not allowed"),
     bad("reference-shapes-differ", ("sger.cu", "A + outer(u, v)", "A + u"), V, "sger.cu", 10, "A + u",
@@ -624,6 +625,20 @@ def test_content_hash_follows_the_content_not_the_place(tmp_path):
     assert load_library(first).content_hash != load_library(LIBRARY).content_hash
 
 
+def test_files_are_hashed_one_by_one(tmp_path):
+    """library.files holds a hash of each file the content hash covers (what a performance
+    database records it timed): editing one function's file changes its entry alone."""
+    lib = load_library(LIBRARY)
+    assert set(lib.files) == {"library.fusec", "prelude.cuh", "vector.cuh", "tile.cuh", "band.cuh"} | {
+        Path(f.file).name for f in lib.functions.values()}
+    copy = tmp_path / "copy"
+    shutil.copytree(LIBRARY, copy)
+    routine = copy / "sdot.cu"
+    routine.write_text(routine.read_text() + "// a comment at the end\n")
+    edited = load_library(copy)
+    assert {name for name, digest in lib.files.items() if edited.files[name] != digest} == {"sdot.cu"}
+
+
 def test_readme_lists_every_blas_function_with_its_signature():
     rows = re.findall(r"^\| `(\w+)\((.*)\) -> (.*)` \| (.+?) \|", README.read_text(), re.M)
     lib = load_library(LIBRARY)
@@ -644,42 +659,41 @@ def readme_examples() -> dict[str, str]:
 
 @pytest.fixture
 def example(tmp_path) -> Path:
-    """fusec/data/blas copied to tmp_path/mylib with the README's svmul.cu, and wdot.script."""
+    """fusec/data/blas copied to tmp_path/mylib with the README's sexp.cu, and softsum.script."""
     mylib = tmp_path / "mylib"
     shutil.copytree(LIBRARY, mylib)
     blocks = readme_examples()
-    assert set(blocks) == {"svmul.cu", "wdot.script", "missing-routine.txt"}
-    (mylib / "svmul.cu").write_text(blocks["svmul.cu"], encoding="utf-8")
-    (tmp_path / "wdot.script").write_text(blocks["wdot.script"], encoding="utf-8")
+    assert set(blocks) == {"sexp.cu", "softsum.script", "missing-routine.txt"}
+    (mylib / "sexp.cu").write_text(blocks["sexp.cu"], encoding="utf-8")
+    (tmp_path / "softsum.script").write_text(blocks["softsum.script"], encoding="utf-8")
     return mylib
 
 
 def test_readme_example_loads(example):
     lib = load_library(example)
-    assert list(lib.functions) == sorted(BLAS_FUNCTIONS + ["svmul"])
-    svmul = lib.functions["svmul"]
-    assert svmul.signature() == "svmul(x: vector[n], y: vector[n]) -> z: vector[n]"
-    assert (svmul.hof.geometry, svmul.hof.reduce, svmul.reference) == (Geometry.VECTOR, False, "x * y")
-    assert [p.kind for p in svmul.params] == [Kind.VECTOR, Kind.VECTOR]
-    (impl,) = svmul.implementations
-    assert [(r.param, r.name, r.writes) for r in impl.loads] == [
-        ("x", "vec_load", Access("x", "vec")), ("y", "vec_load", Access("y", "vec"))]
+    assert list(lib.functions) == sorted(BLAS_FUNCTIONS + ["sexp"])
+    sexp = lib.functions["sexp"]
+    assert sexp.signature() == "sexp(x: vector[n]) -> z: vector[n]"
+    assert (sexp.hof.geometry, sexp.hof.reduce, sexp.reference) == (Geometry.VECTOR, False, "exp(x)")
+    assert [p.kind for p in sexp.params] == [Kind.VECTOR]
+    (impl,) = sexp.implementations
+    assert [(r.param, r.name, r.writes) for r in impl.loads] == [("x", "vec_load", Access("x", "vec"))]
     assert (impl.compute.name, impl.compute.reads, impl.compute.writes) == \
-        ("vmul_compute", (Access("x", "vec"), Access("y", "vec")), Access("z", "vec"))
+        ("exp_compute", (Access("x", "vec"),), Access("z", "vec"))
     assert (impl.store.name, impl.store.reads) == ("vec_store", (Access("z", "vec"),))
 
 
 def test_readme_example_error(example):
-    text = (example / "svmul.cu").read_text()
+    text = (example / "sexp.cu").read_text()
     start = text.index("__device__")
-    (example / "svmul.cu").write_text(text[:start])
+    (example / "sexp.cu").write_text(text[:start])
     error = load_error(example)
     expected = readme_examples()["missing-routine.txt"].rstrip("\n")
     assert error.render().replace(str(example), "mylib") == expected
 
 
 def _fused_plan(dag, library):
-    """Both calls of wdot in one kernel, in the simplest valid routine order."""
+    """Both calls of softsum in one kernel, in the simplest valid routine order."""
     from fusec.ir.geometry import Shape
     from fusec.ir.plan import KernelPlan, ProgramPlan
     from fusec.ir.steps import canonical_steps
@@ -700,39 +714,38 @@ def _unfused_plan(dag, library):
 
 @pytest.mark.filterwarnings("ignore:no GPU here and none named")  # it compiles for no GPU named
 def test_readme_example_compiles(example):
-    program = fusec.compile(example.parent / "wdot.script", library=example)
-    assert [dag_call.function for dag_call in program.dag.calls] == ["svmul", "sdot"]
-    assert "void vmul_compute(" in program.generated.source
-    assert program.outputs == ("r",)
+    program = fusec.compile(example.parent / "softsum.script", library=example)
+    assert [dag_call.function for dag_call in program.dag.calls] == ["sexp", "sasum"]
+    assert "void exp_compute(" in program.generated.source
+    assert program.outputs == ("s",)
 
 
 def test_readme_example_fuses(example):
-    """svmul's result t stays in registers and never reaches global memory."""
+    """sexp's result e stays in registers and never reaches global memory."""
     from fusec.frontend import load_script
     lib = load_library(example)
-    dag = load_script(example.parent / "wdot.script", lib)
-    program = fusec.compile(example.parent / "wdot.script", library=lib, plan=_fused_plan(dag, lib))
+    dag = load_script(example.parent / "softsum.script", lib)
+    program = fusec.compile(example.parent / "softsum.script", library=lib, plan=_fused_plan(dag, lib))
     (kernel,) = program.generated.kernels
-    assert kernel.name == "k0_svmul_sdot"
+    assert kernel.name == "k0_sexp_sasum"
     (source,) = program.generated.sources
-    assert "real r_v3_t[VEC];  // t, mapping vec" in source
-    assert "g_v3_t" not in source  # t is neither a kernel argument nor stored
+    assert "real r_v1_e[VEC];  // e, mapping vec" in source
+    assert "g_v1_e" not in source  # e is neither a kernel argument nor stored
     assert "BARRIER();" not in source.split("for (int it")[1].split("// after the loop")[0]
     body = [line.strip() for line in source.split("for (int it")[1].split("\n  }\n")[0].split("\n")
             if line.strip().endswith(");")]
-    assert [line.split("(")[0] for line in body] == [
-        "vec_load", "vec_load", "vmul_compute", "vec_load", "dot_compute"]
+    assert [line.split("(")[0] for line in body] == ["vec_load", "exp_compute", "asum_compute"]
 
 
 def test_prelude_is_emitted_once_and_routine_files_per_kernel(example):
     from fusec.frontend import load_script
     lib = load_library(example)
-    dag = load_script(example.parent / "wdot.script", lib)
-    source = fusec.compile(example.parent / "wdot.script", library=lib,
+    dag = load_script(example.parent / "softsum.script", lib)
+    source = fusec.compile(example.parent / "softsum.script", library=lib,
                            plan=_unfused_plan(dag, lib)).generated.source
     assert source.count("void load_values(") == 1  # prelude.cuh
     assert source.count("void vec_load(") == 2  # vector.cuh, in each kernel's namespace
-    assert source.count("void vmul_compute(") == 1  # svmul.cu, only where svmul is called
+    assert source.count("void exp_compute(") == 1  # sexp.cu, only where sexp is called
 
 
 @pytest.mark.nvcc
@@ -742,10 +755,10 @@ def test_readme_example_compiles_with_nvcc(example, shape):
     from fusec import nvcc
     from fusec.frontend import load_script
     lib = load_library(example)
-    dag = load_script(example.parent / "wdot.script", lib)
+    dag = load_script(example.parent / "softsum.script", lib)
     plan = {"default": None, "fused": _fused_plan, "unfused": _unfused_plan}[shape]
     for dtype in ("float32", "float64"):
-        program = fusec.compile(example.parent / "wdot.script", library=lib, dtype=dtype,
+        program = fusec.compile(example.parent / "softsum.script", library=lib, dtype=dtype,
                                 plan=plan(dag, lib) if plan else None)
         compiled = nvcc.compile_cubin(program.generated.source, use_cache=False)
         assert set(compiled.resources) == {k.name for k in program.generated.kernels}

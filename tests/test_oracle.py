@@ -57,6 +57,11 @@ FUNCTIONS = [
     function("madd", "A:m,n B:m,n", "C:m,n", "A + B", nested=True),
     function("asum", "x:n", "r", "sum(x)", reduce=True),
     function("neg", "x:n", "y:n", "-x"),
+    function("vdiv", "x:n y:n", "z:n", "x / y"),
+    function("nrm2", "x:n", "r", "sqrt(dot(x, x))", reduce=True),
+    function("abssum", "x:n", "r", "sum(abs(x))", reduce=True),
+    function("expm", "x:n", "z:n", "exp(x) - 1"),
+    function("clip", "lo x:n hi", "z:n", "min(max(x, lo), hi)"),
 ]
 
 
@@ -269,6 +274,64 @@ def test_gauge_of_a_chain_uses_gauges_of_intermediates(rng):
     np.testing.assert_allclose(g["y"], np.abs(A).T @ (np.abs(A) @ np.abs(x)), rtol=1e-14)
 
 
+def _one_call(fn, args, inputs, result_dims=("n",)):
+    dag = build(inputs, [("z", result_dims, fn, args)], ["z"])
+    return dag, dag.outputs[0]
+
+
+def test_element_wise_functions_evaluate_as_numpy(rng):
+    x, y = rand(rng, 9), rand(rng, 9)
+    cases = [("vdiv", ("x", "y"), x / y), ("expm", ("x",), np.exp(x) - 1),
+             ("clip", (-0.2, "x", 0.3), np.minimum(np.maximum(x, -0.2), 0.3))]
+    for fn, args, want in cases:
+        inputs = [(a, ("n",)) for a in args if isinstance(a, str)]
+        dag, out = _one_call(fn, args, inputs)
+        got = oracle.evaluate(dag, LIB, {"x": x, "y": y} if "y" in args else {"x": x})[out]
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0, err_msg=fn)
+    dag, out = _one_call("nrm2", ("x",), [("x", ("n",))], ())
+    assert oracle.evaluate(dag, LIB, {"x": x})[out] == pytest.approx(np.linalg.norm(x), rel=1e-15)
+    dag, out = _one_call("abssum", ("x",), [("x", ("n",))], ())
+    assert oracle.evaluate(dag, LIB, {"x": x})[out] == pytest.approx(np.abs(x).sum(), rel=1e-15)
+
+
+def test_gauge_of_min_max_and_abs_are_magnitudes(rng):
+    x = rand(rng, 9)
+    dag, out = _one_call("clip", (-0.2, "x", 0.3), [("x", ("n",))])
+    np.testing.assert_array_equal(oracle.gauge(dag, LIB, {"x": x})[out], np.maximum(np.abs(x), 0.3))
+    dag, out = _one_call("abssum", ("x",), [("x", ("n",))], ())
+    assert oracle.gauge(dag, LIB, {"x": x})[out] == pytest.approx(np.abs(x).sum(), rel=1e-15)
+
+
+def test_gauge_of_division_sqrt_and_exp_is_first_order(rng):
+    """The gauge bounds what float32 rounding does to the value: a float32 evaluation
+    of each reference stays within a few eps times it, at inputs where magnitude
+    arithmetic would not (exp of a negative, a quotient of computed values)."""
+    x, y = rand(rng, 4000) * 20, rand(rng, 4000)
+    cases = [("vdiv", ("x", "y"), lambda x, y: x / y, 2 * np.abs(x / y)),
+             ("expm", ("x",), lambda x, y: np.exp(x) - 1, np.exp(x) * (np.abs(x) + 1) + 1)]
+    for fn, args, f32, want in cases:
+        dag, out = _one_call(fn, args, [(a, ("n",)) for a in args])
+        inputs = {"x": x, "y": y} if "y" in args else {"x": x}
+        g = oracle.gauge(dag, LIB, inputs)[out]
+        np.testing.assert_allclose(g, want, rtol=1e-14, err_msg=fn)
+        computed = f32(*(v.astype(np.float32) for v in (x, y)))
+        ratio = oracle.test_ratio(computed, oracle.evaluate(dag, LIB, inputs)[out], g, np.float32)
+        assert 0 < ratio < oracle.threshold(1), fn
+    dag, out = _one_call("nrm2", ("x",), [("x", ("n",))], ())
+    g = oracle.gauge(dag, LIB, {"x": x})[out]
+    assert g == pytest.approx(1.5 * np.linalg.norm(x), rel=1e-14)  # g_a / (2 sqrt a) + sqrt a, g_a = a
+    zero = oracle.gauge(dag, LIB, {"x": np.zeros(5)})[out]
+    assert zero == 0.0  # sqrt(0) of an exact 0: no slope term, no NaN
+
+
+def test_a_quotient_by_zero_never_passes(rng):
+    x, y = rand(rng, 5), rand(rng, 5)
+    y[2] = 0.0
+    dag, out = _one_call("vdiv", ("x", "y"), [("x", ("n",)), ("y", ("n",))])
+    [check] = oracle.check_outputs(dag, LIB, {"x": x, "y": y}, {"z": x / np.where(y, y, 1)}, np.float64)
+    assert not check.passed and check.ratio == math.inf
+
+
 # ---------------------------------------------------------------------------
 # sum_lengths and threshold
 # ---------------------------------------------------------------------------
@@ -437,7 +500,11 @@ def test_library_references_are_accepted():
     ("(lambda: A)() @ x", "call of `lambda: A`"),
     ("lambda: 0", "lambda"),
     ("A[0] * y", "subscript"),
-    ("y / alpha", "operator '/'"),
+    ("y // alpha", "operator '//'"),
+    ("y % alpha", "operator '%'"),
+    ("log(y) + A @ x", "call of 'log'"),
+    ("abs(y, x) + A @ x", "abs takes 1"),
+    ("max(A @ x) ", "max takes 2"),
     ("y ** 2", "operator '**'"),
     ("+y", "unary operator '+'"),
     ("dot(x=A, y=x) * y", "keyword argument"),
@@ -473,6 +540,14 @@ def test_check_reference_rejects(reference, construct):
     ("y", "gemv", "sums nothing"),
     ("w - dot(w, v) * v", "waxpy", "sums (it uses"),
     ("A @ x", "mvt", None),
+    ("abs(A) @ abs(x) + sqrt(exp(y))", "gemv", None),
+    ("max(alpha * (A @ x), beta) / y", "gemv", None),
+    ("sqrt(A) @ y", "gemv", "'@' contracts n with m"),
+    ("min(A @ x, x)", "gemv", "'min' of shapes [m] and [n]"),
+    ("y / x + A @ x", "gemv", "'/' of shapes [m] and [n]"),
+    ("max(exp(1), 2)", "dot", "sums nothing"),
+    ("sqrt(dot(x, y)) * x", "dot", "gives a vector[n]"),
+    ("abs(x - dot(x, x))", "neg", "sums (it uses"),
 ])
 def test_check_reference_checks_shapes_and_hof(reference, base, message):
     f = with_reference(reference, base)

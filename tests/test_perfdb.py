@@ -150,6 +150,37 @@ def test_stale_library_hash_is_reported_and_not_used(tmp_path, found):
         assert store.load(path, library()) is None
 
 
+def _recording(db, files):
+    return store.Database(db.device, {"name": "blas", "hash": "0123", "files": files}, db.fusec, db.built,
+                          db.launch, db.bench_sizes, db.timings)
+
+
+def test_a_library_that_only_gained_files_keeps_its_database(tmp_path, found):
+    """A database records the hash of each file it timed: a library that has every one of
+    them unchanged (and a new function besides) is the version timed; one changed file,
+    or one the library no longer has, and the database is not used."""
+    path = tmp_path / "fake-1.json"
+    files = dict(library().files)
+    new = next(name for name in sorted(files) if name.endswith(".cu"))  # a function the database did not time
+    gained = {k: v for k, v in files.items() if k != new}
+    store.save(_recording(fake_database(found), gained), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kept = store.load(path, library())
+    assert kept is not None and kept.library["files"] == gained
+    for changed in ({**gained, "vector.cuh": "0" * 16}, {**gained, "gone.cu": "0" * 16}, {}):
+        store.save(_recording(fake_database(found), changed), path)
+        with pytest.warns(store.PerfdbWarning, match="not used"):
+            assert store.load(path, library()) is None
+
+
+def test_library_files_must_be_text(tmp_path, found):
+    path = tmp_path / "fake-1.json"
+    store.save(_recording(fake_database(found), {"vector.cuh": 7}), path)
+    with pytest.warns(store.PerfdbWarning, match="damaged.*library file vector.cuh"):
+        assert store.load(path, library()) is None
+
+
 def test_find_by_prefix(tmp_path, found):
     store.save(fake_database(found), tmp_path / "h100-80gb-hbm3.json")
     assert store.find("h100", tmp_path).name == "h100-80gb-hbm3.json"

@@ -22,22 +22,8 @@ from fusec.runtime.prepared import Turn, _signer, native_kernel, parameter_offse
 
 
 @pytest.fixture(scope="module")
-def extension(tmp_path_factory):
-    import os
-    saved = os.environ.get("FUSEC_CACHE_DIR")
-    os.environ["FUSEC_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    native._load.cache_clear()
-    try:
-        module = native.fastcall()
-        if module is None:
-            pytest.skip(f"no C extension here: {native.unavailable()}")
-        yield module
-    finally:
-        if saved is None:
-            os.environ.pop("FUSEC_CACHE_DIR", None)
-        else:
-            os.environ["FUSEC_CACHE_DIR"] = saved
-        native._load.cache_clear()
+def extension():
+    return native.require()  # built with the package: never skipped
 
 
 class Out:
@@ -303,25 +289,28 @@ def test_a_malformed_description_is_refused(extension, bad):
         extension.FastCall(**fields)
 
 
-def test_turned_off_by_the_environment(monkeypatch):
-    monkeypatch.setenv("FUSEC_FASTCALL", "0")
+def test_a_missing_extension_says_how_to_build_it(monkeypatch):
+    import sys
+
+    from fusec.errors import GPUUnavailableError
+    monkeypatch.setitem(sys.modules, "fusec.runtime._fastcall", None)  # its import now fails
     native._load.cache_clear()
     try:
         assert native.fastcall() is None
-        assert "FUSEC_FASTCALL=0" in native.unavailable()
+        with pytest.raises(GPUUnavailableError, match="not built.*pip install"):
+            native.require()
     finally:
         native._load.cache_clear()
 
 
-def test_a_compiler_that_fails_is_reported_not_raised(monkeypatch, tmp_path):
-    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CC", "false")
-    native._load.cache_clear()
-    try:
-        assert native.fastcall() is None
-        assert "could not be built" in native.unavailable()
-    finally:
-        native._load.cache_clear()
+def test_a_call_on_another_stream_declines_before_anything_launches(extension):
+    """A FastCall launches on the stream it was prepared on; a call on another
+    stream goes the Python path, which prepares for that one."""
+    outputs, launched = Outputs(), []
+    call = fast_sgemv(extension, outputs, launched)  # prepared on the legacy default stream (0)
+    assert call(sgemv_device(), 0x5000) is None and launched == [] and outputs.made == []
+    assert call(sgemv_device(), 0) is not None and len(launched) == 1
+    assert call(sgemv_device()) is not None and len(launched) == 2  # no stream said: its own
 
 
 class CupyLike:

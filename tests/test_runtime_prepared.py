@@ -132,14 +132,14 @@ def test_turning_launches_alternate_their_direction_within_their_group():
 
 
 class _FakeLaunchKernel:
-    """PyCUDA's ``Function._launch_kernel`` stand-in: records its arguments
-    and the parameter buffer's bytes at the moment of each launch."""
+    """The extension's ``launch`` stand-in: records its arguments and the
+    parameter buffer's bytes at the moment of each launch."""
 
     def __init__(self):
         self.calls = []
 
-    def __call__(self, grid, block, buffer, shared, stream):
-        self.calls.append(((grid, block, shared, stream), bytes(buffer)))
+    def __call__(self, function, grid, block, shared, stream, buffer):
+        self.calls.append(((function, grid, block, shared, stream), bytes(buffer)))
 
 
 def test_parameter_offsets_follow_native_alignment():
@@ -156,35 +156,26 @@ def test_a_bound_launch_rewrites_only_its_changing_parameters():
 
     from fusec.runtime.prepared import Launch
     fake = _FakeLaunchKernel()
-    launch = Launch(fake, 33, 256, "PPfiq", (POINTER, 0, np.float32(1.5), 1, 1 << 40), changing=(1, 2))
+    launch = Launch(fake, 0xF1, 33, 256, "PPfiq", (POINTER, 0, np.float32(1.5), 1, 1 << 40), changing=(1, 2),
+                    stream=0x5000)
     launch([POINTER + 64, 0.25])
     launch([POINTER + 128, -3.0])
     (head, first), (_, second) = fake.calls
-    assert head == ((33, 1, 1), (256, 1, 1), 0, None)
+    assert head == (0xF1, 33, 256, 0, 0x5000)
     assert first == struct.pack("@PPfiq", POINTER, POINTER + 64, 0.25, 1, 1 << 40)
     assert second == struct.pack("@PPfiq", POINTER, POINTER + 128, -3.0, 1, 1 << 40)
 
 
-def test_a_failed_driver_call_raises_driver_error_naming_the_error(monkeypatch):
-    import ctypes
-
-    import pytest
-
-    from fusec.errors import DriverError
-    from fusec.runtime import driver_api
-
-    class FakeDriver:
-        def cuGetErrorName(self, code, name):
-            ctypes.cast(name, ctypes.POINTER(ctypes.c_char_p))[0] = b"CUDA_ERROR_INVALID_CONTEXT"
-            return 0
-
-        def cuCtxGetCurrent(self, out):
-            return 201
-
-    monkeypatch.setattr(driver_api, "_LIB", FakeDriver())
-    with pytest.raises(DriverError) as info:
-        driver_api.current_context()
-    assert "cuCtxGetCurrent failed: CUDA_ERROR_INVALID_CONTEXT (201)" in str(info.value)
+def test_the_extension_is_built_with_the_package_and_needs_no_gpu_to_import():
+    """fusec's launch binding comes with the package (setup.py), never built on
+    first use; it imports without a GPU (the driver is opened when first used)."""
+    from fusec.runtime import native
+    ext = native.require()
+    for name in ("load_module", "get_function", "unload_module", "launch", "wait", "synchronize",
+                 "current_context", "push_context", "pop_context", "resident_blocks", "set_max_dynamic_shared",
+                 "FastCall"):
+        assert callable(getattr(ext, name)), name
+    assert native.unavailable() is None
 
 
 # -- dynamic shared memory and all blocks resident (a held kernel's grid barrier) ------
@@ -195,10 +186,9 @@ HELD_SHARED = 200 * 1024  # past the 48 KB a launch may pass without the functio
 def test_a_bound_launch_passes_its_dynamic_shared_bytes():
     from fusec.runtime.prepared import Launch
     fake = _FakeLaunchKernel()
-    Launch(fake, 132, 512, "Pi", (POINTER, 1), changing=(0,), shared=HELD_SHARED)([POINTER + 64])
-    Launch(fake, 2, 256, "Pi", (POINTER, 1), changing=(0,))([POINTER + 64])
-    assert [head for head, _ in fake.calls] == [((132, 1, 1), (512, 1, 1), HELD_SHARED, None),
-                                                ((2, 1, 1), (256, 1, 1), 0, None)]
+    Launch(fake, 0xF1, 132, 512, "Pi", (POINTER, 1), changing=(0,), shared=HELD_SHARED)([POINTER + 64])
+    Launch(fake, 0xF2, 2, 256, "Pi", (POINTER, 1), changing=(0,))([POINTER + 64])
+    assert [head for head, _ in fake.calls] == [(0xF1, 132, 512, HELD_SHARED, 0), (0xF2, 2, 256, 0, 0)]
 
 
 def test_the_residency_check_passes_when_every_block_fits():
@@ -232,80 +222,14 @@ def _kernel(name, **held):
     return SimpleNamespace(name=name, block=512, dtype="float32", args=(SimpleNamespace(role="out"),), **needs)
 
 
-class _FakeFunction:
-    """A PyCUDA Function stand-in: its attributes, and its prepared calls."""
-
-    def __init__(self):
-        self.attributes, self.calls = {}, []
-
-    def prepare(self, parameter_format):
-        self.parameter_format = parameter_format
-
-    def set_attribute(self, attribute, value):
-        self.attributes[attribute] = value
-
-    def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
-        self.calls.append((grid, block, stream, args, shared_size))
-
-
-class _FakePyCuda:
-    """What Loaded takes from ``pycuda.driver``."""
-
-    class function_attribute:
-        MAX_DYNAMIC_SHARED_SIZE_BYTES = "MAX_DYNAMIC_SHARED_SIZE_BYTES"
-
-    def __init__(self):
-        self.functions = {}
-
-    def module_from_buffer(self, cubin):
-        functions = self.functions
-
-        class Module:
-            def get_function(self, name):
-                return functions.setdefault(name, _FakeFunction())
-        return Module()
-
-
-def test_the_whole_way_launches_with_the_kernels_dynamic_shared_bytes(monkeypatch):
-    """PyCUDA's function gets the leave to take the kernel's bytes (past 48 KB
-    a launch fails without it) before any launch, and each launch passes them;
-    a kernel without launches with 0 and gets no leave."""
-    from fusec.runtime import cuda
-    fake = _FakePyCuda()
-    monkeypatch.setattr(cuda, "_DRIVER", fake)
-    held, plain = _kernel("held_0", dynamic_shared_bytes=HELD_SHARED, all_resident=True), _kernel("k1")
-    loaded = cuda.Loaded(b"cubin", [held, plain])
-    assert fake.functions["held_0"].attributes == {"MAX_DYNAMIC_SHARED_SIZE_BYTES": HELD_SHARED}
-    assert fake.functions["k1"].attributes == {}
-    loaded.launch(held, 132, [POINTER])
-    loaded.launch(plain, 3, [POINTER])
-    assert fake.functions["held_0"].calls == [((132, 1, 1), (512, 1, 1), None, (POINTER,), HELD_SHARED)]
-    assert fake.functions["k1"].calls == [((3, 1, 1), (512, 1, 1), None, (POINTER,), 0)]
-    assert loaded.shared == {"held_0": HELD_SHARED, "k1": 0}
-
-
-class _FakeLibcuda:
-    """The driver calls driver_api makes on fusec's own copy of a function."""
+class _FakeBinding:
+    """The extension's module calls Loaded makes, in context 7."""
 
     def __init__(self, per_sm=1):
         self.per_sm, self.calls = per_sm, []
 
-    def cuFuncSetAttribute(self, function, attribute, value):
-        self.calls.append(("cuFuncSetAttribute", function.value, attribute.value, value.value))
-        return 0
-
-    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, count, function, block, shared):
-        import ctypes
-        self.calls.append(("cuOccupancy", function.value, block.value, shared.value))
-        ctypes.cast(count, ctypes.POINTER(ctypes.c_int))[0] = self.per_sm
-        return 0
-
-
-class _FakeLoader:
-    """The C extension's (or driver_api's) module calls, in context 7."""
-
-    def __init__(self):
-        self.calls = []
+    def current_context(self):
+        return 7
 
     def load_module(self, image):
         self.calls.append(("load", image))
@@ -315,34 +239,45 @@ class _FakeLoader:
         self.calls.append(("get", module, name))
         return 0xF000 + len(self.calls)
 
-    def current_context(self):
-        return 7
+    def set_max_dynamic_shared(self, function, nbytes):
+        self.calls.append(("leave", function, nbytes))
+
+    def resident_blocks(self, function, block, shared):
+        self.calls.append(("occupancy", function, block, shared))
+        return self.per_sm
+
+    def launch(self, function, grid, block, shared, stream, parameters):
+        self.calls.append(("launch", function, grid, block, shared, stream, bytes(parameters)))
 
     def unload_module(self, module):
         self.calls.append(("unload", module))
 
 
-def test_fusecs_own_copy_of_a_function_gets_the_same_leave_and_answers_the_occupancy(monkeypatch):
-    """The extension launches fusec's own copy of each function, and the
-    residency check asks the driver about it: the copy is loaded once, and a
-    kernel with dynamic shared memory gets the leave on it too, before its
-    first use; the occupancy is asked for its block and its bytes."""
-    from fusec.runtime import cuda, driver_api
-    monkeypatch.setattr(cuda, "_DRIVER", _FakePyCuda())
-    libcuda = _FakeLibcuda(per_sm=1)
-    monkeypatch.setattr(driver_api, "_LIB", libcuda)
+def test_the_whole_way_launches_with_the_kernels_dynamic_shared_bytes(monkeypatch):
+    """The cubin is loaded once; a kernel with dynamic shared memory gets the leave
+    to take its bytes (past 48 KB a launch fails without it) before any launch, and
+    each launch passes them, on the stream given; the occupancy is asked for its
+    block and its bytes; closing unloads the module."""
+    import struct
+
+    from fusec.runtime import cuda, native
+    fake = _FakeBinding()
+    monkeypatch.setattr(native, "require", lambda: fake)
     held, plain = _kernel("held_0", dynamic_shared_bytes=HELD_SHARED, all_resident=True), _kernel("k1")
-    loaded, loader = cuda.Loaded(b"cubin", [held, plain]), _FakeLoader()
-    function = loaded.own_function(held, loader)
-    assert loaded.own_function(held, loader) == function
-    assert libcuda.calls == [("cuFuncSetAttribute", function, 8, HELD_SHARED)]
-    loaded.own_function(plain, loader)
-    assert len(libcuda.calls) == 1  # no leave for a kernel without
-    assert loaded.resident_blocks(held, loader) == 1
-    assert libcuda.calls[-1] == ("cuOccupancy", function, 512, HELD_SHARED)
-    assert loader.calls == [("load", b"cubin"), ("get", 0xA000, "held_0"), ("get", 0xA000, "k1")]
+    loaded = cuda.Loaded(b"cubin", [held, plain])
+    function = loaded.function(held)
+    assert fake.calls == [("load", b"cubin"), ("get", 0xA000, "held_0"), ("leave", function, HELD_SHARED),
+                          ("get", 0xA000, "k1")]  # no leave for a kernel without
+    loaded.launch(held, 132, [POINTER], 0x5000)
+    loaded.launch(plain, 3, [POINTER])
+    packed = struct.pack("@P", POINTER)
+    assert fake.calls[-2:] == [("launch", function, 132, 512, HELD_SHARED, 0x5000, packed),
+                               ("launch", loaded.function(plain), 3, 512, 0, 0, packed)]
+    assert loaded.shared == {"held_0": HELD_SHARED, "k1": 0}
+    assert loaded.resident_blocks(held) == 1
+    assert fake.calls[-1] == ("occupancy", function, 512, HELD_SHARED)
     loaded.close()
-    assert loader.calls[-1] == ("unload", 0xA000)
+    assert fake.calls[-1] == ("unload", 0xA000)
 
 
 class _Held:
@@ -366,8 +301,8 @@ class _Residency:
         self.per_sm, self.asked, self.launched = per_sm, [], []
         self.shared = {k.name: k.dynamic_shared_bytes for k in kernels}
 
-    def resident_blocks(self, kernel, loader):
-        self.asked.append((kernel.name, loader))
+    def resident_blocks(self, kernel):
+        self.asked.append(kernel.name)
         return self.per_sm
 
     def launch(self, kernel, grid, args, stream=None):
@@ -409,21 +344,21 @@ def test_a_kernel_that_cannot_be_all_resident_is_never_launched(monkeypatch):
     held, loaded = _held_sgemv(monkeypatch, per_sm=0)
     with pytest.raises(ResidencyError, match=f"kernel {held.kernels[0].name} needs all its"):
         held.run(sgemv_args(m=300, n=200))
-    assert loaded.launched == [] and not held._buffers and not held._prepared and held._hot is None
+    cache = held.cache_info()
+    assert loaded.launched == [] and cache.sizes == 0 and cache.prepared == 0 and not cache.in_c
 
 
 def test_the_residency_check_asks_for_each_held_kernel_at_its_grid(monkeypatch):
-    """Each held kernel's occupancy, through the loader the C extension's
-    launches use (driver_api where it does not build), against its grid at
-    these sizes: one SM short of the largest grid fails."""
+    """Each held kernel's occupancy, asked of the loaded module (the extension),
+    against its grid at these sizes: one SM short of the largest grid fails."""
     from types import SimpleNamespace
 
     from fusec.errors import ResidencyError
-    from fusec.runtime import cuda, driver_api, native
+    from fusec.runtime import cuda
     held, loaded = _held_sgemv(monkeypatch, per_sm=1, sms=10_000)
     sizes = {"m": 300, "n": 200}
     assert held._check_resident(SimpleNamespace(handle=1), sizes) is None
-    assert loaded.asked == [(k.name, native.fastcall() or driver_api) for k in held.kernels]
+    assert loaded.asked == [k.name for k in held.kernels]
     grid = max(k.grid(sizes) for k in held.kernels)
     monkeypatch.setattr(cuda, "multiprocessor_count", lambda ctx: grid - 1)
     with pytest.raises(ResidencyError, match=f"all its {grid} blocks"):

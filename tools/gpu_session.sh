@@ -2,7 +2,7 @@
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
 # Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
-# horizontal-bench, horizontal-sanitize, striped-sanitize, held-sanitize, sanitize-prepared, profile (host time of whole calls), cache-hints, striped-variants, save-cache (the
+# horizontal-bench, horizontal-sanitize, striped-sanitize, held-sanitize, sanitize-prepared, graphs (bench.graphs), binding (the binding A/B), cache-hints, striped-variants, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning), retune (bench.retune:
 # tune every bench.peers point without a usable plan, under $RETUNE_BUDGET seconds, shipping each winner
 # into fusec/data/blas/tunings; the folder comes back in the logs as tunings/, to commit).
@@ -17,6 +17,7 @@ trap 'tar czf "$FINAL_OUT/session.tgz" -C "$OUT" . ; ls -la "$OUT"' EXIT
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/install.log" 2>&1 \
   || { cat "$OUT/install.log"; exit 1; }
+python3 setup.py -q build_ext --inplace >>"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }  # the launch binding
 export PYTHONPATH=/tmp/site:$PWD
 export FUSEC_CACHE_DIR=${FUSEC_CACHE_DIR:-/tmp/fusec-cache}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -85,11 +86,10 @@ for stage in "$@"; do
       done ;;
     sweeps)
       python3 -m bench.sweeps --out "$OUT/results" ${SWEEPS_ARGS:-} 2>&1 | tee -a "$OUT/sweeps.log" || status=1 ;;
-    profile)
-      for spec in ${PROFILE:-sscal:4096 bicgk:4096 gemver:4096}; do
-        IFS=: read -r script n <<<"$spec"
-        python3 tools/profile_call.py "$script" --n "$n" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/profile.log" | grep -E "per call|^part" || status=1
-      done ;;
+    graphs)  # host µs per call: warm calls, graph replay, torch.compile reduce-overhead
+      python3 -m bench.graphs --out "$OUT/results" ${GRAPHS_ARGS:-} 2>&1 | tee "$OUT/graphs.log" || status=1 ;;
+    binding)  # the launch binding A/B (experiments/binding_ab.py)
+      python3 -m experiments.binding_ab ${BINDING_ARGS:-} 2>&1 | tee "$OUT/binding.log" || status=1 ;;
     striped-variants)
       python3 -m experiments.striped_variants --out "$OUT/results" 2>&1 | tee "$OUT/striped-variants.log" || status=1 ;;
     cache-hints)

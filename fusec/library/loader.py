@@ -149,15 +149,19 @@ def load_library(directory: str | os.PathLike) -> Library:
         _validate_function(function, mappings, homes, shared, where[function.file])
 
     digest = hashlib.sha256()
+    files: dict[str, str] = {}
     for path in sorted([index, *header["routines"], *header["prelude"], *function_paths]):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        relative, data = str(path.relative_to(root)), path.read_bytes()
+        digest.update(relative.encode() + b"\0" + data + b"\0")
+        files[relative] = hashlib.sha256(data).hexdigest()[:16]
     return Library(
         name=header["name"], path=str(root), summary=header["summary"],
         prelude=prelude, routine_files=routine_files,
         mappings=MappingProxyType(mappings),
         functions=MappingProxyType(dict(sorted(functions.items()))),
         content_hash=digest.hexdigest()[:16],
-        routine_homes=MappingProxyType(homes))
+        routine_homes=MappingProxyType(homes),
+        files=MappingProxyType(files))
 
 
 def _parse_index(file: str, text: str, root: Path) -> dict:

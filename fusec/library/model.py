@@ -292,6 +292,11 @@ class Library:
     content_hash: str = ""
     routine_homes: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False)  # routine -> file
+    # file (relative to the library's folder) -> the first 16 hex digits of its sha256, for
+    # every file the content hash covers: what a performance database records it timed, so
+    # that a library that only gained files keeps its database (fusec.cost.perfdb.store)
+    files: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), compare=False)
 
     def function(self, name: str) -> Function | None:
         return self.functions.get(name)

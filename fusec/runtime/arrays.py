@@ -1,9 +1,10 @@
 """Checking a call's arguments against the program, before anything launches.
 
-Accepted: NumPy arrays (copied to the GPU and back), and any device array
+Accepted: NumPy arrays (copied to the GPU and back), any device array
 with ``__cuda_array_interface__`` (PyCUDA ``GPUArray``, CuPy, PyTorch), used
-in place. Scalars are host numbers. Every mistake raises
-:class:`~fusec.errors.ArgumentError` naming the argument.
+in place, and device arrays that offer only ``__dlpack__``, read
+through CuPy (or PyTorch) without a copy. Scalars are host numbers. Every
+mistake raises :class:`~fusec.errors.ArgumentError` naming the argument.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..ir.dag import Dag
 from ..library.model import Kind
+from .streams import interface_stream
 
 NUMPY, DEVICE = "numpy", "device"
 
@@ -33,6 +35,7 @@ class ArrayArg:
     family: str  # numpy, cupy, torch, pycuda or cuda (another __cuda_array_interface__)
     shape: tuple[int, ...]
     pointer: int | None  # device address; None for NumPy
+    stream: int | None = None  # the stream its __cuda_array_interface__ says to wait for, if any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +104,17 @@ def _typestr_dtype(typestr: str) -> np.dtype:
     return np.dtype(typestr)
 
 
+def array_arg(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> ArrayArg:
+    """One array argument, checked (an input, or an ``out=`` array)."""
+    return _array(name, value, kind, obj, dtype)
+
+
 def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> ArrayArg:
-    ndim = 2 if kind is Kind.MATRIX else 1
-    what = "a matrix (2-D array)" if kind is Kind.MATRIX else "a vector (1-D array)"
+    ndim = {Kind.MATRIX: 2, Kind.VECTOR: 1}.get(kind, 0)
+    what = {Kind.MATRIX: "a matrix (2-D array)", Kind.VECTOR: "a vector (1-D array)"}.get(kind, "a 0-d array")
+    stream = None
+    if not isinstance(obj, np.ndarray) and not hasattr(obj, "__cuda_array_interface__") and hasattr(obj, "__dlpack__"):
+        obj = from_dlpack(name, obj)
     if isinstance(obj, np.ndarray):
         shape, got_dtype, pointer, where, family = obj.shape, obj.dtype, None, NUMPY, "numpy"
         contiguous = obj.flags.c_contiguous
@@ -122,7 +133,7 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
             raise ArgumentError(name, "__cuda_array_interface__ has a null data pointer for a non-empty array")
         contiguous = strides is None or 0 in shape or all(  # an axis of extent 1 may have any stride
             extent == 1 or s == c for extent, s, c in zip(shape, strides, _c_strides(shape, got_dtype.itemsize)))
-        where, family = DEVICE, _family(obj)
+        where, family, stream = DEVICE, _family(obj), interface_stream(cai)
     else:
         raise ArgumentError(name, f"must be {what}: a NumPy array or a device array with"
                                   f" __cuda_array_interface__, got {_describe(obj)}")
@@ -137,7 +148,32 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
                                   " e.g. numpy.ascontiguousarray(x) or x.copy()")
     if 0 in shape:
         raise ArgumentError(name, f"is empty {tuple(shape)}; every size must be at least 1")
-    return ArrayArg(name, value, obj, where, family, tuple(int(s) for s in shape), pointer)
+    return ArrayArg(name, value, obj, where, family, tuple(int(s) for s in shape), pointer, stream)
+
+
+DLPACK_CUDA, DLPACK_MANAGED = 2, 13  # kDLCUDA, kDLCUDAManaged
+
+
+def from_dlpack(name: str, obj: Any) -> Any:
+    """A device array that offers only ``__dlpack__``, as a CuPy array
+    (else a PyTorch tensor) on the same memory: no copy."""
+    try:
+        device = obj.__dlpack_device__()
+    except Exception as exc:  # noqa: BLE001 - any failure of a foreign protocol method
+        raise ArgumentError(name, f"has __dlpack__ but its __dlpack_device__ failed: {exc}") from None
+    if not (isinstance(device, tuple) and len(device) == 2 and device[0] in (DLPACK_CUDA, DLPACK_MANAGED)):
+        raise ArgumentError(name, f"is a DLPack array on device {device!r}, not on a CUDA GPU: move it to"
+                                  " the GPU, or pass a NumPy array")
+    try:
+        import cupy
+        return cupy.from_dlpack(obj)
+    except ImportError:
+        pass
+    try:
+        import torch
+        return torch.from_dlpack(obj)
+    except ImportError:
+        raise ArgumentError(name, "offers only __dlpack__, and reading it needs CuPy or PyTorch") from None
 
 
 def _interface(name: str, cai: Any) -> tuple[tuple[int, ...], int, str, tuple | None]:

@@ -1,5 +1,6 @@
-"""Where fusec talks to the GPU through PyCUDA (but for the driver's current
-context and its occupancy calculator: :mod:`.driver_api`).
+"""Where fusec talks to the GPU: PyCUDA for contexts, memory and timing events;
+launches, module loading and the occupancy calculator through fusec's C
+extension (:mod:`.native`), which launches on any stream.
 
 fusec imports, checks and generates code without PyCUDA; this module is
 imported when a program first runs. Programs run in the CUDA context current
@@ -19,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
+import struct
 import time
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import GPUUnavailableError, ResidencyError
-from . import driver_api
+from . import native
 
 NAN_PATTERN = 0x7FF80000  # a NaN as float32, and (twice) as float64
 
@@ -230,62 +232,44 @@ def multiprocessor_count(ctx) -> int:
 
 
 class Loaded:
-    """The program's kernels loaded into one context, prepared for launching."""
+    """The program's kernels loaded into one context (once, by the extension:
+    :mod:`.native`), launched on any stream."""
 
     def __init__(self, cubin: bytes, kernels):
-        cuda = driver()
-        self.cubin = cubin
-        self.module = cuda.module_from_buffer(cubin)
-        self.functions = {}
+        ext = native.require()
+        self.binding = ext
+        self.context = ext.current_context()
+        self.module = ext.load_module(cubin)
+        self.functions: dict[str, int] = {}  # kernel name -> its CUfunction
         self.shared: dict[str, int] = {}  # kernel name -> bytes of dynamic shared memory a launch passes
+        self.formats: dict[str, str] = {}  # kernel name -> its parameters' struct format
         for kernel in kernels:
-            function = self.module.get_function(kernel.name)
-            function.prepare(parameter_format(kernel))
+            function = ext.get_function(self.module, kernel.name)
             self.shared[kernel.name] = kernel.dynamic_shared_bytes
             if self.shared[kernel.name]:  # past 48 KB a launch fails without the function's leave
-                function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       self.shared[kernel.name])
+                ext.set_max_dynamic_shared(function, self.shared[kernel.name])
             self.functions[kernel.name] = function
-        self._own = None  # (loader, its CUmodule, the context it is loaded in), on first use
-        self._own_functions: dict[str, int] = {}
+            self.formats[kernel.name] = "@" + parameter_format(kernel)
 
-    def own_function(self, kernel, loader) -> int:
-        """The kernel's CUfunction in fusec's own copy of the module (PyCUDA hands
-        out no handles): the C extension launches it, the residency check asks
-        the driver about it. The cubin is loaded a second time, on first use, by
-        ``loader`` (the extension, or :mod:`.driver_api` where it does not build:
-        either has load_module, get_function, unload_module and current_context),
-        in the current context, which must be this one's. The function gets the
-        same dynamic shared memory allowance as PyCUDA's."""
-        if self._own is None:
-            self._own = (loader, loader.load_module(self.cubin), loader.current_context())
-        if kernel.name not in self._own_functions:
-            function = self._own[0].get_function(self._own[1], kernel.name)
-            if self.shared[kernel.name]:
-                driver_api.set_max_dynamic_shared(function, self.shared[kernel.name])
-            self._own_functions[kernel.name] = function
-        return self._own_functions[kernel.name]
+    def function(self, kernel) -> int:
+        return self.functions[kernel.name]
 
-    def resident_blocks(self, kernel, loader) -> int:
+    def resident_blocks(self, kernel) -> int:
         """Blocks of the kernel one SM holds at once, by the driver's occupancy
         (its registers, its shared memory and the dynamic shared bytes it launches with)."""
-        return driver_api.resident_blocks(self.own_function(kernel, loader), kernel.block, self.shared[kernel.name])
+        return self.binding.resident_blocks(self.functions[kernel.name], kernel.block, self.shared[kernel.name])
 
     def close(self) -> None:
-        """Unload fusec's own copy of the module when its context is current
-        (otherwise it stays until the context goes, as PyCUDA's modules do)."""
-        if self._own is not None:
-            loader, module, context = self._own
-            self._own, self._own_functions = None, {}
-            if loader.current_context() == context:
-                loader.unload_module(module)
+        """Unload the module when its context is current (otherwise it stays until
+        the context goes)."""
+        if self.module and self.binding.current_context() == self.context:
+            self.binding.unload_module(self.module)
+        self.module, self.functions = 0, {}
 
-    def launch(self, kernel, grid: int, args: list, stream=None) -> None:
-        self.functions[kernel.name].prepared_async_call(
-            (grid, 1, 1), (kernel.block, 1, 1), stream, *args, shared_size=self.shared[kernel.name])
-
-    def function(self, kernel):
-        return self.functions[kernel.name]
+    def launch(self, kernel, grid: int, args: list, stream: int = 0) -> None:
+        """One launch of ``kernel`` on ``stream`` (a CUstream as an int; 0 the legacy default stream)."""
+        self.binding.launch(self.functions[kernel.name], grid, kernel.block, self.shared[kernel.name], stream,
+                            struct.pack(self.formats[kernel.name], *args))
 
 
 def parameter_format(kernel) -> str:

@@ -40,10 +40,18 @@
  * cuda.Loaded.own_function gives the function that leave before the FastCall
  * is made, and the program checks first that all its blocks fit at once).
  *
- * The driver is opened with dlopen when the first module loads, so this builds
- * and imports where there is no GPU; a FastCall made with a hook calls
- * hook(kernel_index, parameter_bytes, shared_bytes) instead of launching (the
- * tests' seam).
+ * Every launch goes on one stream: the FastCall's, the stream of the call that
+ * prepared it (the caller's, or its framework's current one). A call passed
+ * another stream returns None: the Python path prepares for that one.
+ *
+ * The module is fusec's one binding for launches (PyCUDA launches only on
+ * streams PyCUDA made, never on CuPy's or PyTorch's): load_module,
+ * get_function, launch, the occupancy calculator, the function attribute for
+ * dynamic shared memory, context push/pop and the event that orders one
+ * stream after another. It is built with the package (setup.py), and opens
+ * the driver with dlopen when first used, so it builds and imports where there
+ * is no GPU; a FastCall made with a hook calls hook(kernel_index,
+ * parameter_bytes, shared_bytes) instead of launching (the tests' seam).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -60,6 +68,7 @@ typedef void *CUcontext;
 typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
+typedef void *CUevent;
 
 static CUresult (*cuCtxGetCurrent_)(CUcontext *);
 static CUresult (*cuModuleLoadData_)(CUmodule *, const void *);
@@ -68,6 +77,15 @@ static CUresult (*cuModuleUnload_)(CUmodule);
 static CUresult (*cuLaunchKernel_)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    unsigned, CUstream, void **, void **);
 static CUresult (*cuGetErrorName_)(CUresult, const char **);
+static CUresult (*cuCtxPushCurrent_)(CUcontext);
+static CUresult (*cuCtxPopCurrent_)(CUcontext *);
+static CUresult (*cuFuncSetAttribute_)(CUfunction, int, int);
+static CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor_)(int *, CUfunction, int, size_t);
+static CUresult (*cuEventCreate_)(CUevent *, unsigned);
+static CUresult (*cuEventRecord_)(CUevent, CUstream);
+static CUresult (*cuEventDestroy_)(CUevent);
+static CUresult (*cuStreamWaitEvent_)(CUstream, CUevent, unsigned);
+static CUresult (*cuStreamSynchronize_)(CUstream);
 
 static PyObject *driver_error;  /* fusec.errors.DriverError, handed over by set_error_class */
 
@@ -89,6 +107,15 @@ static int open_driver(void) {
     FIND(cuModuleGetFunction_, "cuModuleGetFunction")
     FIND(cuModuleUnload_, "cuModuleUnload")
     FIND(cuGetErrorName_, "cuGetErrorName")
+    FIND(cuCtxPushCurrent_, "cuCtxPushCurrent_v2")
+    FIND(cuCtxPopCurrent_, "cuCtxPopCurrent_v2")
+    FIND(cuFuncSetAttribute_, "cuFuncSetAttribute")
+    FIND(cuOccupancyMaxActiveBlocksPerMultiprocessor_, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    FIND(cuEventCreate_, "cuEventCreate")
+    FIND(cuEventRecord_, "cuEventRecord")
+    FIND(cuEventDestroy_, "cuEventDestroy_v2")
+    FIND(cuStreamWaitEvent_, "cuStreamWaitEvent")
+    FIND(cuStreamSynchronize_, "cuStreamSynchronize")
     FIND(cuLaunchKernel_, "cuLaunchKernel")  /* last: it marks the table complete */
 #undef FIND
     return 0;
@@ -136,6 +163,96 @@ static PyObject *current_context(PyObject *self, PyObject *unused) {
     CUresult result = cuCtxGetCurrent_(&context);
     if (result) return raise_driver(result, "cuCtxGetCurrent");
     return PyLong_FromVoidPtr(context);
+}
+
+static PyObject *push_context(PyObject *self, PyObject *arg) {
+    if (open_driver() < 0) return NULL;
+    void *context = PyLong_AsVoidPtr(arg);
+    if (PyErr_Occurred()) return NULL;
+    CUresult result = cuCtxPushCurrent_(context);
+    if (result) return raise_driver(result, "cuCtxPushCurrent");
+    Py_RETURN_NONE;
+}
+
+static PyObject *pop_context(PyObject *self, PyObject *unused) {
+    if (open_driver() < 0) return NULL;
+    CUcontext context = NULL;
+    CUresult result = cuCtxPopCurrent_(&context);
+    if (result) return raise_driver(result, "cuCtxPopCurrent");
+    Py_RETURN_NONE;
+}
+
+#define MAX_DYNAMIC_SHARED_SIZE_BYTES 8  /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+
+static PyObject *set_max_dynamic_shared(PyObject *self, PyObject *args) {
+    PyObject *function;
+    int bytes;
+    if (!PyArg_ParseTuple(args, "Oi", &function, &bytes) || open_driver() < 0) return NULL;
+    CUresult result = cuFuncSetAttribute_(PyLong_AsVoidPtr(function), MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+    if (result) return raise_driver(result, "cuFuncSetAttribute");
+    Py_RETURN_NONE;
+}
+
+static PyObject *resident_blocks(PyObject *self, PyObject *args) {
+    PyObject *function;
+    int block;
+    Py_ssize_t shared;
+    if (!PyArg_ParseTuple(args, "Oin", &function, &block, &shared) || open_driver() < 0) return NULL;
+    int count = 0;
+    CUresult result = cuOccupancyMaxActiveBlocksPerMultiprocessor_(&count, PyLong_AsVoidPtr(function), block,
+                                                                   (size_t)shared);
+    if (result) return raise_driver(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    return PyLong_FromLong(count);
+}
+
+/* launch(function, grid, block, shared, stream, parameters): one launch with its parameters
+ * packed in a buffer (the kernel's ABI layout), on any stream of the current context. */
+static PyObject *launch_packed(PyObject *self, PyObject *args) {
+    PyObject *function, *stream;
+    unsigned grid, block, shared;
+    Py_buffer parameters;
+    if (!PyArg_ParseTuple(args, "OIIIOy*", &function, &grid, &block, &shared, &stream, &parameters)) return NULL;
+    void *handle = PyLong_AsVoidPtr(function), *on = PyLong_AsVoidPtr(stream);
+    if (PyErr_Occurred() || open_driver() < 0) {
+        PyBuffer_Release(&parameters);
+        return NULL;
+    }
+    size_t size = (size_t)parameters.len;
+    void *extra[] = {(void *)1, parameters.buf, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
+    CUresult result = cuLaunchKernel_(handle, grid, 1, 1, block, 1, 1, shared, on, NULL, extra);
+    PyBuffer_Release(&parameters);
+    if (result) return raise_driver(result, "cuLaunchKernel");
+    Py_RETURN_NONE;
+}
+
+#define EVENT_DISABLE_TIMING 2  /* CU_EVENT_DISABLE_TIMING */
+
+/* wait(stream, producer): work queued on stream from now on waits for what producer has queued. */
+static PyObject *wait_stream(PyObject *self, PyObject *args) {
+    PyObject *stream, *producer;
+    if (!PyArg_ParseTuple(args, "OO", &stream, &producer) || open_driver() < 0) return NULL;
+    void *waiting = PyLong_AsVoidPtr(stream), *after = PyLong_AsVoidPtr(producer);
+    if (PyErr_Occurred()) return NULL;
+    CUevent event = NULL;
+    CUresult result = cuEventCreate_(&event, EVENT_DISABLE_TIMING);
+    if (result) return raise_driver(result, "cuEventCreate");
+    result = cuEventRecord_(event, after);
+    if (!result) result = cuStreamWaitEvent_(waiting, event, 0);
+    cuEventDestroy_(event);  /* released once the wait is done */
+    if (result) return raise_driver(result, "cuStreamWaitEvent");
+    Py_RETURN_NONE;
+}
+
+static PyObject *synchronize(PyObject *self, PyObject *arg) {
+    if (open_driver() < 0) return NULL;
+    void *stream = PyLong_AsVoidPtr(arg);
+    if (PyErr_Occurred()) return NULL;
+    CUresult result;
+    Py_BEGIN_ALLOW_THREADS
+    result = cuStreamSynchronize_(stream);
+    Py_END_ALLOW_THREADS
+    if (result) return raise_driver(result, "cuStreamSynchronize");
+    Py_RETURN_NONE;
 }
 
 static PyObject *set_error_class(PyObject *self, PyObject *cls) {
@@ -227,6 +344,7 @@ typedef struct {
     PyObject **make_stack;  /* [shape, *args, *kwargs' values] for the vectorcall; [0] set per call */
     Py_ssize_t make_positional, make_count;
     void *context;
+    void *stream;  /* where every launch of the FastCall goes */
     Py_ssize_t kernels;
     Kernel *kernel;
     int turn[MAX_GROUPS];  /* per turn group, the direction its last launch took (0 forwards, 1 backwards) */
@@ -445,15 +563,15 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
                                "scalar_value", "make", "make_args", "make_kwargs", "pointer",
                                "output_shapes", "results", "kernels", "context", "spares", "hook", "sole",
-                               "steady", NULL};
+                               "steady", "stream", NULL};
     PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
     PyObject *make, *make_args, *make_kwargs, *pointer;
     PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None, *sole = Py_None;
-    PyObject *steady = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOOO", keywords, &array_names, &array_types,
+    PyObject *steady = Py_None, *stream = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOOOO", keywords, &array_names, &array_types,
                                      &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
                                      &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
-                                     &spares, &hook, &sole, &steady))
+                                     &spares, &hook, &sole, &steady, &stream))
         return -1;
     if (self->array_names) {
         PyErr_SetString(PyExc_TypeError, "a FastCall is initialised once");
@@ -481,6 +599,7 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
         }
     }
     self->context = context == Py_None ? NULL : PyLong_AsVoidPtr(context);
+    self->stream = stream == Py_None ? NULL : PyLong_AsVoidPtr(stream);
     if (PyErr_Occurred()) return -1;
     /* each signer: a callable returning the signature, or a tuple of paths of steps, one per item of it */
     self->signers = PyTuple_New(arrays);
@@ -788,7 +907,7 @@ static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uin
         size_t size = kernel->size;
         void *extra[] = {(void *)1, parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
         CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1,
-                                          kernel->shared, NULL, NULL, extra);
+                                          kernel->shared, self->stream, NULL, extra);
         if (result) {
             raise_driver(result, "cuLaunchKernel");
             status = -1;
@@ -804,7 +923,13 @@ static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "FastCall was not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O", &arguments)) return NULL;
+    PyObject *stream = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O", &arguments, &stream)) return NULL;
+    if (stream != Py_None) {  /* another stream than the one it was prepared on: the Python path's */
+        void *on = PyLong_AsVoidPtr(stream);
+        if (PyErr_Occurred()) return NULL;
+        if (on != self->stream) Py_RETURN_NONE;
+    }
     /* this call's values, on the stack: another thread may call while this one waits for Python code */
     double scalars[MAX_VALUES];
     uintptr_t addresses[MAX_VALUES];
@@ -851,7 +976,7 @@ static PyMethodDef fastcall_methods[] = {
 
 static PyTypeObject FastCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "fusec_fastcall.FastCall",
+    .tp_name = "fusec.runtime._fastcall.FastCall",
     .tp_doc = "A prepared program call, checked, allocated and launched in C.",
     .tp_basicsize = sizeof(FastCall),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -868,14 +993,24 @@ static PyMethodDef methods[] = {
     {"unload_module", unload_module, METH_O, "Unload a module load_module loaded (its context current)."},
     {"current_context", current_context, METH_NOARGS, "The driver's current CUcontext as an int (0: none)."},
     {"set_error_class", set_error_class, METH_O, "The exception class a failed driver call raises."},
+    {"push_context", push_context, METH_O, "Make a CUcontext (an int) current on this thread, above the current one."},
+    {"pop_context", pop_context, METH_NOARGS, "Undo push_context."},
+    {"set_max_dynamic_shared", set_max_dynamic_shared, METH_VARARGS,
+     "set_max_dynamic_shared(function, bytes): let launches pass up to bytes of dynamic shared memory."},
+    {"resident_blocks", resident_blocks, METH_VARARGS,
+     "resident_blocks(function, block, shared): blocks one SM holds at once (the driver's occupancy)."},
+    {"launch", launch_packed, METH_VARARGS,
+     "launch(function, grid, block, shared, stream, parameters): one launch, parameters packed."},
+    {"synchronize", synchronize, METH_O, "Wait on the host until a stream's work is done."},
+    {"wait", wait_stream, METH_VARARGS, "wait(stream, producer): stream waits for what producer has queued."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, .m_name = "fusec_fastcall", .m_size = -1, .m_methods = methods,
+    PyModuleDef_HEAD_INIT, .m_name = "fusec.runtime._fastcall", .m_size = -1, .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit_fusec_fastcall(void) {
+PyMODINIT_FUNC PyInit__fastcall(void) {
     if (PyType_Ready(&FastCallType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

@@ -105,8 +105,8 @@ SIGNATURE_STEADY: dict[Callable, tuple[bool, ...]] = {
 
 def _interface_signature(obj) -> tuple | None:
     interface = getattr(obj, "__cuda_array_interface__", None)
-    if interface is None:
-        return None
+    if interface is None or interface.get("stream") is not None:
+        return None  # one naming its producer's stream is waited for on the whole way, every call
     return (interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"])
 
 
@@ -163,20 +163,19 @@ def parameter_offsets(parameter_format: str) -> tuple[int, ...]:
 class Launch:
     """One kernel launch with its parameters packed once into a buffer of
     its own. A call rewrites the fields that change (outputs, scalars) in
-    place and launches through PyCUDA's ``_launch_kernel`` bound to the
-    buffer, the grid, the block and the bytes of dynamic shared memory
-    (what ``prepared_async_call`` does, less its per-call packing and
-    keyword handling). The driver copies the parameters at launch, so the
-    buffer is free to rewrite for the next."""
+    place and launches through the extension's ``launch`` bound to the
+    function, the grid, the block, the bytes of dynamic shared memory, the
+    stream and the buffer. The driver copies the parameters at launch, so
+    the buffer is free to rewrite for the next."""
 
-    def __init__(self, launch_kernel: Callable, grid: int, block: int, parameter_format: str,
-                 values: Sequence, changing: Sequence[int], shared: int = 0):
+    def __init__(self, launch: Callable, function: int, grid: int, block: int, parameter_format: str,
+                 values: Sequence, changing: Sequence[int], shared: int = 0, stream: int = 0):
         self.buffer = bytearray(struct.calcsize("@" + parameter_format))
         struct.pack_into("@" + parameter_format, self.buffer, 0, *values)
         offsets = parameter_offsets(parameter_format)
         # (offset, packer) of each field a call rewrites, in the order of its values
         self.changing = tuple((offsets[i], struct.Struct("@" + parameter_format[i]).pack_into) for i in changing)
-        self.launch = functools.partial(launch_kernel, (grid, 1, 1), (block, 1, 1), self.buffer, shared, None)
+        self.launch = functools.partial(launch, function, grid, block, shared, stream, self.buffer)
 
     def __call__(self, values: Sequence) -> None:
         """Launch with ``values`` in the changing fields, in their order."""
@@ -210,7 +209,7 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
 
 
 def native_call(module, context: int, key: tuple, array_names: Sequence[str], kernels: Sequence[tuple],
-                prepared: "PreparedCall", output_bytes: Sequence[int]):
+                prepared: "PreparedCall", output_bytes: Sequence[int], stream: int = 0):
     """``prepared`` as a C ``FastCall`` of the extension ``module``, for calls
     whose signature is ``key`` (as :func:`signature` made it) in ``context``.
     It makes the next call's outputs (those :func:`made_ahead` picks from each
@@ -231,7 +230,7 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
         make=allocate.make, make_args=tuple(allocate.args), make_kwargs=dict(allocate.kwargs) or None,
         pointer=tuple(allocate.pointer), output_shapes=prepared.output_shapes, results=prepared.results,
         kernels=tuple(kernels), context=context, spares=made_ahead(output_bytes),
-        sole=tuple(allocate.sole) or None, steady=steady if any(steady) else None)
+        sole=tuple(allocate.sole) or None, steady=steady if any(steady) else None, stream=stream)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,8 +249,11 @@ class PreparedCall:
     keep_alive: Any  # the buffers and loaded module the arguments point into
     native: Any = None  # the same call as the C extension's FastCall, where it is built
     turns: tuple[Callable[[], int], ...] = ()  # the program's, one per turn group
+    given: tuple[str | None, ...] = ()  # per output: the result name whose out= array it is, or None
+    stream: int = 0  # where its launches go: the current stream of its arrays' framework when prepared
+    current_stream: Callable[[], int] = lambda: 0  # that framework's current stream now
 
-    def __call__(self, arguments: Mapping[str, Any]):
+    def __call__(self, arguments: Mapping[str, Any], out: Mapping[str, Any] | None = None):
         """Outputs of the program on ``arguments``; None when a new output is
         not 16-byte aligned, which the prepared flags assumed (the caller then
         goes the whole way). Written for speed: this is all a warm call does."""
@@ -259,8 +261,14 @@ class PreparedCall:
         for name in self.scalar_names:
             value = arguments[name]
             values[name] = value if type(value) is float and isfinite(value) else scalar_value(name, value)
-        outputs = [self.allocate(shape) for shape in self.output_shapes]
+        if self.given:  # the out= arrays (their addresses are packed already), the others made
+            outputs = [(out[name], None) if name is not None else self.allocate(shape)
+                       for name, shape in zip(self.given, self.output_shapes)]
+        else:
+            outputs = [self.allocate(shape) for shape in self.output_shapes]
         for position, (_, pointer) in enumerate(outputs):
+            if pointer is None:
+                continue
             if pointer % 16:
                 return None
             values[position] = pointer

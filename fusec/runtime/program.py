@@ -20,6 +20,15 @@ A kernel that waits at a grid barrier (``all_resident``) launches only where
 the GPU holds all its blocks at once: that is checked before anything runs at
 new sizes, and a :class:`~fusec.errors.ResidencyError` says so where it does not.
 
+A call runs on the stream given (``stream=``), else on the current stream of its
+arrays' framework (:mod:`.streams`); ``out=`` names arrays the results are
+written into. With ``out=`` for every result, a warm call allocates nothing
+and does not synchronise, so it can be captured in a CUDA graph.
+
+A program compiled at one size runs at any: where its plan cannot serve a
+call's sizes (a band kernel holds rows narrower than the call's), it compiles
+the plan for those sizes itself, once, and runs that (:meth:`Program.plan_for`).
+
 Calls of one program object must not overlap on different streams: they share
 the reduction counters.
 """
@@ -28,24 +37,50 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Mapping
+import math
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
 from ..emit.program import GeneratedProgram
-from ..errors import RowWidthError
+from ..errors import ArgumentError, RowWidthError
 from ..ir import geometry as geo
 from ..library.model import Geometry, Kind
 from . import (
     cuda,  # PyCUDA itself is imported on the first call
-    driver_api,
     native,
+    streams,
 )
-from .arrays import DEVICE, NUMPY, Binding, bind
+from .arrays import DEVICE, NUMPY, ArrayArg, Binding, bind
+from .arrays import array_arg as _array_arg
 from .plan_text import describe, minimum_bytes
 from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
+PLANS_FOR_SIZES = 8  # plans compiled for sizes the program's own plan cannot serve, kept per program
+
+
+class CallCache(NamedTuple):
+    """What a program keeps between calls (:meth:`Program.cache_info`)."""
+
+    prepared: int  # prepared calls: signatures of device arrays whose checks and arguments are worked out
+    in_c: bool  # whether the prepared call used last runs in C (the extension's FastCall)
+    spares: int  # outputs made one call ahead by that call
+    kept_results: int  # results of the last call it keeps, to write again once the caller lets them go
+    sizes: int  # sets of sizes with fusec-owned device memory (workspaces, intermediates)
+    plans_for_sizes: int  # plans compiled for sizes the program's own plan could not serve
+
+
+def row_width_problem(kernels, sizes: dict[str, int]) -> str | None:
+    """Why a band kernel cannot serve these sizes (its rows are narrower), or None."""
+    for kernel in (k for whole in kernels for k in whole.leaves()):
+        if kernel.plan.geometry is not Geometry.BAND:
+            continue
+        widest, cols = kernel.macros()["BAND_COLS"], sizes[kernel.dims[1]]
+        if cols > widest:
+            return (f"kernel {kernel.name} holds whole rows of at most {widest} columns in registers, but"
+                    f" {kernel.dims[1]} = {cols}")
+    return None
 
 
 def check_row_widths(kernels, sizes: dict[str, int]) -> None:
@@ -131,8 +166,12 @@ class Program:
     """The result of :func:`fusec.compile`."""
 
     def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True,
-                 predicted: str | None = None, nearby: str | None = None):
+                 predicted: str | None = None, nearby: str | None = None,
+                 replan: Callable[[dict[str, int]], "Program"] | None = None):
         self.generated = generated
+        # sizes -> the program compiled for them (fusec.compile's choice); None: such sizes raise RowWidthError
+        self.replan = replan
+        self._for_sizes: collections.OrderedDict = collections.OrderedDict()
         if not isinstance(turning, bool):
             raise TypeError(f"turning must be True or False, not {turning!r}")
         self._turning = turning  # fixed: prepared calls take it in
@@ -152,9 +191,19 @@ class Program:
         self._buffers: collections.OrderedDict = collections.OrderedDict()
         self._prepared: collections.OrderedDict = collections.OrderedDict()
         self._hot = None  # the C FastCall of the prepared call used last: tried first
+        self._hot_stream = None  # the current stream of its arrays' framework, asked on each call
         inputs = [dag.value(v) for v in dag.inputs]
         self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR)
         self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR)
+        # out= and stream= are the call's options, unless the script has inputs of those names
+        self._call_options = not {"out", "stream"} & {v.name for v in inputs}
+        # for out= arrays over inputs: the kernel writing each result, the last kernel reading each input
+        self._writer = {a.value: k.index for k in generated.kernels for a in k.args if a.role == "out"}
+        self._last_reader: dict[int, int] = {}
+        for kernel in generated.kernels:
+            for arg in kernel.args:
+                if arg.role == "in":
+                    self._last_reader[arg.value] = kernel.index
 
     # ------------------------------------------------------------------ description
     @property
@@ -183,7 +232,40 @@ class Program:
         return tuple(self.dag.value(v).name for v in self.dag.outputs)
 
     def describe(self, sizes: Mapping[str, int] | None = None, resources=None) -> str:
+        """The plan text; at ``sizes`` its launches there, and where this program's
+        plan cannot serve them, the plan that runs instead (:meth:`plan_for`)."""
+        if sizes is not None:
+            problem = row_width_problem(self.kernels, dict(sizes))
+            if problem is not None and self.replan is not None:
+                other = self.plan_for(dict(sizes))
+                return (f"# at these sizes this program runs the plan compiled for them: {problem}\n"
+                        + other.describe(sizes, resources))
         return describe(self.generated, sizes, resources, origin=self.origin, turning=self.turning)
+
+    def plan_for(self, sizes: Mapping[str, int]) -> "Program":
+        """The program that runs a call at ``sizes``: this one where its plan serves
+        them, else the one compiled for them (once; kept for the next calls)."""
+        sizes = dict(sizes)
+        problem = row_width_problem(self.kernels, sizes)
+        if problem is None:
+            return self
+        if self.replan is None:
+            raise RowWidthError(f"{problem}: compile the script for these sizes"
+                                f" (fusec.compile(..., sizes={sizes!r}) or fusec tune --size)")
+        key = tuple(sorted(sizes.items()))
+        if key not in self._for_sizes:
+            self._for_sizes[key] = self.replan(sizes)
+            while len(self._for_sizes) > PLANS_FOR_SIZES:
+                self._for_sizes.popitem(last=False).release()
+        self._for_sizes.move_to_end(key)
+        return self._for_sizes[key]
+
+    def cache_info(self) -> CallCache:
+        """What the program keeps between calls (prepared calls, results made ahead,
+        device memory per set of sizes, plans for other sizes)."""
+        hot = self._hot
+        return CallCache(len(self._prepared), hot is not None, hot.held_spares() if hot is not None else 0,
+                         hot.held_results() if hot is not None else 0, len(self._buffers), len(self._for_sizes))
 
     @property
     def origin(self) -> str | None:
@@ -214,65 +296,156 @@ class Program:
         for loaded in self._loaded.values():
             loaded.close()
         self._loaded.clear()
+        for other in self._for_sizes.values():
+            other.release()
+        self._for_sizes.clear()
 
     # ------------------------------------------------------------------ running
     def __call__(self, **arrays):
+        """Run on keyword arrays and scalars; ``out={name: array}`` and ``stream=``
+        as for :meth:`run` (where the script has inputs of those names, use :meth:`run`)."""
+        out = stream = None
+        if self._call_options:
+            out, stream = arrays.pop("out", None), arrays.pop("stream", None)
         hot = self._hot
-        if hot is not None:  # the C extension's warm call; None when it declines
-            results = hot(arrays)
-            if results is not None:
+        if hot is not None and out is None and stream is None:  # the C extension's warm call
+            results = hot(arrays, self._hot_stream())
+            if results is not None:  # None when it declines
                 return results
-        return self.run(arrays)
+        return self.run(arrays, out=out, stream=stream)
 
     def bind(self, arrays: Mapping[str, Any]) -> Binding:
         """Check arguments and infer sizes without touching the GPU."""
         return bind(self.dag, self.dtype, arrays)
 
-    def run(self, arrays: Mapping[str, Any], *, poison: bool = False):
-        """Run the program. ``poison`` fills outputs and every fusec buffer with
-        NaN first, so an element no kernel writes shows up (tests use it)."""
+    def run(self, arrays: Mapping[str, Any], *, out: Mapping[str, Any] | None = None, stream: Any = None,
+            poison: bool = False):
+        """Run the program on ``arrays`` (input name -> array or scalar).
+
+        ``out`` maps result names to arrays the results are written into (of the
+        arrays' framework, or NumPy arrays for NumPy inputs; the right shape and
+        dtype, C-contiguous); those results are returned as these arrays. An
+        ``out`` array may be an input's only where no kernel reads that input
+        once the kernel writing the result has started (:meth:`check_out`).
+        ``stream`` is the stream to run on (:mod:`.streams`). ``poison`` fills
+        outputs and every fusec buffer with NaN first, so an element no kernel
+        writes shows up (tests use it)."""
+        handle = None if stream is None else streams.given(stream)
         if self._prepared and not poison:
-            results = self._run_prepared(arrays)
+            results = self._run_prepared(arrays, handle, out)
             if results is not None:
                 return results
         binding = self.bind(arrays)
+        outputs = self.check_out(binding, out)
+        other = self.plan_for(binding.sizes)
+        if other is not self:
+            return other.run(arrays, out=out, stream=stream, poison=poison)
+        reference = next((a.obj for a in binding.arrays.values() if a.family == binding.family), None)
+        current = streams.current_getter(binding.family, reference)()
+        on = current if handle is None else handle
         with cuda.context() as ctx:
             loaded = self._load(ctx)
             buffers = self._buffers_for(ctx, binding.sizes)
-            pointers, results = self._place(binding, buffers)
+            for array in binding.arrays.values():
+                if array.stream is not None and array.stream != on:  # its producer's stream, by its interface
+                    loaded.binding.wait(on, array.stream)
+            with streams.current(binding.family, reference, on):
+                pointers, results = self._place(binding, buffers, outputs)
             if poison:
+                cuda.synchronize()  # the fills go on the legacy stream; a non-blocking one would not wait
                 self._poison(pointers, buffers, binding.sizes)
             launches = self._launches(buffers, pointers, binding)
             for kernel, grid, args in launches:
-                loaded.launch(kernel, grid, args)
-            key = None if poison else signature(
-                cuda.context_key(ctx), arrays, self._array_names, self._scalar_names)
+                loaded.launch(kernel, grid, args, on)
+            # prepared calls only on the framework's own current stream: they allocate there
+            key = None if poison or on != current else self._key(cuda.context_key(ctx), arrays, out)
             if key is not None:
-                self._remember(key, self._prepare(loaded, buffers, launches, binding, key))
-            return self._collect(results, pointers, binding)
+                self._remember(key, self._prepare(loaded, buffers, launches, binding, key, on, outputs))
+            return self._collect(results, pointers, binding, on)
 
-    def _run_prepared(self, arrays: Mapping[str, Any]):
+    def _key(self, context: int, arrays: Mapping[str, Any], out: Mapping[str, Any] | None) -> tuple | None:
+        """A prepared call's key: the arguments' signature, and the out= arrays' where given."""
+        key = signature(context, arrays, self._array_names, self._scalar_names)
+        if key is None or out is None:
+            return None if key is None else (key, None)
+        if not isinstance(out, Mapping):
+            return None
+        given = signature(context, out, tuple(sorted(out)), frozenset())
+        return None if given is None else (key, given)
+
+    def _run_prepared(self, arrays: Mapping[str, Any], handle: int | None, out: Mapping[str, Any] | None = None):
         """The results of a prepared call for these arguments, or None when
         there is none (or it declines): the whole way then runs. The context
         is the driver's current one (where CuPy or PyTorch ran, the runtime
         left the primary context current), or the primary one pushed."""
-        context = driver_api.current_context()
+        ext = native.require()
+        context = ext.current_context()
         pushed = not context
         if pushed:
             context = cuda.primary_handle()
-            driver_api.push_context(context)
+            ext.push_context(context)
         try:
-            key = signature(context, arrays, self._array_names, self._scalar_names)
+            key = self._key(context, arrays, out)
             prepared = self._prepared.get(key) if key is not None else None
-            if prepared is None:
-                return None
-            self._make_hot(prepared.native)
-            return prepared(arrays)
+            if prepared is None or (handle if handle is not None else prepared.current_stream()) != prepared.stream:
+                return None  # prepared on another stream: the whole way prepares for this one
+            if prepared.native is not None:
+                self._make_hot(prepared.native, prepared.current_stream)
+            return prepared(arrays, out)
         finally:
             if pushed:
-                driver_api.pop_context()
+                ext.pop_context()
 
-    def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding, key: tuple) -> PreparedCall:
+    def check_out(self, binding: Binding, out: Mapping[str, Any] | None) -> dict[int, ArrayArg]:
+        """The ``out=`` arrays by result value, checked: names of results, arrays of
+        the inputs' framework with the results' shapes and dtype, no two overlapping,
+        none overlapping an input the program reads after it starts writing there."""
+        if out is None:
+            return {}
+        if not isinstance(out, Mapping):
+            raise ArgumentError("out", f"is a {type(out).__name__}: pass a mapping of result names to arrays")
+        results = {self.dag.value(v).name: self.dag.value(v) for v in self.dag.outputs}
+        chosen: dict[int, ArrayArg] = {}
+        for name, obj in out.items():
+            if name not in results:
+                raise ArgumentError("out", f"names {name!r}, which is not a result of {self.dag.file}"
+                                           f" (its results: {', '.join(results)})")
+            value = results[name]
+            array = _array_arg(f"out[{name!r}]", value.id, value.kind, obj, self.dtype)
+            shape = tuple(binding.sizes[d] for d in value.dims)
+            if array.shape != shape:
+                raise ArgumentError(f"out[{name!r}]", f"has shape {array.shape}, but {name} has {shape} at these sizes")
+            if (array.where == NUMPY) != (binding.family == NUMPY):
+                raise ArgumentError(f"out[{name!r}]", f"is a {array.family} array, but the inputs' results are"
+                                                      f" {binding.family} arrays: pass one of those")
+            chosen[value.id] = array
+        self._check_out_overlaps(binding, chosen)
+        return chosen
+
+    def _check_out_overlaps(self, binding: Binding, chosen: dict[int, ArrayArg]) -> None:
+        itemsize = self.dtype.itemsize
+
+        def extent(array: ArrayArg) -> tuple[int, int]:
+            start = array.pointer if array.pointer is not None else array.obj.__array_interface__["data"][0]
+            return start, start + math.prod(array.shape) * itemsize
+
+        outs = [(value, array, *extent(array)) for value, array in chosen.items()]
+        ins = [(value, given, *extent(given)) for value, given in binding.arrays.items()]
+        for i, (value, array, start, end) in enumerate(outs):
+            for _, other, other_start, other_end in outs[i + 1:]:
+                if start < other_end and other_start < end:
+                    raise ArgumentError(array.name, f"overlaps {other.name}: two results cannot share memory")
+            for input_value, given, other_start, other_end in ins:
+                if given.where != array.where or not (start < other_end and other_start < end):
+                    continue
+                if self._last_reader.get(input_value, -1) >= self._writer.get(value, 0):
+                    raise ArgumentError(
+                        array.name,
+                        f"overlaps the input {given.name!r}, which the program still reads once it starts writing"
+                        f" {self.dag.value(value).name}: pass another array (two arrays in turn, in a loop)")
+
+    def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding, key: tuple,
+                 stream: int, given: Mapping[int, ArrayArg]) -> PreparedCall:
         """What a call on the same device arrays needs to redo: scalars, outputs.
         Its kernels' residency was checked when ``buffers`` were made for these
         sizes in this context (:meth:`_buffers_for`), before any launch, and the
@@ -280,13 +453,13 @@ class Program:
         outputs = tuple(dict.fromkeys(self.dag.outputs))
         scalar_name = {v: self.dag.value(v).name for v in binding.scalars}
         scalar_names = tuple(sorted(self._scalar_names))
-        extension = native.fastcall()
+        extension = native.require()
         prepared, natives = [], []
         for kernel, grid, args in launches:
             changing, sources = [], []
             for index, arg in enumerate(kernel.args):
-                if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs:
-                    changing.append(index)  # later kernels read outputs too
+                if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs and arg.value not in given:
+                    changing.append(index)  # later kernels read outputs too (an out= array's stays put)
                     sources.append(outputs.index(arg.value))
                 elif arg.role == "scalar":
                     changing.append(index)
@@ -295,33 +468,36 @@ class Program:
                     changing.append(index)
                     sources.append(Turn(self.turn_groups[kernel.index]))
             parameter_format, shared = cuda.parameter_format(kernel), loaded.shared[kernel.name]
-            launch = Launch(loaded.function(kernel)._launch_kernel, grid, kernel.block,
-                            parameter_format, args, changing, shared)
+            launch = Launch(loaded.binding.launch, loaded.function(kernel), grid, kernel.block,
+                            parameter_format, args, changing, shared, stream)
             prepared.append((launch, tuple(sources)))
-            if extension is not None:
-                natives.append(native_kernel(loaded.own_function(kernel, extension), grid, kernel.block,
-                                             parameter_format, args, changing, sources, scalar_names, shared))
+            natives.append(native_kernel(loaded.function(kernel), grid, kernel.block,
+                                         parameter_format, args, changing, sources, scalar_names, shared))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
                             cuda.allocator(binding.family, self.dtype, reference),
-                            scalar_names, keep_alive=(loaded, buffers), turns=self._turns)
-        if extension is None:
+                            scalar_names, keep_alive=(loaded, buffers), turns=self._turns,
+                            given=tuple(self.dag.value(v).name if v in given else None for v in outputs),
+                            stream=stream, current_stream=streams.current_getter(binding.family, reference))
+        if given:  # calls with out= run in Python: they allocate nothing, and a captured graph replays them
             return call
         output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
-        return dataclasses.replace(call, native=native_call(extension, key[0], key, self._array_names,
-                                                            natives, call, output_bytes))
+        return dataclasses.replace(call, native=native_call(extension, key[0][0], key[0], self._array_names,
+                                                            natives, call, output_bytes, stream))
 
-    def _make_hot(self, native_call) -> None:
-        """Try ``native_call`` first from now on; the one tried before lets go of
-        the outputs it made ahead (only the hot call holds any)."""
+    def _make_hot(self, native_call, current_stream=None) -> None:
+        """Try ``native_call`` first from now on (on the stream ``current_stream()``
+        says); the one tried before lets go of the outputs it made ahead (only the
+        hot call holds any)."""
         if self._hot is not None and self._hot is not native_call:
             self._hot.drop_spares()
-        self._hot = native_call
+        self._hot, self._hot_stream = native_call, current_stream
 
     def _remember(self, key: tuple, prepared: PreparedCall) -> None:
         self._prepared[key] = prepared
-        self._make_hot(prepared.native)
+        if prepared.native is not None:
+            self._make_hot(prepared.native, prepared.current_stream)
         while len(self._prepared) > PREPARED_CALLS:
             self._prepared.popitem(last=False)
 
@@ -340,7 +516,7 @@ class Program:
         takes its buffers from here first."""
         key = (cuda.context_key(ctx), tuple(sorted(sizes.items())))
         if key not in self._buffers:
-            check_row_widths(self.kernels, sizes)
+            check_row_widths(self.kernels, sizes)  # the caller picked the plan for these sizes (plan_for)
             self._check_resident(ctx, sizes)
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
@@ -359,14 +535,15 @@ class Program:
         waiting = [kernel for kernel in self.kernels if kernel.all_resident]
         if not waiting:
             return
-        loaded, loader = self._load(ctx), native.fastcall() or driver_api
+        loaded = self._load(ctx)
         sms = cuda.multiprocessor_count(ctx)
         for kernel in waiting:
-            cuda.check_resident(kernel.name, kernel.grid(sizes), loaded.resident_blocks(kernel, loader), sms,
+            cuda.check_resident(kernel.name, kernel.grid(sizes), loaded.resident_blocks(kernel), sms,
                                 kernel.block, loaded.shared[kernel.name])
 
-    def _place(self, binding: Binding, buffers: _Buffers):
-        """Device pointers of every value; NumPy inputs are uploaded."""
+    def _place(self, binding: Binding, buffers: _Buffers, outputs: Mapping[int, ArrayArg] | None = None):
+        """Device pointers of every value; NumPy inputs are uploaded; results go
+        to the ``out=`` arrays where given (``outputs``), else to new arrays."""
         pointers: dict[int, int] = {}
         for value, array in binding.arrays.items():
             if array.where == DEVICE:
@@ -381,7 +558,11 @@ class Program:
         results: dict[int, Any] = {}
         for value in dict.fromkeys(self.dag.outputs):
             shape = tuple(binding.sizes[d] for d in self.dag.value(value).dims)
-            if family == NUMPY:
+            given = (outputs or {}).get(value)
+            if given is not None:
+                results[value] = given.obj
+                pointers[value] = buffers.stage(value) if given.where == NUMPY else given.pointer
+            elif family == NUMPY:
                 pointers[value] = buffers.stage(value)
             else:
                 results[value], pointers[value] = cuda.allocate_like(family, shape, self.dtype, reference)
@@ -429,12 +610,16 @@ class Program:
         return [(kernel, kernel.grid(binding.sizes), self._kernel_args(kernel, buffers, pointers, binding))
                 for kernel in self.kernels]
 
-    def _collect(self, results, pointers, binding: Binding):
-        out = []
+    def _collect(self, results, pointers, binding: Binding, stream: int = 0):
+        out, synchronized = [], False
         for value in self.dag.outputs:
-            if value not in results:  # NumPy: copy back (this waits for the kernels)
+            given = results.get(value)
+            if value not in results or isinstance(given, np.ndarray):  # NumPy: copy back
+                if not synchronized:  # the copy goes on the legacy stream, which may not wait for ours
+                    native.require().synchronize(stream)
+                    synchronized = True
                 shape = tuple(binding.sizes[d] for d in self.dag.value(value).dims)
-                host = np.empty(shape, self.dtype)
+                host = given if isinstance(given, np.ndarray) else np.empty(shape, self.dtype)
                 cuda.download(host, pointers[value])
                 results[value] = host if shape else host[()]
             out.append(results[value])

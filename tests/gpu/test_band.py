@@ -92,6 +92,6 @@ def test_every_band_plan(script, dtype, compiled):
             for check in oracle.check_outputs(dag, library(), inputs, outputs, dtype, expected=expected):
                 if not check.passed:
                     failures.append(f"{label}, run {run + 1}: {check.name} {check.reason}")
-        prog._buffers.clear()
+        prog.release()
         gc.collect()
     assert not failures, f"{len(failures)} failures, first: " + "; ".join(failures[:3])

@@ -150,7 +150,7 @@ def test_every_horizontal_combination(script, dtype, compiled):
                     failures.append(f"{label}: {name} differs on a second run")
         for pair in pairs:
             for p in pair:
-                p._buffers.clear()
+                p.release()
         gc.collect()
     assert not failures, f"{len(failures)} failures, first: " + "; ".join(failures[:3])
     # the parts really had different grid sizes: for every kernel both ways round where

@@ -259,14 +259,10 @@ def _leave_nan_for(kind, prog, sizes) -> None:
 @pytest.mark.parametrize("script", script_names())
 def test_repeated_calls_take_the_prepared_path(script, dtype, kind, path, monkeypatch):
     """A second call on the same device arrays skips binding (a prepared
-    call, in C where the extension builds, else in Python), with new
-    scalars: its results are right, new arrays, and the first call's
+    call: in C through ``prog(...)``, in Python through ``prog.run(...)``), with
+    new scalars: its results are right, new arrays, and the first call's
     results are untouched."""
-    from fusec.runtime import cuda, native
-    if path == "Python":
-        monkeypatch.setattr(native, "fastcall", lambda: None)
-    elif native.fastcall() is None:
-        pytest.skip(f"no C extension: {native.unavailable()}")
+    from fusec.runtime import cuda
     prog = program(script, dtype)
     prog.release()
     sizes = size_cases(prog.dag, [1000])[-1]
@@ -275,18 +271,18 @@ def test_repeated_calls_take_the_prepared_path(script, dtype, kind, path, monkey
     with cuda.context():
         device = {k: _to_device(kind, v) for k, v in inputs.items()}
         first = prog.run(device, poison=True)  # poison: the whole way, nothing prepared
-        assert not prog._prepared
+        assert prog.cache_info().prepared == 0
         prog(**device)
-        assert len(prog._prepared) == 1
-        assert (prog._hot is not None) == (path == "C")
+        assert prog.cache_info().prepared == 1 and prog.cache_info().in_c
         again = dict(inputs, **{k: v * -0.5 + 1.0 for k, v in inputs.items() if not isinstance(v, np.ndarray)})
         _leave_nan_for(kind, prog, sizes)
         with monkeypatch.context() as patch:
             patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
-            second = prog(**{k: (device[k] if isinstance(v, np.ndarray) else v) for k, v in again.items()})
-        assert len(prog._prepared) == 1
+            arguments = {k: (device[k] if isinstance(v, np.ndarray) else v) for k, v in again.items()}
+            second = prog(**arguments) if path == "C" else prog.run(arguments)
+        assert prog.cache_info().prepared == 1
         if path == "C":  # small outputs: the next call's are made ahead, once this call launched
-            assert prog._hot.held_spares() == len(set(prog.dag.outputs))
+            assert prog.cache_info().spares == len(set(prog.dag.outputs))
         _check(prog, again, second)
         _check(prog, inputs, first)
         firsts = first if isinstance(first, tuple) else (first,)
@@ -301,9 +297,7 @@ def test_a_cupy_result_let_go_is_written_again():
     it go (the same address), and never while the caller holds it or a view of it;
     each call's results are right for its own scalars."""
     cupy = pytest.importorskip("cupy")
-    from fusec.runtime import cuda, native
-    if native.fastcall() is None:
-        pytest.skip(f"no C extension: {native.unavailable()}")
+    from fusec.runtime import cuda
     prog = program("waxpby", "float32")
     prog.release()
     sizes = {s: 4099 for s in prog.dag.sizes}
@@ -316,7 +310,7 @@ def test_a_cupy_result_let_go_is_written_again():
         address = first.data.ptr
         del first
         again = prog(**dict(device, alpha=scaled[0]["alpha"], beta=scaled[0]["beta"]))
-        assert again.data.ptr == address and prog._hot.held_results() == 1
+        assert again.data.ptr == address and prog.cache_info().kept_results == 1
         _check(prog, scaled[0], again)
         view = again[::2]
         kept = cupy.asnumpy(view)
@@ -338,9 +332,7 @@ def test_a_cupy_array_reshaped_in_place_is_not_taken_for_the_prepared_one():
     place, the same objects go the whole way, right for their new shape, or are
     refused by name when they no longer fit together; reshaped back, warm again."""
     cupy = pytest.importorskip("cupy")
-    from fusec.runtime import cuda, native
-    if native.fastcall() is None:
-        pytest.skip(f"no C extension: {native.unavailable()}")
+    from fusec.runtime import cuda
     prog = program("madd", "float32")
     prog.release()
     inputs = oracle.random_inputs(prog.dag, {"m": 300, "n": 520}, "float32", np.random.default_rng(5))
@@ -348,20 +340,19 @@ def test_a_cupy_array_reshaped_in_place_is_not_taken_for_the_prepared_one():
         device = {k: cupy.asarray(v) for k, v in inputs.items()}
         prog(**device)
         _check(prog, inputs, prog(**device))  # warm
-        hot = prog._hot
-        assert hot is not None
+        assert prog.cache_info().in_c
         device["A"].shape = (520, 300)
         with pytest.raises(ArgumentError, match="'B'"):
             prog(**device)
         device["B"].shape = (520, 300)
         reshaped = {k: v.reshape(520, 300) for k, v in inputs.items()}
         result = prog(**device)
-        assert result.shape == (520, 300) and len(prog._prepared) == 2
+        assert result.shape == (520, 300) and prog.cache_info().prepared == 2
         _check(prog, reshaped, result)
         for array in device.values():
             array.shape = (300, 520)
         result = prog(**device)
-        assert prog._hot is hot and result.shape == (300, 520)
+        assert prog.cache_info().prepared == 2 and result.shape == (300, 520)
         _check(prog, inputs, result)
         prog.release()
 
@@ -376,12 +367,8 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
     always walks forwards, right against the oracle (where the program is not
     reproducible, each call against the oracle instead). Ragged sizes, many blocks."""
     cupy = pytest.importorskip("cupy")
-    from fusec.runtime import cuda, native
+    from fusec.runtime import cuda
     from fusec.runtime.program import Program
-    if path == "Python":
-        monkeypatch.setattr(native, "fastcall", lambda: None)
-    elif native.fastcall() is None:
-        pytest.skip(f"no C extension: {native.unavailable()}")
     prog = program(script, dtype)
     prog.release()
     matrix = any(v.kind.value == "matrix" for v in prog.dag.values)
@@ -393,14 +380,9 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
     with cuda.context():
         device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
         expected = [cupy.asnumpy(r) for r in as_tuple(forwards(**device))]
-        start = [turns.last for turns in prog._turns]  # the program is shared with other tests
         for call in range(4):
-            results = prog(**device)
-            assert (prog._hot is not None) == (path == "C")  # prepared by the first call
-            if path == "Python":  # each launch of a group flips the group's direction
-                for group, turns in enumerate(prog._turns):
-                    launches = prog.turn_groups.count(group) * (call + 1)
-                    assert turns.last == start[group] ^ launches % 2
+            results = prog(**device) if path == "C" else prog.run(device)
+            assert prog.cache_info().prepared == 1  # prepared by the first call
             if not prog.generated.reproducible:  # column sums added with atomics: right, not the same bits
                 _check(prog, inputs, results)
                 continue
@@ -427,13 +409,13 @@ def test_prepared_calls_follow_the_arrays(kind):
         for _ in range(2):  # freed after each call: the pool reuses the addresses
             device = {k: _to_device(kind, v) for k, v in inputs.items()}
             _check(prog, inputs, prog(**device))
-    assert 1 <= len(prog._prepared) <= 6  # at most one per set of arrays (the pool may reuse addresses)
+    assert 1 <= prog.cache_info().prepared <= 6  # at most one per set of arrays (the pool may reuse addresses)
     with pytest.raises(ArgumentError, match="'alpha'.*real number"):
         prog(**dict(device, alpha="two"))
     times = prog.time(device, warmup=1, repeat=3)  # whole calls, between events
     assert len(times) == 3 and all(t > 0 for t in times)
     prog.release()
-    assert not prog._prepared
+    assert prog.cache_info() == (0, False, 0, 0, 0, 0)
 
 
 def test_a_cupy_user_process_exits_cleanly():

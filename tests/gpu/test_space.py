@@ -83,6 +83,6 @@ def test_every_chosen_combination(script, dtype, compiled_programs):
                     failures.append(f"combination #{rank} {prog.generated.plan} at {sizes}:"
                                     f" {dag.value(value).name} ratio {ratio:.3g}")
         for prog in programs:
-            prog._buffers.clear()
+            prog.release()
         gc.collect()
     assert not failures, f"{len(failures)} failures, first: " + "; ".join(failures[:3])

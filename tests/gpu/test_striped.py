@@ -134,7 +134,7 @@ def test_every_striped_plan(script, dtype, compiled):
                     failures.append(f"{label}: {name} differs from the same kernels one after another")
         for pair in pairs:
             for p in pair:
-                p._buffers.clear()
+                p.release()
         gc.collect()
     assert not failures, f"{len(failures)} failures, first: " + "; ".join(failures[:3])
     if not QUICK:

@@ -113,6 +113,6 @@ def test_rows_off_16_byte_boundaries_against_the_oracle(script, dtype, compiled)
                     if not check.passed:
                         failures.append(f"{label} plan ({prog.generated.plan.summary(dag)}) at {sizes},"
                                         f" run {run}{how}: {check.name} {check.reason}")
-        prog._buffers.clear()
+        prog.release()
         gc.collect()
     assert not failures, f"{len(failures)} failures, first: " + "; ".join(failures[:3])

@@ -62,7 +62,7 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
     into ``folder`` (default :func:`store.directory`). ``select(probe)`` keeps
     a subset (tests use it). With ``missing``, only the routine keys the
     existing database lacks are timed and its other timings are kept (the space
-    grew new shapes; the library itself is the same).
+    grew new shapes, or the library new functions: :func:`store.timed`).
 
     Timings of a precision not measured now are kept from the existing file,
     when it is usable for this library and GPU."""
@@ -103,7 +103,7 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         device={"name": info.name, "slug": info.slug, "sms": info.sms,
                 "compute_capability": info.compute_capability, "cuda_driver": info.cuda_driver,
                 "nvcc": _nvcc_release(), "target": dataclasses.asdict(target)},
-        library={"name": library.name, "hash": library.content_hash},
+        library={"name": library.name, "hash": library.content_hash, "files": dict(library.files)},
         fusec=__version__, built=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         launch=launch, bench_sizes={"waves": WAVES, "repeat": REPEAT}, timings=timings, path=str(path))
     return save_merged(database, path, library, dtypes, missing), path

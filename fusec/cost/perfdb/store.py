@@ -1,12 +1,18 @@
 """Reading and writing performance databases: ``perfdb/<gpu slug>.json``.
 
 A database records the GPU (name, SMs, compute capability, driver, nvcc),
-the library it timed (name and content hash), the launch cost, and for every
-routine key the seconds one block spends on the routine per serial iteration
-(per block for routines outside the loop) at each number of blocks per SM it
-was run with. A file that does not parse, has the wrong format, or timed
-another version of the library is reported (:class:`PerfdbWarning`) and not
-used; writes are atomic.
+the library it timed (name, content hash, and the hash of each of its files),
+the launch cost, and for every routine key the seconds one block spends on the
+routine per serial iteration (per block for routines outside the loop) at each
+number of blocks per SM it was run with. A file that does not parse, has the
+wrong format, or timed another version of the library is reported
+(:class:`PerfdbWarning`) and not used; writes are atomic.
+
+A library that only gained files since (a new function) is the version timed:
+every routine the database holds is defined and compiled as it was, since a
+routine name is defined once in a library and the shared files are among those
+recorded. Kernels that call a new routine are priced by the analytic model
+until ``fusec perfdb build --missing`` times it.
 """
 
 from __future__ import annotations
@@ -75,7 +81,7 @@ class Timing:
 @dataclasses.dataclass(frozen=True)
 class Database:
     device: Mapping[str, object]  # name, slug, sms, compute_capability, cuda_driver, nvcc
-    library: Mapping[str, str]  # name, hash
+    library: Mapping[str, object]  # name, hash, files (file -> its hash; see timed)
     fusec: str
     built: str
     launch: float  # seconds: an empty kernel's launch to completion
@@ -116,6 +122,10 @@ class Database:
         check.number(device.get("sms"), "device sms", low=1, high=100_000, integer=True)
         library = check.mapping(data.get("library"), "library")
         check.text(library.get("hash"), "library hash")
+        if "files" in library:  # absent in databases built before it was recorded
+            for name, digest in check.mapping(library["files"], "library files").items():
+                check.text(name, "a library file")
+                check.text(digest, f"library file {name}")
         launch = check.number(data.get("launch_seconds"), "launch_seconds", low=0, high=1.0)
         bench_sizes = check.mapping(data.get("bench_sizes", {}), "bench_sizes")
         routines = data.get("routines")
@@ -188,13 +198,23 @@ def load(path: Path, library: Library | None = None) -> Database | None:
         warnings.warn(PerfdbWarning(f"performance database {path} is damaged ({exc}); not used"
                                     " (run 'fusec perfdb build' to replace it)"))
         return None
-    if library is not None and database.library.get("hash") != library.content_hash:
+    if library is not None and not timed(database, library):
         warnings.warn(PerfdbWarning(
             f"performance database {path} timed library {database.library.get('name')!r} with hash"
             f" {database.library.get('hash')}, not {library.name!r} as it is now ({library.content_hash});"
             " not used (run 'fusec perfdb build' to re-time it)"))
         return None
     return database
+
+
+def timed(database: Database, library: Library) -> bool:
+    """Whether ``database`` timed ``library`` as it is: the same content hash, or every
+    file the database recorded is in the library unchanged (the library only gained
+    files: new functions, whose routines the database lacks)."""
+    if database.library.get("hash") == library.content_hash:
+        return True
+    files = database.library.get("files")
+    return bool(files) and all(library.files.get(name) == digest for name, digest in files.items())
 
 
 def save(database: Database, path: Path) -> None:

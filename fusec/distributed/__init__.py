@@ -1,0 +1,154 @@
+"""Distributed programs: a script over P GPUs, one process each, matrices split
+by rows, NCCL collectives placed by the compiler (docs/distributed.md).
+
+    mpirun -n 2 python -m mpi4py my_solver.py          # or: torchrun --nproc-per-node 2 my_solver.py
+
+    import fusec.distributed as fd
+    prog = fd.compile("scripts/bicgk.script", dtype="float32", sizes={"m": 16384, "n": 16384})
+    A = prog.scatter("A", A_whole if prog.rank == 0 else None)   # or build the rank's rows itself
+    q, s = prog(A=A, p=p, r=prog.local("r", r_whole))            # q: this rank's rows; s: whole
+    print(prog.describe())
+
+Importing this package turns NVLink multicast off for NCCL, PyTorch and
+NVSHMEM (see :mod:`.comm`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Mapping
+
+from .. import validate
+from ..errors import ArgumentError
+from .comm import DEFAULT_TIMEOUT, Communicator, communicator
+from .errors import CollectiveError, CollectiveTimeoutError, DistributionError
+from .layout import Layout, Op
+from .plan import DistributedPlan
+from .program import DistributedProgram, Timings
+from .scaling import Latency
+
+__all__ = ["compile", "plan", "communicator", "Communicator", "DistributedPlan", "DistributedProgram", "Latency",
+           "Layout", "Op", "Timings", "DistributionError", "CollectiveError", "CollectiveTimeoutError",
+           "fusec_executor"]
+
+
+def _dag(script, source, name, library):
+    from ..api import resolve_library, script_dag
+    lib = resolve_library(library)
+    return script_dag(script, source, name, lib), lib
+
+
+def _latency(latency, gpu) -> Latency | None:
+    if latency is None:
+        from ..target import chosen_slug
+        from .scaling import shipped
+        return shipped(chosen_slug(gpu))
+    if latency is False:
+        return None
+    if isinstance(latency, Latency):
+        return latency
+    if isinstance(latency, (str, os.PathLike)):
+        return Latency.load(latency)
+    raise ArgumentError("latency", f"is a {type(latency).__name__}: pass a fusec.distributed.Latency, the path of"
+                                   " one bench/distributed.py wrote, False (every rank holds rows) or None")
+
+
+def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, active: int | None = None,
+             latency: Latency | None = None, gpu: str | None = None) -> DistributedPlan:
+    """The plan of a checked DAG; with a latency table and no ``active`` given,
+    the count of ranks holding rows is the one :mod:`.scaling` predicts fastest."""
+    from . import planner, scaling
+    if active is not None or latency is None or ranks == 1:
+        return planner.plan(dag, library, ranks, sizes, dtype, active=active)
+    from ..target import resolve
+    bandwidth = resolve(gpu).copy_bandwidth
+    plans: dict[int, DistributedPlan] = {}
+
+    def seconds(a: int) -> float:
+        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a)
+        if plans[a].active != a:  # fewer rows than ranks: a cannot hold rows each
+            return float("inf")
+        return scaling.predicted_seconds(plans[a], dag, latency, bandwidth)
+    return plans[scaling.active_ranks(ranks, seconds)]
+
+
+def plan(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
+         sizes: Mapping[str, int], ranks: int, active: int | None = None, latency=False,
+         gpu: str | None = None) -> DistributedPlan:
+    """The distributed plan of a script (a path, or its text as ``source``) over
+    ``ranks`` processes at ``sizes``, without a GPU or a communicator.
+    ``latency``: a :class:`Latency` table (or its path) to choose how many
+    ranks hold rows by; None looks for the one fusec ships for ``gpu``;
+    False (the default here) keeps every rank."""
+    dag, lib = _dag(script, source, name, library)
+    return plan_dag(dag, lib, ranks, sizes, validate.dtype(dtype), active=active, latency=_latency(latency, gpu),
+                    gpu=gpu)
+
+
+def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool = True,
+                   cache: dict | None = None) -> Callable:
+    """Stages compiled by :func:`fusec.compile` for their sizes. With ``cache``
+    (a dict the caller keeps) a stage of the same text is compiled once and
+    serves every size (a fusec program runs at any size): programs of one
+    script planned for several sizes share their stages."""
+    import fusec
+
+    def compile_stage(stage):
+        key = (stage.source, dtype)
+        if cache is not None and key in cache:
+            return cache[key]
+        program = fusec.compile(source=stage.source, name=stage.name, library=library, dtype=dtype,
+                                sizes=dict(stage.sizes), gpu=gpu, tuned=tuned)
+        if cache is not None:
+            cache[key] = program
+        return program
+    return compile_stage
+
+
+def _arch(comm: Communicator | None) -> str | None:
+    if comm is None or comm.device is None:
+        return None
+    try:
+        if comm.arrays_family == "torch":
+            import torch
+            major, minor = torch.cuda.get_device_capability(comm.device)
+            return f"sm_{major}{minor}"
+        import cupy
+        return f"sm_{cupy.cuda.Device(comm.device).compute_capability}"
+    except Exception:  # no framework to ask: the cubins are built at the first call
+        return None
+
+
+def compile(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
+            sizes: Mapping[str, int], comm: Any = None, active: int | None = None, latency=None,
+            gpu: str | None = None, tuned: bool = True, timeout: float | None = None, on_timeout: str = "exit",
+            executor: Callable | None = None) -> DistributedProgram:
+    """Compile a script for the ranks of ``comm`` (see :func:`communicator`;
+    None: from mpirun's or torchrun's environment, or one process) at the global
+    ``sizes``. Every rank calls this with the same arguments; ranks that hold
+    rows compile the stages (each an ordinary fusec program on its rows).
+
+    ``active``: how many ranks hold rows (default: as :mod:`.scaling` predicts
+    fastest from ``latency``, else all). ``timeout``: seconds each collective
+    may take (default $FUSEC_COLLECTIVE_TIMEOUT, else 120); ``on_timeout``:
+    "exit" ends the process with the error, "raise" raises it at the next call.
+    ``executor``: how a stage becomes a callable (default
+    :func:`fusec_executor`; :func:`fusec.distributed.threads.oracle_executor`
+    runs stages with the float64 oracle)."""
+    from .comm import host_barrier
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    comm = communicator(comm, timeout=timeout)
+    dag, lib = _dag(script, source, name, library)
+    dtype = validate.dtype(dtype)
+    ranks = comm.size if comm is not None else 1
+    the_plan = plan_dag(dag, lib, ranks, sizes, dtype, active=active, latency=_latency(latency, gpu), gpu=gpu)
+    executor = executor or fusec_executor(lib, dtype, gpu=gpu, tuned=tuned)
+    program = DistributedProgram(the_plan, dag, comm, executor, timeout=timeout, on_timeout=on_timeout)
+    arch = _arch(comm)
+    sources = [p.source for p in program.programs if isinstance(getattr(p, "source", None), str)]
+    if arch is not None and sources:  # built now, in parallel: no rank builds them while the others wait
+        from .. import nvcc
+        nvcc.compile_many(sources, arch)
+    if comm is not None and ranks > 1:
+        host_barrier(comm, max(timeout, DEFAULT_TIMEOUT))  # every rank compiled: calls start together
+    return program

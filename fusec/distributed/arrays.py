@@ -1,0 +1,220 @@
+"""What a distributed program does with arrays between stages, in the caller's
+framework: make empty and zero arrays, take a rank's rows (a view), set a block
+into zeros, copy to the host, and events and streams for ordering and timing.
+
+NumPy (the in-process ranks of :mod:`.threads`), CuPy and PyTorch; a device
+array keeps its framework: CuPy in, CuPy out. Streams are raw CUDA handles
+(ints), so that one stream can order fusec's kernels, CuPy's or PyTorch's
+copies and NCCL's collectives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+
+
+def family(array: Any) -> str:
+    module = type(array).__module__.split(".")[0]
+    if module in ("cupy", "torch"):
+        return module
+    if isinstance(array, np.ndarray):
+        return "numpy"
+    return "other"
+
+
+class DoneEvent:
+    """An event of work that has finished when it is recorded (the host's own)."""
+
+    def record(self, stream=None) -> "DoneEvent":
+        return self
+
+    def done(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def ms_since(self, start: "DoneEvent") -> float:
+        return 0.0
+
+
+class NumpyArrays:
+    name = "numpy"
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, dtype)
+
+    def embed(self, block, lo: int, length: int):
+        out = np.zeros((length,) + block.shape[1:], block.dtype)
+        out[lo:lo + block.shape[0]] = block
+        return out
+
+    def host(self, array) -> np.ndarray:
+        return np.asarray(array)
+
+    def current_stream(self) -> int:
+        return 0
+
+    def on(self, stream: int):
+        return contextlib.nullcontext()
+
+    def event(self) -> DoneEvent:
+        return DoneEvent()
+
+    def wait_event(self, stream: int, event) -> None:
+        pass
+
+    def new_stream(self) -> int:
+        return 0
+
+
+class CupyArrays:
+    """CuPy arrays on one device."""
+
+    name = "cupy"
+
+    def __init__(self, device: int):
+        import cupy
+        self.cupy, self.device = cupy, device
+
+    def empty(self, shape, dtype):
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.empty(shape, dtype)
+
+    def zeros(self, shape, dtype):
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.zeros(shape, dtype)
+
+    def embed(self, block, lo: int, length: int):
+        out = self.zeros((length,) + tuple(block.shape[1:]), block.dtype)
+        out[lo:lo + block.shape[0]] = block
+        return out
+
+    def host(self, array) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def current_stream(self) -> int:
+        return int(self.cupy.cuda.get_current_stream().ptr)
+
+    def stream(self, handle: int):
+        return self.cupy.cuda.ExternalStream(handle, self.device) if handle else self.cupy.cuda.Stream.null
+
+    def on(self, stream: int):
+        return self.stream(stream)
+
+    def event(self) -> "CupyEvent":
+        return CupyEvent(self)
+
+    def wait_event(self, stream: int, event: "CupyEvent") -> None:
+        self.stream(stream).wait_event(event.event)
+
+    def new_stream(self) -> int:
+        with self.cupy.cuda.Device(self.device):
+            self._side = self.cupy.cuda.Stream(non_blocking=True)  # kept: the handle must outlive its use
+        return int(self._side.ptr)
+
+
+class CupyEvent:
+    def __init__(self, arrays: CupyArrays):
+        with arrays.cupy.cuda.Device(arrays.device):
+            self.event = arrays.cupy.cuda.Event()
+        self.arrays = arrays
+
+    def record(self, stream: int) -> "CupyEvent":
+        self.event.record(self.arrays.stream(stream))
+        return self
+
+    def done(self) -> bool:
+        with self.arrays.cupy.cuda.Device(self.arrays.device):  # a watchdog thread has no device of its own
+            return bool(self.event.done)
+
+    def synchronize(self) -> None:
+        self.event.synchronize()
+
+    def ms_since(self, start: "CupyEvent") -> float:
+        return float(self.arrays.cupy.cuda.get_elapsed_time(start.event, self.event))
+
+
+class TorchArrays:
+    """PyTorch tensors on one device."""
+
+    name = "torch"
+
+    def __init__(self, device: int):
+        import torch
+        self.torch, self.device = torch, device
+        self.where = torch.device("cuda", device)
+
+    def _dtype(self, dtype):
+        return {np.dtype(np.float32): self.torch.float32, np.dtype(np.float64): self.torch.float64}[np.dtype(dtype)]
+
+    def empty(self, shape, dtype):
+        return self.torch.empty(shape, dtype=self._dtype(dtype), device=self.where)
+
+    def zeros(self, shape, dtype):
+        return self.torch.zeros(shape, dtype=self._dtype(dtype), device=self.where)
+
+    def embed(self, block, lo: int, length: int):
+        out = self.torch.zeros((length,) + tuple(block.shape[1:]), dtype=block.dtype, device=self.where)
+        out[lo:lo + block.shape[0]] = block
+        return out
+
+    def host(self, array) -> np.ndarray:
+        return array.detach().cpu().numpy()
+
+    def current_stream(self) -> int:
+        return int(self.torch.cuda.current_stream(self.where).cuda_stream)
+
+    def stream(self, handle: int):
+        if not handle:
+            return self.torch.cuda.default_stream(self.where)
+        return self.torch.cuda.ExternalStream(handle, device=self.where)
+
+    def on(self, stream: int):
+        return self.torch.cuda.stream(self.stream(stream))
+
+    def event(self) -> "TorchEvent":
+        return TorchEvent(self)
+
+    def wait_event(self, stream: int, event: "TorchEvent") -> None:
+        self.stream(stream).wait_event(event.event)
+
+    def new_stream(self) -> int:
+        self._side = self.torch.cuda.Stream(device=self.where)
+        return int(self._side.cuda_stream)
+
+
+class TorchEvent:
+    def __init__(self, arrays: TorchArrays):
+        self.event = arrays.torch.cuda.Event(enable_timing=True)
+        self.arrays = arrays
+
+    def record(self, stream: int) -> "TorchEvent":
+        self.event.record(self.arrays.stream(stream))
+        return self
+
+    def done(self) -> bool:
+        return bool(self.event.query())
+
+    def synchronize(self) -> None:
+        self.event.synchronize()
+
+    def ms_since(self, start: "TorchEvent") -> float:
+        return float(start.event.elapsed_time(self.event))
+
+
+def arrays_for(name: str, device: int | None):
+    """The helper of framework ``name`` on ``device``."""
+    if name == "numpy":
+        return NumpyArrays()
+    if name == "cupy":
+        return CupyArrays(device or 0)
+    if name == "torch":
+        return TorchArrays(device or 0)
+    raise ValueError(name)

@@ -1,0 +1,274 @@
+"""From a script's DAG to a distributed plan: each value's layout, the stages,
+and the collectives between them.
+
+1. Matrices are split by rows. A vector input is whole where some call reads
+   it whole (a gemv's x, a ger's v), else split; a scalar input is whole.
+2. In script order, each call takes the choice of :mod:`.rules` that costs
+   least: a collective (10) more than a rank's own step (1) more than none,
+   counting what its arguments need and what its result will need (a result
+   some later call reads whole costs a collective unless it is made whole).
+3. A call runs in the first stage after everything it reads is there: a value
+   in the layout it was made in is there in its own stage; one converted is
+   there in the next. So the stages break exactly where a collective must
+   finish before a call (a fusion boundary no kernel can cross), and a call
+   needing none stays in its producer's stage, fused with it where fusec can.
+4. A partial result returned is all-reduced; with ranks that hold no rows, a
+   whole result made by a stage is broadcast from rank 0 to them.
+
+With one rank holding rows (P = 1, or the rule of :mod:`.scaling` said so) the
+plan is the script itself as one stage, unchanged. With one rank in all,
+nothing is split (every value is whole) and any script plans.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import ArgumentError
+from ..ir.dag import Constant, Dag
+from ..library.model import Kind
+from . import rules
+from .errors import DistributionError
+from .layout import Layout, Op, conversion, largest_block
+from .plan import Conversion, DistributedPlan, Stage, StageArg, Step
+from .stages import Names, dims_of, local_sizes, stage_text
+
+COLLECTIVE_COST, LOCAL_COST = 10, 1
+
+
+def _cost(have: Layout, need: Layout) -> int:
+    op = conversion(have, need)
+    if op is None:
+        return 0
+    return COLLECTIVE_COST if op.collective else LOCAL_COST
+
+
+def check_sizes(dag: Dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
+    """Every size of the script, given: a distributed program is planned for its sizes."""
+    if not isinstance(sizes, Mapping):
+        raise ArgumentError("sizes", f"is {type(sizes).__name__}: a distributed program needs its sizes,"
+                                     f" e.g. {{{', '.join(repr(s) + ': 8192' for s in dag.sizes)}}}")
+    fill = sizes.get("n")
+    out = {}
+    for symbol in dag.sizes:
+        value = sizes.get(symbol, fill)
+        if value is None:
+            raise ArgumentError("sizes", f"has no {symbol!r} (the sizes of {dag.file}: {', '.join(dag.sizes)})")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ArgumentError("sizes", f"{symbol} = {value!r}: a size is a whole number >= 1")
+        out[symbol] = int(value)
+    unknown = set(sizes) - set(dag.sizes) - {"n"}
+    if unknown:
+        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}")
+    return out
+
+
+def _wanted(dag: Dag, library) -> dict[int, set[Layout]]:
+    """The layouts later calls read each value in, where they allow only one:
+    a nested call's matrix and row vectors split, its column vectors and
+    scalars whole; an unnested map's arguments as its result is wanted."""
+    wants: dict[int, set[Layout]] = {v.id: set() for v in dag.values}
+    for call in reversed(dag.calls):
+        function = library.function(call.function)
+        shape = rules.shape_of(function)
+        for param, arg in zip(function.params, call.args):
+            if isinstance(arg, Constant):
+                continue
+            if shape.nested:
+                split = param.kind is Kind.MATRIX or (param.kind is Kind.VECTOR and param.dims[0] == shape.rows)
+                wants[arg].add(Layout.SPLIT if split else Layout.WHOLE)
+            elif not function.hof.reduce and param.kind is Kind.VECTOR:
+                wants[arg] |= wants[call.result]
+    return wants
+
+
+def _input_layout(dag: Dag, value: int, wants: dict[int, set[Layout]]) -> Layout:
+    kind = dag.value(value).kind
+    if kind is Kind.MATRIX:
+        return Layout.SPLIT
+    if kind is Kind.SCALAR or Layout.WHOLE in wants[value]:
+        return Layout.WHOLE
+    return Layout.SPLIT
+
+
+def _choose(dag: Dag, library, call, layout: dict[int, Layout], wants, outputs) -> rules.Choice:
+    function = library.function(call.function)
+    best, best_cost = None, math.inf
+    for choice in rules.valid_choices(function, library):
+        cost = 0
+        for arg, need in zip(call.args, choice.args):
+            if isinstance(arg, Constant):
+                cost += 0 if need is Layout.WHOLE else math.inf  # a literal is the same on every rank
+            else:
+                cost += _cost(layout[arg], need)
+        cost += sum(_cost(choice.result, w) for w in wants[call.result])
+        if call.result in outputs and choice.result is Layout.PARTIAL:
+            cost += COLLECTIVE_COST
+        if cost < best_cost:
+            best, best_cost = choice, cost
+    if best is None:
+        raise DistributionError(
+            f"{call.function} cannot be split over ranks: no layout of its arguments gives a result"
+            " that the ranks' results concatenate or add up to (checked against its reference)",
+            call.coord, call.source_line or None)
+    return best
+
+
+def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
+         active: int | None = None) -> DistributedPlan:
+    """The plan of ``dag`` over ``ranks`` processes, of which the first
+    ``active`` hold rows (default: all that can hold at least one row each)."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ArgumentError("ranks", f"is {ranks!r}: the number of processes, a whole number >= 1")
+    sizes = check_sizes(dag, sizes)
+    itemsize = np.dtype(dtype).itemsize
+    if ranks == 1:  # the plain program: nothing is split, and any script runs
+        whole = {v.id: Layout.WHOLE for v in dag.values}
+        return _whole_plan(dag, library, ranks, sizes, dtype, whole, tuple((v, Layout.WHOLE) for v in dag.outputs),
+                           itemsize)
+    wants = _wanted(dag, library)
+    outputs = set(dag.outputs)
+    layout: dict[int, Layout] = {v: _input_layout(dag, v, wants) for v in dag.inputs}
+    stage_of: dict[int, int] = {v: -1 for v in dag.inputs}
+    call_stage: dict[int, int] = {}
+    needs: dict[int, tuple[Layout | None, ...]] = {}
+    reads: dict[tuple[int, Layout], list[int]] = {}  # (value, layout) -> stages reading it
+    for call in dag.calls:
+        choice = _choose(dag, library, call, layout, wants, outputs)
+        stage = 0
+        for arg, need in zip(call.args, choice.args):
+            if isinstance(arg, Constant):
+                continue
+            converted = need is not layout[arg]
+            stage = max(stage, stage_of[arg] + 1 if converted else stage_of[arg])
+        for arg, need in zip(call.args, choice.args):
+            if not isinstance(arg, Constant):
+                reads.setdefault((arg, need), []).append(stage)
+        call_stage[call.id] = stage
+        needs[call.id] = tuple(None if isinstance(a, Constant) else n for a, n in zip(call.args, choice.args))
+        layout[call.result] = choice.result
+        stage_of[call.result] = stage
+    finals = tuple((v, Layout.WHOLE if layout[v] is Layout.PARTIAL else layout[v]) for v in dag.outputs)
+
+    lengths = [_length(dag, v, sizes) for v, lay in layout.items() if lay is Layout.SPLIT]
+    most = min([ranks] + lengths)
+    active = most if active is None else max(1, min(int(active), most))
+    if active == 1:
+        return _whole_plan(dag, library, ranks, sizes, dtype, layout, finals, itemsize)
+
+    local = local_sizes(dag)
+    conversions = _conversions(dag, layout, stage_of, reads, finals, ranks, active, sizes, itemsize)
+    stages = _stages(dag, library, call_stage, needs, layout, stage_of, conversions, local, sizes,
+                     ranks, active)
+    split = tuple((s, local[s]) for s in dag.sizes
+                  if any(lay is Layout.SPLIT and dag.value(v).dims and dag.value(v).dims[0] == s
+                         for v, lay in layout.items()))
+    return DistributedPlan(dag.file, dag.name, str(np.dtype(dtype)), ranks, active, tuple(sizes.items()), split,
+                           tuple(sorted(layout.items())), finals, stages, conversions,
+                           _steps(len(stages), conversions), itemsize)
+
+
+def _length(dag: Dag, value: int, sizes: Mapping[str, int]) -> int:
+    dims = dag.value(value).dims
+    return sizes[dims[0]] if dims else 1
+
+
+def _count(dag: Dag, value: int, sizes: Mapping[str, int]) -> int:
+    return int(np.prod([sizes[d] for d in dag.value(value).dims], dtype=np.int64))
+
+
+def _conversions(dag, layout, stage_of, reads, finals, ranks, active, sizes, itemsize) -> tuple[Conversion, ...]:
+    out: list[Conversion] = []
+
+    def add(op, value, source, target, after, first_use):
+        count = _count(dag, value, sizes)
+        out.append(Conversion(op, value, source, target, after, first_use, count, count * itemsize))
+
+    targets: dict[int, dict[Layout, int | None]] = {}  # value -> layout -> first stage reading it
+    for (value, need), stages in reads.items():
+        if need is not layout[value]:
+            targets.setdefault(value, {})[need] = min(stages)
+    for value, final in finals:
+        if final is not layout[value]:
+            targets.setdefault(value, {}).setdefault(final, None)
+    for value, wanted in sorted(targets.items()):
+        have, made = layout[value], stage_of[value]
+        if have is Layout.PARTIAL and Layout.WHOLE in wanted and Layout.SPLIT in wanted:
+            # one all-reduce serves both: the split rows are a slice of the whole
+            add(Op.ALL_REDUCE, value, have, Layout.WHOLE, made, wanted[Layout.WHOLE])
+            add(Op.SLICE, value, Layout.WHOLE, Layout.SPLIT, wanted[Layout.SPLIT] - 1, wanted[Layout.SPLIT])
+            wanted = {k: v for k, v in wanted.items() if k not in (Layout.WHOLE, Layout.SPLIT)}
+        for need, first in wanted.items():
+            op = conversion(have, need)
+            after = made if op.collective else first - 1  # a rank's own step waits until it is needed
+            add(op, value, have, need, after, first)
+    if active < ranks:
+        for value, final in finals:
+            if final is Layout.WHOLE and layout[value] is Layout.WHOLE:  # made by a stage, not by a collective
+                add(Op.BROADCAST, value, Layout.WHOLE, Layout.WHOLE, stage_of[value], None)
+    # in the order they run: by the stage they follow; collectives first (a slice may read one's result)
+    out.sort(key=lambda c: (c.after, not c.collective, c.value))
+    return tuple(out)
+
+
+def _steps(stages: int, conversions: tuple[Conversion, ...]) -> tuple[Step, ...]:
+    steps = [Step(conversion=i) for i, c in enumerate(conversions) if c.after == -1]
+    for k in range(stages):
+        steps.append(Step(stage=k))
+        steps.extend(Step(conversion=i) for i, c in enumerate(conversions) if c.after == k)
+    return tuple(steps)
+
+
+def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, local, sizes, ranks, active):
+    names = Names(dag, layout)
+    count = max(call_stage.values()) + 1
+    later_reads = {}  # value -> the last stage reading it as made
+    for call in dag.calls:
+        for arg in call.value_args():
+            later_reads[arg] = max(later_reads.get(arg, -1), call_stage[call.id])
+    converted = {c.value for c in conversions if c.source is layout[c.value]}
+    stages = []
+    for k in range(count):
+        calls = tuple(c.id for c in dag.calls if call_stage[c.id] == k)
+        made = [dag.call(c).result for c in calls]
+        inputs: dict[tuple[int, Layout], StageArg] = {}
+        for c in calls:
+            for arg, need in zip(dag.call(c).args, needs[c]):
+                if isinstance(arg, Constant) or (arg in made and need is layout[arg]):
+                    continue
+                inputs.setdefault((arg, need), StageArg(names(arg, need), arg, need))
+        inputs = dict(sorted(inputs.items(), key=lambda item: (item[0][0], item[0][1] is not layout[item[0][0]])))
+        internal = tuple(StageArg(names(v, layout[v]), v, layout[v]) for v in made)
+        returned = tuple(a for a in internal if a.value in dag.outputs or a.value in converted
+                         or later_reads.get(a.value, -1) > k)
+        title = (f"stage {k} of {count} of {dag.file} over {ranks} ranks ({active} holding rows);"
+                 f" a size ending in _local is the rows of one rank")
+        text = stage_text(dag, title, calls, needs, tuple(inputs.values()), internal, returned, local)
+        used = {d for a in tuple(inputs.values()) + internal for d in dims_of(dag, a.value, a.layout, local)}
+        stage_sizes = tuple((d, sizes[d]) for d in dag.sizes if d in used)
+        stage_sizes += tuple((local[s], largest_block(sizes[s], active)) for s in dag.sizes if local[s] in used)
+        stages.append(Stage(k, f"{dag.file}#{k}", calls, text, tuple(inputs.values()), returned, stage_sizes))
+    return tuple(stages)
+
+
+def _whole_plan(dag, library, ranks, sizes, dtype, layout, finals, itemsize) -> DistributedPlan:
+    """Rank 0 runs the script itself on all the rows; ranks past it get the
+    whole results by broadcast and empty blocks of the split ones."""
+    inputs = tuple(StageArg(dag.value(v).name, v, layout[v]) for v in dag.inputs)
+    outputs = tuple(StageArg(dag.value(v).name, v, final) for v, final in finals)
+    stage = Stage(0, dag.file, tuple(c.id for c in dag.calls), dag.text, inputs, outputs,
+                  tuple((s, sizes[s]) for s in dag.sizes))
+    conversions = []
+    if ranks > 1:
+        for value, final in finals:
+            if final is Layout.WHOLE:
+                count = _count(dag, value, sizes)
+                conversions.append(Conversion(Op.BROADCAST, value, Layout.WHOLE, Layout.WHOLE, 0, None,
+                                              count, count * itemsize))
+    conversions = tuple(conversions)
+    return DistributedPlan(dag.file, dag.name, str(np.dtype(dtype)), ranks, 1, tuple(sizes.items()), (),
+                           tuple(sorted(layout.items())), finals, (stage,), conversions,
+                           _steps(1, conversions), itemsize)

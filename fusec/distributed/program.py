@@ -1,0 +1,415 @@
+"""A distributed program: each rank calls it with its blocks and gets its
+results back; stages and collectives run in stream order on one stream.
+
+A call queues, in the plan's order, each stage (an ordinary fusec program on
+the rank's rows, on the call's stream), each collective (on the same stream,
+watched by :mod:`.watchdog`) and each step a rank takes alone (a view of its
+rows, zeros for a term rank 0 carries, its block set into zeros). Nothing
+waits on the host, except for a scalar that a stage makes, a collective sums
+and a later stage reads: fusec programs take scalars as host numbers, so that
+one is copied back (with the collective's deadline). A collective that some
+stages could overlap (the plan says which) runs on a second stream, joined by
+an event before the stage that reads it.
+
+Ranks past ``plan.active`` hold no rows: they run no stage, pass empty blocks
+(or None) for split inputs, add zeros to the sums, and get the whole results
+and empty blocks of the split ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import numbers
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import ArgumentError
+from ..library.model import Kind
+from . import text, watchdog
+from .arrays import arrays_for, family
+from .comm import DEFAULT_TIMEOUT, Communicator
+from .layout import Layout, Op
+from .plan import DistributedPlan
+
+POLICIES = ("exit", "raise")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTime:
+    label: str
+    kind: str  # "local" (a stage, or a rank's own step) or "collective"
+    ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    """Milliseconds of each step of one call, from CUDA events on its stream."""
+
+    steps: tuple[StepTime, ...]
+
+    @property
+    def local_ms(self) -> float:
+        return sum(s.ms for s in self.steps if s.kind == "local")
+
+    @property
+    def collective_ms(self) -> float:
+        return sum(s.ms for s in self.steps if s.kind == "collective")
+
+
+def _takes_stream(program) -> bool:
+    run = getattr(program, "run", None)
+    return run is not None and "stream" in inspect.signature(run).parameters
+
+
+def _flat(array):
+    return array.reshape(-1)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+class DistributedProgram:
+    """The result of :func:`fusec.distributed.compile` on one rank."""
+
+    def __init__(self, plan: DistributedPlan, dag, comm: Communicator | None, compile_stage: Callable, *,
+                 timeout: float = DEFAULT_TIMEOUT, on_timeout: str = "exit"):
+        size = comm.size if comm is not None else 1
+        if plan.ranks != size:
+            raise ArgumentError("comm", f"has {size} rank(s), but the plan is for {plan.ranks}")
+        if on_timeout not in POLICIES:
+            raise ArgumentError("on_timeout", f"is {on_timeout!r}: pass 'exit' or 'raise'")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ArgumentError("timeout", f"is {timeout!r}: seconds, a number > 0")
+        self.plan, self.dag, self.comm = plan, dag, comm
+        self.rank = comm.rank if comm is not None else 0
+        self.holds_rows = self.rank < plan.active
+        self.timeout, self.on_timeout = float(timeout), on_timeout
+        self.programs = tuple(compile_stage(stage) for stage in plan.stages) if self.holds_rows else ()
+        self._streams = all(_takes_stream(p) for p in self.programs)
+        self._names = {dag.value(v).name: v for v in dag.inputs}
+        self._outputs = {dag.value(v).name: (v, layout) for v, layout in plan.outputs}
+        self._zeros: dict = {}
+        self._side: dict = {}
+        self._last_collective = None
+        self.last_timings: Timings | None = None
+
+    # ------------------------------------------------------------------ description
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self._names)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self._outputs)
+
+    def describe(self, *, sources: bool = False) -> str:
+        return text.describe(self.plan, self.dag, sources=sources)
+
+    def _value(self, name: str) -> tuple[int, Layout]:
+        if name in self._names:
+            value = self._names[name]
+            return value, self.plan.layout(value)
+        if name in self._outputs:
+            return self._outputs[name]
+        raise ArgumentError(name, f"is neither an input nor a result of {self.dag.file}"
+                                  f" (inputs: {', '.join(self._names)}; results: {', '.join(self._outputs)})")
+
+    def _whole_shape(self, value: int) -> tuple[int, ...]:
+        return tuple(self.plan.size(d) for d in self.dag.value(value).dims)
+
+    def rows(self, name: str, rank: int | None = None) -> tuple[int, int] | None:
+        """[lo, hi) of the rows of ``name`` that ``rank`` (default: this one) holds; None where it is whole."""
+        value, layout = self._value(name)
+        if layout is not Layout.SPLIT:
+            return None
+        return self.plan.rows(self._whole_shape(value)[0], self.rank if rank is None else rank)
+
+    def local_shape(self, name: str) -> tuple[int, ...]:
+        """The shape of what this rank passes (an input) or gets (a result) for ``name``."""
+        value, _ = self._value(name)
+        shape = self._whole_shape(value)
+        rows = self.rows(name)
+        return shape if rows is None else (rows[1] - rows[0],) + shape[1:]
+
+    def local(self, name: str, whole):
+        """This rank's part of a whole array: its rows of a split value (a view), else all of it."""
+        rows = self.rows(name)
+        return whole if rows is None else whole[rows[0]:rows[1]]
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, **arrays):
+        """Run on this rank's keyword arrays and scalars; ``stream=`` as for a
+        fusec program (unless the script has an input of that name: then use ``run``)."""
+        stream = None if "stream" in self._names else arrays.pop("stream", None)
+        return self.run(arrays, stream=stream)
+
+    def run(self, arrays: Mapping[str, Any], *, stream: Any = None, timings: bool = False):
+        """Run on this rank's blocks. ``stream`` is a raw CUDA stream handle
+        (default: the current stream of the arrays' framework); with
+        ``timings`` the steps are timed with events (``last_timings``)."""
+        if self.comm is not None:
+            self.comm.check()
+        if self.plan.ranks == 1:
+            return self._plain(arrays, stream)
+        helper, env = self._bind(arrays)
+        stream = self._stream(helper, stream)
+        marks: list = []
+        joins: dict[int, list] = {}
+        self._last_collective = None  # (stream, event) of the collective issued last
+        with helper.on(stream):
+            for step in self.plan.steps:
+                if step.stage is not None:
+                    for event in joins.pop(step.stage, []):
+                        helper.wait_event(stream, event)
+                    if self.holds_rows:
+                        self._stage(step.stage, env, helper, stream, marks if timings else None)
+                    continue
+                conversion = self.plan.conversions[step.conversion]
+                if conversion.collective:
+                    self._collective(conversion, env, helper, stream, joins, marks if timings else None)
+                elif self.holds_rows:
+                    self._local(conversion, env, helper)
+            for events in joins.values():  # collectives only the return reads
+                for event in events:
+                    helper.wait_event(stream, event)
+            results = tuple(self._result(value, layout, env, helper) for value, layout in self.plan.outputs)
+        if timings:
+            self.last_timings = self._timings(marks, helper, stream)
+        return results[0] if len(results) == 1 else results
+
+    def _plain(self, arrays, stream):
+        """One rank: the script's own program, as fusec.compile makes it."""
+        program = self.programs[0]
+        if stream is not None and self._streams:
+            return program.run(arrays, stream=stream)
+        return program(**arrays)
+
+    def _stream(self, helper, stream) -> int:
+        """The handle of ``stream=`` (a CuPy, PyTorch or PyCUDA stream, or a raw
+        CUstream), else the current stream of the arrays' framework."""
+        if stream is None:
+            return helper.current_stream()
+        from ..runtime.streams import given
+        return given(stream)
+
+    def _bind(self, arrays: Mapping[str, Any]):
+        for name in arrays:
+            if name not in self._names:
+                raise ArgumentError(name, f"is not an input of {self.dag.file} (its inputs: {', '.join(self._names)})")
+        families = set()
+        env: dict = {}
+        for name, value in self._names.items():
+            if name not in arrays:
+                raise ArgumentError(name, f"is missing: {self.dag.file} needs {', '.join(self._names)}")
+            obj, layout = arrays[name], self.plan.layout(value)
+            if self.dag.value(value).kind is Kind.SCALAR:
+                if not _is_number(obj):
+                    raise ArgumentError(name, "is a scalar of the script: pass a host number,"
+                                              f" not {type(obj).__name__}")
+                env[value, layout] = float(obj)
+                continue
+            expected = self.local_shape(name)
+            if obj is None and 0 in expected:
+                env[value, layout] = None  # made once the framework is known
+                continue
+            shape = tuple(getattr(obj, "shape", ()))
+            if shape != expected:
+                where = (f"rows {self.rows(name)[0]}..{self.rows(name)[1] - 1} of {name}" if layout is Layout.SPLIT
+                         else f"the whole of {name}")
+                raise ArgumentError(name, f"rank {self.rank} of {self.plan.ranks} passes {where}: expected shape"
+                                          f" {expected}, got {shape}")
+            families.add(family(obj))
+            env[value, layout] = obj
+        if len(families) > 1:
+            raise ArgumentError(next(iter(self._names)), f"arrays of several frameworks ({', '.join(sorted(families))})"
+                                                         ": pass all of one")
+        chosen = families.pop() if families else (self.comm.arrays_family if self.comm else "numpy")
+        if chosen == "other" or (chosen == "numpy" and self.comm is not None and self.comm.arrays_family != "numpy"):
+            raise ArgumentError(next(iter(self._names)), f"is a {chosen} array: a distributed program takes device"
+                                                         " arrays (CuPy, PyTorch)")
+        helper = arrays_for(chosen, self.comm.device if self.comm else None)
+        for key, obj in env.items():
+            if obj is None:
+                env[key] = helper.empty(self.local_shape(self.dag.value(key[0]).name), self.plan.dtype)
+        return helper, env
+
+    def _mark(self, helper, stream, marks):
+        return helper.event().record(stream) if marks is not None else None
+
+    def _stage(self, index: int, env, helper, stream, marks) -> None:
+        stage, program = self.plan.stages[index], self.programs[index]
+        args = {a.name: self._stage_value(env, a, helper, stream) for a in stage.inputs}
+        start = self._mark(helper, stream, marks)
+        results = program.run(args, stream=stream) if self._streams else program(**args)
+        results = results if isinstance(results, tuple) else (results,)
+        for arg, result in zip(stage.outputs, results):
+            env[arg.value, arg.layout] = result
+        if marks is not None:
+            marks.append((f"stage {index}", "local", start, helper.event().record(stream)))
+
+    def _stage_value(self, env, arg, helper, stream):
+        value = env[arg.value, arg.layout]
+        if self.dag.value(arg.value).kind is Kind.SCALAR and not _is_number(value):
+            # a scalar made on the device: fusec programs take scalars as host numbers
+            event = helper.event().record(stream)
+            watchdog.wait(event, f"the scalar {self.dag.value(arg.value).label} for stage",
+                          self.comm, self.timeout, self.on_timeout)
+            value = float(helper.host(value))
+        return value
+
+    def _counts(self, value: int) -> list[int]:
+        shape = self._whole_shape(value)
+        width = int(np.prod(shape[1:], dtype=np.int64))
+        return [(hi - lo) * width for lo, hi in (self.plan.rows(shape[0], r) for r in range(self.plan.ranks))]
+
+    def _zero(self, helper, shape):
+        key = (helper.name, shape)
+        if key not in self._zeros:
+            self._zeros[key] = helper.zeros(shape, self.plan.dtype)
+        return self._zeros[key]
+
+    def _collective(self, c, env, helper, stream, joins, marks) -> None:
+        value, comm = c.value, self.comm
+        whole = self._whole_shape(value)
+        on = stream
+        if c.overlaps:
+            on = self._side.get(helper.name) or self._side.setdefault(helper.name, helper.new_stream())
+            helper.wait_event(on, helper.event().record(stream))
+        if self._last_collective is not None and self._last_collective[0] != on:
+            # one communicator's collectives run one after the other, in the order issued, whatever
+            # their streams: two in flight at once on two streams could each hold the GPU the other needs
+            helper.wait_event(on, self._last_collective[1])
+        start = self._mark(helper, on, marks)
+        if c.op is Op.ALL_REDUCE:
+            send = env[value, Layout.PARTIAL] if self.holds_rows else self._zero(helper, whole)
+            recv = helper.empty(whole, self.plan.dtype)
+            comm.all_reduce(_flat(send), _flat(recv), on)
+            env[value, Layout.WHOLE] = recv
+        elif c.op is Op.REDUCE_SCATTER:
+            send = env[value, Layout.PARTIAL] if self.holds_rows else self._zero(helper, whole)
+            recv = helper.empty(self.local_shape_of(value), self.plan.dtype)
+            comm.reduce_scatter(_flat(send), _flat(recv), self._counts(value), on)
+            env[value, Layout.SPLIT] = recv
+        elif c.op is Op.ALL_GATHER:
+            send = (env[value, Layout.SPLIT] if self.holds_rows
+                    else helper.empty(self.local_shape_of(value), self.plan.dtype))
+            recv = helper.empty(whole, self.plan.dtype)
+            comm.all_gather(_flat(send), _flat(recv), self._counts(value), on)
+            env[value, Layout.WHOLE] = recv
+        else:  # BROADCAST from rank 0, which holds rows
+            buffer = env[value, Layout.WHOLE] if self.rank == 0 else helper.empty(whole, self.plan.dtype)
+            comm.broadcast(_flat(buffer), 0, on)
+            env[value, Layout.WHOLE] = buffer
+        done = helper.event().record(on)
+        self._last_collective = (on, done)
+        what = f"the {c.op} of {self.dag.value(value).label} ({c.bytes} bytes)"
+        watchdog.WATCHDOG.watch(done, what, comm, self.timeout, self.on_timeout)
+        if marks is not None:
+            marks.append((f"{c.op} {self.dag.value(value).label}", "collective", start, done))
+        if on != stream:
+            joins.setdefault(c.first_use, []).append(done)
+
+    def local_shape_of(self, value: int) -> tuple[int, ...]:
+        shape = self._whole_shape(value)
+        lo, hi = self.plan.rows(shape[0], self.rank)
+        return (hi - lo,) + shape[1:]
+
+    def _local(self, c, env, helper) -> None:
+        value = c.value
+        if c.op is Op.SLICE:
+            lo, hi = self.plan.rows(self._whole_shape(value)[0], self.rank)
+            env[value, Layout.SPLIT] = env[value, Layout.WHOLE][lo:hi]
+        elif c.op is Op.KEEP_ON_ROOT:
+            whole = env[value, Layout.WHOLE]
+            if self.rank == 0:
+                env[value, Layout.PARTIAL] = whole
+            else:
+                env[value, Layout.PARTIAL] = 0.0 if _is_number(whole) else self._zero(helper, self._whole_shape(value))
+        else:  # EMBED
+            length = self._whole_shape(value)[0]
+            lo, _ = self.plan.rows(length, self.rank)
+            env[value, Layout.PARTIAL] = helper.embed(env[value, Layout.SPLIT], lo, length)
+
+    def _result(self, value: int, layout: Layout, env, helper):
+        if self.holds_rows or layout is not Layout.SPLIT:
+            return env[value, layout]
+        return helper.empty(self.local_shape_of(value), self.plan.dtype)
+
+    def _timings(self, marks, helper, stream) -> Timings:
+        if marks:
+            watchdog.wait(marks[-1][3], "the timed call", self.comm, self.timeout, self.on_timeout)
+            for *_, end in marks:
+                end.synchronize()
+        return Timings(tuple(StepTime(label, kind, end.ms_since(start)) for label, kind, start, end in marks))
+
+    # ------------------------------------------------------------------ moving whole arrays
+    def scatter(self, name: str, array=None, *, root: int = 0, stream: int | None = None):
+        """This rank's part of ``array``, which ``root`` holds whole (the others
+        pass None): its rows of a split value, else the whole of it (broadcast).
+        Arrays of the communicator's framework on the other ranks."""
+        value, layout = self._value(name)
+        whole = self._whole_shape(value)
+        helper = self._helper_for(array)
+        stream = helper.current_stream() if stream is None else int(stream)
+        if self.rank == root:
+            if array is None or tuple(array.shape) != whole:
+                raise ArgumentError(name, f"rank {root} scatters it: pass the whole array, of shape {whole}")
+        if self.comm is None or self.plan.ranks == 1:
+            return array
+        with helper.on(stream):
+            if layout is not Layout.SPLIT:
+                buffer = array if self.rank == root else helper.empty(whole, self.plan.dtype)
+                self.comm.broadcast(_flat(buffer), root, stream)
+                out = buffer
+            else:
+                blocks = None
+                if self.rank == root:
+                    blocks = [_flat(array[lo:hi]) for lo, hi in
+                              (self.plan.rows(whole[0], r) for r in range(self.plan.ranks))]
+                lo, hi = self.plan.rows(whole[0], self.rank)
+                out = array[lo:hi] if self.rank == root else helper.empty(self.local_shape(name), self.plan.dtype)
+                self.comm.scatter(blocks, _flat(out), root, stream)
+        watchdog.WATCHDOG.watch(helper.event().record(stream), f"the scatter of {name}", self.comm,
+                                self.timeout, self.on_timeout)
+        return out
+
+    def gather(self, name: str, local, *, root: int = 0, stream: int | None = None):
+        """The whole of a split value on ``root`` from every rank's part (None
+        elsewhere); a whole value is returned as it is."""
+        value, layout = self._value(name)
+        if layout is not Layout.SPLIT or self.comm is None or self.plan.ranks == 1:
+            return local
+        whole = self._whole_shape(value)
+        helper = self._helper_for(local)
+        stream = helper.current_stream() if stream is None else int(stream)
+        with helper.on(stream):
+            out = helper.empty(whole, self.plan.dtype) if self.rank == root else None
+            blocks = None
+            if out is not None:
+                blocks = [_flat(out[lo:hi]) for lo, hi in (self.plan.rows(whole[0], r) for r in range(self.plan.ranks))]
+                lo, hi = self.plan.rows(whole[0], root)
+                out[lo:hi] = local
+            self.comm.gather(_flat(local), blocks, root, stream)
+        watchdog.WATCHDOG.watch(helper.event().record(stream), f"the gather of {name}", self.comm,
+                                self.timeout, self.on_timeout)
+        return out
+
+    def _helper_for(self, array):
+        chosen = family(array) if array is not None else (self.comm.arrays_family if self.comm else "numpy")
+        return arrays_for(chosen, self.comm.device if self.comm else None)
+
+    def synchronize(self, stream: int | None = None) -> None:
+        """Wait on the host until the work queued on ``stream`` so far is done,
+        at most the timeout (then :class:`~fusec.distributed.errors.CollectiveTimeoutError`)."""
+        if self.comm is None:
+            return
+        helper = arrays_for(self.comm.arrays_family, self.comm.device)
+        stream = helper.current_stream() if stream is None else int(stream)
+        watchdog.wait(helper.event().record(stream), "synchronize()", self.comm, self.timeout, self.on_timeout)
+
+    def __repr__(self) -> str:
+        return (f"<fusec.distributed.DistributedProgram {self.dag.file} {self.plan.dtype}: rank {self.rank} of"
+                f" {self.plan.ranks}, {len(self.plan.stages)} stage(s), {len(self.plan.collectives)} collective(s)>")

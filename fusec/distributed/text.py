@@ -1,0 +1,74 @@
+"""The plan text of a distributed program: how each value lies over the ranks,
+what each rank passes and gets back, and the steps in order (stages with their
+calls, collectives with their bytes and what could overlap them)."""
+
+from __future__ import annotations
+
+from ..emit.writer import call_text
+from ..ir.dag import Dag
+from .layout import Layout, Op, blocks
+from .plan import DistributedPlan
+
+WHAT = {
+    Op.ALL_REDUCE: "the ranks' terms summed, whole on every rank",
+    Op.REDUCE_SCATTER: "the ranks' terms summed, each rank getting its rows",
+    Op.ALL_GATHER: "the ranks' blocks gathered, whole on every rank",
+    Op.BROADCAST: "rank 0's copy sent to the ranks that hold no rows",
+    Op.SLICE: "each rank takes its rows of it (a view; nothing moves)",
+    Op.KEEP_ON_ROOT: "rank 0 passes it, the others zeros, so the sum over ranks adds it once",
+    Op.EMBED: "each rank's block in place in zeros, so the sum over ranks is the whole",
+}
+
+
+def _held(dag: Dag, plan: DistributedPlan, value: int, layout: Layout) -> str:
+    v = dag.value(value)
+    if layout is Layout.SPLIT:
+        lo, hi = plan.rows(plan.size(v.dims[0]), 0)
+        rest = "".join(f" x {plan.size(d)}" for d in v.dims[1:])
+        return f"its rows ({hi - lo}{rest} on rank 0)"
+    if layout is Layout.PARTIAL:
+        return "a term (the value is the sum over ranks)"
+    return "whole"
+
+
+def describe(plan: DistributedPlan, dag: Dag, *, sources: bool = False) -> str:
+    sizes = ", ".join(f"{k}={v}" for k, v in plan.sizes)
+    lines = [f"distributed program {dag.name} ({dag.file}), {plan.dtype}, {plan.ranks} rank(s),"
+             f" {plan.active} holding rows"]
+    lines.append(f"sizes:   {sizes}")
+    for symbol, _ in plan.split or ():
+        parts = [hi - lo for lo, hi in blocks(plan.size(symbol), plan.ranks, plan.active)]
+        lines.append(f"rows:    {symbol} in blocks of {', '.join(map(str, parts))} (rank 0 first)")
+    by_layout: dict[Layout, list[str]] = {}
+    for value, layout in plan.layouts:
+        by_layout.setdefault(layout, []).append(dag.value(value).label)
+    lines.append("layouts: " + "; ".join(f"{layout}: {', '.join(names)}" for layout, names in by_layout.items()))
+    lines.append("each rank passes: " + ", ".join(
+        f"{dag.value(v).name}: {_held(dag, plan, v, plan.layout(v))}" for v in dag.inputs))
+    lines.append("each rank gets:   " + ", ".join(
+        f"{dag.value(v).label}: {_held(dag, plan, v, layout)}" for v, layout in plan.outputs))
+    lines.append("")
+    for number, step in enumerate(plan.steps, start=1):
+        if step.stage is not None:
+            stage = plan.stages[step.stage]
+            compiled = ", ".join(f"{k}={v}" for k, v in stage.sizes)
+            lines.append(f"step {number}  stage {stage.index} ({stage.name}), compiled for {compiled}:")
+            lines += [f"          {call_text(dag, c)}" for c in stage.calls]
+            if sources:
+                lines += [f"          | {line}" for line in stage.source.rstrip("\n").split("\n")]
+            continue
+        c = plan.conversions[step.conversion]
+        v = dag.value(c.value)
+        name = v.label + (f"[{', '.join(v.dims)}]" if v.dims else "")
+        where = "before stage 0" if c.after < 0 else f"after stage {c.after}"
+        reader = "the return" if c.first_use is None else f"stage {c.first_use}"
+        line = f"step {number}  {c.op} {name} ({c.source} -> {c.target}): {WHAT[c.op]}"
+        if c.collective:
+            line += f"; {c.bytes} bytes, {where}, for {reader}"
+            line += (f"; overlaps stage(s) {', '.join(map(str, c.overlaps))}" if c.overlaps
+                     else "; nothing to overlap (the next step needs it, or nothing follows)")
+        lines.append(line)
+    total = sum(c.bytes for c in plan.collectives)
+    lines.append("")
+    lines.append(f"collectives: {len(plan.collectives)} a call, {total} bytes of payload")
+    return "\n".join(lines)

@@ -1,0 +1,212 @@
+"""GPU tier: the caller's streams, out=, CUDA graph capture, DLPack inputs, and
+one program serving every size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec import oracle
+from tests.gpu.test_programs import _check
+
+pytestmark = pytest.mark.gpu
+
+SLEEP_CYCLES = 200_000_000  # ~0.1 s on the H100: far longer than the host takes to queue what follows
+
+
+def _bicgk(dtype="float32", m=1000, n=1000, seed=0):
+    prog = fusec.compile("scripts/bicgk.script", dtype=dtype)
+    inputs = oracle.random_inputs(prog.dag, {"m": m, "n": n}, dtype, np.random.default_rng(seed))
+    return prog, inputs
+
+
+def test_a_producer_on_a_non_blocking_torch_stream_is_waited_for():
+    """Inside ``with torch.cuda.stream(s)`` fusec runs on s, after the kernel that
+    writes its input there; on the legacy stream it would not wait (shown too)."""
+    torch = pytest.importorskip("torch")
+    prog, inputs = _bicgk()
+    A, r = (torch.from_numpy(inputs[k]).cuda() for k in ("A", "r"))
+    p_true = torch.from_numpy(inputs["p"]).cuda()
+    p = torch.zeros_like(p_true)
+    prog(A=A, p=p_true, r=r)  # warm: prepared on the default stream
+    s = torch.cuda.Stream()  # PyTorch's streams do not wait for the legacy stream, nor it for them
+    for _ in range(2):  # the whole way, then the warm call
+        p.zero_()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            p.copy_(p_true)
+            q, s_out = prog(A=A, p=p, r=r)
+        torch.cuda.synchronize()
+        _check(prog, inputs, (q, s_out))
+    p.zero_()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        p.copy_(p_true)
+        q, _ = prog(A=A, p=p, r=r, stream=torch.cuda.default_stream())  # the race, on purpose
+    torch.cuda.synchronize()
+    assert int(torch.count_nonzero(q)) == 0  # read p before the producer wrote it
+
+
+@pytest.mark.parametrize("kind", ["cupy", "pycuda", "int"])
+def test_an_explicit_stream_of_any_kind_is_followed(kind):
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk(m=777, n=1001, seed=1)
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    if kind == "pycuda":
+        from fusec.runtime import cuda
+        with cuda.context():
+            stream = cuda.driver().Stream()
+    else:
+        stream = cupy.cuda.Stream(non_blocking=True)
+    given = stream.ptr if kind == "int" else stream
+    handle = stream.handle if kind == "pycuda" else stream.ptr
+    from fusec.runtime import native
+    for _ in range(3):
+        results = prog(**device, stream=given)
+        native.require().synchronize(handle)
+        _check(prog, inputs, results)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_out_arrays_receive_the_results(dtype):
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk(dtype, m=1001, n=4097, seed=2)
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    q, s = cupy.full(1001, np.nan, dtype), cupy.full(4097, np.nan, dtype)
+    for _ in range(2):
+        got = prog(**device, out={"q": q, "s": s})
+        assert got[0] is q and got[1] is s
+        _check(prog, inputs, (q, s))
+    host = {k: np.full(v.shape, np.nan, dtype) for k, v in (("q", q), ("s", s))}
+    got = prog(**inputs, out=host)  # NumPy in, NumPy out=
+    assert got[0] is host["q"]
+    _check(prog, inputs, got)
+
+
+def _stage_inputs(prog, values):
+    return {name: values[name] for name in prog.inputs}
+
+
+def test_three_programs_captured_in_a_torch_graph_replay_against_the_oracle():
+    """BiCGK, then SGEMV on its results, then AXPYDOT on those: captured once with
+    out= and replayed 100 times; p changes between replays outside the graph, and
+    every 20th replay each stage is checked against the oracle on its own inputs."""
+    torch = pytest.importorskip("torch")
+    n, dtype = 1000, "float32"
+    rng = np.random.default_rng(4)
+    bicgk = fusec.compile("scripts/bicgk.script", dtype=dtype)
+    sgemv = fusec.compile("scripts/sgemv.script", dtype=dtype)
+    axpydot = fusec.compile("scripts/axpydot.script", dtype=dtype)
+    host = oracle.random_inputs(bicgk.dag, {"m": n, "n": n}, dtype, rng)
+    t = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
+    out = {name: torch.empty(n, dtype=torch.float32, device="cuda") for name in ("q", "s", "z", "z2")}
+    r2 = torch.empty((), dtype=torch.float32, device="cuda")
+    alpha, beta, gamma = 0.75, -1.25, 0.5
+
+    def step():
+        bicgk(A=t["A"], p=t["p"], r=t["r"], out={"q": out["q"], "s": out["s"]})
+        sgemv(A=t["A"], x=out["s"], y=out["q"], alpha=alpha, beta=beta, out={"z": out["z"]})
+        axpydot(w=out["z"], v=out["q"], u=t["p"], alpha=gamma, out={"z": out["z2"], "r": r2})
+
+    step()  # warm, outside the capture: fusec's workspaces are allocated here
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for replay in range(100):
+        if replay % 20 == 0:
+            t["p"].copy_(torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda())
+        graph.replay()
+        if replay % 20 == 19:
+            torch.cuda.synchronize()
+            values = {k: v.cpu().numpy() for k, v in t.items()}
+            got = {k: v.cpu().numpy() for k, v in out.items()}
+            _check(bicgk, _stage_inputs(bicgk, values), (got["q"], got["s"]))
+            _check(sgemv, {"A": values["A"], "x": got["s"], "y": got["q"], "alpha": alpha, "beta": beta},
+                   got["z"])
+            _check(axpydot, {"w": got["z"], "v": got["q"], "u": values["p"], "alpha": gamma},
+                   (got["z2"], r2.cpu().numpy()))
+
+
+def test_a_call_captured_by_cupy_replays_right():
+    cupy = pytest.importorskip("cupy")
+    prog = fusec.compile("scripts/gemver.script", dtype="float32")
+    inputs = oracle.random_inputs(prog.dag, {"m": 513, "n": 1025}, "float32", np.random.default_rng(6))
+    device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    out = {"B": cupy.empty((513, 1025), np.float32), "x": cupy.empty(1025, np.float32),
+           "w": cupy.empty(513, np.float32)}
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        prog(**device, out=out)
+        stream.synchronize()
+        stream.begin_capture()
+        prog(**device, out=out)
+        graph = stream.end_capture()
+    for name in out:
+        out[name].fill(np.nan)
+    for _ in range(10):
+        graph.launch(stream)
+    stream.synchronize()
+    _check(prog, inputs, (out["B"], out["x"], out["w"]))
+
+
+@pytest.mark.parametrize("columns", [1, 33, 8193, 20000])
+def test_a_program_compiled_at_the_default_size_serves_every_size(columns):
+    """Compiled for 8192 x 8192, BiCGK's band kernel holds rows of at most 8192
+    columns; wider calls run the plan compiled for them, and describe says so."""
+    cupy = pytest.importorskip("cupy")
+    prog = fusec.compile("scripts/bicgk.script", dtype="float32")
+    sizes = {"m": 64, "n": columns}
+    inputs = oracle.random_inputs(prog.dag, sizes, "float32", np.random.default_rng(columns))
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    for _ in range(2):
+        _check(prog, inputs, prog(**device))
+    _check(prog, inputs, prog(**inputs))
+    other = prog.plan_for(sizes)
+    text = prog.describe(sizes)
+    if other is prog:
+        assert "runs the plan compiled for them" not in text
+    else:
+        assert text.startswith("# at these sizes this program runs the plan compiled for them")
+        assert prog.cache_info().plans_for_sizes >= 1
+    if columns > 8192:
+        widest = [k.macros().get("BAND_COLS") for whole in prog.kernels for k in whole.leaves()
+                  if k.plan.geometry.value == "band"]
+        if widest and max(widest) < columns:
+            assert other is not prog
+
+
+class _DlpackOnly:
+    """A device array offering only DLPack (as some frameworks' arrays do)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_arrays_offering_only_dlpack_are_read_without_a_copy():
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk(m=300, n=500, seed=9)
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    q, s = prog(**{k: _DlpackOnly(v) for k, v in device.items()})
+    assert isinstance(q, cupy.ndarray)  # read through CuPy: results are CuPy's
+    _check(prog, inputs, (q, s))
+    bound = prog.bind({k: _DlpackOnly(v) for k, v in device.items()})
+    assert {a.pointer for a in bound.arrays.values()} == {v.data.ptr for v in device.values()}  # no copy
+
+
+def test_jax_arrays_are_taken_in_place():
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    prog, inputs = _bicgk(m=300, n=500, seed=9)
+    arrays = {k: jax.device_put(v, jax.devices("gpu")[0]) for k, v in inputs.items()}
+    _check(prog, inputs, prog(**arrays))

@@ -1,0 +1,128 @@
+"""Scripts that call the BLAS-1 functions added to fusec/data/blas for issue 46 (snrm2, sasum,
+saxpby, scopy, svmul, svdiv): each alone, and each beside a neighbour it fuses with. Shared
+by tests/test_library_functions.py (CPU and nvcc) and tests/gpu/test_library_functions.py.
+"""
+
+from __future__ import annotations
+
+NEW_FUNCTIONS = ("sasum", "saxpby", "scopy", "snrm2", "svdiv", "svmul")
+
+ALONE = {
+    "nrm2": """\
+vector x[n];
+scalar r;
+input x;
+r = snrm2(x);
+return r;
+""",
+    "asum": """\
+vector x[n];
+scalar r;
+input x;
+r = sasum(x);
+return r;
+""",
+    "axpby": """\
+vector x[n], y[n];
+scalar alpha, beta;
+input alpha, x, beta, y;
+y = saxpby(alpha, x, beta, y);
+return y;
+""",
+    "copy": """\
+vector x[n], y[n];
+input x;
+y = scopy(x);
+return y;
+""",
+    "vmul": """\
+vector x[n], y[n], z[n];
+input x, y;
+z = svmul(x, y);
+return z;
+""",
+    "vdiv": """\
+vector x[n], y[n], z[n];
+input x, y;
+z = svdiv(x, y);
+return z;
+""",
+}
+
+# Each pair fuses into one kernel: the first call's result reaches the second on chip.
+FUSED = {
+    "axpby_dot": """\
+# z = alpha x + beta y; r = z . w
+vector x[n], y[n], w[n], z[n];
+scalar alpha, beta, r;
+input alpha, x, beta, y, w;
+z = saxpby(alpha, x, beta, y);
+r = sdot(z, w);
+return z, r;
+""",
+    "axpy_nrm2": """\
+# a Krylov residual update and its norm: r = alpha q + r; rn = ||r||
+vector q[n], r[n];
+scalar alpha, rn;
+input alpha, q, r;
+r = saxpy(alpha, q, r);
+rn = snrm2(r);
+return r, rn;
+""",
+    "vmul_asum": """\
+# s = sum_i |x_i y_i|; the product never reaches memory
+vector x[n], y[n], t[n];
+scalar s;
+input x, y;
+t = svmul(x, y);
+s = sasum(t);
+return s;
+""",
+    "vdiv_dot": """\
+# r = sum_i w_i x_i / y_i; the quotient's padded lanes must add nothing
+vector x[n], y[n], w[n], t[n];
+scalar r;
+input x, y, w;
+t = svdiv(x, y);
+r = sdot(t, w);
+return r;
+""",
+    "copy_axpy": """\
+# p = r; z = alpha p + q
+vector r[n], q[n], p[n], z[n];
+scalar alpha;
+input alpha, r, q;
+p = scopy(r);
+z = saxpy(alpha, p, q);
+return p, z;
+""",
+    "nrm2_asum": """\
+# two norms of one vector, x read once
+vector x[n];
+scalar a, s;
+input x;
+a = snrm2(x);
+s = sasum(x);
+return a, s;
+""",
+}
+
+# A nested and an unnested call never share a kernel (paper section 3.2): numerics only.
+CHAINED = {
+    "gemv_nrm2": """\
+# the norm of a matrix-vector product
+matrix A[m, n];
+vector x[n], y[m];
+scalar r;
+input A, x;
+y = sgemv(A, x);
+r = snrm2(y);
+return y, r;
+""",
+}
+
+SCRIPTS = {**ALONE, **FUSED, **CHAINED}
+
+# Inputs that are divisors: kept away from 0 (|y| in [0.25, 0.75]) so that a quotient's
+# reference is finite and well conditioned.
+DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}

@@ -1,0 +1,61 @@
+"""CPU tier: the parts of bench/distributed.py that need no GPU: its report, the
+sizes its rule table gives, and shipping a latency table."""
+
+from __future__ import annotations
+
+import pytest
+
+import bench.distributed as bench
+import fusec.distributed as fd
+
+pytestmark = pytest.mark.unit
+
+
+BANDWIDTH = 3e12
+
+
+def _latency(seconds: float, ranks: int = 2, broadcast: float | None = None) -> fd.Latency:
+    points = tuple((op, ranks, b, broadcast if op == "broadcast" and broadcast is not None else seconds)
+                   for op in bench.OPS for b in (4, 1 << 26))
+    return fd.Latency("GPU", points, 3e-6)
+
+
+def test_the_rule_table_gives_the_size_from_which_all_gpus_are_used():
+    """The planner's rule (every rank gets s) trades the local work saved for the
+    all-reduce's cost over the broadcast's; the launch advice for the collective's whole cost."""
+    rules = bench.rule_sizes(_latency(30e-6, broadcast=10e-6), 2, ["bicgk", "gesummv"], ["float32"], BANDWIDTH)
+    bicgk = rules["bicgk float32"]
+    assert bicgk["picks"][256] == 1 and bicgk["picks"][65536] == 2
+    assert bicgk["all_ranks_from"] == min(n for n, a in bicgk["picks"].items() if a == 2)
+    assert bicgk["launch_from"] >= bicgk["all_ranks_from"]
+    # GESUMMV needs no collective: splitting its rows always pays
+    assert rules["gesummv float32"]["all_ranks_from"] == rules["gesummv float32"]["launch_from"] == bench.RULE_SIZES[0]
+    slower = bench.rule_sizes(_latency(300e-6, broadcast=10e-6), 2, ["bicgk"], ["float32"], BANDWIDTH)
+    assert slower["bicgk float32"]["all_ranks_from"] > bicgk["all_ranks_from"]
+
+
+def test_report_lists_every_case():
+    rows = [{"script": "bicgk", "dtype": "float32", "n": 16384, "ranks": 2, "one_gpu_us": 349.0, "p_gpus_us": 190.0,
+             "speedup": 349 / 190, "target": 1.85, "local_us": 170.0, "collective_us": 17.0,
+             "collective_bytes": 65536, "collectives": ["all-reduce s"]},
+            {"script": "atax", "dtype": "float64", "n": 32768, "skipped": "not run (--budget)"}]
+    points = [(op, 2, b, 1e-5) for op in bench.OPS for b in (4, 1024)]
+    meta = {"gpu": "GPU", "ranks": 2, "nccl": 22800, "bandwidth": 3e12, "repeat": 20, "date": "2026-11-27",
+            "command": "mpirun -n 2 python -m mpi4py -m bench.distributed"}
+    rules = {"bicgk float32": {"all_ranks_from": 4096, "launch_from": 8192}}
+    text = bench.report(rows, {"skipped": "needs 41 GB"}, points, 3e-6, rules, meta)
+    assert "| bicgk | float32 | 16384 | 349.0 | 190.0 | 1.84× | 1.85× | 170.0 | 17.0 | 65536 | all-reduce s |" in text
+    assert "| atax | float64 | 32768 | not run (--budget) |" in text
+    assert "not run (needs 41 GB)" in text and "| bicgk float32 | 4096 | 8192 |" in text
+    assert "| 1024 | 10.0 | 10.0 | 10.0 | 10.0 |" in text
+
+
+def test_ship_merges_tables_by_rank_count(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    (tmp_path / "fusec" / "data").mkdir(parents=True)
+    bench.ship(_latency(10e-6, ranks=2), "gpu")
+    bench.ship(_latency(20e-6, ranks=4), "gpu")
+    bench.ship(_latency(30e-6, ranks=2), "gpu")
+    merged = fd.Latency.load(tmp_path / "fusec" / "data" / "collectives" / "gpu.json")
+    assert merged.seconds("all-reduce", 2, 4) == pytest.approx(30e-6)
+    assert merged.seconds("all-reduce", 4, 4) == pytest.approx(20e-6)

@@ -1,0 +1,331 @@
+"""CPU tier: the planning of distributed programs (fusec.distributed), no GPU.
+
+For every sequence of scripts/ and P = 1, 2, 3, 4, 8: which collectives, on
+which value, where, how many bytes; the layouts each rank passes and gets; the
+stage scripts parse and check; P = 1 is the plain program unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from types import MappingProxyType
+
+import pytest
+
+import fusec
+import fusec.distributed as fd
+from fusec.distributed import planner, rules
+from fusec.distributed.layout import Layout, Op, block, blocks
+from fusec.distributed.scaling import Latency, active_ranks, predicted_seconds
+from fusec.distributed.text import describe
+from fusec.errors import ArgumentError
+from fusec.frontend import check, parse
+from fusec.library.model import Kind
+from fusec.target import reference
+from tests.helpers import ROOT, library, script_dag, script_names
+
+RANKS = (1, 2, 3, 4, 8)
+
+# The collectives each sequence needs, and why (the specification the planner must meet):
+#   value -> (operation, the stage it follows, the stage that reads it; None: the return)
+COLLECTIVES = {
+    "atax": {"y": (Op.ALL_REDUCE, 0, None)},  # y = A^T t sums the rank's rows
+    "axpydot": {"r": (Op.ALL_REDUCE, 0, None)},  # a dot over the rank's elements
+    "bicgk": {"s": (Op.ALL_REDUCE, 0, None)},  # s = A^T r sums the rank's rows
+    "gemver": {"x": (Op.ALL_REDUCE, 0, 1)},  # w = alpha B x reads x whole
+    "gesummv": {}, "madd": {}, "sgemv": {}, "sscal": {}, "vadd": {}, "waxpby": {},  # rows stay on their rank
+    "sgemvt": {"x": (Op.ALL_REDUCE, 0, 1)},
+}
+# the terms rank 0 carries alone, so that the sum over ranks adds them once
+KEPT_ON_ROOT = {"gemver": {"z"}, "sgemvt": {"z"}}
+STAGES = {"gemver": 2, "sgemvt": 2}
+
+
+def _sizes(dag, base: int, rectangular: bool = False) -> dict[str, int]:
+    if rectangular and "m" in dag.sizes:
+        return {"m": base + base // 2 + 1, "n": base}
+    return {s: base for s in dag.sizes}
+
+
+def _checked(source: str):
+    return check(parse(source, "<string>"), library())
+
+
+def _plan(script: str, ranks: int, sizes, dtype="float32", **kwargs):
+    return planner.plan(script_dag(script), library(), ranks, sizes, dtype, **kwargs)
+
+
+def test_every_sequence_has_its_expected_collectives():
+    assert sorted(COLLECTIVES) == sorted(script_names())
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("script", script_names())
+def test_collectives_of_every_sequence(script, ranks, dtype):
+    dag = script_dag(script)
+    for sizes in (_sizes(dag, 1001), _sizes(dag, 4097, rectangular=True)):
+        plan = _plan(script, ranks, sizes, dtype)
+        itemsize = 4 if dtype == "float32" else 8
+        assert plan.ranks == ranks and plan.active == ranks
+        found = {dag.value(c.value).name: (c.op, c.after, c.first_use) for c in plan.collectives}
+        kept = {dag.value(c.value).name for c in plan.conversions if c.op is Op.KEEP_ON_ROOT}
+        if ranks == 1:
+            assert found == {} and plan.conversions == () and len(plan.stages) == 1
+            continue
+        assert found == COLLECTIVES[script]
+        assert kept == KEPT_ON_ROOT.get(script, set())
+        assert len(plan.stages) == STAGES.get(script, 1)
+        for c in plan.collectives:  # the payload is the whole value, whatever the ranks
+            whole = [sizes[d] for d in dag.value(c.value).dims]
+            elements = whole[0] if whole else 1
+            assert (c.count, c.bytes) == (elements, elements * itemsize)
+        # the steps: every stage once, in order; a collective right after the stage it follows
+        order = [("stage", s.stage) if s.stage is not None else ("conversion", s.conversion) for s in plan.steps]
+        assert [k for kind, k in order if kind == "stage"] == list(range(len(plan.stages)))
+        for i, c in enumerate(plan.conversions):
+            at = order.index(("conversion", i))
+            before = [k for kind, k in order[:at] if kind == "stage"]
+            assert (before[-1] if before else -1) == c.after
+            if c.first_use is not None:
+                assert c.first_use > c.after
+
+
+@pytest.mark.parametrize("script", script_names())
+def test_layouts_follow_how_each_value_is_used(script):
+    """Matrices split; a vector a nested call reads along its columns is whole,
+    along its rows split; vectors only element-wise calls read are split; a
+    returned sum is whole."""
+    dag = script_dag(script)
+    plan = _plan(script, 3, _sizes(dag, 1001))
+    lib = library()
+    for call in dag.calls:
+        function = lib.function(call.function)
+        shape = rules.shape_of(function)
+        for param, arg in zip(function.params, call.args):
+            if isinstance(arg, int) and dag.value(arg).producer is None:  # an input: as the caller passes it
+                layout = plan.layout(arg)
+                if param.kind is Kind.MATRIX:
+                    assert layout is Layout.SPLIT
+                elif param.kind is Kind.SCALAR:
+                    assert layout is Layout.WHOLE
+                elif shape.nested:
+                    assert layout is (Layout.SPLIT if param.dims[0] == shape.rows else Layout.WHOLE), \
+                        (script, dag.value(arg).name)
+                else:
+                    uses = [dag.call(c) for c in dag.consumers(arg)]
+                    nested = any(lib.function(c.function).rows_dim for c in uses)
+                    assert nested or layout is Layout.SPLIT
+    for value, final in plan.outputs:
+        assert final is not Layout.PARTIAL
+        assert final is (Layout.WHOLE if plan.layout(value) is Layout.PARTIAL else plan.layout(value))
+
+
+@pytest.mark.parametrize("ranks", RANKS[1:])
+@pytest.mark.parametrize("script", script_names())
+def test_stage_scripts_parse_and_check(script, ranks):
+    """Each stage is a script fusec compiles like any other: it parses and checks,
+    with no warning (a warning is an error in this suite), and reads and returns
+    what the plan says."""
+    dag = script_dag(script)
+    for sizes in (_sizes(dag, 1001), _sizes(dag, 4097, rectangular=True)):
+        plan = _plan(script, ranks, sizes)
+        for stage in plan.stages:
+            checked = check(parse(stage.source, stage.name), library())
+            assert [checked.value(v).name for v in checked.inputs] == [a.name for a in stage.inputs]
+            assert [checked.value(v).name for v in checked.outputs] == [a.name for a in stage.outputs]
+            assert [c.function for c in checked.calls] == [dag.call(c).function for c in stage.calls]
+            local = dict(stage.sizes)
+            for symbol, local_name in plan.split:  # compiled for rank 0's block: the largest
+                if local_name in local:
+                    assert local[local_name] == -(-sizes[symbol] // ranks)
+        covered = sorted(c for s in plan.stages for c in s.calls)
+        assert covered == [c.id for c in dag.calls]
+
+
+@pytest.mark.parametrize("script", script_names())
+def test_one_rank_is_the_plain_program(script):
+    dag = script_dag(script)
+    plan = _plan(script, 1, _sizes(dag, 1001))
+    (stage,) = plan.stages
+    assert stage.source == dag.text and stage.name == dag.file
+    assert dict(stage.sizes) == {s: 1001 for s in dag.sizes}
+    assert [a.value for a in stage.inputs] == list(dag.inputs)
+
+
+@pytest.mark.nvcc  # fusec.compile checks its kernels' registers with nvcc where it is on PATH
+@pytest.mark.parametrize("script", ["bicgk", "gemver"])
+def test_one_rank_compiles_the_same_cuda(script):
+    path = str(ROOT / "scripts" / f"{script}.script")
+    plan = fd.plan(path, sizes={"n": 4096}, ranks=1)
+    (stage,) = plan.stages
+    staged = fd.fusec_executor(library(), "float32", gpu="h100", tuned=False)(stage)
+    plain = fusec.compile(path, library(), "float32", sizes={"n": 4096}, gpu="h100", tuned=False)
+    assert staged.source == plain.source
+
+
+def test_blocks_cover_the_rows_and_differ_by_at_most_one():
+    for length in (1, 2, 3, 7, 1001, 4097):
+        for ranks in RANKS:
+            for active in range(1, min(ranks, length) + 1):
+                parts = blocks(length, ranks, active)
+                assert parts[0][0] == 0 and parts[active - 1][1] == length
+                assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+                sizes = [hi - lo for lo, hi in parts[:active]]
+                assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+                assert all(lo == hi for lo, hi in parts[active:])
+    assert block(10, 0, 3) == (0, 4) and block(10, 2, 3) == (7, 10)
+
+
+def test_fewer_rows_than_ranks_leaves_ranks_idle():
+    dag = script_dag("bicgk")
+    plan = _plan("bicgk", 8, {"m": 3, "n": 100})
+    assert plan.active == 3
+    assert [hi - lo for lo, hi in blocks(3, 8, plan.active)] == [1, 1, 1, 0, 0, 0, 0, 0]
+    # s comes to the idle ranks with its all-reduce; q stays split: nothing more
+    assert {dag.value(c.value).name: c.op for c in plan.collectives} == {"s": Op.ALL_REDUCE}
+
+
+def test_idle_ranks_get_whole_results_made_by_a_stage():
+    """With ranks that hold no rows, a whole result no collective makes is broadcast to them."""
+    source = ("matrix A[m, n];\nvector x[n], v[n], t[m], u[m], w[n];\ninput A, x, v;\n"
+              "t = sgemv(A, x);\nu = sgemv(A, v);\nw = svadd(x, v);\nreturn t, u, w;\n")
+    plan = fd.plan(source=source, sizes={"m": 100, "n": 100}, ranks=4, active=2)
+    dag = _checked(source)
+    assert [(c.op, dag.value(c.value).name) for c in plan.collectives] == [(Op.BROADCAST, "w")]
+    every = fd.plan(source=source, sizes={"m": 100, "n": 100}, ranks=4)
+    assert every.collectives == ()
+
+
+def test_one_holding_rank_runs_the_script_and_broadcasts_whole_results():
+    dag = script_dag("bicgk")
+    plan = _plan("bicgk", 4, _sizes(dag, 100), active=1)
+    (stage,) = plan.stages
+    assert stage.source == dag.text
+    assert {dag.value(c.value).name: c.op for c in plan.conversions} == {"s": Op.BROADCAST}
+
+
+def test_a_partial_sum_read_whole_and_split_is_reduced_once():
+    """s = A^T r read along another matrix's columns (whole) and rows (split):
+    one all-reduce, and the rows are a slice of it."""
+    source = ("matrix A[n, n], B[n, n];\nvector r[n], s[n], q[n], u[n];\ninput A, B, r;\n"
+              "s = sgemtv(A, r);\nq = sgemv(B, s);\nu = sgemtv(B, s);\nreturn q, u;\n")
+    plan = fd.plan(source=source, sizes={"n": 100}, ranks=2)
+    ops = [(c.op, c.target) for c in plan.conversions]
+    assert ops.count((Op.ALL_REDUCE, Layout.WHOLE)) == 2  # s for B's gemv, u for the return
+    assert (Op.SLICE, Layout.SPLIT) in ops and not any(op is Op.REDUCE_SCATTER for op, _ in ops)
+
+
+def test_a_partial_sum_read_only_by_rows_is_reduce_scattered():
+    source = ("matrix A[n, n], B[n, n];\nvector r[n], s[n], u[n];\ninput A, B, r;\n"
+              "s = sgemtv(A, r);\nu = sgemtv(B, s);\nreturn u;\n")
+    plan = fd.plan(source=source, sizes={"n": 100}, ranks=3)
+    assert [c.op for c in plan.collectives] == [Op.REDUCE_SCATTER, Op.ALL_REDUCE]
+    assert [len(s.calls) for s in plan.stages] == [1, 1]
+
+
+def test_a_split_vector_read_whole_is_gathered():
+    """q = A p is split (each rank its rows); z = A q reads q whole: an all-gather between two stages."""
+    source = ("matrix A[n, n];\nvector p[n], q[n], z[n];\ninput A, p;\n"
+              "q = sgemv(A, p);\nz = sgemv(A, q);\nreturn z;\n")
+    plan = fd.plan(source=source, sizes={"n": 100}, ranks=3)
+    assert [(c.op, c.after, c.first_use, c.bytes) for c in plan.collectives] == [(Op.ALL_GATHER, 0, 1, 400)]
+
+
+def test_an_element_wise_update_read_whole_runs_whole():
+    """A CG-like step, p = r + beta p then q = A p: p's new value is read whole, so
+    the update runs whole on every rank (its inputs passed whole): no collective."""
+    source = ("matrix A[n, n];\nvector r[n], p[n], q[n];\nscalar beta;\ninput A, r, p, beta;\n"
+              "p = saxpy(beta, p, r);\nq = sgemv(A, p);\nreturn q;\n")
+    plan = fd.plan(source=source, sizes={"n": 100}, ranks=4)
+    dag = _checked(source)
+    assert plan.collectives == ()
+    assert [plan.layout(v) for v in dag.inputs[1:3]] == [Layout.WHOLE, Layout.WHOLE]
+    assert plan.layout(dag.outputs[0]) is Layout.SPLIT
+
+
+def test_sums_of_partials_stay_partial():
+    """x + y of two partial sums is the partial sum of x + y: one all-reduce, at the end."""
+    source = ("matrix A[m, n], B[m, n];\nvector r[m], s[n], t[n], u[n];\ninput A, B, r;\n"
+              "s = sgemtv(A, r);\nt = sgemtv(B, r);\nu = svadd(s, t);\nreturn u;\n")
+    plan = fd.plan(source=source, sizes={"n": 100}, ranks=2)
+    assert [c.op for c in plan.collectives] == [Op.ALL_REDUCE] and len(plan.stages) == 1
+
+
+def test_a_function_whose_sum_is_not_linear_is_refused():
+    """A gemv-T whose epilogue squares the sum cannot be split by rows: the
+    error points at the call."""
+    lib = library()
+    squared = dataclasses.replace(lib.functions["sgemtv"], name="sgemtv_sq", reference="(A.T @ x) * (A.T @ x)")
+    functions = dict(lib.functions, sgemtv_sq=squared)
+    odd = dataclasses.replace(lib, functions=MappingProxyType(functions))
+    source = "matrix A[m, n];\nvector r[m], s[n];\ninput A, r;\ns = sgemtv_sq(A, r);\nreturn s;\n"
+    dag = check(parse(source, "odd.script"), odd)
+    with pytest.raises(fd.DistributionError, match=r"^odd\.script:4:1: sgemtv_sq cannot be split"):
+        planner.plan(dag, odd, 2, {"m": 10, "n": 10}, "float32")
+    assert planner.plan(dag, odd, 1, {"m": 10, "n": 10}, "float32").stages[0].source == source
+
+
+def test_the_rules_are_checked_not_assumed():
+    """The row sum with an added vector: y0 whole on every rank would add it P times."""
+    function = library().function("sgemtv_ab")
+    held = {tuple(c.args): c.result for c in rules.valid_choices(function, library())}
+    W, S, P = Layout.WHOLE, Layout.SPLIT, Layout.PARTIAL
+    assert (W, S, S, W, W) not in held
+    assert held[(W, S, S, W, P)] is P and held[(W, S, S, P, W)] is P
+    assert not rules.holds(function, library(), rules.Choice((W, S, S, W, W), P))
+
+
+def test_plan_text_names_each_collective_and_its_bytes():
+    dag = script_dag("gemver")
+    plan = _plan("gemver", 2, {"m": 1001, "n": 1001})
+    text = describe(plan, dag)
+    assert "2 rank(s), 2 holding rows" in text
+    assert re.search(r"all-reduce x\[n\] \(partial -> whole\).*; 4004 bytes, after stage 0, for stage 1", text)
+    assert "keep-on-root z[n]" in text and "rows:    m in blocks of 501, 500" in text
+    assert "collectives: 1 a call, 4004 bytes of payload" in text
+    single = describe(_plan("gemver", 1, {"m": 1001, "n": 1001}), dag)
+    assert "collectives: 0 a call" in single
+
+
+@pytest.mark.parametrize("sizes, argument", [(None, "sizes"), ({"m": 10}, "sizes"), ({"n": 0}, "sizes"),
+                                             ({"n": 10, "k": 3}, "sizes"), ({"n": 2.5}, "sizes")])
+def test_bad_sizes(sizes, argument):
+    with pytest.raises(ArgumentError, match=f"argument '{argument}'"):
+        planner.plan(script_dag("bicgk"), library(), 2, sizes, "float32")
+
+
+@pytest.mark.parametrize("ranks", [0, -1, 2.0, True])
+def test_bad_ranks(ranks):
+    with pytest.raises(ArgumentError, match="argument 'ranks'"):
+        planner.plan(script_dag("bicgk"), library(), ranks, {"n": 10}, "float32")
+
+
+def test_the_rule_for_fewer_gpus():
+    """With an all-reduce dearer than the broadcast that takes its place when one
+    rank holds the rows, small problems run on one GPU, large ones on all; the
+    count chosen never falls as the size grows."""
+    latency = Latency("test", tuple((op, 4, b, 30e-6 if op == "all-reduce" else 10e-6)
+                                    for op in ("all-reduce", "broadcast") for b in (4, 1 << 20)),
+                      launch_seconds=3e-6)
+    bandwidth = reference().copy_bandwidth
+    dag = script_dag("bicgk")
+    chosen = []
+    for n in (64, 512, 2048, 8192, 32768):
+        plans = {a: _plan("bicgk", 4, {"n": n}, active=a) for a in range(1, 5)}
+        chosen.append(active_ranks(4, lambda a: predicted_seconds(plans[a], dag, latency, bandwidth)))
+    assert chosen[0] == 1 and chosen[-1] == 4
+    assert chosen == sorted(chosen)
+    applied = fd.plan(str(ROOT / "scripts/bicgk.script"), sizes={"n": 64}, ranks=4, latency=latency)
+    assert applied.active == 1
+
+
+def test_latency_interpolates_between_measured_sizes():
+    latency = Latency("x", (("all-reduce", 2, 1000, 10e-6), ("all-reduce", 2, 3000, 30e-6),
+                            ("all-reduce", 4, 1000, 40e-6)))
+    assert latency.seconds("all-reduce", 2, 2000) == pytest.approx(20e-6)
+    assert latency.seconds("all-reduce", 2, 10) == pytest.approx(10e-6)  # below: the smallest's
+    assert latency.seconds("all-reduce", 3, 1000) == pytest.approx(40e-6)  # nearest ranks, more on a tie
+    assert latency.seconds("all-gather", 2, 1000) is None
+    assert Latency.from_json(latency.to_json()) == latency

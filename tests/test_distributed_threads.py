@@ -1,0 +1,250 @@
+"""CPU tier: distributed programs run whole on ranks that are threads
+(fusec.distributed.threads), each stage evaluated by the float64 oracle.
+
+Every sequence, over P = 2, 3 and 8 ranks, at sizes that do not divide by P and
+at sizes smaller than P (ranks holding no rows): the blocks every rank gets
+back, put together, pass the oracle's test ratio. A rank that raises ends
+the others' collectives at once; one that never comes ends them at the timeout.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import fusec.distributed as fd
+from fusec import oracle
+from fusec.distributed.errors import CollectiveError, CollectiveTimeoutError
+from fusec.distributed.threads import oracle_executor, run_ranks
+from fusec.errors import ArgumentError
+from tests.helpers import ROOT, library, script_dag, script_names
+
+
+def _path(script: str) -> str:
+    return str(ROOT / "scripts" / f"{script}.script")
+
+
+def _compile(script, comm, sizes, dtype="float64", **kwargs):
+    return fd.compile(_path(script), dtype=dtype, sizes=sizes, comm=comm,
+                      executor=oracle_executor(library(), dtype), latency=False, **kwargs)
+
+
+def _run_everywhere(script: str, ranks: int, sizes: dict, dtype="float64", **kwargs):
+    """(inputs, each rank's program and results) of one call on ``ranks`` thread ranks."""
+    dag = script_dag(script)
+    full = {s: sizes.get(s, sizes.get("n")) for s in dag.sizes}
+    inputs = oracle.random_inputs(dag, full, dtype, np.random.default_rng(ranks * 1000 + sum(full.values())))
+
+    def work(comm):
+        prog = _compile(script, comm, sizes, dtype, **kwargs)
+        local = {k: prog.local(k, v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+        out = prog(**local)
+        return prog, dict(zip(prog.outputs, out if isinstance(out, tuple) else (out,)))
+    return inputs, run_ranks(ranks, work)
+
+
+def _assemble(results, ranks):
+    prog = results[0][0]
+    whole = {}
+    for name in prog.outputs:
+        if prog.rows(name) is None:  # whole on every rank, the same
+            whole[name] = results[0][1][name]
+            for r in range(1, ranks):
+                np.testing.assert_array_equal(results[r][1][name], whole[name])
+        else:
+            parts = [results[r][1][name] for r in range(ranks)]
+            for r, part in enumerate(parts):
+                lo, hi = prog.rows(name, r)
+                assert part.shape[0] == hi - lo
+            whole[name] = np.concatenate(parts)
+    return whole
+
+
+def _check(script, inputs, whole, dtype):
+    checks = oracle.check_outputs(script_dag(script), library(), inputs, whole, dtype)
+    failed = [str(c) for c in checks if not c.passed]
+    assert not failed, "; ".join(failed)
+
+
+def _cases():
+    out = []
+    for script in script_names():
+        two = len(script_dag(script).sizes) == 2
+        out.append(pytest.param(script, 2, {"n": 37}, id=f"{script}-P2-37"))
+        out.append(pytest.param(script, 3, {"m": 38, "n": 19} if two else {"n": 38}, id=f"{script}-P3-rect"))
+        out.append(pytest.param(script, 8, {"n": 5}, id=f"{script}-P8-idle"))  # 3 ranks hold no rows
+    return out
+
+
+@pytest.mark.parametrize("script, ranks, sizes", _cases())
+def test_every_sequence_against_the_oracle(script, ranks, sizes):
+    inputs, results = _run_everywhere(script, ranks, sizes)
+    _check(script, inputs, _assemble(results, ranks), "float64")
+
+
+@pytest.mark.parametrize("script", ["bicgk", "gemver", "axpydot"])
+def test_single_precision(script):
+    inputs, results = _run_everywhere(script, 3, {"n": 40}, "float32")
+    _check(script, inputs, _assemble(results, 3), "float32")
+
+
+def test_one_rank_is_the_plain_program():
+    inputs, results = _run_everywhere("gemver", 1, {"n": 30})
+    prog, out = results[0]
+    assert prog.programs[0] is not None and len(prog.plan.stages) == 1
+    direct = oracle_executor(library(), "float64")(prog.plan.stages[0])(**inputs)
+    for name, value in zip(prog.outputs, direct):
+        np.testing.assert_array_equal(out[name], value)
+
+
+def test_fewer_ranks_holding_rows_than_ranks():
+    inputs, results = _run_everywhere("gemver", 4, {"m": 37, "n": 19}, active=2)
+    assert [p.holds_rows for p, _ in results] == [True, True, False, False]
+    assert results[3][1]["w"].shape == (0,) and results[3][1]["B"].shape == (0, 19)
+    _check("gemver", inputs, _assemble(results, 4), "float64")
+
+
+def test_one_rank_holding_rows_broadcasts_whole_results():
+    inputs, results = _run_everywhere("atax", 3, {"n": 21}, active=1)
+    _check("atax", inputs, _assemble(results, 3), "float64")
+
+
+def test_a_rank_that_raises_ends_the_others_at_once():
+    def work(comm):
+        prog = _compile("bicgk", comm, {"n": 20})
+        if comm.rank == 1:
+            raise ValueError("rank 1 gives up")
+        A = np.ones(prog.local_shape("A"))
+        return prog(A=A, p=np.ones(20), r=np.ones(prog.local_shape("r")))
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="rank 1 gives up"):
+        run_ranks(3, work, timeout=60)
+    assert time.monotonic() - started < 30  # not the timeout: the failing rank aborted the others
+
+
+def test_a_rank_that_never_comes_times_out():
+    errors = []
+
+    def work(comm):
+        prog = _compile("axpydot", comm, {"n": 20})
+        if comm.rank == 0:
+            time.sleep(1.5)  # past the others' deadline: it never joins their all-reduce in time
+            return None
+        try:
+            return prog(w=np.ones(10), v=np.ones(10), u=np.ones(10), alpha=2.0)
+        except CollectiveTimeoutError as exc:
+            errors.append(exc)
+            raise
+    with pytest.raises(CollectiveError):
+        run_ranks(2, work, timeout=0.5)
+    assert errors and "did not finish within 0.5 s" in str(errors[0])
+
+
+def test_scatter_and_gather_whole_arrays():
+    rng = np.random.default_rng(5)
+    A, p = rng.uniform(size=(11, 7)), rng.uniform(size=7)
+
+    def work(comm):
+        prog = _compile("bicgk", comm, {"m": 11, "n": 7})
+        mine = prog.scatter("A", A if comm.rank == 0 else None)
+        whole_p = prog.scatter("p", p if comm.rank == 0 else None)
+        lo, hi = prog.rows("A")
+        np.testing.assert_array_equal(mine, A[lo:hi])
+        np.testing.assert_array_equal(whole_p, p)
+        return prog.gather("A", mine)
+    results = run_ranks(3, work)
+    np.testing.assert_array_equal(results[0], A)
+    assert results[1] is None and results[2] is None
+
+
+def test_timings_name_every_step():
+    def work(comm):
+        prog = _compile("gemver", comm, {"n": 12})
+        args = {k: (np.ones(prog.local_shape(k)) if k not in ("alpha", "beta") else 1.0) for k in prog.inputs}
+        prog.run(args, timings=True)
+        return prog.last_timings
+    timings = run_ranks(2, work)[0]
+    assert [s.label for s in timings.steps] == ["stage 0", "all-reduce x", "stage 1"]
+    assert [s.kind for s in timings.steps] == ["local", "collective", "local"]
+
+
+@pytest.mark.parametrize("change, argument, message", [
+    (lambda a, p: a.update(A=a["A"][:-1]), "A", r"rank \d of 2 passes rows .* expected shape"),
+    (lambda a, p: a.pop("r"), "r", "is missing"),
+    (lambda a, p: a.update(q=a["r"]), "q", "is not an input"),
+    (lambda a, p: a.update(p=a["p"][:-1]), "p", "passes the whole of p"),
+])
+def test_bad_arguments_name_the_argument_and_the_rank(change, argument, message):
+    def work(comm):
+        prog = _compile("bicgk", comm, {"n": 9})
+        args = {k: np.ones(prog.local_shape(k)) for k in prog.inputs}
+        change(args, prog)
+        with pytest.raises(ArgumentError, match=f"argument '{argument}'.*{message}"):
+            prog(**args)
+    run_ranks(2, work)
+
+
+def test_a_communicator_of_another_size_is_refused():
+    plan = fd.plan(_path("bicgk"), sizes={"n": 9}, ranks=3)
+
+    def work(comm):
+        from fusec.distributed.program import DistributedProgram
+        with pytest.raises(ArgumentError, match="argument 'comm'.*2 rank"):
+            DistributedProgram(plan, script_dag("bicgk"), comm, oracle_executor(library(), "float64"))
+    run_ranks(2, work)
+
+
+OVERLAP = """\
+# s's sum is first read two stages on: its reduce-scatter may run beside stage 1
+matrix A[n, n];
+vector r[n], p[n], s[n], q[n], t[n], z[n], w[n];
+input A, r, p;
+s = sgemtv(A, r);
+q = sgemv(A, p);
+t = sgemv(A, q);
+z = sgemv(A, t);
+w = svadd(z, s);
+return w;
+"""
+
+
+def test_a_collective_that_stages_can_overlap():
+    plan = fd.plan(source=OVERLAP, sizes={"n": 23}, ranks=3)
+    (spare,) = [c for c in plan.collectives if c.overlaps]
+    assert (spare.op, spare.after, spare.first_use, spare.overlaps) == (fd.Op.REDUCE_SCATTER, 0, 2, (1,))
+    from fusec.frontend import check, parse
+    dag = check(parse(OVERLAP, "<string>"), library())
+    inputs = oracle.random_inputs(dag, {"n": 23}, "float64", 3)
+
+    def work(comm):
+        prog = fd.compile(source=OVERLAP, dtype="float64", sizes={"n": 23}, comm=comm,
+                          executor=oracle_executor(library(), "float64"), latency=False)
+        return prog, prog(**{k: prog.local(k, v) for k, v in inputs.items()})
+    results = run_ranks(3, work)
+    whole = {"w": np.concatenate([w for _, w in results])}
+    checks = oracle.check_outputs(dag, library(), inputs, whole, "float64")
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
+@pytest.mark.slow  # the oracle on 1001 x 1001 and 2049 x 1001 matrices, both precisions
+def test_the_gpu_tests_cases_on_thread_ranks():
+    """The cases tests/gpu/test_distributed.py runs on GPUs, here on thread ranks
+    with the oracle for fusec's kernels: the worker's own logic (shapes, blocks,
+    the comparison with one GPU) is right before it meets a GPU."""
+    from tests.gpu.test_distributed import run_cases, where
+
+    def executor(dtype, cache):
+        return oracle_executor(library(), dtype)
+
+    def plain(script, dtype, sizes):
+        (stage,) = fd.plan(**where(script), sizes=sizes, ranks=1, dtype=dtype).stages
+        return oracle_executor(library(), dtype)(stage)
+    scripts = ["bicgk", "gemver", "axpydot", "overlap"]
+    results = run_ranks(2, lambda comm: run_cases(comm, scripts, [0, 2], (np.asarray, np.asarray), (executor, plain)),
+                        timeout=120)
+    records = [r for rank in results for r in rank]
+    assert {r["script"] for r in records} == set(scripts) and {r["rank"] for r in records} == {0, 1}
+    assert not [r for r in records if r["why"]]
+    assert all(r["ratio"] < r["threshold"] for r in records)
