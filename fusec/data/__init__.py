@@ -1,6 +1,6 @@
 """What fusec ships besides its code: the BLAS library with its tuned plans, the performance
-databases, and the figures of the GPUs it knows by name. Read through importlib.resources, so
-an installed wheel finds them as a source checkout does."""
+databases, the solvers' iteration scripts, and the figures of the GPUs it knows by name. Read
+through importlib.resources, so an installed wheel finds them as a source checkout does."""
 
 from __future__ import annotations
 
@@ -10,3 +10,4 @@ from pathlib import Path
 ROOT = Path(str(resources.files(__name__)))
 LIBRARY = ROOT / "blas"  # the bundled library (its shipped plans in tunings/)
 PERFDB = ROOT / "perfdb"  # the bundled performance databases, one per GPU
+SOLVERS = ROOT / "solvers"  # one iteration of each solver of fusec.solvers, a script each

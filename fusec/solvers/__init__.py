@@ -1,0 +1,10 @@
+"""Krylov solvers on a dense matrix, each iteration one compiled fusec script
+(``fusec/data/solvers/``), the loop replayed from CUDA graphs::
+
+    x, info = fusec.solvers.cg(A, b, rtol=1e-6)
+
+See docs/solvers.md."""
+
+from .api import bicg, bicgstab, cg, solve
+
+__all__ = ["cg", "bicg", "bicgstab", "solve"]

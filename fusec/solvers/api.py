@@ -1,0 +1,110 @@
+"""``cg``, ``bicg`` and ``bicgstab``: SciPy's interface over fusec's compiled iterations."""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+from ..errors import GPUUnavailableError
+from . import checks, driver
+from .arrays import NumpyArrays, arrays_for, framework_of
+from .methods import BICG, BICGSTAB, CG, METHODS, Method
+from .stepper import ProgramStepper
+
+
+@functools.lru_cache(maxsize=16)
+def program_for(name: str, dtype: str, n: int):
+    """The compiled iteration of solver ``name`` (kept: compiling takes seconds, and the
+    program keeps its workspaces for the next solve). The spaces of BiCG's 11 calls and
+    BiCGStab's 14 are searched by the bounded search, as designed: its warning is not news
+    to a solver's caller."""
+    from ..api import compile
+    from ..space.search import SpaceCutWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpaceCutWarning)
+        return compile(METHODS[name].script, dtype=dtype, sizes={"n": n})
+
+
+def _device_framework() -> str:
+    """Where NumPy inputs go: CuPy if importable, else PyTorch with CUDA."""
+    try:
+        import cupy  # noqa: F401
+        return "cupy"
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError:
+        raise GPUUnavailableError("fusec.solvers needs CuPy or PyTorch to hold NumPy inputs on the GPU") from None
+    if not torch.cuda.is_available():
+        raise GPUUnavailableError("fusec.solvers: PyTorch sees no CUDA device")
+    return "torch"
+
+
+def _to_device(framework: str, a):
+    if a is None:
+        return None
+    if framework == "cupy":
+        import cupy
+        return cupy.asarray(a)
+    import torch
+    return torch.as_tensor(a, device="cuda")
+
+
+def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True,
+          program=None):
+    """Solve ``A x = b`` by ``method``; returns ``(x, info)`` (see :func:`cg`). ``program``
+    replaces the compiled iteration (anything called as a fusec program is)."""
+    found = framework_of(A)
+    problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every)
+    where = problem.framework
+    if where == "numpy" and program is None:
+        where = _device_framework()
+        A, b, x0 = (_to_device(where, a) for a in (problem.A, problem.b, problem.x0))
+    arrays = arrays_for(where)
+    if program is None:
+        program = program_for(method.name, problem.dtype, problem.n)
+    with arrays.stream():
+        if x0 is None:
+            x0, r0 = arrays.zeros_like(b), arrays.copy(b)
+        else:
+            r0 = b - arrays.matvec(A, x0)
+        tol = max(problem.rtol * math.sqrt(arrays.squared_norm(b)), problem.atol)
+        stepper = ProgramStepper(program, method, arrays, A, method.start(x0, r0, arrays.copy), graphs=graphs)
+        outcome = driver.run(stepper, arrays.squared_norm(r0), tol, problem.maxiter, problem.check_every)
+        x = stepper.x()
+    if problem.framework == "numpy" and where != "numpy":
+        x = x.get() if where == "cupy" else x.cpu().numpy()
+    return x, outcome.info
+
+
+_ARGS = """
+    ``A`` is a square dense matrix (C-contiguous, float32 or float64) and ``b`` a vector, NumPy
+    or CuPy arrays or PyTorch CUDA tensors, all of one framework and dtype; NumPy inputs are
+    solved on the GPU (through CuPy if importable, else PyTorch) and ``x`` comes back as NumPy.
+    ``x0``: the first iterate (default zeros). Stops when ``||r|| <= max(rtol ||b||, atol)``
+    (``r`` the residual the iteration updates), tested every ``check_every`` iterations
+    (default 16), or after ``maxiter`` iterations (default ``10 n``). ``info``: 0 converged;
+    ``> 0`` the iterations done without converging; ``< 0`` broke down at iteration ``-info``
+    (a zero denominator), ``x`` then being the iterate before. ``graphs=False`` makes plain
+    calls instead of replaying CUDA graphs. Bad arguments raise
+    :class:`fusec.ArgumentError` naming the argument, before anything runs."""
+
+
+def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True):
+    return solve(CG, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs)
+
+
+def bicg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True):
+    return solve(BICG, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs)
+
+
+def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True):
+    return solve(BICGSTAB, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs)
+
+
+cg.__doc__ = "Conjugate gradients for a symmetric positive definite ``A``: ``x, info = cg(A, b)``.\n" + _ARGS
+bicg.__doc__ = ("Biconjugate gradients for a general square ``A`` (each iteration reads A once for A p and"
+                " A^T p~): ``x, info = bicg(A, b)``.\n" + _ARGS)
+bicgstab.__doc__ = "BiCGStab for a general square ``A``: ``x, info = bicgstab(A, b)``.\n" + _ARGS

@@ -1,0 +1,108 @@
+"""The arguments of a solve, checked before anything runs: each mistake an
+:class:`~fusec.errors.ArgumentError` naming the argument."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .arrays import framework_of
+
+DTYPES = ("float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A checked solve: arrays of one framework and dtype, tolerances as numbers."""
+
+    A: Any
+    b: Any
+    x0: Any  # None: zeros
+    framework: str
+    dtype: str
+    n: int
+    rtol: float
+    atol: float
+    maxiter: int
+    check_every: int
+
+
+def _dtype_name(obj) -> str:
+    return str(obj.dtype).replace("torch.", "")
+
+
+def _array(name: str, obj, framework: str | None = None):
+    found = framework_of(obj)
+    if found is None:
+        raise ArgumentError(name, f"is a {type(obj).__name__}: pass a NumPy or CuPy array or a PyTorch CUDA tensor")
+    if found == "torch" and not obj.is_cuda:
+        raise ArgumentError(name, "is a PyTorch tensor on the host: pass a CUDA tensor or a NumPy array")
+    if framework is not None and found != framework:
+        raise ArgumentError(name, f"is a {found} array, but A is a {framework} array: pass both of one framework")
+    return found
+
+
+def _tolerance(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(name, f"is {value!r}: pass a real number")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ArgumentError(name, f"is {value!r}: it must be finite and >= 0")
+    return value
+
+
+def _count(name: str, value, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(name, f"is {value!r}: pass a whole number")
+    if value <= 0:
+        raise ArgumentError(name, f"is {value}: it must be at least 1")
+    return int(value)
+
+
+def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
+    """The checked problem. ``arrays`` (:mod:`.arrays` for A's framework) reads the sums of
+    ``A`` and ``b`` to reject NaN and infinities (one pass over A, no temporary of its size)."""
+    framework = _array("A", A)
+    if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
+        raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
+    dtype = _dtype_name(A)
+    if dtype not in DTYPES:
+        raise ArgumentError("A", f"has dtype {dtype}: pass float32 or float64")
+    if not _contiguous(A, framework):
+        raise ArgumentError("A", "is not C-contiguous: pass a C-contiguous copy")
+    n = int(A.shape[0])
+    for name, v in (("b", b), ("x0", x0)):
+        if v is None and name == "x0":
+            continue
+        _array(name, v, framework)
+        if tuple(v.shape) != (n,):
+            raise ArgumentError(name, f"has shape {tuple(v.shape)}: pass a vector of length {n} (A is {n} x {n})")
+        if _dtype_name(v) != dtype:
+            raise ArgumentError(name, f"has dtype {_dtype_name(v)}, but A is {dtype}: pass {dtype}")
+        if framework == "torch" and v.device != A.device:
+            raise ArgumentError(name, f"is on {v.device}, but A is on {A.device}")
+        if not arrays.finite(v):
+            raise ArgumentError(name, "contains NaN or infinity")
+    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    if rtol >= 1:
+        raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
+    maxiter = _count("maxiter", maxiter, 10 * n)
+    check_every = _count("check_every", check_every, 16)
+    if not arrays.finite_sum(A):
+        raise ArgumentError("A", "contains NaN or infinity (its sum is not finite)")
+    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every)
+
+
+def _contiguous(A, framework: str) -> bool:
+    if framework == "torch":
+        return bool(A.is_contiguous())
+    if framework == "numpy":
+        return bool(np.asarray(A).flags.c_contiguous)
+    return bool(A.flags.c_contiguous)

@@ -1,0 +1,49 @@
+"""The solver loop: run ``check_every`` iterations, read the squared residual norm once, stop
+when ``||r|| <= tol``; where the number read is not finite, go back and redo those iterations
+one at a time to find the first that broke down, and return the iterate before it.
+
+The stepper is anything with ``advance(k)``, ``restore()``, ``squared_norm()`` and ``x()``
+(:class:`.stepper.ProgramStepper` on the GPU; the tests drive this loop on NumPy arrays).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """``info`` as SciPy's: 0 converged, ``> 0`` the iterations done without converging,
+    ``< 0`` broke down at iteration ``-info`` (1-based); ``iterations`` done in the answer."""
+
+    info: int
+    iterations: int
+
+
+def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_every: int) -> Outcome:
+    """Iterate until ``||r|| <= tol`` or ``maxiter`` iterations; the answer is ``stepper.x()``."""
+    limit = tol * tol
+    if first_squared_norm <= limit:
+        return Outcome(0, 0)
+    done = 0
+    while done < maxiter:
+        chunk = min(check_every, maxiter - done)
+        stepper.advance(chunk)
+        rr = stepper.squared_norm()
+        if math.isfinite(rr):
+            done += chunk
+            if rr <= limit:
+                return Outcome(0, done)
+            continue
+        stepper.restore()
+        for step in range(chunk):
+            stepper.advance(1)
+            rr = stepper.squared_norm()
+            if not math.isfinite(rr):
+                stepper.restore()
+                return Outcome(-(done + step + 1), done + step)
+            if rr <= limit:
+                return Outcome(0, done + step + 1)
+        done += chunk  # finite one at a time: the chunk's reduction order differed; carry on
+    return Outcome(maxiter, maxiter)

@@ -1,0 +1,85 @@
+"""Runs iterations of a solver's script: one program call per iteration, its results written
+with ``out=`` into the other of two sets of state arrays (a result may not overlap an input the
+program still reads, so the sets take turns), ``k`` iterations captured once in a CUDA graph and
+replayed after that.
+
+Each replay of ``k`` iterations first copies the state it starts from into a checkpoint set, so
+that when the number read afterwards is not finite (a breakdown, or an exact zero residual
+divided by) the driver can go back and redo those iterations one at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .methods import Method
+
+
+class ProgramStepper:
+    """Iterations of ``method`` by ``program`` (anything called as
+    ``program(**inputs, out={result: array})``) on the arrays of ``arrays``
+    (:mod:`.arrays`); ``graphs=False`` never captures."""
+
+    def __init__(self, program: Callable, method: Method, arrays: Any, A, start: dict, *, graphs: bool = True):
+        self.program, self.method, self.arrays = program, method, arrays
+        self.A = A
+        self.fixed = {name: start[name] for name in method.fixed}
+        first = {name: start[name] for name in method.state}
+        second = {name: arrays.empty_like(first[name]) for name in method.state}
+        self.sets = (first, second)
+        self.norms = (arrays.scalar_like(start["x"]), arrays.scalar_like(start["x"]))
+        self.checkpoint = {name: arrays.empty_like(first[name]) for name in method.state}
+        self.current = 0  # which set holds the state
+        self.saved_from: int | None = None
+        self.graphs_allowed = graphs
+        self.graphs: dict[tuple[int, int], Callable] = {}  # (first set, iterations) -> replay
+        self.warm: set[int] = set()  # sets an iteration has started from outside a capture
+
+    # -- what the driver sees
+    def x(self):
+        return self.sets[self.current]["x"]
+
+    def squared_norm(self) -> float:
+        """The squared norm of the residual after the last iteration (a read: the host waits)."""
+        return self.arrays.read(self.norms[self.current])
+
+    def advance(self, iterations: int) -> None:
+        """Run ``iterations`` iterations from the current state, saving it first."""
+        start = self.current
+        key = (start, iterations)
+        replay = self.graphs.get(key)
+        if replay is None and self.graphs_allowed and iterations > 1 and self.warm >= {0, 1}:
+            replay = self.arrays.graph(lambda: self._iterate(start, iterations))
+            if replay is None:
+                self.graphs_allowed = False  # no capture here: plain calls from now on
+            else:
+                self.graphs[key] = replay
+        if replay is None:
+            self._iterate(start, iterations)
+            self.warm.update({start, 1 - start} if iterations > 1 else {start})
+        else:
+            replay()
+        self.saved_from = start
+        self.current = (start + iterations) % 2
+
+    def restore(self) -> None:
+        """Back to the state the last :meth:`advance` started from."""
+        start = self.saved_from
+        for name, saved in self.checkpoint.items():
+            self.arrays.copy_into(self.sets[start][name], saved)
+        self.current = start
+
+    # -- the calls (captured, or run)
+    def _iterate(self, start: int, iterations: int) -> None:
+        for name, saved in self.checkpoint.items():
+            self.arrays.copy_into(saved, self.sets[start][name])
+        at = start
+        for _ in range(iterations):
+            self._one(at)
+            at = 1 - at
+
+    def _one(self, at: int) -> None:
+        source, target = self.sets[at], self.sets[1 - at]
+        out = {f"{name}1": target[name] for name in self.method.state}
+        out["rr1"] = self.norms[1 - at]
+        self.program(A=self.A, **self.fixed, **source, out=out)

@@ -1,0 +1,298 @@
+"""fusec.solvers without a GPU: the argument checks, and the solver loop (ping-pong ``out=``
+sets, graph capture and replay, checkpoints, the stopping rule, breakdown) driven on NumPy
+arrays by a stand-in program: the float64 oracle interpreting the shipped iteration scripts.
+Its iterates are compared with SciPy's solvers (same x0, a fixed number of iterations) where
+SciPy is importable, and with the NumPy reference of :mod:`fusec.solvers.methods`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusec import ArgumentError, data, oracle
+from fusec.frontend import load_script
+from fusec.solvers import solve
+from fusec.solvers.arrays import NumpyArrays
+from fusec.solvers.driver import run
+from fusec.solvers.methods import BICG, BICGSTAB, CG, METHODS, reference_iterates
+from fusec.solvers.stepper import ProgramStepper
+from tests.helpers import ROOT, library
+
+
+class OracleProgram:
+    """A fusec program's calling convention over the oracle's float64 evaluation of a shipped
+    iteration script; checks, as the runtime does, that no result shares memory with an input."""
+
+    def __init__(self, method):
+        self.dag = load_script(method.script, library())
+        self.calls = 0
+
+    def __call__(self, out, **inputs):
+        for name, target in out.items():
+            for given, array in inputs.items():
+                assert not np.shares_memory(target, array), f"out[{name!r}] overlaps input {given!r}"
+        with np.errstate(all="ignore"):  # a breakdown divides by zero, as the GPU does
+            values = oracle.evaluate(self.dag, library(), inputs)
+        by_name = {self.dag.value(v).name: values[v] for v in self.dag.outputs}
+        for name, target in out.items():
+            target[...] = by_name[name]
+        self.calls += 1
+
+
+class CapturingArrays(NumpyArrays):
+    """NumPy arrays whose 'graph' records the captured function and replays it by calling it."""
+
+    def __init__(self):
+        super().__init__()
+        self.captures = 0
+
+    def graph(self, function):
+        self.captures += 1
+        return function
+
+
+def spd(n, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    return m @ m.T / n + np.eye(n)
+
+
+def nonsymmetric(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.eye(n) * 2 + rng.standard_normal((n, n)) / (2 * np.sqrt(n))
+
+
+def system(method, n=33, seed=0):
+    A = spd(n, seed) if method is CG else nonsymmetric(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    return A, rng.uniform(-0.5, 0.5, n), rng.uniform(-0.5, 0.5, n)
+
+
+METHOD_LIST = [CG, BICG, BICGSTAB]
+IDS = [m.name for m in METHOD_LIST]
+
+
+# -- the shipped scripts ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_package_scripts_are_the_scripts_of_scripts_solvers(method):
+    assert method.script.read_text() == (ROOT / "scripts" / "solvers" / f"{method.name}.script").read_text()
+    assert method.script.parent == data.SOLVERS
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_method_names_match_the_script(method):
+    dag = load_script(method.script, library())
+    inputs = {dag.value(v).name for v in dag.inputs}
+    assert inputs == {"A", *method.state, *method.fixed}
+    assert tuple(dag.value(v).name for v in dag.outputs) == method.outputs()
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_script_iteration_is_the_reference_iteration(method):
+    A, b, x0 = system(method)
+    values = method.start(x0, b - A @ x0, np.copy)
+    program = OracleProgram(method)
+    for _ in range(3):
+        state, rr1 = method.reference(A, values)
+        out = {f"{k}1": np.empty_like(v) for k, v in state.items()} | {"rr1": np.zeros(())}
+        program(A=A, **{k: values[k] for k in method.state + method.fixed}, out=out)
+        for k, v in state.items():
+            np.testing.assert_allclose(out[f"{k}1"], v, rtol=1e-12, atol=1e-14)
+        assert out["rr1"] == pytest.approx(rr1, rel=1e-12)
+        values.update(state)
+
+
+# -- iterates against SciPy and the NumPy reference ----------------------------------------------
+
+@pytest.mark.parametrize("check_every", [1, 3, 16])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_iterates_agree_with_scipy(method, check_every):
+    A, b, x0 = system(method)
+    x, info = solve(method, A, b, x0, rtol=0.0, maxiter=5, check_every=check_every, program=OracleProgram(method))
+    assert info == 5
+    reference = reference_iterates(method, A, b, x0, 5)
+    np.testing.assert_allclose(x, reference, rtol=1e-12, atol=1e-13)
+    linalg = pytest.importorskip("scipy.sparse.linalg")
+    theirs, _ = getattr(linalg, method.name)(A, b, x0=x0, rtol=1e-30, atol=0.0, maxiter=5)
+    np.testing.assert_allclose(x, theirs, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_converges_and_true_residual_is_small(method):
+    A, b, _ = system(method, n=50, seed=4)
+    x, info = solve(method, A, b, rtol=1e-10, program=OracleProgram(method))
+    assert info == 0
+    assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
+
+
+# -- the loop: ping-pong sets, graphs, checkpoints ------------------------------------------------
+
+@pytest.mark.parametrize("k", [2, 5])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_graph_replays_give_the_plain_iterates(method, k):
+    A, b, x0 = system(method, seed=7)
+
+    def stepper(arrays, graphs):
+        start = method.start(x0, b - A @ x0, np.copy)
+        return ProgramStepper(OracleProgram(method), method, arrays, A, start, graphs=graphs)
+
+    plain, arrays = stepper(NumpyArrays(), False), CapturingArrays()
+    replayed = stepper(arrays, True)
+    for _ in range(4):
+        plain.advance(k)
+        replayed.advance(k)
+        np.testing.assert_array_equal(replayed.x(), plain.x())
+        assert replayed.squared_norm() == plain.squared_norm()
+    # the first chunk warms both sets outside a capture; then one graph per first set
+    assert arrays.captures == (1 if k % 2 == 0 else 2)
+    assert replayed.program.calls == plain.program.calls
+
+
+def test_restore_returns_the_state_the_last_advance_started_from():
+    A, b, x0 = system(CG)
+    start = CG.start(x0, b - A @ x0, np.copy)
+    stepper = ProgramStepper(OracleProgram(CG), CG, NumpyArrays(), A, start)
+    stepper.advance(2)
+    before = stepper.x().copy()
+    stepper.advance(3)
+    assert not np.array_equal(stepper.x(), before)
+    stepper.restore()
+    np.testing.assert_array_equal(stepper.x(), before)
+
+
+class Script:
+    """A stepper whose squared norms are given: the driver's logic alone."""
+
+    def __init__(self, norms):
+        self.norms, self.at, self.saved = list(norms), 0, 0
+
+    def advance(self, k):
+        self.saved = self.at
+        self.at += k
+
+    def restore(self):
+        self.at = self.saved
+
+    def squared_norm(self):
+        return self.norms[self.at - 1]
+
+    def x(self):
+        return self.at
+
+
+def test_driver_stops_at_the_first_check_below_tolerance():
+    norms = [10.0, 5.0, 0.5, 0.2, 0.1, 0.05]
+    outcome = run(Script(norms), 100.0, tol=1.0, maxiter=10, check_every=2)
+    assert (outcome.info, outcome.iterations) == (0, 4)  # read after 2 and 4: 0.2 <= 1
+
+
+def test_driver_retraces_a_chunk_that_ends_non_finite():
+    nan = float("nan")
+    stepper = Script([4.0, 3.0, 2.0, nan, nan, nan])
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=5)
+    assert (outcome.info, outcome.iterations) == (-4, 3)
+    assert stepper.x() == 3  # the iterate before the breakdown
+
+
+def test_driver_finds_convergence_inside_a_chunk_that_ends_non_finite():
+    nan = float("nan")
+    outcome = run(Script([4.0, 0.0, nan, nan]), 9.0, tol=0.0, maxiter=10, check_every=4)
+    assert (outcome.info, outcome.iterations) == (0, 2)
+
+
+def test_driver_reports_maxiter():
+    outcome = run(Script([5.0] * 20), 9.0, tol=1.0, maxiter=7, check_every=3)
+    assert (outcome.info, outcome.iterations) == (7, 7)
+
+
+# -- breakdown and the trivial cases --------------------------------------------------------------
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_breakdown_is_reported_with_the_iterate_before(method):
+    # skew-symmetric A: p . A p = 0, a zero denominator in the first iteration of every method
+    # (integer values: the sums are exact, so the zero is)
+    rng = np.random.default_rng(2)
+    m = rng.integers(-4, 5, (8, 8)).astype(np.float64)
+    A, b, x0 = m - m.T, rng.integers(-4, 5, 8).astype(np.float64), np.zeros(8)
+    x, info = solve(method, A, b, x0, check_every=4, program=OracleProgram(method))
+    assert info == -1
+    np.testing.assert_array_equal(x, x0)
+
+
+@pytest.mark.parametrize("method", [CG, BICG], ids=["cg", "bicg"])
+def test_exact_solution_inside_a_chunk_is_converged_not_nan(method):
+    # A = I: the first iteration solves exactly; the next would divide 0 by 0
+    A, b = np.eye(5), np.arange(1.0, 6.0)
+    x, info = solve(method, A, b, rtol=0.0, check_every=4, program=OracleProgram(method))
+    assert info == 0
+    np.testing.assert_allclose(x, b, rtol=1e-15)
+
+
+def test_bicgstab_exact_half_step_is_a_reported_breakdown():
+    # A = I: s = r - alpha A p = 0 exactly, so omega = 0 / 0 in the first iteration. The script
+    # has no branch to stop at the half step as SciPy does: reported as a breakdown, x0 returned
+    A, b = np.eye(5), np.arange(1.0, 6.0)
+    x, info = solve(BICGSTAB, A, b, rtol=0.0, check_every=4, program=OracleProgram(BICGSTAB))
+    assert info == -1
+    np.testing.assert_array_equal(x, np.zeros(5))
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_zero_b_is_converged_at_once(method):
+    program = OracleProgram(method)
+    x, info = solve(method, spd(4), np.zeros(4), program=program)
+    assert info == 0 and program.calls == 0 and not x.any()
+
+
+# -- bad arguments ----------------------------------------------------------------------------------
+
+def _bad(**change):
+    args = {"A": spd(4), "b": np.ones(4), "x0": None, "rtol": 1e-5, "atol": 0.0, "maxiter": None,
+            "check_every": None}
+    args.update(change)
+    return args
+
+
+@pytest.mark.parametrize("args, argument", [
+    (_bad(A=np.ones((4, 3))), "A"),
+    (_bad(A=np.ones(4)), "A"),
+    (_bad(A=np.ones((0, 0))), "A"),
+    (_bad(A=spd(4).astype(np.float16)), "A"),
+    (_bad(A=np.asfortranarray(nonsymmetric(4))), "A"),
+    (_bad(A=[[1.0, 0.0], [0.0, 1.0]]), "A"),
+    (_bad(A=np.diag([1.0, np.nan, 1.0, 1.0])), "A"),
+    (_bad(b=np.ones(5)), "b"),
+    (_bad(b=np.ones((4, 1))), "b"),
+    (_bad(b=np.ones(4, dtype=np.float32)), "b"),
+    (_bad(b=np.array([1.0, np.nan, 0.0, 0.0])), "b"),
+    (_bad(b=np.array([1.0, np.inf, 0.0, 0.0])), "b"),
+    (_bad(b=None), "b"),
+    (_bad(x0=np.ones(3)), "x0"),
+    (_bad(x0=np.full(4, np.nan)), "x0"),
+    (_bad(maxiter=0), "maxiter"),
+    (_bad(maxiter=-3), "maxiter"),
+    (_bad(maxiter=2.5), "maxiter"),
+    (_bad(maxiter=True), "maxiter"),
+    (_bad(check_every=0), "check_every"),
+    (_bad(rtol=-1e-3), "rtol"),
+    (_bad(rtol=1.0), "rtol"),
+    (_bad(rtol=float("nan")), "rtol"),
+    (_bad(rtol="1e-5"), "rtol"),
+    (_bad(atol=-1.0), "atol"),
+    (_bad(atol=float("inf")), "atol"),
+])
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_bad_arguments_name_the_argument_before_anything_runs(name, args, argument):
+    program, args = OracleProgram(METHODS[name]), dict(args)
+    with pytest.raises(ArgumentError) as caught:
+        solve(METHODS[name], args.pop("A"), args.pop("b"), args.pop("x0"), program=program, **args)
+    assert caught.value.argument == argument
+    assert program.calls == 0
+
+
+def test_public_functions_take_scipys_arguments():
+    import fusec.solvers
+    for function in (fusec.solvers.cg, fusec.solvers.bicg, fusec.solvers.bicgstab):
+        with pytest.raises(ArgumentError, match="maxiter"):
+            function(spd(3), np.ones(3), None, rtol=1e-6, atol=0.0, maxiter=0)
