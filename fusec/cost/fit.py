@@ -8,7 +8,8 @@ the log of the measured time, each point (script, precision, sizes) weighing the
 same whatever its number of plans, plus a ridge term that pulls every coefficient
 towards 0 (no correction) where the data do not say otherwise. By default each point
 also has a free offset (``relative``): only how a point's plans compare is fitted,
-which is what ranking needs, and the level stays the database's. Levenberg-Marquardt
+which is what ranking needs, and the corrected prices are left at the database's level
+on average (:func:`_level`). Levenberg-Marquardt
 from w = 0 (a single-kernel plan is linear in w, so most of the problem is least
 squares); NumPy only, deterministic.
 
@@ -157,7 +158,35 @@ def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True) -> Fit:
     weights = np.zeros((n_classes, n_features))
     if active:
         weights = _solve(s, active, points, ridge, relative)
+        if relative:
+            weights[active, FEATURES.index("bias")] += _level(s, weights, active)
     return Fit(weights, tuple(CLASSES[c] for c in active), low, high, kernels)
+
+
+def _level(s: Samples, weights: np.ndarray, active: list[int]) -> float:
+    """The shift of the fitted classes' bias that leaves the corrected prices of the
+    training plans at the database's level on average (each point weighing the same).
+    A relative fit cannot tell that level (each point's offset takes it), so this is
+    where it is set: the correction moves plans against each other, and a class left
+    unfitted, priced by the database alone, is compared with the others fairly on
+    average."""
+    per_point = np.bincount(s.point_of).astype(float)
+    omega = 1.0 / per_point[s.point_of]
+    database = _log_sums(s.log_price, s.plan_of, s.plans)
+    fitted = np.isin(s.kind_of, active)
+    u = s.log_price + np.einsum("kf,kf->k", s.x, weights[s.kind_of])
+    shift = 0.0
+    for _ in range(50):  # Newton's method on a monotonic function of one variable
+        shifted = u + shift * fitted
+        predicted = _log_sums(shifted, s.plan_of, s.plans)
+        gap = float(np.sum(omega * (predicted - database)))
+        share = np.zeros(s.plans)
+        np.add.at(share, s.plan_of, np.exp(shifted - predicted[s.plan_of]) * fitted)
+        slope = float(np.sum(omega * share))
+        if slope <= 0 or abs(gap) < 1e-13 * np.sum(omega):
+            break
+        shift -= gap / slope
+    return shift
 
 
 def _solve(s: Samples, active: list[int], points: int, ridge: float, relative: bool) -> np.ndarray:

@@ -54,7 +54,7 @@ LAYOUTS = 8  # the best L layouts measured
 ALL_LAYOUTS = 10 ** 6
 DRAWS = 100  # draws a collection goes through at most (the budget ends it first)
 GRACE = 60.0  # seconds past the budget a point may run before it stops measuring
-NOT_MEASURED = "not measured"  # the budget ran out first
+NOT_MEASURED = "not measured (the budget ran out)"
 
 
 def draw_sizes(dag, seed: int, draw: int, dtype: str) -> dict[str, int]:
@@ -165,7 +165,7 @@ def measure(measurer, dag, library, dtype: str, plans: Sequence[ProgramPlan], ta
         for i, program in enumerate(programs):
             if out[i] is None:
                 if deadline is not None and clock() > deadline:
-                    out[i] = Measurement(NOT_MEASURED, reason="the budget ran out")
+                    out[i] = Measurement(NOT_MEASURED)
                 else:
                     out[i] = measurer.measure(program)
             bar.advance()
