@@ -89,6 +89,9 @@ def evaluate_point(script, dag, library, dtype: str, sizes: dict, predictors: di
         predictor = predictors.get(name.split(" ")[0])
         if predictor is None:
             continue
+        if borrow and not _may_borrow(dag, library, dtype, sizes):
+            firsts[name] = firsts[name.split(" ")[0]]  # nothing tuned to borrow: compile predicts alike
+            continue
         try:
             program, _ = build_program(dag, library, dtype, sizes=sizes, predictor=predictor, tuned=borrow)
         except FusecError as exc:
@@ -97,14 +100,14 @@ def evaluate_point(script, dag, library, dtype: str, sizes: dict, predictors: di
         firsts[name] = {"plan": program.generated.plan, "origin": program.origin or "predicted"}
         chosen.append(plans.Candidate(program.generated.plan, (f"first: {name}",)))
     wide = [plans.wide_candidates(build_space(dag, library, dtype, sizes, p), top, layouts)
-            for p in dict.fromkeys(predictors.values())]
+            for p in {id(p): p for p in predictors.values()}.values()]
     candidates = plans.merge(chosen, *wide)
     target = next(iter(predictors.values())).target
-    predicted = [{name: plans.plan_seconds(p, dag, library, dtype, sizes, c.plan) * 1e6
-                  for name, p in predictors.items()} for c in candidates]
+    generated = plans.generate_all(dag, library, dtype, [c.plan for c in candidates], target)
+    predicted = [{name: _us(plans.plan_seconds(p, dag, sizes, g)) for name, p in predictors.items()}
+                 for g in generated]
     with measurer:
-        measurements = plans.measure(measurer, dag, library, dtype, [c.plan for c in candidates], target,
-                                     deadline=deadline)
+        measurements = plans.measure(measurer, generated, deadline=deadline)
     complete = all(m.verdict != plans.NOT_MEASURED for m in measurements)
     rows = [{"summary": c.plan.summary(dag), "groups": list(c.groups), "predicted_us": p,
              "measured_us": m.seconds * 1e6 if m.passed else None, "verdict": _verdict(m)}
@@ -114,6 +117,20 @@ def evaluate_point(script, dag, library, dtype: str, sizes: dict, predictors: di
                if "plan" in f else {**f, "row": None} for name, f in firsts.items()}
     return {"script": script, "dtype": dtype, "sizes": dict(sizes), "complete": complete,
             **score(rows, choices, list(predictors)), "rows": rows}
+
+
+def _may_borrow(dag, library, dtype: str, sizes: dict) -> bool:
+    """Whether an untuned compile could take a tuned plan here: one of these sizes, or of
+    nearby ones (fusec.tune.store.nearby); where not, it predicts as tuned=False does."""
+    from fusec.target import chosen_slug
+    from fusec.tune import store
+    gpu = chosen_slug(None)
+    return (store.lookup(dag, library, dtype, sizes, gpu) is not None
+            or bool(store.nearby(dag, library, dtype, sizes, gpu)))
+
+
+def _us(seconds):
+    return None if seconds is None else seconds * 1e6
 
 
 def _verdict(measurement) -> str:

@@ -262,8 +262,9 @@ def test_the_fit_command_learns_what_the_gpu_does_and_predictions_follow(perfdb,
     fake = FakeGpu(dag, library(), "float32", sizes)
     from fusec.emit.program import generate
     from fusec.runtime.program import Program
-    measured = [fake.measure(Program(generate(dag, library(), plan, "float32"))).seconds for plan in ranked]
-    predicted = [plans.plan_seconds(corrected, dag, library(), "float32", sizes, plan) for plan in ranked]
+    generated = [generate(dag, library(), plan, "float32") for plan in ranked]
+    measured = [fake.measure(Program(g)).seconds for g in generated]
+    predicted = [plans.plan_seconds(corrected, dag, sizes, g) for g in generated]
     # plans of the fitted classes: their corrected prices are their times up to one factor
     of_fitted = [i for i, plan in enumerate(ranked) if all(fitted.of(plan_class(k)) for k in plan.kernels)]
     ratios = [predicted[i] / measured[i] for i in of_fitted]
@@ -386,3 +387,30 @@ def test_the_draw_mode_checks_its_arguments(capsys):
         with pytest.raises(SystemExit):
             prediction.main(["--draw", *argv])
         assert message in capsys.readouterr().err
+
+
+def test_a_draw_point_measures_the_first_choices_beside_the_wide_tune(monkeypatch):
+    from bench import prediction_draw
+    from fusec import nvcc
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: None)  # the first choice unchecked for spills: no compiling
+    dag = script_dag("sgemv")
+    sizes = plans.draw_sizes(dag, 9, 0, "float32")
+    point = prediction_draw.evaluate_point("sgemv", dag, library(), "float32", sizes, {"database": predictor()},
+                                           top=2, layouts=2, measurer=FakeGpu(dag, library(), "float32", sizes))
+    assert point["complete"] and point["measured"] == point["candidates"] == len(point["rows"])
+    first = point["choices"]["database"]
+    assert first["origin"].startswith("predicted") and "first: database" in point["rows"][first["row"]]["groups"]
+    # no tuned plan to borrow (the suite hides the shipped ones): the same choice
+    assert point["choices"]["database + nearby"]["row"] == first["row"]
+    assert point["best_us"] == min(r["measured_us"] for r in point["rows"]) and first["ratio"] >= 1.0
+    assert point["rho"]["database"] is not None and -1.0 <= point["rho"]["database"] <= 1.0
+    assert "corrected" not in point["choices"]
+
+
+def test_a_plan_not_generated_is_recorded_without_kernels(tmp_path):
+    plan = training.PlanRecord('[{"calls":[0]}]', "q=sgemv", ("class",), (), "not generated: no such shape")
+    point = training.PointRecord("sgemv", "float32", (("m", 700), ("n", 900)), "abc", "2026", 1, 0, 0, "today", 1.0,
+                                 True, (plan,))
+    path = tmp_path / "t.json"
+    training.write(training.TrainingData({"name": GPU_NAME, "slug": GPU}, (point,)), path)
+    assert training.read(path).points[0].plans[0].kernels == ()

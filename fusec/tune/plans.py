@@ -123,10 +123,22 @@ def merge(*lists: Sequence[Candidate]) -> list[Candidate]:
     return [Candidate(plan, tuple(groups)) for plan, groups in found.items()]
 
 
-def kernel_records(predictor, dag, library, dtype: str, sizes: Mapping[str, int],
-                   plan: ProgramPlan) -> tuple[training.KernelRecord, ...]:
-    """Each kernel's class, features and price by ``predictor`` (the database's, uncorrected)."""
-    generated = generate(dag, library, plan, dtype, predictor.target)
+def generate_all(dag, library, dtype: str, plans: Sequence[ProgramPlan], target) -> list:
+    """Each plan's generated program for ``target``, or why it could not be generated (a str)."""
+    out = []
+    for plan in plans:
+        try:
+            out.append(generate(dag, library, plan, dtype, target))
+        except FusecError as exc:  # a point the space should not have offered
+            out.append(str(exc).strip() or type(exc).__name__)
+    return out
+
+
+def kernel_records(predictor, dag, sizes: Mapping[str, int], generated) -> tuple[training.KernelRecord, ...]:
+    """Each kernel's class, features and price by ``predictor`` (the database's, uncorrected);
+    none for a plan not generated."""
+    if isinstance(generated, str):
+        return ()
     out = []
     for kernel in generated.kernels:
         f = features(kernel, dag, sizes, predictor.target)
@@ -134,26 +146,22 @@ def kernel_records(predictor, dag, library, dtype: str, sizes: Mapping[str, int]
     return tuple(out)
 
 
-def plan_seconds(predictor, dag, library, dtype: str, sizes: Mapping[str, int], plan: ProgramPlan) -> float:
-    """A plan's predicted time by ``predictor``: its kernels' summed (as the space sums them)."""
-    generated = generate(dag, library, plan, dtype, predictor.target)
+def plan_seconds(predictor, dag, sizes: Mapping[str, int], generated) -> float | None:
+    """A generated plan's predicted time by ``predictor``: its kernels' summed (as the space
+    sums them); None for a plan not generated."""
+    if isinstance(generated, str):
+        return None
     return sum(predictor.kernel_seconds(k, dag, sizes) for k in generated.kernels)
 
 
-def measure(measurer, dag, library, dtype: str, plans: Sequence[ProgramPlan], target, *,
-            deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
-            progress: bool = False) -> list[Measurement]:
-    """Each plan generated, compiled together, checked and timed by ``measurer`` (entered);
-    a plan not reached by ``deadline`` (of ``clock``) is NOT_MEASURED."""
-    programs: list[Program | None] = []
-    out: list[Measurement | None] = []
-    for plan in plans:
-        try:
-            programs.append(Program(generate(dag, library, plan, dtype, target)))
-            out.append(None)
-        except FusecError as exc:
-            programs.append(None)
-            out.append(Measurement(NOT_GENERATED, reason=str(exc).strip() or type(exc).__name__))
+def measure(measurer, generated: Sequence, *, deadline: float | None = None,
+            clock: Callable[[], float] = time.monotonic, progress: bool = False) -> list[Measurement]:
+    """Each generated program (:func:`generate_all`) compiled together, then checked and timed
+    by ``measurer`` (entered); a plan not generated is NOT_GENERATED, one not reached by
+    ``deadline`` (of ``clock``) NOT_MEASURED."""
+    programs = [None if isinstance(g, str) else Program(g) for g in generated]
+    out: list[Measurement | None] = [Measurement(NOT_GENERATED, reason=g) if isinstance(g, str) else None
+                                     for g in generated]
     built = [i for i, p in enumerate(programs) if p is not None]
     with Progress(len(built), "compiling", enabled=progress) as bar:
         errors = measurer.compile([programs[i] for i in built], lambda _: bar.advance())
@@ -161,7 +169,7 @@ def measure(measurer, dag, library, dtype: str, plans: Sequence[ProgramPlan], ta
         if error:
             out[i] = Measurement("compile failed", reason=error)
     measurer.expected  # the oracle's reference, once for every plan
-    with Progress(len(plans), "measuring", enabled=progress) as bar:
+    with Progress(len(programs), "measuring", enabled=progress) as bar:
         for i, program in enumerate(programs):
             if out[i] is None:
                 if deadline is not None and clock() > deadline:
@@ -284,10 +292,10 @@ def measure_point(dag, library, dtype: str, sizes: Mapping[str, int], base, othe
     from ..space.combinations import build_space
     candidates = merge(*(wide_candidates(build_space(dag, library, dtype, sizes, p), top, layouts)
                          for p in (base, *others)))
-    kernels = [kernel_records(base, dag, library, dtype, sizes, c.plan) for c in candidates]
+    generated = generate_all(dag, library, dtype, [c.plan for c in candidates], base.target)
+    kernels = [kernel_records(base, dag, sizes, g) for g in generated]
     with measurer:
-        measurements = measure(measurer, dag, library, dtype, [c.plan for c in candidates], base.target,
-                               deadline=deadline, clock=clock, progress=progress)
+        measurements = measure(measurer, generated, deadline=deadline, clock=clock, progress=progress)
     plans = tuple(plan_record(c, k, m, dag) for c, k, m in zip(candidates, kernels, measurements))
     database = base.database
     return training.PointRecord(
