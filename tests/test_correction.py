@@ -286,3 +286,15 @@ def test_training_file_round_trips_and_a_damaged_one_names_the_field(tmp_path):
     path.write_text(json.dumps(raw))
     with pytest.raises(FusecError, match=r"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of 8"):
         training.read(path)
+
+
+def test_every_point_weighs_the_same_and_slow_plans_less_within_it():
+    one_kernel = lambda times: (np.arange(len(times)), np.zeros(len(times), int))  # noqa: E731
+    times = [10.0, 12.0, 30.0, 2.0, 2.0]  # point 0: the first three; point 1: the other two
+    plan_of, kind_of = one_kernel(times)
+    samples = fit.Samples(np.array([0, 0, 0, 1, 1]), np.log(times), plan_of, kind_of, np.zeros(5),
+                          np.ones((5, len(FEATURES))), ("a", "b"))
+    weights = fit.plan_weights(samples)
+    assert weights[:3].sum() == pytest.approx(1.0) and weights[3:].sum() == pytest.approx(1.0)
+    assert weights[0] == weights[1]  # 12 is within NEAR x 10
+    assert weights[2] / weights[0] == pytest.approx((fit.NEAR * 10.0 / 30.0) ** 2)

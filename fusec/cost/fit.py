@@ -5,7 +5,8 @@ The model: a plan's time is the sum of its kernels' corrected prices,
 price of kernel k, ``x_k`` its features and ``w_c`` the coefficients of its class
 (:mod:`fusec.cost.correction`). The fit minimises the squared error of log T against
 the log of the measured time, each point (script, precision, sizes) weighing the
-same whatever its number of plans, plus a ridge term that pulls every coefficient
+same whatever its number of plans and, within it, plans far slower than its fastest
+less (:func:`plan_weights`), plus a ridge term that pulls every coefficient
 towards 0 (no correction) where the data do not say otherwise. By default each point
 also has a free offset (``relative``): only how a point's plans compare is fitted,
 which is what ranking needs, and the corrected prices are left at the database's level
@@ -32,6 +33,7 @@ from .features import CLASSES, FEATURES, FEATURES_VERSION
 from .training import TrainingData
 
 MIN_PLANS = 12
+NEAR = 1.5  # plans within this factor of their point's fastest weigh fully in the fit
 MIN_POINTS = 2
 RIDGE = 1e-4  # per point, whose weight is 1: its squared log errors are ~1e-3 (a few % of noise)
 FOLDS = 10
@@ -189,14 +191,27 @@ def _level(s: Samples, weights: np.ndarray, active: list[int]) -> float:
     return shift
 
 
+def plan_weights(s: Samples, points: int | None = None) -> np.ndarray:
+    """Each plan's weight in the fit: every point weighs the same in all, and within a point
+    a plan more than NEAR times slower than its fastest weighs (NEAR x fastest / time)^2:
+    the first choice is decided among the fast plans, and a plan three times slower than
+    the best only has to stay behind them."""
+    points = int(s.point_of.max()) + 1 if points is None else points
+    best = np.full(points, np.inf)
+    np.minimum.at(best, s.point_of, s.log_time)
+    near = np.minimum(1.0, np.exp(2 * (math.log(NEAR) + best[s.point_of] - s.log_time)))
+    total = np.zeros(points)
+    np.add.at(total, s.point_of, near)
+    return near / total[s.point_of]
+
+
 def _solve(s: Samples, active: list[int], points: int, ridge: float, relative: bool) -> np.ndarray:
     n_classes, n_features = len(CLASSES), len(FEATURES)
     n_w = len(active) * n_features
     n_b = points if relative else 0
     column = np.full(n_classes, -1)
     column[active] = np.arange(len(active)) * n_features
-    per_point = np.bincount(s.point_of, minlength=points).astype(float)
-    omega = 1.0 / per_point[s.point_of]  # every point weighs the same
+    omega = plan_weights(s, points)
     penalty = np.zeros(n_w + n_b)
     penalty[:n_w] = ridge * points
 
