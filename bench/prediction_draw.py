@@ -78,13 +78,46 @@ def score(rows: list[dict], choices: dict[str, dict], predictors: list[str]) -> 
 
 def evaluate_point(script, dag, library, dtype: str, sizes: dict, predictors: dict, *, top: int, layouts: int,
                    measurer, deadline=None) -> dict:
-    """Measure one point's wide tune and first choices (see the module's docstring)."""
-    from fusec.api import build_program
-    from fusec.errors import FusecError
+    """Measure one point's wide tune and first choices (see the module's docstring). The wide
+    tune is compiled first, all at once; the first choices' spill checks (nvcc) then find
+    most of their compiles in the cache, and a first choice not among the wide tune's plans
+    (where a better-ranked one spills) is measured after it."""
     from fusec.space.combinations import build_space
     from fusec.tune import plans
 
-    firsts, chosen = {}, []
+    target = next(iter(predictors.values())).target
+    wide = [plans.wide_candidates(build_space(dag, library, dtype, sizes, p), top, layouts)
+            for p in {id(p): p for p in predictors.values()}.values()]
+    candidates = plans.merge(*wide)
+    generated = plans.generate_all(dag, library, dtype, [c.plan for c in candidates], target)
+    with measurer:
+        measurements = plans.measure(measurer, generated, deadline=deadline)
+        firsts = first_choices(dag, library, dtype, sizes, predictors)
+        chosen = [plans.Candidate(f["plan"], (f"first: {name}",)) for name, f in firsts.items() if "plan" in f]
+        candidates = plans.merge(candidates, chosen)  # a first choice not among them comes last
+        extra = plans.generate_all(dag, library, dtype, [c.plan for c in candidates[len(generated):]], target)
+        if extra:
+            measurements += plans.measure(measurer, extra, deadline=deadline)
+            generated += extra
+    predicted = [{name: _us(plans.plan_seconds(p, dag, sizes, g)) for name, p in predictors.items()}
+                 for g in generated]
+    complete = all(m.verdict != plans.NOT_MEASURED for m in measurements)
+    rows = [{"summary": c.plan.summary(dag), "groups": list(c.groups), "predicted_us": p,
+             "measured_us": m.seconds * 1e6 if m.passed else None, "verdict": _verdict(m)}
+            for c, p, m in zip(candidates, predicted, measurements)]
+    index = {c.plan: i for i, c in enumerate(candidates)}
+    choices = {name: {"summary": rows[index[f["plan"]]]["summary"], "origin": f["origin"], "row": index[f["plan"]]}
+               if "plan" in f else {**f, "row": None} for name, f in firsts.items()}
+    return {"script": script, "dtype": dtype, "sizes": dict(sizes), "complete": complete,
+            **score(rows, choices, list(predictors)), "rows": rows}
+
+
+def first_choices(dag, library, dtype: str, sizes: dict, predictors: dict) -> dict[str, dict]:
+    """The plan ``fusec.compile`` takes with each predictor, without borrowing (``tuned=False``)
+    and with it: {choice: {"plan", "origin"}} ({"origin": why} where it failed)."""
+    from fusec.api import build_program
+    from fusec.errors import FusecError
+    firsts = {}
     for name, borrow in CHOICES:
         predictor = predictors.get(name.split(" ")[0])
         if predictor is None:
@@ -95,28 +128,10 @@ def evaluate_point(script, dag, library, dtype: str, sizes: dict, predictors: di
         try:
             program, _ = build_program(dag, library, dtype, sizes=sizes, predictor=predictor, tuned=borrow)
         except FusecError as exc:
-            firsts[name] = {"summary": None, "origin": f"failed: {exc}"}
+            firsts[name] = {"origin": f"failed: {exc}"}
             continue
         firsts[name] = {"plan": program.generated.plan, "origin": program.origin or "predicted"}
-        chosen.append(plans.Candidate(program.generated.plan, (f"first: {name}",)))
-    wide = [plans.wide_candidates(build_space(dag, library, dtype, sizes, p), top, layouts)
-            for p in {id(p): p for p in predictors.values()}.values()]
-    candidates = plans.merge(chosen, *wide)
-    target = next(iter(predictors.values())).target
-    generated = plans.generate_all(dag, library, dtype, [c.plan for c in candidates], target)
-    predicted = [{name: _us(plans.plan_seconds(p, dag, sizes, g)) for name, p in predictors.items()}
-                 for g in generated]
-    with measurer:
-        measurements = plans.measure(measurer, generated, deadline=deadline)
-    complete = all(m.verdict != plans.NOT_MEASURED for m in measurements)
-    rows = [{"summary": c.plan.summary(dag), "groups": list(c.groups), "predicted_us": p,
-             "measured_us": m.seconds * 1e6 if m.passed else None, "verdict": _verdict(m)}
-            for c, p, m in zip(candidates, predicted, measurements)]
-    index = {c.plan: i for i, c in enumerate(candidates)}
-    choices = {name: {"summary": rows[index[f["plan"]]]["summary"], "origin": f["origin"], "row": index[f["plan"]]}
-               if "plan" in f else {**f, "row": None} for name, f in firsts.items()}
-    return {"script": script, "dtype": dtype, "sizes": dict(sizes), "complete": complete,
-            **score(rows, choices, list(predictors)), "rows": rows}
+    return firsts
 
 
 def _may_borrow(dag, library, dtype: str, sizes: dict) -> bool:
