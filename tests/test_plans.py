@@ -414,3 +414,22 @@ def test_a_plan_not_generated_is_recorded_without_kernels(tmp_path):
     path = tmp_path / "t.json"
     training.write(training.TrainingData({"name": GPU_NAME, "slug": GPU}, (point,)), path)
     assert training.read(path).points[0].plans[0].kernels == ()
+
+
+def test_a_first_choice_outside_the_wide_tune_is_measured_after_it(monkeypatch):
+    import numpy as np
+
+    from bench import prediction_draw
+    from fusec.space.combinations import build_space
+    dag = script_dag("bicgk")
+    sizes = plans.draw_sizes(dag, 9, 0, "float32")
+    space = build_space(dag, library(), "float32", sizes, predictor())
+    wide = {c.plan for c in plans.wide_candidates(space, 2, 2)}
+    outside = next(c.plan for c in space.sample(50, np.random.default_rng(0)) if c.plan not in wide)
+    monkeypatch.setattr(prediction_draw, "first_choices",
+                        lambda *args: {"database": {"plan": outside, "origin": "predicted rank 9: spills"}})
+    point = prediction_draw.evaluate_point("bicgk", dag, library(), "float32", sizes, {"database": predictor()},
+                                           top=2, layouts=2, measurer=FakeGpu(dag, library(), "float32", sizes))
+    row = point["rows"][point["choices"]["database"]["row"]]
+    assert row is point["rows"][-1] and row["groups"] == ["first: database"] and row["measured_us"] > 0
+    assert point["complete"] and point["measured"] == len(wide) + 1
