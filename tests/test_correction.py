@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import warnings
 
@@ -298,3 +299,72 @@ def test_every_point_weighs_the_same_and_slow_plans_less_within_it():
     assert weights[:3].sum() == pytest.approx(1.0) and weights[3:].sum() == pytest.approx(1.0)
     assert weights[0] == weights[1]  # 12 is within NEAR x 10
     assert weights[2] / weights[0] == pytest.approx((fit.NEAR * 10.0 / 30.0) ** 2)
+
+
+def _mutants(document, rng, count: int):
+    """``count`` copies of a JSON document, each with one value somewhere replaced by a
+    value of another type or out of range, or one key deleted."""
+    odd = [None, True, -1, 0, 1e308, float("nan"), "x", [], {}, [1.0] * 9, {"bias": 1}]
+
+    def paths(node, prefix=()):
+        yield prefix
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            yield from paths(value, prefix + (key,))
+
+    every = [p for p in paths(document) if p]
+    for _ in range(count):
+        copy = json.loads(json.dumps(document))
+        path = every[int(rng.integers(len(every)))]
+        parent = copy
+        for key in path[:-1]:
+            parent = parent[key]
+        if isinstance(parent, dict) and rng.random() < 0.3:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = odd[int(rng.integers(len(odd)))]
+        yield json.dumps(copy)
+
+
+def test_mutated_fitted_files_are_used_or_refused_with_a_warning(perfdb):
+    from fusec.cost.perfdb import predictor_for
+    from fusec.cost.perfdb.model import PerfdbPredictor
+    document = json.loads(a_correction(base_predictor().database).to_json())
+    path = correction.path_for(GPU, perfdb)
+    path.parent.mkdir(parents=True)
+    outcomes = set()
+    for i, text in enumerate(_mutants(document, np.random.default_rng(2026), 150)):
+        path.write_text(text)
+        os.utime(path, ns=(i + 1, i + 1))  # a new mtime: read again
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            predictor = predictor_for(library(), GPU)
+        if type(predictor) is PerfdbPredictor:
+            assert any(issubclass(w.category, correction.CorrectionWarning) for w in caught), text
+            outcomes.add("refused")
+        else:
+            assert isinstance(predictor, correction.CorrectedPredictor)
+            outcomes.add("used")
+    assert outcomes == {"refused", "used"}
+
+
+def test_mutated_training_files_are_read_or_refused_naming_the_file(tmp_path):
+    from fusec.errors import FusecError
+    kernel = training.KernelRecord("band", 12e-6, (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0))
+    plan = training.PlanRecord('[{"calls":[0]}]', "q=sgemv", ("top",), (kernel,), "ok", 13e-6, 12.5e-6, 14e-6)
+    point = training.PointRecord("bicgk", "float32", (("m", 700), ("n", 900)), "abc", "2026", FEATURES_VERSION, 3, 0,
+                                 "today", 4.5, True, (plan,))
+    document = json.loads(training.TrainingData({"name": "NVIDIA H100 80GB HBM3", "slug": GPU}, (point,)).to_text())
+    path = tmp_path / "t.json"
+    outcomes = set()
+    for text in _mutants(document, np.random.default_rng(7), 150):
+        path.write_text(text)
+        try:
+            data = training.read(path)
+        except FusecError as exc:
+            assert str(path) in str(exc)
+            outcomes.add("refused")
+        else:
+            fit.samples(data)  # what a fit reads of it works
+            outcomes.add("read")
+    assert outcomes == {"refused", "read"}
