@@ -116,6 +116,7 @@ def measure_plans_command(args) -> int:
 def fit_command(args) -> int:
     """``fusec perfdb fit``: fit, report, and write the correction unless it scores worse than none."""
     import datetime
+    import math
 
     from ...api import resolve_library
     from ...target import chosen_slug
@@ -164,7 +165,8 @@ def fit_command(args) -> int:
         database.slug, str(database.library.get("hash")), database.built, fitted.classes(),
         {"fusec": __version__, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
          "training": source.name, "points": len(samples.labels), "plans": samples.plans, "ridge": ridge,
-         "relative": relative, "scores": results})
+         "relative": relative,
+         "scores": {name: {k: (v if math.isfinite(v) else None) for k, v in r.items()} for name, r in results.items()}})
     out = Path(args.output) if args.output else correction.path_for(database.slug, path.parent)
     correction.save(fitted_file, out)
     print(f"wrote {out}")
