@@ -2,6 +2,7 @@
 
     python -m bench.prediction [--dtype float32] [--size n=8192] [--top 20] [--sample 20]
                                [--scripts bicgk,gemver] [--out bench/results]
+    python -m bench.prediction --draw [--seed N] [--budget SECONDS] ...   (bench/prediction_draw.py)
 
 For each sequence: the space's size; the times to predict the first
 combination (a predict-only compile: space, ranking and code generation, no
@@ -16,7 +17,12 @@ of predicted and measured times, and the search's time. Each kernel of each
 measured program is also timed on its own (``kernels_us`` in the JSON), the
 data to refit a predictor against without a GPU.
 
-Writes <out>/<gpu>-prediction.md and .json.
+Writes <out>/<gpu>-prediction-<dtype>.md and .json.
+
+With ``--draw``, the sizes are drawn at random instead, one per sequence and
+precision, and each point's first choices (with and without the nearby-plan
+borrowing, by the database and by its fitted correction) are scored against a
+wide tune: see :mod:`bench.prediction_draw`.
 """
 
 from __future__ import annotations
@@ -31,30 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fusec.cost.fit import spearman
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ("axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd",
            "waxpby")
-
-
-def spearman(xs, ys) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-    def ranks(values):
-        order = sorted(range(len(values)), key=values.__getitem__)
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return out
-    rx, ry = ranks(list(xs)), ranks(list(ys))
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    var = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-    return cov / var if var else float("nan")
 
 
 def kernel_times(program, arrays, repeat: int) -> list[float]:
@@ -200,6 +187,9 @@ def write(results: list[dict], args) -> Path:
 
 
 def main(argv=None) -> int:
+    if "--draw" in (sys.argv[1:] if argv is None else argv):
+        from bench import prediction_draw
+        return prediction_draw.main(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--size", default="n=8192", help="n=VALUE: matrices n x n (default n=8192)")

@@ -8,6 +8,8 @@
     fusec tunings [--library DIR] [--gpu NAME] [--prune]
     fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
     fusec perfdb show [--gpu NAME] [--routine NAME]
+    fusec perfdb measure-plans SCRIPT... [--budget SECONDS] [--seed N] [--top K] [--layouts L] [-o FILE]
+    fusec perfdb fit [--gpu NAME] [--training FILE] [--ridge R] [--absolute] [--force] [-o FILE]
 """
 
 from __future__ import annotations
@@ -474,7 +476,9 @@ def parser() -> argparse.ArgumentParser:
                     " perfdb/<gpu>.json ($FUSEC_PERFDB names another folder). See"
                     " docs/performance-database.md.")
     actions = perfdb.add_subparsers(dest="action", metavar="ACTION", required=True,
-                                    help="build (time the routines on the GPU present) or show (summarise a database)")
+                                    help="build (time the routines on the GPU present), show (summarise a"
+                                         " database), measure-plans (time plans at random sizes) or fit"
+                                         " (fit the database's correction to those times)")
     build = actions.add_parser(
         "build", help="time every routine of a library on the GPU present and write its database",
         description="Time every routine of the library (each implementation, block shape, serial"
@@ -505,7 +509,67 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--dir", metavar="DIR", default=None, help="folder of databases (default: perfdb/)")
     show.add_argument("--routine", metavar="NAME", default=None, help="list the timings of one routine")
     show.set_defaults(handler=_perfdb_show)
+    _perfdb_plans(actions)
     return top
+
+
+def _perfdb_plans(actions) -> None:
+    """``fusec perfdb measure-plans`` and ``fusec perfdb fit`` (fusec.tune.plans, fusec.cost.fit)."""
+    from .tune import plans
+    measure = actions.add_parser(
+        "measure-plans", help="time plans at sizes drawn at random: the data 'fusec perfdb fit' fits",
+        description="For draw after draw of sizes (seeded; sides 500 to 20000, square and rectangular;"
+                    " vectors of as many elements for scripts without a matrix), every SCRIPT in each"
+                    " precision: compile, check and time the top K best-predicted plans, the best of the"
+                    " L best layouts and the best of every layout class (kernel family, threads per"
+                    " block, serial axis) of the space, and append them, with each kernel's features and"
+                    " database price, to the GPU's training file after each point. Points the file holds"
+                    " are skipped: run again with the same --seed to go on. Needs the GPU.")
+    measure.add_argument("scripts", nargs="+", metavar="SCRIPT", help="scripts to measure (e.g. scripts/*.script)")
+    measure.add_argument("--library", metavar="DIR", default=None,
+                         help="library of elementary functions (default: the bundled fusec/data/blas)")
+    measure.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
+                         help="precisions to measure (default: both)")
+    measure.add_argument("--seed", type=int, default=0, help="seed of the size draws (default: 0)")
+    measure.add_argument("--draws", type=int, default=plans.DRAWS,
+                         help=f"draws of sizes per script and precision, at most (default: {plans.DRAWS})")
+    measure.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                         help="start no point expected to end after this many seconds (the first always"
+                              f" starts; a point {plans.GRACE:.0f} s past it stops measuring; default: no limit)")
+    measure.add_argument("--top", type=int, default=plans.TOP, metavar="K",
+                         help=f"best-predicted plans measured, with their twins (default: {plans.TOP})")
+    measure.add_argument("--layouts", type=int, default=plans.LAYOUTS, metavar="L",
+                         help=f"best-predicted layouts whose best plan is measured (default: {plans.LAYOUTS})")
+    measure.add_argument("--repeat", type=int, default=20, help="timed runs per plan, median kept (default: 20)")
+    measure.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
+    measure.add_argument("-o", "--output", metavar="FILE", default=None,
+                         help="training file (default: training/<gpu>.json under $FUSEC_TRAINING or fusec/data)")
+    measure.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr")
+    measure.set_defaults(handler=_perfdb_measure_plans)
+    fit = actions.add_parser(
+        "fit", help="fit the correction of a database's prices to measured plan times (no GPU needed)",
+        description="Fit, per kernel class, the coefficients of the correction exp(w . features) of the"
+                    " performance database's prices to the plan times in the GPU's training file"
+                    " (least squares on log time; docs/design/performance-database.md), print how the"
+                    " first choice and Spearman's rho among each point's measured plans compare with"
+                    " the database alone (in sample and cross-validated by point), and write"
+                    " perfdb/corrections/<gpu>.json, which predictions then use. Not written when the"
+                    " cross-validated first choice is worse than the database's alone, unless --force.")
+    fit.add_argument("--gpu", metavar="NAME", default=None,
+                     help="the GPU whose database to correct (default: $FUSEC_GPU, else the GPU present)")
+    fit.add_argument("--library", metavar="DIR", default=None,
+                     help="library of elementary functions (default: the bundled fusec/data/blas)")
+    fit.add_argument("--training", metavar="FILE", default=None,
+                     help="training file (default: training/<gpu>.json under $FUSEC_TRAINING or fusec/data)")
+    fit.add_argument("--ridge", type=float, default=None, metavar="R",
+                     help="weight pulling each coefficient towards 0, per point (default: fusec.cost.fit.RIDGE)")
+    fit.add_argument("--absolute", action="store_true",
+                     help="fit the level of each point's times too (default: only how its plans compare)")
+    fit.add_argument("--folds", type=int, default=None, help="folds of the cross-validation (default: 10)")
+    fit.add_argument("--force", action="store_true", help="write the fit even when it scores worse than none")
+    fit.add_argument("-o", "--output", metavar="FILE", default=None,
+                     help="where to write (default: corrections/<gpu>.json beside the database)")
+    fit.set_defaults(handler=_perfdb_fit)
 
 
 def _perfdb_build(args) -> int:
@@ -516,6 +580,16 @@ def _perfdb_build(args) -> int:
 def _perfdb_show(args) -> int:
     from .cost.perfdb.commands import show_command
     return show_command(args)
+
+
+def _perfdb_measure_plans(args) -> int:
+    from .cost.perfdb.commands import measure_plans_command
+    return measure_plans_command(args)
+
+
+def _perfdb_fit(args) -> int:
+    from .cost.perfdb.commands import fit_command
+    return fit_command(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,9 +31,10 @@ _OWN_CACHE: str | None = None  # the cache folder this session made, removed at 
 
 
 def pytest_configure(config):
-    """Tests never see the user's caches, nor the tuned plans a library ships:
-    a tuned plan or a cubin from another version would make them depend on
-    what ran before. $FUSEC_TEST_CACHE_DIR
+    """Tests never see the user's caches, nor the tuned plans a library ships, nor
+    the fitted correction of a performance database: a tuned plan or a cubin from
+    another version would make them depend on what ran before, and a correction
+    refitted would move the first choices the regression tests pin. $FUSEC_TEST_CACHE_DIR
     lets several pytest runs of one session share compiled cubins (and is kept)."""
     global _OWN_CACHE
     given = os.environ.get("FUSEC_TEST_CACHE_DIR")
@@ -41,6 +42,7 @@ def pytest_configure(config):
         _OWN_CACHE = tempfile.mkdtemp(prefix="fusec-test-cache-")
     os.environ["FUSEC_CACHE_DIR"] = given or _OWN_CACHE
     os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans fusec/data/blas ships (tests of them set it)
+    os.environ["FUSEC_CORRECTION"] = "0"  # nor a fitted correction of the database (tests of it set it)
 
 
 def pytest_unconfigure(config):

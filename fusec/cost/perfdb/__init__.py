@@ -4,8 +4,9 @@
 ``build`` runs them on the GPU (``fusec perfdb build``), ``store`` reads and
 writes ``perfdb/<gpu>.json``, and ``predictor`` predicts kernels from it.
 :func:`predictor_for` is what the rest of fusec asks for a predictor: the
-database of the target GPU when one matches the library, else the analytic
-model with a warning.
+database of the target GPU when one matches the library (with the correction
+fitted to it, :mod:`fusec.cost.correction`, where one lies beside it), else the
+analytic model with a warning.
 """
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ from pathlib import Path
 from ...library.model import Library
 from ...target import chosen_slug, resolve
 from ..analytic import AnalyticPredictor
+from ..correction import corrected as with_correction
 from ..model import Predictor
 from . import store
 
 
-def predictor_for(library: Library, gpu: str | None = None) -> Predictor:
+def predictor_for(library: Library, gpu: str | None = None, *, corrected: bool = True) -> Predictor:
     """The predictor for ``library`` on the chosen GPU (``gpu``, else $FUSEC_GPU, else
     the GPU present): its performance database's, else the analytic model over the
-    GPU's figures (:func:`fusec.target.resolve`; an unknown name is an ArgumentError)."""
+    GPU's figures (:func:`fusec.target.resolve`; an unknown name is an ArgumentError).
+    The database's prices are corrected by the fit beside it, where there is one,
+    unless ``corrected`` is false (or $FUSEC_CORRECTION=0)."""
     wanted = chosen_slug(gpu)
     if wanted is None:
         warnings.warn(store.PerfdbWarning(
@@ -38,7 +42,9 @@ def predictor_for(library: Library, gpu: str | None = None) -> Predictor:
             " by the analytic model (run 'fusec perfdb build' on that GPU)"))
         return AnalyticPredictor(target=resolve(gpu))
     predictor = _load(path, path.stat().st_mtime_ns, library)
-    return predictor if predictor is not None else AnalyticPredictor(target=resolve(gpu))
+    if predictor is None:
+        return AnalyticPredictor(target=resolve(gpu))
+    return with_correction(predictor) if corrected else predictor
 
 
 @functools.lru_cache(maxsize=8)

@@ -60,3 +60,136 @@ def show_command(args) -> int:
             levels = "  ".join(f"{b}:{s * 1e6:.3f}" for b, s in sorted(timing.seconds.items()))
             print(f"{key.routine:<20} {key.section:<5} {key.dtype:<8} {shape:<22} {levels}")
     return 0
+
+
+def measure_plans_command(args) -> int:
+    """``fusec perfdb measure-plans``: the arguments checked first (no GPU needed for that)."""
+    from ...api import resolve_library
+    from ...errors import GPUUnavailableError
+    from ...target import present
+    from ...tune import plans
+    from ...tune.search import GpuMeasurer
+    from .. import training
+    from . import predictor_for
+    for flag, value, low in (("--draws", args.draws, 1), ("--top", args.top, 1), ("--layouts", args.layouts, 0),
+                             ("--repeat", args.repeat, 1), ("--warmup", args.warmup, 0), ("--seed", args.seed, 0)):
+        if value < low:
+            raise FusecError(f"{flag} {value}: it must be at least {low}")
+    if args.budget is not None and not args.budget >= 0:
+        raise FusecError(f"--budget {args.budget:g}: seconds, 0 or more")
+    missing = [s for s in args.scripts if not Path(s).is_file()]
+    if missing:
+        raise FusecError(f"no script {missing[0]!r}")
+    library = resolve_library(args.library)
+    info = present()
+    if info is None:
+        raise GPUUnavailableError("'fusec perfdb measure-plans' times plans on the GPU: none found"
+                                  " (PyCUDA and an NVIDIA GPU are needed)")
+    base = predictor_for(library, info.slug, corrected=False)
+    if getattr(base, "database", None) is None:
+        raise FusecError(f"no usable performance database for {info.name} in {store.directory()}: run"
+                         " 'fusec perfdb build' first (the training data records its prices)")
+    corrected = predictor_for(library, info.slug)
+    out = Path(args.output) if args.output else training.path_for(info.slug)
+    dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)
+
+    def measurer_for(dag, library, dtype, sizes):
+        return GpuMeasurer(dag, library, dtype, sizes, repeat=args.repeat, warmup=args.warmup, seed=args.seed)
+
+    print(f"seed {args.seed}: measuring {', '.join(Path(s).stem for s in args.scripts)} ({', '.join(dtypes)}) on"
+          f" {info.name}, predicted by {base.name}" + (f" and {corrected.name}" if corrected is not base else ""),
+          flush=True)
+    result = plans.collect([Path(s) for s in args.scripts], library, out=out, gpu_name=info.name, base=base,
+                           others=() if corrected is base else (corrected,), seed=args.seed, draws=args.draws,
+                           budget=args.budget, dtypes=dtypes, top=args.top, layouts=args.layouts,
+                           measurer_for=measurer_for, log=lambda line: print(line, flush=True),
+                           progress=not args.quiet)
+    measured = sum(1 for p in result.data.points for q in p.plans if q.measured is not None)
+    print(f"{len(result.measured)} point(s) measured in this run; {result.path} holds {len(result.data.points)}"
+          f" points, {measured} plans measured")
+    if result.left:
+        print(f"the budget ran out: {len(result.left)} point(s) of this draw left for the next run (the same"
+              f" --seed {args.seed} goes on): " + "; ".join(result.left))
+    return 0
+
+
+def fit_command(args) -> int:
+    """``fusec perfdb fit``: fit, report, and write the correction unless it scores worse than none."""
+    import datetime
+    import math
+
+    from ...api import resolve_library
+    from ...target import chosen_slug
+    from ...version import __version__
+    from .. import correction, fit, training
+    if args.ridge is not None and not args.ridge >= 0:
+        raise FusecError(f"--ridge {args.ridge:g}: a weight, 0 or more")
+    if args.folds is not None and args.folds < 2:
+        raise FusecError(f"--folds {args.folds}: at least 2")
+    wanted = chosen_slug(args.gpu)
+    if wanted is None:
+        raise FusecError("no GPU here: name the one whose database to correct with --gpu (e.g. --gpu h100)")
+    library = resolve_library(args.library)
+    path = store.find(wanted)
+    if path is None:
+        raise FusecError(f"no performance database for {wanted!r} in {store.directory()}")
+    database = store.load(path, library)
+    if database is None:
+        raise FusecError(f"the performance database {path} cannot be used (see the warning above)")
+    source = Path(args.training) if args.training else training.path_for(database.slug)
+    if not source.is_file():
+        raise FusecError(f"no training data {source}: run 'fusec perfdb measure-plans' on the GPU first")
+    data = training.read(source)
+    samples, notes = fit.samples(data, database)
+    for note in notes:
+        print(f"left out: {note}")
+    if not samples.plans:
+        raise FusecError(f"{source} holds no measured plan priced by {path} as it is now")
+    ridge = fit.RIDGE if args.ridge is None else args.ridge
+    relative, folds = not args.absolute, args.folds or fit.FOLDS
+    fitted = fit.fit(samples, ridge=ridge, relative=relative)
+    results = {"database": fit.scores(samples, fit.log_predictions(samples, None)).summary(),
+               "fit, in sample": fit.scores(samples, fit.log_predictions(samples, fitted)).summary(),
+               "fit, cross-validated": fit.scores(samples, fit.cross_validated(samples, ridge=ridge, relative=relative,
+                                                                               folds=folds)).summary()}
+    print(fit_report(samples, fitted, results, source))
+    database_alone, validated = results["database"], results["fit, cross-validated"]
+    if not fitted.fitted:
+        print("no class has enough measured plans to fit: nothing written")
+        return 1
+    if validated["first_gmean"] > database_alone["first_gmean"] and not args.force:
+        print("not written: cross-validated, the fit's first choices are worse than the database's alone"
+              " (--force writes it anyway)")
+        return 1
+    fitted_file = correction.Correction(
+        database.slug, str(database.library.get("hash")), database.built, fitted.classes(),
+        {"fusec": __version__, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+         "training": source.name, "points": len(samples.labels), "plans": samples.plans, "ridge": ridge,
+         "relative": relative,
+         "scores": {name: {k: (v if math.isfinite(v) else None) for k, v in r.items()} for name, r in results.items()}})
+    out = Path(args.output) if args.output else correction.path_for(database.slug, path.parent)
+    correction.save(fitted_file, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def fit_report(samples, fitted, results: dict, source: Path) -> str:
+    """The coefficients per class and the scores, as ``fusec perfdb fit`` prints them."""
+    from ..features import CLASSES, FEATURES
+    from ..fit import WITHIN
+    lines = [f"{source}: {len(samples.labels)} points, {samples.plans} measured plans", "",
+             f"{'class':<11} {'kernels':>7}  " + " ".join(f"{f:>10}" for f in FEATURES)]
+    for c, kind in enumerate(CLASSES):
+        count = fitted.kernels.get(kind, 0)
+        if kind in fitted.fitted:
+            cells = " ".join(f"{w:>10.4f}" for w in fitted.weights[c])
+        else:
+            cells = "not fitted (too few plans): the database's prices stand" if count else "no kernels"
+        lines.append(f"{kind:<11} {count:>7}  {cells}")
+    lines += ["", "first choice among each point's measured plans (its time over the fastest's), Spearman's rho:",
+              f"{'':<22} {'points':>6} {'gmean':>7} {'worst':>7} {f'<= {WITHIN:.2f}x':>9} {'rho mean':>9}"
+              f" {'rho worst':>9}"]
+    for name, r in results.items():
+        lines.append(f"{name:<22} {r['points']:>6} {r['first_gmean']:>7.3f} {r['first_worst']:>7.3f}"
+                     f" {r['within'] * 100:>8.0f}% {r['rho_mean']:>9.2f} {r['rho_worst']:>9.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,316 @@
+"""Measuring plans at sizes drawn at random: the data a correction is fitted to
+(``fusec perfdb measure-plans``) and the draws ``bench.prediction --draw`` scores.
+
+A *point* is a script, a precision and sizes drawn at random (:func:`draw_sizes`:
+seeded; sides log-uniform in 500..20000, a third of them square; the sequences
+without a matrix get vectors of as many elements as the drawn matrix). Its
+candidates (:func:`wide_candidates`) are the top K of the ranking with their twins
+(as ``fusec tune`` takes them), the best-predicted combinations of the L best
+layouts, and the best-predicted combination of every *layout class* the space
+offers: each cover's heaviest kernel's class (vector, tile, band, horizontal,
+striped, held), threads per block and serial axis. The classes are where the
+database's errors lie (issue 49: few-iteration tiles priced slow, 1024-thread bands
+fast), and there are 4 to 60 of them per script where there are up to 2000 layouts.
+
+Each candidate is generated, compiled (nvcc in parallel), checked against the
+float64 oracle and timed by the tuner's measurer (:mod:`fusec.tune.search`: from an
+empty L2, median of ``repeat``, the GPU's time). Before measuring, each kernel's
+class, features and database price are recorded: that is what the fit reads.
+
+The collection runs point after point, draw after draw (every script and precision
+at draw 0, then draw 1, ...), writing the training file after each point; a point
+already in the file is skipped, so a run cut short resumes with the same seed. It
+stops starting points once ``budget`` seconds have gone (a point not expected to
+fit is not started), and a point still running ``GRACE`` seconds past the budget
+keeps what it measured, marked incomplete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import time
+import zlib
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..cost import training
+from ..cost.features import FEATURES_VERSION, features, plan_class
+from ..emit.program import generate
+from ..errors import FusecError
+from ..ir.plan import ProgramPlan
+from ..progress import Progress
+from ..runtime.program import Program
+from ..space.combinations import Combination, Space
+from .search import NOT_GENERATED, Measurement, headline
+
+SIZE_RANGE = (500, 20000)  # the sides drawn
+SQUARE = 1 / 3  # the share of square draws
+TOP = 4  # the top K measured (with twins)
+LAYOUTS = 8  # the best L layouts measured
+ALL_LAYOUTS = 10 ** 6
+DRAWS = 100  # draws a collection goes through at most (the budget ends it first)
+GRACE = 60.0  # seconds past the budget a point may run before it stops measuring
+NOT_MEASURED = "not measured (the budget ran out)"
+
+
+def draw_sizes(dag, seed: int, draw: int, dtype: str) -> dict[str, int]:
+    """The sizes of draw ``draw`` of ``seed`` for ``dag`` in ``dtype``: the same on every
+    machine and run (the script's name and the precision seed the generator, not
+    Python's hash). Matrices get sides log-uniform in SIZE_RANGE, a third of them
+    square; a script whose matrices have one size is square; a script without
+    matrices gets vectors of rows x columns elements."""
+    rng = np.random.default_rng([int(seed), int(draw), zlib.crc32(dag.name.encode()), zlib.crc32(dtype.encode())])
+    low, high = (math.log(v) for v in SIZE_RANGE)
+
+    def side() -> int:
+        return int(round(math.exp(rng.uniform(low, high))))
+
+    rows = side()
+    cols = rows if rng.random() < SQUARE else side()
+    if not any(len(v.dims) == 2 for v in dag.values):
+        return {s: rows * cols for s in dag.sizes}
+    if len(dag.sizes) == 1:
+        return {dag.sizes[0]: rows}
+    return {s: (rows if i == 0 else cols) for i, s in enumerate(dag.sizes)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    plan: ProgramPlan
+    groups: tuple[str, ...]  # why it is measured: "top", "layout", "class", and callers' own
+
+
+def layout_class(combination: Combination) -> tuple:
+    """The cover (calls of each kernel) and its heaviest kernel's class, threads per block
+    and serial axis: what the best of each is measured for."""
+    kernels = combination.plan.kernels
+    heaviest = kernels[max(range(len(kernels)), key=lambda i: (combination.kernel_times[i], -i))]
+    block = heaviest.shape.block if hasattr(heaviest, "shape") else heaviest.block
+    return (tuple(k.calls for k in kernels), plan_class(heaviest), block, getattr(heaviest, "serial", None))
+
+
+def wide_candidates(space: Space, top: int = TOP, layouts: int = LAYOUTS) -> list[Candidate]:
+    """The top ``top`` (with twins, as ``fusec tune``), the best of the ``layouts`` best
+    layouts, and the best of every layout class, each once, in that order."""
+    found: dict[ProgramPlan, list[str]] = {}
+
+    def add(combinations: Iterable[Combination], group: str) -> None:
+        for c in combinations:
+            found.setdefault(c.plan, [])
+            if group not in found[c.plan]:
+                found[c.plan].append(group)
+
+    add(space.top(top, twins=True), "top")
+    add(space.layouts(layouts, twins=True), "layout")
+    best: dict[tuple, Combination] = {}
+    for combination in space.layouts(ALL_LAYOUTS):  # best first
+        best.setdefault(layout_class(combination), combination)
+    add(best.values(), "class")
+    return [Candidate(plan, tuple(groups)) for plan, groups in found.items()]
+
+
+def merge(*lists: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates of every list, each plan once, its groups joined, in first-seen order."""
+    found: dict[ProgramPlan, list[str]] = {}
+    for candidates in lists:
+        for c in candidates:
+            groups = found.setdefault(c.plan, [])
+            groups += [g for g in c.groups if g not in groups]
+    return [Candidate(plan, tuple(groups)) for plan, groups in found.items()]
+
+
+def generate_all(dag, library, dtype: str, plans: Sequence[ProgramPlan], target) -> list:
+    """Each plan's generated program for ``target``, or why it could not be generated (a str)."""
+    out = []
+    for plan in plans:
+        try:
+            out.append(generate(dag, library, plan, dtype, target))
+        except FusecError as exc:  # a point the space should not have offered
+            out.append(str(exc).strip() or type(exc).__name__)
+    return out
+
+
+def kernel_records(predictor, dag, sizes: Mapping[str, int], generated) -> tuple[training.KernelRecord, ...]:
+    """Each kernel's class, features and price by ``predictor`` (the database's, uncorrected);
+    none for a plan not generated."""
+    if isinstance(generated, str):
+        return ()
+    out = []
+    for kernel in generated.kernels:
+        f = features(kernel, dag, sizes, predictor.target)
+        out.append(training.KernelRecord(f.kind, predictor.kernel_seconds(kernel, dag, sizes), f.values))
+    return tuple(out)
+
+
+def plan_seconds(predictor, dag, sizes: Mapping[str, int], generated) -> float | None:
+    """A generated plan's predicted time by ``predictor``: its kernels' summed (as the space
+    sums them); None for a plan not generated."""
+    if isinstance(generated, str):
+        return None
+    return sum(predictor.kernel_seconds(k, dag, sizes) for k in generated.kernels)
+
+
+def measure(measurer, generated: Sequence, *, deadline: float | None = None,
+            clock: Callable[[], float] = time.monotonic, progress: bool = False) -> list[Measurement]:
+    """Each generated program (:func:`generate_all`) compiled together, then checked and timed
+    by ``measurer`` (entered); a plan not generated is NOT_GENERATED, one not reached by
+    ``deadline`` (of ``clock``) NOT_MEASURED."""
+    programs = [None if isinstance(g, str) else Program(g) for g in generated]
+    out: list[Measurement | None] = [Measurement(NOT_GENERATED, reason=g) if isinstance(g, str) else None
+                                     for g in generated]
+    built = [i for i, p in enumerate(programs) if p is not None]
+    with Progress(len(built), "compiling", enabled=progress) as bar:
+        errors = measurer.compile([programs[i] for i in built], lambda _: bar.advance())
+    for i, error in zip(built, errors):
+        if error:
+            out[i] = Measurement("compile failed", reason=error)
+    measurer.expected  # the oracle's reference, once for every plan
+    with Progress(len(programs), "measuring", enabled=progress) as bar:
+        for i, program in enumerate(programs):
+            if out[i] is None:
+                if deadline is not None and clock() > deadline:
+                    out[i] = Measurement(NOT_MEASURED)
+                else:
+                    out[i] = measurer.measure(program)
+            bar.advance()
+    return out
+
+
+def plan_record(candidate: Candidate, kernels, measurement: Measurement, dag) -> training.PlanRecord:
+    passed = measurement.passed
+    return training.PlanRecord(
+        candidate.plan.to_json(), candidate.plan.summary(dag), candidate.groups, kernels,
+        measurement.verdict if passed or not measurement.reason else
+        f"{measurement.verdict}: {headline(measurement.reason)}"[:300],
+        measurement.seconds if passed else None, measurement.fastest if passed else None,
+        measurement.slowest if passed else None)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@dataclasses.dataclass
+class Budget:
+    """Seconds a run may start points for; a point expected to run past them waits for
+    the next run (the first point of a run always starts)."""
+
+    seconds: float | None
+    clock: Callable[[], float] = time.monotonic
+    start: float = dataclasses.field(default=0.0)
+    took: dict = dataclasses.field(default_factory=dict)  # (script, dtype) -> seconds of its last point
+
+    def __post_init__(self):
+        self.start = self.clock()
+
+    @property
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def allows(self, kind: tuple) -> bool:
+        if self.seconds is None or not self.took:
+            return True
+        expected = self.took.get(kind, sum(self.took.values()) / len(self.took))
+        return self.elapsed + expected <= self.seconds
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.seconds is None else self.start + self.seconds + GRACE
+
+    def record(self, kind: tuple, seconds: float) -> None:
+        self.took[kind] = seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Collected:
+    data: training.TrainingData
+    path: Path
+    measured: tuple[str, ...]  # labels of the points measured in this run
+    left: tuple[str, ...]  # labels of the points of the last draw the budget left for the next run
+
+
+def collect(scripts: Sequence[Path], library, *, out: Path, gpu_name: str, base, others: Sequence = (),
+            seed: int = 0, draws: int = DRAWS, budget: float | None = None,
+            dtypes: Sequence[str] = ("float32", "float64"), top: int = TOP, layouts: int = LAYOUTS,
+            measurer_for: Callable, clock: Callable[[], float] = time.monotonic,
+            log: Callable[[str], None] = lambda text: None, progress: bool = False) -> Collected:
+    """Measure the wide candidates of draw after draw of every script in every precision
+    (see the module's docstring) and write them to the training file ``out`` after each
+    point. ``base`` is the database's predictor (its prices are recorded); the
+    candidates are those of ``base`` and of each of ``others`` (say, a corrected one).
+    ``measurer_for(dag, library, dtype, sizes)`` makes the measurer of a point."""
+    from ..frontend import load_script
+    from ..target import slug
+    if draws < 1 or top < 1 or layouts < 0 or (budget is not None and budget < 0):
+        raise FusecError(f"--draws and --top must be at least 1, --layouts and --budget at least 0"
+                         f" (got {draws}, {top}, {layouts}, {budget})")
+    out = Path(out)
+    data = (training.read(out) if out.is_file()
+            else training.TrainingData({"name": gpu_name, "slug": slug(gpu_name)}, (), str(out)))
+    if data.gpu.get("slug") != slug(gpu_name):
+        raise FusecError(f"training data {out} holds plan times of {data.gpu.get('slug')}, not {slug(gpu_name)}:"
+                         " name another file (-o)")
+    dags = [load_script(path, library) for path in scripts]
+    done = {p.key for p in data.points if p.complete}  # an incomplete point is measured again
+    database = base.database
+    plan = Budget(budget, clock)
+    measured, left = [], []
+    for draw in range(draws):
+        for dag in dags:
+            for dtype in dtypes:
+                sizes = draw_sizes(dag, seed, draw, dtype)
+                key = (dag.name, dtype, tuple(sorted(sizes.items())))
+                label = f"{dag.name} {dtype} " + ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+                if key in done:
+                    continue
+                if left or not plan.allows((dag.name, dtype)):
+                    left.append(label)
+                    continue
+                start = clock()
+                point = measure_point(dag, library, dtype, sizes, base, others, seed=seed, draw=draw, top=top,
+                                      layouts=layouts, measurer=measurer_for(dag, library, dtype, sizes),
+                                      deadline=plan.deadline, clock=clock, progress=progress)
+                point = dataclasses.replace(point, seconds=clock() - start)
+                plan.record((dag.name, dtype), point.seconds)
+                data = data.with_point(point)
+                training.write(data, out)
+                measured.append(label)
+                log(point_line(point, database))
+        if left:
+            break
+    return Collected(data, out, tuple(measured), tuple(left))
+
+
+def measure_point(dag, library, dtype: str, sizes: Mapping[str, int], base, others: Sequence = (), *,
+                  seed: int, draw: int, top: int, layouts: int, measurer, deadline: float | None = None,
+                  clock: Callable[[], float] = time.monotonic, progress: bool = False) -> training.PointRecord:
+    """One point of the training data (its ``seconds`` left 0 for the caller to set)."""
+    from ..space.combinations import build_space
+    candidates = merge(*(wide_candidates(build_space(dag, library, dtype, sizes, p), top, layouts)
+                         for p in (base, *others)))
+    generated = generate_all(dag, library, dtype, [c.plan for c in candidates], base.target)
+    kernels = [kernel_records(base, dag, sizes, g) for g in generated]
+    with measurer:
+        measurements = measure(measurer, generated, deadline=deadline, clock=clock, progress=progress)
+    plans = tuple(plan_record(c, k, m, dag) for c, k, m in zip(candidates, kernels, measurements))
+    database = base.database
+    return training.PointRecord(
+        dag.name, dtype, tuple(sorted(sizes.items())), str(database.library.get("hash")), database.built,
+        FEATURES_VERSION, seed, draw, now(), 0.0, all(m.verdict != NOT_MEASURED for m in measurements), plans)
+
+
+def point_line(point: training.PointRecord, database=None) -> str:
+    """A line saying what a point measured: its plans, the fastest, where the database's
+    first choice among them stood."""
+    ok = [p for p in point.plans if p.measured is not None]
+    if not ok:
+        return f"{point.label}: {len(point.plans)} plans, none passed ({point.seconds:.0f} s)"
+    best = min(p.measured for p in ok)
+    first = min(ok, key=lambda p: p.predicted)
+    partial = "" if point.complete else ", cut short by the budget"
+    return (f"{point.label}: {len(ok)}/{len(point.plans)} plans measured, best {best * 1e6:.1f} us, the"
+            f" database's first of them {first.measured / best:.2f}x ({point.seconds:.0f} s{partial})")
