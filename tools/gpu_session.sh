@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: install, test, sanitize, run, time.
 # Usage (in the repo root, wheels carried in .whl/):  tools/gpu_session.sh STAGE...
-# Stages: smoke, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
+# Stages: smoke, train, draw, programs, tests, sanitize, run, sweep, fusion-bench, perfdb, prediction, tune, peers, sweeps,
 # horizontal-bench, horizontal-sanitize, striped-sanitize, held-sanitize, sanitize-prepared, graphs (bench.graphs), binding (the binding A/B), cache-hints, striped-variants, save-cache (the
 # tuning cache into the logs, to carry to a later machine as .fusec-cache/tuning), retune (bench.retune:
 # tune every bench.peers point without a usable plan, under $RETUNE_BUDGET seconds, shipping each winner
@@ -51,6 +51,14 @@ for stage in "$@"; do
     perfdb)  # time the library's routines; the database lands in perfdb/ for the stages after it
       python3 -m fusec.cli perfdb build --library fusec/data/blas 2>&1 | tee "$OUT/perfdb.log" || status=1
       mkdir -p "$OUT/perfdb" && cp fusec/data/perfdb/*.json "$OUT/perfdb/" ;;
+    train)  # issue 49: plan times at random sizes, then the fitted correction (kept only if it scores better)
+      FUSEC_TRAINING="$OUT/training" python3 -m fusec.cli perfdb measure-plans scripts/*.script \
+        --budget ${TRAIN_BUDGET:-240} --seed ${TRAIN_SEED:-0} -q 2>&1 | tee "$OUT/train.log" || status=1
+      FUSEC_TRAINING="$OUT/training" python3 -m fusec.cli perfdb fit 2>&1 | tee "$OUT/fit.log" || status=1
+      mkdir -p "$OUT/corrections" && cp fusec/data/perfdb/corrections/*.json "$OUT/corrections/" 2>/dev/null ;;
+    draw)  # issue 49: first choices against a wide tune at sizes drawn at random
+      python3 -m bench.prediction --draw --budget ${DRAW_BUDGET:-300} --out "$OUT/results" ${DRAW_ARGS:-} 2>&1 \
+        | tee "$OUT/draw.log" || status=1 ;;
     prediction)
       python3 -m bench.prediction --out "$OUT/results" ${PREDICTION_ARGS:-} 2>&1 | tee "$OUT/prediction.log" || status=1 ;;
     tune)
