@@ -418,7 +418,7 @@ def save(out: Path, rows, weak, latency, rules, meta, ship_it: bool) -> None:
     (out / f"{name}-collectives.json").write_text(latency.to_json(), encoding="utf-8")
     plotted = plot(rows, out / f"{name}-distributed.png", meta["ranks"])
     if ship_it:
-        ship(latency, slug(meta["gpu"]).split("-")[0])
+        ship(latency, slug(meta["gpu"]))  # the whole slug: an H100 PCIe has other links
     print(f"wrote {out / name}-distributed.md, .json, -collectives.json" + (", .png" if plotted else ""),
           file=sys.stderr)
 

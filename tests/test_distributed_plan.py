@@ -329,3 +329,18 @@ def test_latency_interpolates_between_measured_sizes():
     assert latency.seconds("all-reduce", 3, 1000) == pytest.approx(40e-6)  # nearest ranks, more on a tie
     assert latency.seconds("all-gather", 2, 1000) is None
     assert Latency.from_json(latency.to_json()) == latency
+
+
+def test_the_shipped_h100_table_puts_small_problems_on_fewer_gpus():
+    """The collective latencies measured on two H100s ship with fusec: asked for the H100,
+    the planner keeps a small BiCGK on one GPU and spreads a large one over both; asked
+    for a GPU without a table, every rank holds rows."""
+    from fusec.distributed.scaling import shipped
+    table = shipped("h100")
+    assert table is not None and {r for _, r, _, _ in table.points} == {2}
+    script = str(ROOT / "scripts/bicgk.script")
+    small = fd.plan(script, sizes={"n": 512}, ranks=2, gpu="h100", latency=None)  # None: the shipped table
+    large = fd.plan(script, sizes={"n": 32768}, ranks=2, gpu="h100", latency=None)
+    assert (small.active, large.active) == (1, 2)
+    assert shipped("a100") is None
+    assert fd.plan(script, sizes={"n": 512}, ranks=2, gpu="a100", latency=None).active == 2

@@ -312,7 +312,7 @@ def _fail_worker(args) -> None:
 
     import fusec.distributed as fd
     prog = fd.compile(str(ROOT / "scripts" / "bicgk.script"), dtype="float32", sizes={"n": 1001},
-                      timeout=args.timeout)
+                      latency=False, timeout=args.timeout)  # every rank holds rows, whatever the shipped table
     if prog.rank == 1:
         raise RuntimeError("planted failure on rank 1")
     args_ = {k: cupy.ones(prog.local_shape(k), dtype=cupy.float32) for k in prog.inputs}
