@@ -244,6 +244,29 @@ def test_a_bad_scalar_raises_the_argument_error_that_names_it(extension):
     assert launched == [] and outputs.made == []
 
 
+def test_a_float_beyond_float32_is_refused_on_the_warm_call_too(extension):
+    """A float32 program's warm call takes a Python float as it is only within float32's
+    range: 1e39 would reach the kernel as infinity. NaN goes the checked way as before."""
+    from fusec.runtime.arrays import scalar_checker, scalar_limit
+    outputs, launched = Outputs(), []
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    kinds = key[1::2]
+    call = extension.FastCall(
+        array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+        signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_checker("float32"),
+        scalar_limit=scalar_limit("float32"), **make_fields(outputs), output_shapes=((3,),), results=(0,),
+        kernels=(native_kernel(0xF00, 2, 256, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta")),),
+        context=7, hook=lambda index, parameters, shared: launched.append(parameters))
+    call(sgemv_device(alpha=3.0e38, beta=-3.0e38))  # inside the range
+    assert len(launched) == 1
+    for bad, phrase in ((1e39, "outside the range of float32"), (-1e39, "outside the range of float32"),
+                        (float("nan"), "must be finite")):
+        with pytest.raises(ArgumentError, match=phrase) as info:
+            call(sgemv_device(alpha=bad))
+        assert info.value.argument == "alpha"
+    assert len(launched) == 1
+
+
 def test_a_failing_hook_or_allocator_propagates_its_error(extension):
     def broken(shape, dtype, stream):
         raise MemoryError("out of device memory")

@@ -93,6 +93,23 @@ def test_a_prepared_call_checks_its_scalars():
     assert info.value.argument == "alpha" and "real number" in str(info.value)
 
 
+def test_a_prepared_call_refuses_a_float_beyond_its_precision():
+    """As the whole way does: 1e39 would reach a float32 kernel as infinity."""
+    import pytest
+
+    from fusec.errors import ArgumentError
+    from fusec.runtime.arrays import scalar_checker, scalar_limit
+    seen = []
+    call = PreparedCall(launches=((lambda values: seen.append(values), ("alpha",)),), output_shapes=(), results=(),
+                        allocate=None, scalar_names=("alpha",), keep_alive=None,
+                        scalar_limit=scalar_limit("float32"), scalar_value=scalar_checker("float32"))
+    call({"alpha": -3.0e38})
+    assert len(seen) == 1
+    with pytest.raises(ArgumentError, match="outside the range of float32") as info:
+        call({"alpha": 1e39})
+    assert info.value.argument == "alpha" and len(seen) == 1
+
+
 def test_a_prepared_call_hands_each_launch_its_outputs_and_scalars():
     """Each launch gets, in its changing slots' order, the new outputs'
     pointers and the call's scalars (as floats); the results come back in

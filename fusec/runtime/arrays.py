@@ -14,7 +14,7 @@ import functools
 import math
 import numbers
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -88,6 +88,24 @@ def scalar_value(name: str, obj: Any) -> float:
 
 # NaN and infinite scalars are refused unless the user asks for IEEE semantics explicitly
 _NONFINITE = os.environ.get("FUSEC_NONFINITE_SCALARS", "0") == "1"
+
+
+def scalar_limit(dtype) -> float:
+    """The largest scalar a program of ``dtype`` takes: past it a float32 kernel would see infinity."""
+    return float(np.finfo(dtype).max)
+
+
+@functools.lru_cache(maxsize=None)
+def scalar_checker(dtype) -> Callable[[str, Any], float]:
+    """``scalar_value`` that also refuses a finite number outside ``dtype``'s range."""
+    limit, name_of = scalar_limit(dtype), np.dtype(dtype).name
+
+    def checked(name: str, obj: Any) -> float:
+        value = scalar_value(name, obj)
+        if math.isfinite(value) and abs(value) > limit:
+            raise ArgumentError(name, f"is {value:g}, outside the range of {name_of}")
+        return value
+    return checked
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -217,9 +235,7 @@ def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
     for name, value in inputs.items():
         obj = arguments[name]
         if value.kind is Kind.SCALAR:
-            scalars[value.id] = scalar_value(name, obj)
-            if math.isfinite(scalars[value.id]) and abs(scalars[value.id]) > float(np.finfo(dtype).max):
-                raise ArgumentError(name, f"is {scalars[value.id]:g}, outside the range of {np.dtype(dtype).name}")
+            scalars[value.id] = scalar_checker(dtype)(name, obj)
             continue
         array = _array(name, value.id, value.kind, obj, dtype)
         for axis, (symbol, extent) in enumerate(zip(value.dims, array.shape)):

@@ -56,6 +56,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -336,6 +337,7 @@ typedef struct {
     PyObject *steady;   /* NULL, or a tuple per array: None, or per signature item True where it stays put */
     PyObject *seen;     /* NULL, or a list per array: None, or a weak reference to the last object checked whole */
     PyObject *scalar_names, *scalar_value, *output_shapes, *results, *hook;
+    double scalar_limit;  /* a float beyond it (or NaN, infinite) goes to scalar_value, which refuses it */
     PyObject *make, *make_kwnames, *pointer_steps;  /* allocating: make(shape, *args, **kwargs) */
     PyObject *spares;   /* NULL, or a list: per output, None or (array, address) made after a call's launches */
     PyObject *last;     /* NULL, or a list: per output, None or the (array, address) the last call returned */
@@ -563,15 +565,16 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
                                "scalar_value", "make", "make_args", "make_kwargs", "pointer",
                                "output_shapes", "results", "kernels", "context", "spares", "hook", "sole",
-                               "steady", "stream", NULL};
+                               "steady", "stream", "scalar_limit", NULL};
     PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
     PyObject *make, *make_args, *make_kwargs, *pointer;
     PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None, *sole = Py_None;
     PyObject *steady = Py_None, *stream = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOOOO", keywords, &array_names, &array_types,
+    double scalar_limit = DBL_MAX;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOOOOd", keywords, &array_names, &array_types,
                                      &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
                                      &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
-                                     &spares, &hook, &sole, &steady, &stream))
+                                     &spares, &hook, &sole, &steady, &stream, &scalar_limit))
         return -1;
     if (self->array_names) {
         PyErr_SetString(PyExc_TypeError, "a FastCall is initialised once");
@@ -634,6 +637,7 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
     KEEP(array_names) KEEP(array_types) KEEP(signatures) KEEP(scalar_names) KEEP(scalar_value)
     KEEP(output_shapes) KEEP(results) KEEP(hook)
 #undef KEEP
+    self->scalar_limit = scalar_limit;
     if (read_steady(self, steady) < 0 || read_spares(self, spares) < 0 || read_sole(self, sole) < 0) return -1;
     if (read_allocation(self, make, make_args, make_kwargs, pointer) < 0) return -1;
     if (hook == Py_None && open_driver() < 0) return -1;
@@ -714,7 +718,7 @@ static int read_scalars(FastCall *self, PyObject *arguments, double *scalars) {
         PyObject *name = PyTuple_GET_ITEM(self->scalar_names, s);
         PyObject *obj = PyDict_GetItemWithError(arguments, name);
         if (!obj) return PyErr_Occurred() ? -1 : 0;
-        if (PyFloat_CheckExact(obj) && isfinite(PyFloat_AS_DOUBLE(obj))) {  /* NaN, inf: scalar_value refuses */
+        if (PyFloat_CheckExact(obj) && fabs(PyFloat_AS_DOUBLE(obj)) <= self->scalar_limit) {  /* NaN fails too */
             scalars[s] = PyFloat_AS_DOUBLE(obj);
             continue;
         }

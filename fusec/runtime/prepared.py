@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
-from math import isfinite
 from typing import Any, Callable, Mapping, Sequence
 
 from .arrays import scalar_value
@@ -226,7 +225,8 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
     steady = tuple(SIGNATURE_STEADY.get(signer) for signer in python_signers)
     return module.FastCall(
         array_names=tuple(array_names), array_types=tuple(kinds), signers=signers,
-        signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=scalar_value,
+        signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=prepared.scalar_value,
+        scalar_limit=prepared.scalar_limit,
         make=allocate.make, make_args=tuple(allocate.args), make_kwargs=dict(allocate.kwargs) or None,
         pointer=tuple(allocate.pointer), output_shapes=prepared.output_shapes, results=prepared.results,
         kernels=tuple(kernels), context=context, spares=made_ahead(output_bytes),
@@ -252,6 +252,8 @@ class PreparedCall:
     given: tuple[str | None, ...] = ()  # per output: the result name whose out= array it is, or None
     stream: int = 0  # where its launches go: the current stream of its arrays' framework when prepared
     current_stream: Callable[[], int] = lambda: 0  # that framework's current stream now
+    scalar_limit: float = float("inf")  # a float beyond it (or not finite) goes to scalar_value
+    scalar_value: Callable[[str, Any], float] = scalar_value  # the cold path's check (arrays.scalar_checker)
 
     def __call__(self, arguments: Mapping[str, Any], out: Mapping[str, Any] | None = None):
         """Outputs of the program on ``arguments``; None when a new output is
@@ -260,7 +262,8 @@ class PreparedCall:
         values: dict[int | str, Any] = {}
         for name in self.scalar_names:
             value = arguments[name]
-            values[name] = value if type(value) is float and isfinite(value) else scalar_value(name, value)
+            values[name] = (value if type(value) is float and -self.scalar_limit <= value <= self.scalar_limit
+                            else self.scalar_value(name, value))  # NaN fails both comparisons
         if self.given:  # the out= arrays (their addresses are packed already), the others made
             outputs = [(out[name], None) if name is not None else self.allocate(shape)
                        for name, shape in zip(self.given, self.output_shapes)]

@@ -51,7 +51,7 @@ from . import (
     native,
     streams,
 )
-from .arrays import DEVICE, NUMPY, ArrayArg, Binding, bind
+from .arrays import DEVICE, NUMPY, ArrayArg, Binding, bind, scalar_checker, scalar_limit
 from .arrays import array_arg as _array_arg
 from .plan_text import describe, minimum_bytes
 from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature
@@ -479,7 +479,8 @@ class Program:
                             cuda.allocator(binding.family, self.dtype, reference),
                             scalar_names, keep_alive=(loaded, buffers), turns=self._turns,
                             given=tuple(self.dag.value(v).name if v in given else None for v in outputs),
-                            stream=stream, current_stream=streams.current_getter(binding.family, reference))
+                            stream=stream, current_stream=streams.current_getter(binding.family, reference),
+                            scalar_limit=scalar_limit(self.dtype), scalar_value=scalar_checker(self.dtype))
         if given:  # calls with out= run in Python: they allocate nothing, and a captured graph replays them
             return call
         output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
