@@ -199,3 +199,21 @@ def test_the_shipped_correction_fits_the_shipped_database_and_beat_it_cross_vali
     assert isinstance(corrected, correction.CorrectedPredictor) and corrected.correction.path == str(path)
     scores = json.loads(path.read_text())["fitted"]["scores"]
     assert scores["fit, cross-validated"]["first_gmean"] < scores["database"]["first_gmean"]
+
+
+def test_the_fit_command_recomputes_older_features_from_the_scripts_here(tmp_path, monkeypatch, capsys):
+    from fusec import cli
+    points = (as_version_1(measured_point("sgemv", "float32", {"m": 947, "n": 6491})),
+              as_version_1(measured_point("atax", "float64", {"m": 2422, "n": 2422})))
+    path = tmp_path / "old.json"
+    training.write(training.TrainingData({"name": "NVIDIA H100 80GB HBM3", "slug": GPU}, points), path)
+    monkeypatch.chdir(ROOT)  # ./scripts
+    code = cli.main(["perfdb", "fit", "--gpu", "h100", "--training", str(path), "-o", str(tmp_path / "c.json")])
+    out = capsys.readouterr().out
+    assert f"{path}: 2 points, 8 measured plans" in out and "left out" not in out
+    assert code == 1 and "no class has enough measured plans" in out  # 8 plans: too few to fit, but all read
+    monkeypatch.chdir(tmp_path)  # no scripts here: the points cannot be recomputed, and say so
+    code = cli.main(["perfdb", "fit", "--gpu", "h100", "--training", str(path)])
+    captured = capsys.readouterr()
+    assert code != 0 and "not recomputed (no script scripts/sgemv.script)" in captured.out
+    assert "holds no measured plan" in captured.err

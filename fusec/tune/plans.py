@@ -429,7 +429,7 @@ def refeature_all(data: training.TrainingData, library, target, scripts: Path,
                 raise FusecError(f"no script {path}")
             out.append(refeatured(point, load_script(path, library), library, target))
         except FusecError as exc:
-            log(f"{point.label}: features of version {point.features_version} kept ({exc})")
+            log(f"{point.label}: its features of version {point.features_version} not recomputed ({exc})")
             out.append(point)
     return dataclasses.replace(data, points=tuple(out))
 

@@ -147,7 +147,7 @@ def fit_command(args) -> int:
         from ...tune.plans import refeature_all
         from . import predictor_for
         target = predictor_for(library, database.slug, corrected=False).target
-        data = refeature_all(data, library, target, Path("scripts"), log=lambda line: print(f"left out: {line}"))
+        data = refeature_all(data, library, target, Path("scripts"), log=print)
     samples, notes = fit.samples(data, database)
     for note in notes:
         print(f"left out: {note}")
