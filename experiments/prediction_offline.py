@@ -109,7 +109,7 @@ def study(data, draw_keys: set, database) -> dict:
     out = {"notes": notes, "points": {"training": len(train), "draw": len(test)},
            "plans": {"training": trained.plans, "draw": tested.plans}, "protocols": {}, "per_point": {}}
     protocols = {
-        "trained on the 9, tested on the draw": lambda v: _held_out(trained, tested, v),
+        f"trained on the {len(train)} training points, tested on the draw": lambda v: _held_out(trained, tested, v),
         "cross-validated over all, 10 folds": lambda v: _cv(everything, v, F.FOLDS),
         "cross-validated over all, one point out": lambda v: _cv(everything, v, len(labels)),
         "cross-validated over the training points alone": lambda v: _cv(trained, v, F.FOLDS),
@@ -120,17 +120,16 @@ def study(data, draw_keys: set, database) -> dict:
             samples, predicted = run(variant)
             scored = F.scores(samples, predicted)
             rows[variant[0]] = scored.summary()
-            if name.startswith("cross-validated over all, 10") or name.startswith("trained"):
+            if name.startswith(("cross-validated over all, 10", "trained")):
                 out["per_point"].setdefault(name, {})[variant[0]] = dict(
                     zip(samples.labels, [None if not np.isfinite(v) else float(v) for v in scored.first]))
         out["protocols"][name] = rows
     out["bias"] = _class_bias(everything)
-    out["whole_space"] = _whole_space(data, trained, [data.points[i] for i in range(len(data.points))
-                                                      if data.points[i].key in draw_keys], database)
+    out["whole_space"] = _whole_space(trained, [p for p in data.points if p.key in draw_keys], database)
     return out
 
 
-def _whole_space(data, trained, draw, database) -> list[dict]:
+def _whole_space(trained, draw, database) -> list[dict]:
     """Per draw point: the plan the corrected predictor (fitted on the training points, the
     default fit) ranks first in the whole space, and whether the draw measured it. The
     scores above choose among the measured plans; where the space's first choice is not
@@ -218,7 +217,7 @@ def _class_bias(samples) -> dict:
 def markdown(report: dict) -> str:
     lines = ["# First choices of fitted corrections at sizes they did not see (CPU, from H100 measurements)", "",
              f"`{report['command']}`. Points: {report['points']['training']} of the training data"
-             f" ({report['plans']['training']} measured plans, `fusec perfdb measure-plans`, seed 0) and"
+             f" ({report['plans']['training']} measured plans, `fusec perfdb measure-plans`) and"
              f" {report['points']['draw']} of the draw ({report['plans']['draw']} measured plans,"
              " `bench.prediction --draw`); the draw's rows given their kernels on the CPU:"
              f" {report['matched']['matched']}/{report['matched']['rows']} matched"
