@@ -20,6 +20,7 @@ from tests.helpers import library, script_dag
 
 GPU = "h100-80gb-hbm3"  # the bundled performance database's
 SIZES = {"m": 3001, "n": 3001}
+KERNEL_VALUES = (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0, 1.0, 0, 0)  # a band kernel loading ahead
 
 
 def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int = 1) -> fit.Samples:
@@ -32,8 +33,10 @@ def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int 
             logs = []
             for _ in range(1 + (i % 3 == 0)):
                 c = CLASSES.index(("band", "tile")[rng.integers(2)])
+                hint = rng.integers(3)  # none, evict-first loads, streaming stores
                 x = np.r_[1.0, rng.integers(2), rng.uniform(-2, 2), rng.uniform(-3, 5), rng.uniform(0, 1),
-                          rng.uniform(0, 6), rng.uniform(-5, 3), rng.uniform(0, 1)]
+                          rng.uniform(0, 6), rng.uniform(-5, 3), rng.uniform(0, 1), rng.integers(2), hint == 1,
+                          hint == 2]
                 price = rng.normal(-10, 1)
                 plan_of.append(len(log_time))
                 kind_of.append(c)
@@ -48,8 +51,8 @@ def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int 
 
 def known_weights() -> np.ndarray:
     weights = np.zeros((len(CLASSES), len(FEATURES)))
-    weights[CLASSES.index("band")] = [0.2, 0.1, 0.15, -0.1, 0.3, -0.05, 0.02, -0.2]
-    weights[CLASSES.index("tile")] = [-0.1, 0.05, -0.1, 0.08, 0.2, 0.1, -0.03, 0.1]
+    weights[CLASSES.index("band")] = [0.2, 0.1, 0.15, -0.1, 0.3, -0.05, 0.02, -0.2, -0.1, 0.05, -0.04]
+    weights[CLASSES.index("tile")] = [-0.1, 0.05, -0.1, 0.08, 0.2, 0.1, -0.03, 0.1, 0.07, 0.03, -0.06]
     return weights
 
 
@@ -270,7 +273,7 @@ def test_features_of_every_family():
 
 def test_training_file_round_trips_and_a_damaged_one_names_the_field(tmp_path):
     from fusec.errors import FusecError
-    kernel = training.KernelRecord("band", 12e-6, (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0))
+    kernel = training.KernelRecord("band", 12e-6, KERNEL_VALUES)
     plan = training.PlanRecord('[{"calls":[0]}]', "q=sgemv", ("top",), (kernel,), "ok", 13e-6, 12.5e-6, 14e-6)
     point = training.PointRecord("bicgk", "float32", (("m", 700), ("n", 900)), "abc", "2026", FEATURES_VERSION, 3, 0,
                                  "today", 4.5, True, (plan,))
@@ -285,7 +288,7 @@ def test_training_file_round_trips_and_a_damaged_one_names_the_field(tmp_path):
     raw = json.loads(path.read_text())
     raw["points"][0]["plans"][0]["kernels"][0]["features"] = [1.0, 2.0]
     path.write_text(json.dumps(raw))
-    with pytest.raises(FusecError, match=r"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of 8"):
+    with pytest.raises(FusecError, match=r"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of 11"):
         training.read(path)
 
 
@@ -350,7 +353,7 @@ def test_mutated_fitted_files_are_used_or_refused_with_a_warning(perfdb):
 
 def test_mutated_training_files_are_read_or_refused_naming_the_file(tmp_path):
     from fusec.errors import FusecError
-    kernel = training.KernelRecord("band", 12e-6, (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0))
+    kernel = training.KernelRecord("band", 12e-6, KERNEL_VALUES)
     plan = training.PlanRecord('[{"calls":[0]}]', "q=sgemv", ("top",), (kernel,), "ok", 13e-6, 12.5e-6, 14e-6)
     point = training.PointRecord("bicgk", "float32", (("m", 700), ("n", 900)), "abc", "2026", FEATURES_VERSION, 3, 0,
                                  "today", 4.5, True, (plan,))

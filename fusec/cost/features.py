@@ -4,9 +4,11 @@ and a few numbers that say how it meets the GPU.
 The performance database prices routines measured past L2 on several waves of
 blocks; what it misprices is where a kernel is unlike its probes: few waves or a
 ragged last one, few serial iterations, data that L2 holds, threads per block at
-the ends of the range, fp64. Those are the features, each on a log scale where it
-spans orders of magnitude, so that a coefficient is a power law (a correction
-``exp(w . x)`` multiplies the database's price).
+the ends of the range, fp64 — and the choices the database prices alike: a band
+kernel loading its next rows ahead, a vector kernel's L2 hints. Those are the
+features, each on a log scale where it spans orders of magnitude, so that a
+coefficient is a power law (a correction ``exp(w . x)`` multiplies the database's
+price).
 
 ``FEATURES_VERSION`` changes whenever a feature's definition does: training data
 and fitted files record it, and one of another version is not used.
@@ -20,14 +22,16 @@ from typing import Mapping
 
 from ..ir import geometry as geo
 from ..ir.dag import Dag
+from ..ir.plan import L2_EVICT_LOADS, L2_PLAIN, L2_STREAM_STORES
 from ..library.model import Geometry
 from ..target import GpuTarget
 from .model import iterations, natural_blocks, traffic
 from .registers import estimate
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2  # 2: ahead, evict_loads, stream_stores
 # the names of the values of KernelFeatures, in order
-FEATURES = ("bias", "fp64", "threads", "waves", "tail", "iterations", "bytes", "l2_fit")
+FEATURES = ("bias", "fp64", "threads", "waves", "tail", "iterations", "bytes", "l2_fit",
+            "ahead", "evict_loads", "stream_stores")
 # the classes a correction has coefficients for: the kernel families, tile and vector apart
 CLASSES = ("vector", "tile", "band", "horizontal", "striped", "held")
 
@@ -62,7 +66,13 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
     - ``tail``: the share of the last wave's slots left idle (0 for whole waves);
     - ``iterations``: log2 of the serial iterations a block runs (the most of its parts);
     - ``bytes``: log2(bytes moved through DRAM / L2 size), :func:`fusec.cost.model.traffic`;
-    - ``l2_fit``: the share of its arrays L2 can hold (1 when all fit).
+    - ``l2_fit``: the share of its arrays L2 can hold (1 when all fit);
+    - ``ahead``: the share of its band parts that load their next rows ahead;
+    - ``evict_loads``, ``stream_stores``: the share of its parts whose 16-byte accesses
+      carry that L2 hint (vector kernels).
+
+    The last three the database prices alike (its probes run neither), where the
+    measured times differ by 5-20 % (``experiments/results/h100-prediction-offline.md``).
     """
     sizes = dict(sizes)
     leaves = kernel.leaves()
@@ -84,6 +94,9 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
         math.log2(max(serial, 1.0)),
         _clip(math.log2(max(moved, 1) / target.l2_bytes), BYTES_RANGE),
         min(1.0, target.l2_bytes / max(footprint, 1)),
+        sum(1.0 for leaf in leaves if getattr(leaf.plan, "ahead", False)) / len(leaves),
+        sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_EVICT_LOADS) / len(leaves),
+        sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_STREAM_STORES) / len(leaves),
     )
     return KernelFeatures(plan_class(kernel.plan), values)
 

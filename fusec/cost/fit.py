@@ -141,15 +141,19 @@ def _log_sums(u: np.ndarray, plan_of: np.ndarray, plans: int) -> np.ndarray:
     return top + np.log(sums)
 
 
-def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True) -> Fit:
-    """The coefficients that fit ``s`` (see the module's docstring)."""
+def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True, pool: float | None = None) -> Fit:
+    """The coefficients that fit ``s`` (see the module's docstring). ``pool``: each class's
+    coefficients are one set shared by every class (pulled to 0 by ``ridge``) plus the
+    class's own departure from it (pulled to 0 by ``pool``, per point): a class with few
+    plans borrows the others' coefficients, and every class with kernels is corrected."""
     n_classes, n_features = len(CLASSES), len(FEATURES)
     points = int(s.point_of.max()) + 1 if s.plans else 0
     plans_with = np.zeros((s.plans, n_classes), bool)
     plans_with[s.plan_of, s.kind_of] = True
     points_with = [len(set(s.point_of[plans_with[:, c]].tolist())) for c in range(n_classes)]
     active = [c for c in range(n_classes)
-              if plans_with[:, c].sum() >= MIN_PLANS and points_with[c] >= MIN_POINTS]
+              if (plans_with[:, c].sum() >= MIN_PLANS and points_with[c] >= MIN_POINTS)
+              or (pool is not None and plans_with[:, c].any())]
     low, high = np.zeros((n_classes, n_features)), np.zeros((n_classes, n_features))
     kernels = {}
     for c in range(n_classes):
@@ -159,7 +163,7 @@ def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True) -> Fit:
         kernels[CLASSES[c]] = int(len(mine))
     weights = np.zeros((n_classes, n_features))
     if active:
-        weights = _solve(s, active, points, ridge, relative)
+        weights = _solve(s, active, points, ridge, relative, pool)
         if relative:
             weights[active, FEATURES.index("bias")] += _level(s, weights, active)
     return Fit(weights, tuple(CLASSES[c] for c in active), low, high, kernels)
@@ -205,19 +209,25 @@ def plan_weights(s: Samples, points: int | None = None) -> np.ndarray:
     return near / total[s.point_of]
 
 
-def _solve(s: Samples, active: list[int], points: int, ridge: float, relative: bool) -> np.ndarray:
+def _solve(s: Samples, active: list[int], points: int, ridge: float, relative: bool,
+           pool: float | None = None) -> np.ndarray:
     n_classes, n_features = len(CLASSES), len(FEATURES)
-    n_w = len(active) * n_features
+    shared = n_features if pool is not None else 0  # the pooled coefficients, first in theta
+    n_w = shared + len(active) * n_features
     n_b = points if relative else 0
     column = np.full(n_classes, -1)
-    column[active] = np.arange(len(active)) * n_features
+    column[active] = shared + np.arange(len(active)) * n_features
     omega = plan_weights(s, points)
     penalty = np.zeros(n_w + n_b)
     penalty[:n_w] = ridge * points
+    if pool is not None:
+        penalty[shared:n_w] = pool * points
 
     def unpack(theta):
         weights = np.zeros((n_classes, n_features))
-        weights[active] = theta[:n_w].reshape(len(active), n_features)
+        weights[active] = theta[shared:n_w].reshape(len(active), n_features)
+        if shared:
+            weights[active] += theta[:shared]
         return weights, (theta[n_w:] if relative else 0.0)
 
     def residual(theta):
@@ -242,6 +252,9 @@ def _solve(s: Samples, active: list[int], points: int, ridge: float, relative: b
         cols = (column[s.kind_of][:, None] + np.arange(n_features)[None, :])
         np.add.at(jacobian, (kernel_rows.reshape(-1, n_features)[on].ravel(), cols[on].ravel()),
                   (share[:, None] * s.x)[on].ravel())
+        if shared:
+            np.add.at(jacobian, (kernel_rows.reshape(-1, n_features)[on].ravel(),
+                                 np.tile(np.arange(n_features), int(on.sum()))), (share[:, None] * s.x)[on].ravel())
         if relative:
             jacobian[np.arange(s.plans), n_w + s.point_of] = 1.0
         weighted = jacobian * omega[:, None]
@@ -322,7 +335,8 @@ def scores(s: Samples, log_predicted: np.ndarray) -> Scores:
     return Scores(first, rho)
 
 
-def cross_validated(s: Samples, *, ridge: float = RIDGE, relative: bool = True, folds: int = FOLDS) -> np.ndarray:
+def cross_validated(s: Samples, *, ridge: float = RIDGE, relative: bool = True, folds: int = FOLDS,
+                    pool: float | None = None) -> np.ndarray:
     """Each plan's log prediction by a fit that did not see its point (points dealt to
     ``folds`` folds in turn)."""
     points = len(s.labels)
@@ -337,5 +351,5 @@ def cross_validated(s: Samples, *, ridge: float = RIDGE, relative: bool = True, 
         # the training fold's points renumbered from 0, so that offsets stay one per point
         used, renumbered = np.unique(train.point_of, return_inverse=True)
         train = dataclasses.replace(train, point_of=renumbered, labels=tuple(s.labels[i] for i in used))
-        out[held] = log_predictions(s.select(held), fit(train, ridge=ridge, relative=relative))
+        out[held] = log_predictions(s.select(held), fit(train, ridge=ridge, relative=relative, pool=pool))
     return out

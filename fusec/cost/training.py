@@ -27,11 +27,12 @@ from .. import data
 from .. import validate as check
 from ..cache import atomic_write_text
 from ..errors import FusecError
-from .features import CLASSES, FEATURES
+from .features import CLASSES, FEATURES, FEATURES_VERSION
 
 FORMAT = 1
 KIND = "fusec plan timings"
 BUNDLED = data.TRAINING
+MAX_FEATURES = 64  # of a point of another features' version, kept as read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +54,7 @@ class PlanRecord:
     kernels: tuple[KernelRecord, ...]
     verdict: str  # "ok", or why it was not timed (tune.search's verdicts, "not measured")
     measured: float | None = None  # seconds, the median; None unless it passed
-    fastest: float | None = None
+    fastest: float | None = None  # None where only the median was kept (a draw's rows)
     slowest: float | None = None
 
     @property
@@ -65,7 +66,7 @@ class PlanRecord:
         out = {"summary": self.summary, "groups": list(self.groups), "verdict": self.verdict,
                "measured_us": None if self.measured is None else self.measured * 1e6,
                "kernels": [k.to_json() for k in self.kernels], "plan": json.loads(self.plan)}
-        if self.measured is not None:
+        if self.measured is not None and self.fastest is not None:
             out.update(fastest_us=self.fastest * 1e6, slowest_us=self.slowest * 1e6)
         return out
 
@@ -138,6 +139,10 @@ def _point(raw, index: int) -> PointRecord:
     plans = raw.get("plans")
     if not isinstance(plans, list):
         raise check.Invalid(f"{where}: plans is not a list")
+    version = check.number(raw.get("features_version"), f"{where}: features_version", low=0, integer=True)
+    # a point of other features' version keeps its values as they are, for a fit to leave out or
+    # to recompute from the plans (fusec.tune.plans.refeatured); this version's are checked whole
+    count = len(FEATURES) if version == FEATURES_VERSION else None
     return PointRecord(
         check.text(raw.get("script"), f"{where}: script"), check.text(raw.get("dtype"), f"{where}: dtype"),
         tuple(sorted((check.text(k, f"{where}: a size name"),
@@ -145,16 +150,16 @@ def _point(raw, index: int) -> PointRecord:
                      for k, v in sizes.items())),
         check.text(raw.get("library"), f"{where}: library"),
         check.text(raw.get("perfdb_built"), f"{where}: perfdb_built"),
-        check.number(raw.get("features_version"), f"{where}: features_version", low=0, integer=True),
+        version,
         check.number(raw.get("seed"), f"{where}: seed", low=0, integer=True),
         check.number(raw.get("draw"), f"{where}: draw", low=0, integer=True),
         check.text(raw.get("when"), f"{where}: when"),
         float(check.number(raw.get("seconds"), f"{where}: seconds", low=0)),
         bool(raw.get("complete", False)),
-        tuple(_plan(p, f"{where} plan {j + 1}") for j, p in enumerate(plans)))
+        tuple(_plan(p, f"{where} plan {j + 1}", count) for j, p in enumerate(plans)))
 
 
-def _plan(raw, where: str) -> PlanRecord:
+def _plan(raw, where: str, count: int | None) -> PlanRecord:
     raw = check.mapping(raw, where)
     kernels = raw.get("kernels")
     if not isinstance(kernels, list) or (not kernels and raw.get("measured_us") is not None):
@@ -164,29 +169,34 @@ def _plan(raw, where: str) -> PlanRecord:
         raise check.Invalid(f"{where}: groups is not a list of names")
     measured = raw.get("measured_us")
     times = [None, None, None]
-    if measured is not None:
+    if measured is not None:  # the spread is optional (a draw keeps the median alone), but both or neither
+        spread = ("fastest_us", "slowest_us") if "fastest_us" in raw or "slowest_us" in raw else ()
         times = [float(check.number(raw.get(f), f"{where}: {f}", low=0, above=True, high=1e9)) * 1e-6
-                 for f in ("measured_us", "fastest_us", "slowest_us")]
+                 for f in ("measured_us", *spread)] + [None] * (2 - len(spread))
     if not isinstance(raw.get("plan"), list) or not raw["plan"]:
         raise check.Invalid(f"{where}: plan is not a list of kernel plans")
     return PlanRecord(json.dumps(raw["plan"], separators=(",", ":")),
                       check.text(raw.get("summary"), f"{where}: summary"), tuple(groups),
-                      tuple(_kernel(k, f"{where} kernel {i + 1}") for i, k in enumerate(kernels)),
+                      tuple(_kernel(k, f"{where} kernel {i + 1}", count) for i, k in enumerate(kernels)),
                       check.text(raw.get("verdict"), f"{where}: verdict"), *times)
 
 
-def _kernel(raw, where: str) -> KernelRecord:
+def _kernel(raw, where: str, count: int | None) -> KernelRecord:
+    """A kernel's record; ``count``: how many features it must have (None: of another
+    version, any number up to MAX_FEATURES)."""
     raw = check.mapping(raw, where)
     kind = check.text(raw.get("class"), f"{where}: class")
     if kind not in CLASSES:
         raise check.Invalid(f"{where}: class {kind!r} is not one of {', '.join(CLASSES)}")
     values = raw.get("features")
-    if not isinstance(values, list) or len(values) != len(FEATURES):
+    if count is not None and (not isinstance(values, list) or len(values) != count):
         raise check.Invalid(f"{where}: features is not a list of {len(FEATURES)} numbers ({', '.join(FEATURES)})")
+    if not isinstance(values, list) or len(values) > MAX_FEATURES:
+        raise check.Invalid(f"{where}: features is not a list of at most {MAX_FEATURES} numbers")
     return KernelRecord(kind, float(check.number(raw.get("predicted_us"), f"{where}: predicted_us", low=0,
                                                  above=True, high=1e9)) * 1e-6,
                         tuple(float(check.number(v, f"{where}: {name}", low=-1e6, high=1e6))
-                              for v, name in zip(values, FEATURES)))
+                              for v, name in zip(values, [*FEATURES, *range(len(FEATURES), len(values))])))
 
 
 def directory() -> Path:

@@ -314,3 +314,122 @@ def point_line(point: training.PointRecord, database=None) -> str:
     partial = "" if point.complete else ", cut short by the budget"
     return (f"{point.label}: {len(ok)}/{len(point.plans)} plans measured, best {best * 1e6:.1f} us, the"
             f" database's first of them {first.measured / best:.2f}x ({point.seconds:.0f} s{partial})")
+
+
+# ------------------------------------------------------------- measured elsewhere
+
+
+@dataclasses.dataclass(frozen=True)
+class Matched:
+    """A point of the training data rebuilt from rows measured elsewhere (a draw of
+    ``bench.prediction --draw``), and the rows that could not be given their kernels:
+    ``unmatched`` (no candidate of the rebuilt space has the row's summary),
+    ``ambiguous`` (several, priced differently) and ``mispriced`` (the one found is not
+    priced as the row says: another database, or another plan)."""
+
+    point: training.PointRecord
+    unmatched: tuple[str, ...]
+    ambiguous: tuple[str, ...]
+    mispriced: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return not (self.unmatched or self.ambiguous or self.mispriced)
+
+
+PRICE_TOLERANCE = 1e-6  # relative: the rows' prices are the same database's sums, printed to 1e-16
+
+
+def point_from_rows(dag, library, dtype: str, sizes: Mapping[str, int], base, rows: Sequence[Mapping], *,
+                    extra: Sequence[ProgramPlan] = (), seed: int, draw: int, when: str, seconds: float,
+                    complete: bool, top: int = TOP, layouts: int = LAYOUTS) -> Matched:
+    """The training point of rows measured by ``bench.prediction --draw`` (each a summary,
+    groups, the database's ``predicted_us``, ``measured_us`` and verdict), which record
+    no plan: the space of ``base`` (the database's predictor, uncorrected) is rebuilt
+    at ``sizes``, its wide candidates (and ``extra``: the plans borrowed from nearby
+    tunings) generated, and each row given the candidate of the same
+    ``ProgramPlan.summary``, its kernels' classes, features and prices. A row is
+    matched only when that candidate is the only one of its summary (or all of them
+    are priced alike) and its price is the row's: nothing is guessed, and the rows
+    left out are named."""
+    from ..space.combinations import build_space
+    candidates = merge(wide_candidates(build_space(dag, library, dtype, sizes, base), top, layouts),
+                       [Candidate(p, ("nearby",)) for p in extra])
+    generated = generate_all(dag, library, dtype, [c.plan for c in candidates], base.target)
+    by_summary: dict[str, list[tuple[ProgramPlan, tuple]]] = {}
+    for candidate, program in zip(candidates, generated):
+        if not isinstance(program, str):
+            by_summary.setdefault(candidate.plan.summary(dag), []).append(
+                (candidate.plan, kernel_records(base, dag, sizes, program)))
+    plans, unmatched, ambiguous, mispriced = [], [], [], []
+    for row in rows:
+        found = by_summary.get(row["summary"], [])
+        if not found:
+            unmatched.append(row["summary"])
+            continue
+        if len({tuple(k.predicted for k in kernels) for _, kernels in found}) > 1:
+            ambiguous.append(row["summary"])
+            continue
+        plan, kernels = found[0]
+        price = math.fsum(k.predicted for k in kernels) * 1e6
+        wanted = row["predicted_us"]["database"] if isinstance(row["predicted_us"], Mapping) else row["predicted_us"]
+        if wanted is None or abs(price - wanted) > PRICE_TOLERANCE * wanted:
+            mispriced.append(f"{row['summary']} (priced {price:.4f} us here, {wanted} us in the rows)")
+            continue
+        measured = row.get("measured_us")
+        plans.append(training.PlanRecord(plan.to_json(), row["summary"], tuple(row.get("groups", ())), kernels,
+                                         row.get("verdict", "ok"), None if measured is None else measured * 1e-6))
+    database = base.database
+    point = training.PointRecord(
+        dag.name, dtype, tuple(sorted(sizes.items())), str(database.library.get("hash")), database.built,
+        FEATURES_VERSION, seed, draw, when, seconds, complete, tuple(plans))
+    return Matched(point, tuple(unmatched), tuple(ambiguous), tuple(mispriced))
+
+
+def refeatured(point: training.PointRecord, dag, library, target) -> training.PointRecord:
+    """``point`` with its kernels' features computed by this fusec (FEATURES_VERSION) from
+    each plan's JSON, regenerated at the point's sizes on ``target``; the database's
+    prices and the measured times are kept (they do not depend on the features). A
+    FusecError naming the point and plan when a plan no longer generates or has
+    another number of kernels: its features cannot be told."""
+    sizes = dict(point.sizes)
+    plans = []
+    for number, record in enumerate(point.plans, 1):
+        if not record.kernels:  # not generated when measured: nothing to recompute
+            plans.append(record)
+            continue
+        generated = generate_all(dag, library, point.dtype, [ProgramPlan.from_json(record.plan)], target)[0]
+        where = f"{point.label} plan {number} ({record.summary})"
+        if isinstance(generated, str):
+            raise FusecError(f"{where} does not generate any more ({generated}): its features cannot be"
+                             " recomputed; measure the point again")
+        if len(generated.kernels) != len(record.kernels):
+            raise FusecError(f"{where} generates {len(generated.kernels)} kernels, not the"
+                             f" {len(record.kernels)} measured: measure the point again")
+        kernels = tuple(dataclasses.replace(k, kind=f.kind, values=f.values) for k, f in
+                        zip(record.kernels, (features(kernel, dag, sizes, target) for kernel in generated.kernels)))
+        plans.append(dataclasses.replace(record, kernels=kernels))
+    return dataclasses.replace(point, features_version=FEATURES_VERSION, plans=tuple(plans))
+
+
+def refeature_all(data: training.TrainingData, library, target, scripts: Path,
+                  log: Callable[[str], None] = lambda text: None) -> training.TrainingData:
+    """``data`` with the points of other features' versions recomputed (:func:`refeatured`),
+    each script read from ``scripts/<name>.script``; a point whose script is not there
+    or whose plans do not regenerate is kept as it was (a fit leaves it out) and logged."""
+    from ..frontend import load_script
+    out = []
+    for point in data.points:
+        if point.features_version == FEATURES_VERSION:
+            out.append(point)
+            continue
+        path = Path(scripts) / f"{point.script}.script"
+        try:
+            if not path.is_file():
+                raise FusecError(f"no script {path}")
+            out.append(refeatured(point, load_script(path, library), library, target))
+        except FusecError as exc:
+            log(f"{point.label}: its features of version {point.features_version} not recomputed ({exc})")
+            out.append(point)
+    return dataclasses.replace(data, points=tuple(out))
+

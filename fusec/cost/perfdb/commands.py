@@ -122,6 +122,7 @@ def fit_command(args) -> int:
     from ...target import chosen_slug
     from ...version import __version__
     from .. import correction, fit, training
+    from ..features import FEATURES_VERSION
     if args.ridge is not None and not args.ridge >= 0:
         raise FusecError(f"--ridge {args.ridge:g}: a weight, 0 or more")
     if args.folds is not None and args.folds < 2:
@@ -140,6 +141,13 @@ def fit_command(args) -> int:
     if not source.is_file():
         raise FusecError(f"no training data {source}: run 'fusec perfdb measure-plans' on the GPU first")
     data = training.read(source)
+    if any(p.features_version != FEATURES_VERSION for p in data.points):
+        # features of another version are recomputed from each plan's JSON, the scripts read from
+        # ./scripts (where `fusec perfdb measure-plans` took them from, in a checkout)
+        from ...tune.plans import refeature_all
+        from . import predictor_for
+        target = predictor_for(library, database.slug, corrected=False).target
+        data = refeature_all(data, library, target, Path("scripts"), log=print)
     samples, notes = fit.samples(data, database)
     for note in notes:
         print(f"left out: {note}")
