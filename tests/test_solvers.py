@@ -103,6 +103,18 @@ def test_script_iteration_is_the_reference_iteration(method):
         values.update(state)
 
 
+def test_bicgstab_script_returns_its_half_step():
+    # h = x + alpha p and s = r - alpha A p: the iterate and residual the driver falls back on
+    A, b, x0 = system(BICGSTAB)
+    values = BICGSTAB.start(x0, b - A @ x0, np.copy)
+    out = {name: np.full_like(b, np.nan) for name in BICGSTAB.outputs()} | {"rr1": np.zeros(())}
+    OracleProgram(BICGSTAB)(A=A, **values, out=out)
+    r, p = values["r"], values["p"]
+    alpha = (values["rh"] @ r) / (values["rh"] @ (A @ p))
+    np.testing.assert_allclose(out["h"], x0 + alpha * p, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out["s"], r - alpha * (A @ p), rtol=1e-12, atol=1e-14)
+
+
 # -- iterates against SciPy and the NumPy reference ----------------------------------------------
 
 @pytest.mark.parametrize("check_every", [1, 3, 16])
@@ -161,11 +173,16 @@ def test_restore_returns_the_state_the_last_advance_started_from():
     np.testing.assert_array_equal(stepper.x(), before)
 
 
-class Script:
-    """A stepper whose squared norms are given: the driver's logic alone."""
+NAN = float("nan")
 
-    def __init__(self, norms):
+
+class Script:
+    """A stepper whose squared norms are given: the driver's logic alone. ``half``: the squared
+    norms of the half-step residuals (None: a method without a half step)."""
+
+    def __init__(self, norms, half=None):
         self.norms, self.at, self.saved = list(norms), 0, 0
+        self.half, self.reads, self.answer = half, 0, None
 
     def advance(self, k):
         self.saved = self.at
@@ -175,10 +192,20 @@ class Script:
         self.at = self.saved
 
     def squared_norm(self):
+        self.reads += 1
         return self.norms[self.at - 1]
 
+    def half_step_norm(self):
+        if self.half is None:
+            return None
+        self.reads += 1
+        return self.half[self.at - 1]
+
+    def finish_at_half_step(self):
+        self.answer = f"h of iteration {self.at}"
+
     def x(self):
-        return self.at
+        return self.answer or self.at
 
 
 def test_driver_stops_at_the_first_check_below_tolerance():
@@ -199,6 +226,28 @@ def test_driver_finds_convergence_inside_a_chunk_that_ends_non_finite():
     nan = float("nan")
     outcome = run(Script([4.0, 0.0, nan, nan]), 9.0, tol=0.0, maxiter=10, check_every=4)
     assert (outcome.info, outcome.iterations) == (0, 2)
+
+
+def test_driver_takes_a_half_step_within_the_tolerance_where_an_iteration_ends_non_finite():
+    stepper = Script([4.0, 3.0, NAN, NAN], half=[5.0, 4.0, 1e-8, NAN])
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=4)
+    assert (outcome.info, outcome.iterations) == (0, 3)
+    assert stepper.x() == "h of iteration 3"
+    assert stepper.reads == 1 + 3 + 1  # the chunk's read, one per retraced iteration, one half step
+
+
+@pytest.mark.parametrize("half", [[5.0, 4.0, 2e-6, NAN], [5.0, 4.0, NAN, NAN]], ids=["above", "nan"])
+def test_driver_reports_a_breakdown_where_the_half_step_misses_the_tolerance(half):
+    stepper = Script([4.0, 3.0, NAN, NAN], half=half)
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=4)
+    assert (outcome.info, outcome.iterations) == (-3, 2)
+    assert stepper.x() == 2
+
+
+def test_driver_reads_no_half_step_while_the_iterations_stay_finite():
+    stepper = Script([4.0, 3.0, 2.0, 1e-8], half=[NAN] * 4)
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=2)
+    assert (outcome.info, outcome.iterations, stepper.reads) == (0, 4, 2)
 
 
 def test_driver_reports_maxiter():
@@ -229,13 +278,43 @@ def test_exact_solution_inside_a_chunk_is_converged_not_nan(method):
     np.testing.assert_allclose(x, b, rtol=1e-15)
 
 
-def test_bicgstab_exact_half_step_is_a_reported_breakdown():
-    # A = I: s = r - alpha A p = 0 exactly, so omega = 0 / 0 in the first iteration. The script
-    # has no branch to stop at the half step as SciPy does: reported as a breakdown, x0 returned
-    A, b = np.eye(5), np.arange(1.0, 6.0)
-    x, info = solve(BICGSTAB, A, b, rtol=0.0, check_every=4, program=OracleProgram(BICGSTAB))
+@pytest.mark.parametrize("check_every", [1, 4])
+@pytest.mark.parametrize("scale, x0", [(1.0, None), (4.0, np.ones(5))], ids=["I-x0=0", "4I-x0=1"])
+def test_bicgstab_exact_half_step_is_converged(scale, x0, check_every):
+    # A = c I: alpha = 1 / c, so s = r - alpha A p = 0 exactly and omega = 0 / 0 in the first
+    # iteration; h = x + alpha p solves the system, and SciPy stops there converged: so does fusec
+    A, b = scale * np.eye(5), np.arange(1.0, 6.0)
+    x, info = solve(BICGSTAB, A, b, x0, rtol=0.0, check_every=check_every, program=OracleProgram(BICGSTAB))
+    assert info == 0
+    assert np.linalg.norm(b - A @ x) == 0.0  # rtol = 0: the true residual is exactly zero
+    np.testing.assert_array_equal(x, b / scale)
+
+
+def half_step_system(epsilon):
+    """A singular 2 x 2 system where BiCGStab's first half step leaves s = (0, epsilon) with
+    A s = 0: omega = 0 / 0, and h = b has the true residual epsilon (epsilon a power of 2, so
+    every operation is exact)."""
+    return np.array([[1.0, 0.0], [-epsilon, 0.0]]), np.array([1.0, 0.0])
+
+
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_bicgstab_tiny_half_step_residual_above_the_tolerance_is_a_reported_breakdown(check_every):
+    epsilon = 2.0 ** -20
+    A, b = half_step_system(epsilon)
+    x, info = solve(BICGSTAB, A, b, rtol=epsilon / 2, check_every=check_every, program=OracleProgram(BICGSTAB))
     assert info == -1
-    np.testing.assert_array_equal(x, np.zeros(5))
+    np.testing.assert_array_equal(x, np.zeros(2))  # the iterate before, not NaN
+
+
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_bicgstab_tiny_half_step_residual_within_the_tolerance_is_converged(check_every):
+    epsilon = 2.0 ** -20
+    A, b = half_step_system(epsilon)
+    rtol = 2 * epsilon
+    x, info = solve(BICGSTAB, A, b, rtol=rtol, check_every=check_every, program=OracleProgram(BICGSTAB))
+    assert info == 0
+    np.testing.assert_array_equal(x, b)  # h = x0 + alpha p with alpha = 1, p = b
+    assert np.linalg.norm(b - A @ x) == epsilon <= rtol * np.linalg.norm(b)
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)

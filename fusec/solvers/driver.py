@@ -1,8 +1,12 @@
 """The solver loop: run ``check_every`` iterations, read the squared residual norm once, stop
 when ``||r|| <= tol``; where the number read is not finite, go back and redo those iterations
-one at a time to find the first that broke down, and return the iterate before it.
+one at a time to find the first that broke down. There, a method with a half step (BiCGStab:
+``s = r - alpha A p`` exactly zero makes ``omega = 0 / 0``) is converged when the half step's
+residual meets the tolerance, as SciPy's is, and the answer is the half-step iterate; else it
+is a breakdown, and the answer the iterate before it.
 
-The stepper is anything with ``advance(k)``, ``restore()``, ``squared_norm()`` and ``x()``
+The stepper is anything with ``advance(k)``, ``restore()``, ``squared_norm()``, ``x()``,
+``half_step_norm()`` (None without a half step) and ``finish_at_half_step()``
 (:class:`.stepper.ProgramStepper` on the GPU; the tests drive this loop on NumPy arrays).
 """
 
@@ -15,7 +19,8 @@ import math
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """``info`` as SciPy's: 0 converged, ``> 0`` the iterations done without converging,
-    ``< 0`` broke down at iteration ``-info`` (1-based); ``iterations`` done in the answer."""
+    ``< 0`` broke down at iteration ``-info`` (1-based); ``iterations`` done in the answer (an
+    answer from a half step counts that iteration)."""
 
     info: int
     iterations: int
@@ -41,6 +46,10 @@ def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_ever
             stepper.advance(1)
             rr = stepper.squared_norm()
             if not math.isfinite(rr):
+                half = stepper.half_step_norm()  # the one extra read, on this rare path only
+                if half is not None and half <= limit:  # (NaN <= limit is false)
+                    stepper.finish_at_half_step()
+                    return Outcome(0, done + step + 1)
                 stepper.restore()
                 return Outcome(-(done + step + 1), done + step)
             if rr <= limit:
