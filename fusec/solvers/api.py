@@ -56,6 +56,15 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
           program=None):
     """Solve ``A x = b`` by ``method``; returns ``(x, info)`` (see :func:`cg`). ``program``
     replaces the compiled iteration (anything called as a fusec program is)."""
+    x, outcome = solve_with_outcome(method, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
+                                    check_every=check_every, graphs=graphs, program=program)
+    return x, outcome.info
+
+
+def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None,
+                       graphs=True, program=None) -> tuple:
+    """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
+    benchmark reports them)."""
     found = framework_of(A)
     problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every)
     where = problem.framework
@@ -76,7 +85,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
         x = stepper.x()
     if problem.framework == "numpy" and where != "numpy":
         x = x.get() if where == "cupy" else x.cpu().numpy()
-    return x, outcome.info
+    return x, outcome
 
 
 _ARGS = """
