@@ -12,7 +12,9 @@ import pytest
 from fusec import ArgumentError, data, oracle
 from fusec.frontend import load_script
 from fusec.solvers import solve
+from fusec.solvers.api import default_check_every, solve_with_outcome
 from fusec.solvers.arrays import NumpyArrays
+from fusec.solvers.driver import default_check_every as every_for_seconds
 from fusec.solvers.driver import run
 from fusec.solvers.methods import BICG, BICGSTAB, CG, METHODS, reference_iterates
 from fusec.solvers.stepper import ProgramStepper
@@ -253,6 +255,38 @@ def test_driver_reads_no_half_step_while_the_iterations_stay_finite():
 def test_driver_reports_maxiter():
     outcome = run(Script([5.0] * 20), 9.0, tol=1.0, maxiter=7, check_every=3)
     assert (outcome.info, outcome.iterations) == (7, 7)
+
+
+# -- the default check_every ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("seconds, every", [(1e-6, 16), (62.5e-6, 16), (63e-6, 8), (92e-6, 8), (200e-6, 4),
+                                            (368e-6, 2), (500e-6, 2), (501e-6, 1), (736e-6, 1), (1.5e-3, 1)])
+def test_default_check_every_keeps_a_chunk_within_a_millisecond(seconds, every):
+    assert every_for_seconds(seconds) == every
+
+
+@pytest.mark.parametrize("method, n, dtype, every", [
+    (CG, 1024, "float32", 16), (CG, 4096, "float64", 16), (CG, 8192, "float32", 8), (BICGSTAB, 8192, "float32", 4),
+    (CG, 16384, "float32", 2), (BICG, 16384, "float32", 2), (BICGSTAB, 16384, "float32", 1),
+    (CG, 16384, "float64", 1), (CG, 32768, "float32", 1),
+], ids=lambda v: getattr(v, "name", str(v)))
+def test_default_check_every_from_the_passes_over_A(method, n, dtype, every):
+    # at 2.9 TB/s (the H100's copy): one pass over a float32 A of n = 16384 takes 370 us
+    assert default_check_every(method, n, dtype, bandwidth=2.9e12) == every
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_the_solve_reads_as_often_as_the_default_says(method):
+    A, b, _ = system(method, n=50, seed=4)
+    program = OracleProgram(method)
+    _, exact = solve_with_outcome(method, A, b, rtol=1e-11, check_every=1, program=program)
+    needed = exact.iterations
+    assert exact.info == 0 and needed % 16 != 0  # (else reading every 16 would stop there too)
+    # a fast GPU: 16 iterations between reads; a slow one: one
+    _, fast = solve_with_outcome(method, A, b, rtol=1e-11, program=program, bandwidth=1e30)
+    _, slow = solve_with_outcome(method, A, b, rtol=1e-11, program=program, bandwidth=1.0)
+    assert (fast.info, fast.iterations) == (0, -(-needed // 16) * 16)
+    assert (slow.info, slow.iterations) == (0, needed)
 
 
 # -- breakdown and the trivial cases --------------------------------------------------------------

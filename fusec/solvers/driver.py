@@ -15,6 +15,21 @@ from __future__ import annotations
 import dataclasses
 import math
 
+MOST_PER_CHECK = 16  # iterations between two reads at most: the default for a small A
+CHUNK_SECONDS = 1e-3  # by default, at most this much GPU work between two reads (see below)
+
+
+def default_check_every(seconds_per_iteration: float) -> int:
+    """The largest power of two up to MOST_PER_CHECK whose iterations take at most CHUNK_SECONDS,
+    at least 1. A solve runs up to ``check_every - 1`` iterations past the first that meets the
+    rule, so a long iteration makes that overshoot the larger cost; a read idles the GPU for the
+    host's wait and its next launch, a cost far below 1 ms. Powers of two: an even
+    ``check_every`` captures one graph, not two (one from each set of state arrays)."""
+    every = MOST_PER_CHECK
+    while every > 1 and every * seconds_per_iteration > CHUNK_SECONDS:
+        every //= 2
+    return every
+
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:

@@ -24,13 +24,15 @@ class Method:
     ``r`` second), ``fixed`` those that do not besides ``A``, ``start`` the names that begin equal
     to the first residual ``r0`` (everything but ``x``). ``half_step`` names the results holding
     an iterate the iteration makes halfway and that iterate's residual (BiCGStab's ``h`` and
-    ``s``), or is None."""
+    ``s``), or is None. ``matrix_passes``: the passes over ``A`` an iteration makes at least
+    (A p and A^T p~ in one for BiCG; A p, then A s for BiCGStab): what its time is, for a large A."""
 
     name: str
     state: tuple[str, ...]
     fixed: tuple[str, ...]
     reference: Callable  # (A, values) -> (new state values, rr1), float64 NumPy
     half_step: tuple[str, str] | None = None
+    matrix_passes: int = 1
 
     @property
     def script(self):
@@ -84,7 +86,7 @@ def bicgstab_step(A, v):
 
 CG = Method("cg", ("x", "r", "p"), (), cg_step)
 BICG = Method("bicg", ("x", "r", "rt", "p", "pt"), (), bicg_step)
-BICGSTAB = Method("bicgstab", ("x", "r", "p"), ("rh",), bicgstab_step, half_step=("h", "s"))
+BICGSTAB = Method("bicgstab", ("x", "r", "p"), ("rh",), bicgstab_step, half_step=("h", "s"), matrix_passes=2)
 METHODS = {m.name: m for m in (CG, BICG, BICGSTAB)}
 
 
