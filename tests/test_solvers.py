@@ -394,6 +394,9 @@ def _bad(**change):
     (_bad(rtol="1e-5"), "rtol"),
     (_bad(atol=-1.0), "atol"),
     (_bad(atol=float("inf")), "atol"),
+    (_bad(bandwidth=0.0), "bandwidth"),
+    (_bad(bandwidth=float("nan")), "bandwidth"),
+    (_bad(bandwidth="3e12"), "bandwidth"),
 ])
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_bad_arguments_name_the_argument_before_anything_runs(name, args, argument):

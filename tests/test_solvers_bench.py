@@ -97,6 +97,13 @@ def test_iterations_on_cpu_table():
     assert cells[4].split(", ")[1] == str(B.iterations_run(needed, 16))
 
 
+def test_true_residual_a_block_of_rows_at_a_time():
+    rng = np.random.default_rng(1)
+    A, b, x = rng.standard_normal((50, 50)).astype(np.float32), rng.standard_normal(50), rng.standard_normal(50)
+    expected = np.linalg.norm(b - A.astype(np.float64) @ x) / np.linalg.norm(b)
+    assert B.true_residual(np, A, b, x, rows=7) == pytest.approx(expected, rel=1e-12)
+
+
 def test_report_shows_iterations_run_and_needed_and_residuals():
     row = {"solver": "cg", "dtype": "float32", "n": 1024, "floor_us": 1.4, "over_floor": 8.0,
            "us_per_iteration": {"fusec": 11.2, "jax": 31.7}, "difference": {"jax": 7.5e-6},

@@ -76,6 +76,7 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                        graphs=True, program=None, bandwidth=None) -> tuple:
     """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
     benchmark reports them)."""
+    bandwidth = checks.bandwidth(bandwidth)
     found = framework_of(A)
     problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every)
     where = problem.framework
@@ -92,9 +93,11 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
             r0 = b - arrays.matvec(A, x0)
         tol = max(problem.rtol * math.sqrt(arrays.squared_norm(b)), problem.atol)
         stepper = ProgramStepper(program, method, arrays, A, method.start(x0, r0, arrays.copy), graphs=graphs)
-        if bandwidth is None:
-            bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
-        every = problem.check_every or default_check_every(method, problem.n, problem.dtype, bandwidth)
+        every = problem.check_every
+        if every is None:
+            if bandwidth is None:
+                bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
+            every = default_check_every(method, problem.n, problem.dtype, bandwidth)
         outcome = driver.run(stepper, arrays.squared_norm(r0), tol, problem.maxiter, every)
         x = stepper.x()
     if problem.framework == "numpy" and where != "numpy":

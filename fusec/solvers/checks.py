@@ -56,6 +56,15 @@ def _tolerance(name: str, value) -> float:
     return value
 
 
+def bandwidth(value) -> float | None:
+    """A copy bandwidth in bytes/s (None: the GPU's), checked."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ArgumentError("bandwidth", f"is {value!r}: pass bytes per second, a finite number > 0")
+    return float(value)
+
+
 def _count(name: str, value, default: int | None) -> int | None:
     if value is None:
         return default
