@@ -20,19 +20,30 @@ alias them through DLPack where they can). For each precision, size and solver:
 - **floor**: the minimum bytes of an iteration (one pass over A for CG and BiCG, two for
   BiCGStab) at the copy bandwidth measured here (a CuPy device-to-device copy of 1 GiB).
 - **to tolerance**: wall time of a whole solve to ``||r|| <= rtol ||b||`` (rtol 1e-5 fp32,
-  1e-8 fp64) on a better conditioned system (eigenvalues in 1..10), after a warm-up solve:
-  ``fusec.solvers`` (default ``check_every``), JAX, CuPy cg.
+  1e-8 fp64) on a better conditioned system (eigenvalues in 1..10), median of ``--repeat``
+  solves after a warm-up one: ``fusec.solvers`` (default ``check_every``, and
+  ``check_every=1``), JAX, CuPy cg (its tolerance keyword as the installed CuPy names it:
+  ``rtol``, or ``tol`` in older releases). Recorded with it: the iterations fusec ran, the
+  iterations needed (those of the ``check_every=1`` solve, the first that meets the rule,
+  as JAX and CuPy stop), and each answer's true residual ``||b - A x|| / ||b||``.
 
 Each contender's x after 50 iterations is compared with fusec's (largest difference relative
 to the largest |x|, reported). A peer that cannot run is reported skipped with the reason.
 ``--budget`` seconds bound the run: sizes not started in time are listed as skipped.
 Writes ``<gpu>-solvers.md`` and ``.json``.
+
+``--iterations-on-cpu`` needs no GPU: it draws the to-tolerance systems with NumPy (another
+draw from the same distribution, for each of ``--seeds``), runs each solver's iteration
+(:mod:`fusec.solvers.methods`) in the precision asked for, checking every iteration, and
+prints the iterations each needs and how many a solve checking every ``check_every`` runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
 import os
 import statistics
 import time
@@ -76,6 +87,22 @@ def systems(cupy, n: int, dtype: str):
     m += cupy.diag(cupy.linspace(1, 10, n, dtype=m.dtype))
     b = rng.uniform(-0.5, 0.5, n, dtype=dtype)
     return cupy.ascontiguousarray(hard), m, b
+
+
+def relative_tolerance_keyword(solver) -> str:
+    """The keyword ``solver`` takes its relative tolerance by: ``rtol`` where it follows SciPy
+    1.12 on (CuPy's current ``cg``: keyword-only ``rtol``, ``atol`` 0 by default), ``tol`` in
+    older releases (CuPy 10's ``cg(A, b, x0, tol, maxiter, M, callback, atol)``)."""
+    parameters = inspect.signature(solver).parameters
+    for name in ("rtol", "tol"):
+        if name in parameters:
+            return name
+    raise TypeError(f"{getattr(solver, '__name__', solver)} takes neither rtol nor tol")
+
+
+def solve_to(solver, A, b, rtol: float, maxiter: int):
+    """``solver(A, b)`` stopping at ``||r|| <= rtol ||b||`` (atol 0) under either keyword."""
+    return solver(A, b, **{relative_tolerance_keyword(solver): rtol}, atol=0.0, maxiter=maxiter)
 
 
 def relative(cupy, x, reference) -> float:
@@ -125,7 +152,7 @@ def measure(args, cupy, dtype, n, peers, bandwidth) -> list[dict]:
         method = METHODS[name]
         passes = 2 if name == "bicgstab" else 1
         row = {"solver": name, "dtype": dtype, "n": n, "floor_us": passes * n * n * hard.itemsize / bandwidth * 1e6,
-               "us_per_iteration": {}, "difference": {}, "to_tolerance_ms": {}, "skipped": {}}
+               "us_per_iteration": {}, "difference": {}, "to_tolerance": {}, "skipped": {}}
         us, x = fusec_iterations(cupy, method, hard, b, args.repeat)
         row["us_per_iteration"]["fusec"] = us / ITERATIONS
         row["over_floor"] = row["us_per_iteration"]["fusec"] / row["floor_us"]
@@ -140,7 +167,7 @@ def measure(args, cupy, dtype, n, peers, bandwidth) -> list[dict]:
                 continue
             row["us_per_iteration"][peer] = result[0] / ITERATIONS
             row["difference"][peer] = relative(cupy, result[1], x)
-        row["to_tolerance_ms"] = to_tolerance(cupy, name, easy, b, TOLERANCE[dtype], peers, row["skipped"])
+        row["to_tolerance"] = to_tolerance(cupy, name, easy, b, TOLERANCE[dtype], peers, row["skipped"], args.repeat)
         rows.append(row)
         print(json.dumps(row), flush=True)
     del hard, easy, b
@@ -162,7 +189,7 @@ def run_peer(peer, cupy, method, A, b, sync, repeat):
         if method.name != "cg":
             return None
         from cupyx.scipy.sparse.linalg import cg
-        run = lambda: cg(A, b, tol=0.0, atol=0.0, maxiter=ITERATIONS)[0]  # noqa: E731
+        run = lambda: solve_to(cg, A, b, 0.0, ITERATIONS)[0]  # noqa: E731
         x = run()
         return wall_us(run, sync, repeat), x
     if peer == "jax":
@@ -179,31 +206,47 @@ def run_peer(peer, cupy, method, A, b, sync, repeat):
     raise ValueError(f"unknown peer {peer}")
 
 
-def to_tolerance(cupy, name, A, b, rtol, peers, skipped) -> dict:
-    import fusec.solvers
-    times = {}
+def true_residual(xp, A, b, x, rows: int = 4096) -> float:
+    """``||b - A x|| / ||b||`` in float64, ``rows`` rows of A at a time (a float64 copy of a
+    float32 A of n = 32768 would take 8 GiB)."""
+    x = xp.asarray(xp.from_dlpack(x), dtype=xp.float64)
+    b = xp.asarray(b, dtype=xp.float64)
+    r = xp.concatenate([b[i:i + rows] - xp.asarray(A[i:i + rows], dtype=xp.float64) @ x
+                        for i in range(0, A.shape[0], rows)])
+    return float(xp.linalg.norm(r) / xp.linalg.norm(b))
 
-    def timed(solve):
-        solve()  # warm: compiles, captures
-        began = time.perf_counter()
-        solve()
-        cupy.cuda.Device().synchronize()
-        return (time.perf_counter() - began) * 1e3
 
-    infos = []
-    times["fusec"] = timed(lambda: infos.append(getattr(fusec.solvers, name)(A, b, rtol=rtol, maxiter=MAXITER)[1]))
-    times["fusec_info"] = infos[-1]
+def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
+    """Whole solves to ``||r|| <= rtol ||b||``: ms (median of ``repeat`` after a warm one), the
+    iterations fusec ran and needed, and each answer's true residual."""
+    from fusec.solvers.api import solve_with_outcome
+    from fusec.solvers.methods import METHODS
+    sync = cupy.cuda.Device().synchronize
+    ms, residual, outcomes = {}, {}, {}
+
+    def timed(key, solve):
+        x = solve()  # warm: compiles, captures
+        ms[key] = wall_us(solve, sync, repeat) / 1e3
+        residual[key] = true_residual(cupy, A, b, x)
+
+    for key, every in (("fusec", None), ("fusec_every_1", 1)):
+        def solve(key=key, every=every):
+            x, outcomes[key] = solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=MAXITER,
+                                                  check_every=every)
+            return x
+        timed(key, solve)
     if "cupy" in peers and name == "cg" and "cupy" not in skipped:
         from cupyx.scipy.sparse.linalg import cg
-        times["cupy"] = timed(lambda: cg(A, b, tol=rtol, maxiter=MAXITER)[0])
+        timed("cupy", lambda: solve_to(cg, A, b, rtol, MAXITER)[0])
     if "jax" in peers and name != "bicg" and "jax" not in skipped:
         import jax
         from jax.scipy.sparse import linalg
         solver = getattr(linalg, name)
         jA, jb = jax.dlpack.from_dlpack(A), jax.dlpack.from_dlpack(b)
         run = jax.jit(lambda A, b: solver(A, b, tol=rtol, maxiter=MAXITER)[0])
-        times["jax"] = timed(lambda: run(jA, jb).block_until_ready())
-    return times
+        timed("jax", lambda: run(jA, jb).block_until_ready())
+    return {"ms": ms, "info": {k: o.info for k, o in outcomes.items()},
+            "iterations": {k: o.iterations for k, o in outcomes.items()}, "residual": residual}
 
 
 def report(rows, device, bandwidth, command, skipped_sizes) -> str:
@@ -224,17 +267,88 @@ def report(rows, device, bandwidth, command, skipped_sizes) -> str:
                 cells.append("skipped" if p in r["skipped"] else "")
         lines.append(f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['floor_us']:.1f}"
                      f" | {r['us_per_iteration']['fusec']:.1f} | {r['over_floor']:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "Time to tolerance (ms, a whole solve after a warm one):", "",
-              "| solver | dtype | n | fusec | cupy | jax |", "|---|---|---:|---:|---:|---:|"]
+    lines += ["", "Time to tolerance (ms, median of whole solves after a warm one; iterations: those fusec"
+              " ran with the default check_every, and those needed, from the check_every=1 solve; in"
+              " brackets the answer's true residual ||b - A x|| / ||b||):", "",
+              "| solver | dtype | n | fusec | iterations run / needed | fusec, check_every=1 | cupy | jax |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        t = r["to_tolerance_ms"]
-        cells = [f"{t[k]:.2f}" if k in t else "" for k in ("fusec", "cupy", "jax")]
-        if t.get("fusec_info"):
-            cells[0] += f" (info {t['fusec_info']})"
+        t = r["to_tolerance"]
+        cells = []
+        for key in ("fusec", "fusec_every_1", "cupy", "jax"):
+            cell = f"{t['ms'][key]:.2f} ({t['residual'][key]:.1e})" if key in t["ms"] else ""
+            if t["info"].get(key):
+                cell += f" info {t['info'][key]}"
+            cells.append(cell)
+        cells.insert(1, f"{t['iterations']['fusec']} / {t['iterations']['fusec_every_1']}")
         lines.append(f"| {r['solver']} | {r['dtype']} | {r['n']} | " + " | ".join(cells) + " |")
     reasons = sorted({f"{p}: {why}" for r in rows for p, why in r["skipped"].items()})
     if reasons or skipped_sizes:
         lines += ["", "Skipped:", ""] + [f"- {s}" for s in reasons + skipped_sizes]
+    return "\n".join(lines) + "\n"
+
+
+def cpu_system(n: int, dtype: str, seed: int):
+    """The to-tolerance system of :func:`systems` drawn by NumPy: ``A = (m + m^T) 0.05 / sqrt(n)
+    + diag(linspace(1, 10))`` with ``m`` uniform in [-0.5, 0.5], ``b`` uniform in [-0.5, 0.5].
+    Built in place, a block at a time (``A`` alone at n = 32768 in float32 is 4 GiB)."""
+    import numpy as np
+    rng = np.random.default_rng([seed, n])
+    m = rng.random((n, n), dtype=np.dtype(dtype).type)
+    m -= 0.5
+    step = 2048
+    for i in range(0, n, step):
+        m[i:i + step, i:i + step] += m[i:i + step, i:i + step].T.copy()
+        for j in range(i + step, n, step):
+            m[i:i + step, j:j + step] += m[j:j + step, i:i + step].T
+            m[j:j + step, i:i + step] = m[i:i + step, j:j + step].T
+    m *= 0.05 / n ** 0.5
+    m[np.diag_indices(n)] += np.linspace(1, 10, n, dtype=dtype)
+    b = rng.random(n, dtype=np.dtype(dtype).type) - np.dtype(dtype).type(0.5)
+    return m, b
+
+
+def iterations_needed(method, A, b, rtol: float, maxiter: int = MAXITER) -> int | None:
+    """The first iteration of ``method`` (its NumPy iteration, in A's precision, from x0 = 0)
+    whose residual meets ``||r|| <= rtol ||b||``, checked after every iteration as JAX, CuPy and
+    SciPy do; None if none by ``maxiter`` or the iteration goes non-finite."""
+    import numpy as np
+    limit = (rtol * math.sqrt(float(np.dot(b.astype(np.float64), b.astype(np.float64))))) ** 2
+    values = method.start(np.zeros_like(b), b, np.copy)
+    for iteration in range(1, maxiter + 1):
+        state, rr1 = method.reference(A, values)
+        values.update(state)
+        if not math.isfinite(rr1):
+            return None
+        if rr1 <= limit:
+            return iteration
+    return None
+
+
+def iterations_run(needed: int, check_every: int) -> int:
+    """The iterations a solve that reads the residual every ``check_every`` iterations runs
+    when the ``needed``-th is the first to meet the rule."""
+    return -(-needed // check_every) * check_every
+
+
+def iterations_on_cpu(cases, solvers, seeds, check_every: int = 16) -> str:
+    """A table: per solver, precision and size, the iterations needed on each seed's system,
+    and those a fusec solve with ``check_every`` runs."""
+    from fusec.solvers.methods import METHODS
+    needed = {}
+    for dtype, n in cases:
+        for seed in seeds:
+            A, b = cpu_system(n, dtype, seed)
+            for name in solvers:
+                needed[name, dtype, n, seed] = iterations_needed(METHODS[name], A, b, TOLERANCE[dtype])
+            del A
+    lines = [f"| solver | dtype | n | needed (seeds {', '.join(map(str, seeds))}) | run, check_every={check_every} |",
+             "|---|---|---:|---|---|"]
+    for dtype, n in cases:
+        for name in solvers:
+            counts = [needed[name, dtype, n, seed] for seed in seeds]
+            run = ", ".join("-" if c is None else str(iterations_run(c, check_every)) for c in counts)
+            lines.append(f"| {name} | {dtype} | {n} | {', '.join(map(str, counts))} | {run} |")
     return "\n".join(lines) + "\n"
 
 
@@ -250,8 +364,17 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     parser.add_argument("--name", default=None)
+    parser.add_argument("--iterations-on-cpu", action="store_true",
+                        help="no GPU: print the iterations each solver needs on the to-tolerance systems")
+    parser.add_argument("--seeds", default="0,1,2", help="with --iterations-on-cpu: the systems drawn")
     args = parser.parse_args(argv)
     args.solvers = args.solvers.split(",")
+    cases = [(d, int(n)) for d in args.dtypes.split(",") for n in args.n.split(",") if n]
+    cases += [("float32", int(n)) for n in args.n32.split(",") if n and "float32" in args.dtypes]
+    cases.sort(key=lambda c: (c[0] != "float32", c[1]))
+    if args.iterations_on_cpu:
+        print(iterations_on_cpu(cases, args.solvers, [int(s) for s in args.seeds.split(",")]))
+        return 0
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with CuPy
     began = time.monotonic()
     import cupy
@@ -264,9 +387,6 @@ def main(argv=None) -> int:
     device = device_name(cupy)
     bandwidth = copy_bandwidth(cupy)
     peers = [p for p in args.peers.split(",") if p]
-    cases = [(d, int(n)) for d in args.dtypes.split(",") for n in args.n.split(",") if n]
-    cases += [("float32", int(n)) for n in args.n32.split(",") if n and "float32" in args.dtypes]
-    cases.sort(key=lambda c: (c[0] != "float32", c[1]))
     rows, skipped_sizes = [], []
     for dtype, n in cases:
         if time.monotonic() - began > args.budget:

@@ -12,7 +12,9 @@ import pytest
 from fusec import ArgumentError, data, oracle
 from fusec.frontend import load_script
 from fusec.solvers import solve
+from fusec.solvers.api import default_check_every, solve_with_outcome
 from fusec.solvers.arrays import NumpyArrays
+from fusec.solvers.driver import default_check_every as every_for_seconds
 from fusec.solvers.driver import run
 from fusec.solvers.methods import BICG, BICGSTAB, CG, METHODS, reference_iterates
 from fusec.solvers.stepper import ProgramStepper
@@ -103,6 +105,18 @@ def test_script_iteration_is_the_reference_iteration(method):
         values.update(state)
 
 
+def test_bicgstab_script_returns_its_half_step():
+    # h = x + alpha p and s = r - alpha A p: the iterate and residual the driver falls back on
+    A, b, x0 = system(BICGSTAB)
+    values = BICGSTAB.start(x0, b - A @ x0, np.copy)
+    out = {name: np.full_like(b, np.nan) for name in BICGSTAB.outputs()} | {"rr1": np.zeros(())}
+    OracleProgram(BICGSTAB)(A=A, **values, out=out)
+    r, p = values["r"], values["p"]
+    alpha = (values["rh"] @ r) / (values["rh"] @ (A @ p))
+    np.testing.assert_allclose(out["h"], x0 + alpha * p, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out["s"], r - alpha * (A @ p), rtol=1e-12, atol=1e-14)
+
+
 # -- iterates against SciPy and the NumPy reference ----------------------------------------------
 
 @pytest.mark.parametrize("check_every", [1, 3, 16])
@@ -161,11 +175,16 @@ def test_restore_returns_the_state_the_last_advance_started_from():
     np.testing.assert_array_equal(stepper.x(), before)
 
 
-class Script:
-    """A stepper whose squared norms are given: the driver's logic alone."""
+NAN = float("nan")
 
-    def __init__(self, norms):
+
+class Script:
+    """A stepper whose squared norms are given: the driver's logic alone. ``half``: the squared
+    norms of the half-step residuals (None: a method without a half step)."""
+
+    def __init__(self, norms, half=None):
         self.norms, self.at, self.saved = list(norms), 0, 0
+        self.half, self.reads, self.answer = half, 0, None
 
     def advance(self, k):
         self.saved = self.at
@@ -175,10 +194,20 @@ class Script:
         self.at = self.saved
 
     def squared_norm(self):
+        self.reads += 1
         return self.norms[self.at - 1]
 
+    def half_step_norm(self):
+        if self.half is None:
+            return None
+        self.reads += 1
+        return self.half[self.at - 1]
+
+    def finish_at_half_step(self):
+        self.answer = f"h of iteration {self.at}"
+
     def x(self):
-        return self.at
+        return self.answer or self.at
 
 
 def test_driver_stops_at_the_first_check_below_tolerance():
@@ -201,9 +230,63 @@ def test_driver_finds_convergence_inside_a_chunk_that_ends_non_finite():
     assert (outcome.info, outcome.iterations) == (0, 2)
 
 
+def test_driver_takes_a_half_step_within_the_tolerance_where_an_iteration_ends_non_finite():
+    stepper = Script([4.0, 3.0, NAN, NAN], half=[5.0, 4.0, 1e-8, NAN])
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=4)
+    assert (outcome.info, outcome.iterations) == (0, 3)
+    assert stepper.x() == "h of iteration 3"
+    assert stepper.reads == 1 + 3 + 1  # the chunk's read, one per retraced iteration, one half step
+
+
+@pytest.mark.parametrize("half", [[5.0, 4.0, 2e-6, NAN], [5.0, 4.0, NAN, NAN]], ids=["above", "nan"])
+def test_driver_reports_a_breakdown_where_the_half_step_misses_the_tolerance(half):
+    stepper = Script([4.0, 3.0, NAN, NAN], half=half)
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=4)
+    assert (outcome.info, outcome.iterations) == (-3, 2)
+    assert stepper.x() == 2
+
+
+def test_driver_reads_no_half_step_while_the_iterations_stay_finite():
+    stepper = Script([4.0, 3.0, 2.0, 1e-8], half=[NAN] * 4)
+    outcome = run(stepper, 9.0, tol=1e-3, maxiter=10, check_every=2)
+    assert (outcome.info, outcome.iterations, stepper.reads) == (0, 4, 2)
+
+
 def test_driver_reports_maxiter():
     outcome = run(Script([5.0] * 20), 9.0, tol=1.0, maxiter=7, check_every=3)
     assert (outcome.info, outcome.iterations) == (7, 7)
+
+
+# -- the default check_every ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("seconds, every", [(1e-6, 16), (62.5e-6, 16), (63e-6, 8), (92e-6, 8), (200e-6, 4),
+                                            (368e-6, 2), (500e-6, 2), (501e-6, 1), (736e-6, 1), (1.5e-3, 1)])
+def test_default_check_every_keeps_a_chunk_within_a_millisecond(seconds, every):
+    assert every_for_seconds(seconds) == every
+
+
+@pytest.mark.parametrize("method, n, dtype, every", [
+    (CG, 1024, "float32", 16), (CG, 4096, "float64", 16), (CG, 8192, "float32", 8), (BICGSTAB, 8192, "float32", 4),
+    (CG, 16384, "float32", 2), (BICG, 16384, "float32", 2), (BICGSTAB, 16384, "float32", 1),
+    (CG, 16384, "float64", 1), (CG, 32768, "float32", 1),
+], ids=lambda v: getattr(v, "name", str(v)))
+def test_default_check_every_from_the_passes_over_A(method, n, dtype, every):
+    # at 2.9 TB/s (the H100's copy): one pass over a float32 A of n = 16384 takes 370 us
+    assert default_check_every(method, n, dtype, bandwidth=2.9e12) == every
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_the_solve_reads_as_often_as_the_default_says(method):
+    A, b, _ = system(method, n=50, seed=4)
+    program = OracleProgram(method)
+    _, exact = solve_with_outcome(method, A, b, rtol=1e-11, check_every=1, program=program)
+    needed = exact.iterations
+    assert exact.info == 0 and needed % 16 != 0  # (else reading every 16 would stop there too)
+    # a fast GPU: 16 iterations between reads; a slow one: one
+    _, fast = solve_with_outcome(method, A, b, rtol=1e-11, program=program, bandwidth=1e30)
+    _, slow = solve_with_outcome(method, A, b, rtol=1e-11, program=program, bandwidth=1.0)
+    assert (fast.info, fast.iterations) == (0, -(-needed // 16) * 16)
+    assert (slow.info, slow.iterations) == (0, needed)
 
 
 # -- breakdown and the trivial cases --------------------------------------------------------------
@@ -229,13 +312,43 @@ def test_exact_solution_inside_a_chunk_is_converged_not_nan(method):
     np.testing.assert_allclose(x, b, rtol=1e-15)
 
 
-def test_bicgstab_exact_half_step_is_a_reported_breakdown():
-    # A = I: s = r - alpha A p = 0 exactly, so omega = 0 / 0 in the first iteration. The script
-    # has no branch to stop at the half step as SciPy does: reported as a breakdown, x0 returned
-    A, b = np.eye(5), np.arange(1.0, 6.0)
-    x, info = solve(BICGSTAB, A, b, rtol=0.0, check_every=4, program=OracleProgram(BICGSTAB))
+@pytest.mark.parametrize("check_every", [1, 4])
+@pytest.mark.parametrize("scale, x0", [(1.0, None), (4.0, np.ones(5))], ids=["I-x0=0", "4I-x0=1"])
+def test_bicgstab_exact_half_step_is_converged(scale, x0, check_every):
+    # A = c I: alpha = 1 / c, so s = r - alpha A p = 0 exactly and omega = 0 / 0 in the first
+    # iteration; h = x + alpha p solves the system, and SciPy stops there converged: so does fusec
+    A, b = scale * np.eye(5), np.arange(1.0, 6.0)
+    x, info = solve(BICGSTAB, A, b, x0, rtol=0.0, check_every=check_every, program=OracleProgram(BICGSTAB))
+    assert info == 0
+    assert np.linalg.norm(b - A @ x) == 0.0  # rtol = 0: the true residual is exactly zero
+    np.testing.assert_array_equal(x, b / scale)
+
+
+def half_step_system(epsilon):
+    """A singular 2 x 2 system where BiCGStab's first half step leaves s = (0, epsilon) with
+    A s = 0: omega = 0 / 0, and h = b has the true residual epsilon (epsilon a power of 2, so
+    every operation is exact)."""
+    return np.array([[1.0, 0.0], [-epsilon, 0.0]]), np.array([1.0, 0.0])
+
+
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_bicgstab_tiny_half_step_residual_above_the_tolerance_is_a_reported_breakdown(check_every):
+    epsilon = 2.0 ** -20
+    A, b = half_step_system(epsilon)
+    x, info = solve(BICGSTAB, A, b, rtol=epsilon / 2, check_every=check_every, program=OracleProgram(BICGSTAB))
     assert info == -1
-    np.testing.assert_array_equal(x, np.zeros(5))
+    np.testing.assert_array_equal(x, np.zeros(2))  # the iterate before, not NaN
+
+
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_bicgstab_tiny_half_step_residual_within_the_tolerance_is_converged(check_every):
+    epsilon = 2.0 ** -20
+    A, b = half_step_system(epsilon)
+    rtol = 2 * epsilon
+    x, info = solve(BICGSTAB, A, b, rtol=rtol, check_every=check_every, program=OracleProgram(BICGSTAB))
+    assert info == 0
+    np.testing.assert_array_equal(x, b)  # h = x0 + alpha p with alpha = 1, p = b
+    assert np.linalg.norm(b - A @ x) == epsilon <= rtol * np.linalg.norm(b)
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
@@ -281,6 +394,9 @@ def _bad(**change):
     (_bad(rtol="1e-5"), "rtol"),
     (_bad(atol=-1.0), "atol"),
     (_bad(atol=float("inf")), "atol"),
+    (_bad(bandwidth=0.0), "bandwidth"),
+    (_bad(bandwidth=float("nan")), "bandwidth"),
+    (_bad(bandwidth="3e12"), "bandwidth"),
 ])
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_bad_arguments_name_the_argument_before_anything_runs(name, args, argument):

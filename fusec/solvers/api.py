@@ -6,7 +6,10 @@ import functools
 import math
 import warnings
 
+import numpy as np
+
 from ..errors import GPUUnavailableError
+from ..target import resolve
 from . import checks, driver
 from .arrays import NumpyArrays, arrays_for, framework_of
 from .methods import BICG, BICGSTAB, CG, METHODS, Method
@@ -53,9 +56,27 @@ def _to_device(framework: str, a):
 
 
 def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True,
-          program=None):
+          program=None, bandwidth=None):
     """Solve ``A x = b`` by ``method``; returns ``(x, info)`` (see :func:`cg`). ``program``
-    replaces the compiled iteration (anything called as a fusec program is)."""
+    replaces the compiled iteration (anything called as a fusec program is); ``bandwidth``
+    (bytes/s) the GPU's copy bandwidth, which the default ``check_every`` is chosen by."""
+    x, outcome = solve_with_outcome(method, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
+                                    check_every=check_every, graphs=graphs, program=program, bandwidth=bandwidth)
+    return x, outcome.info
+
+
+def default_check_every(method: Method, n: int, dtype: str, bandwidth: float) -> int:
+    """``check_every`` when not given: from the time of an iteration's passes over A at the
+    copy bandwidth (:func:`driver.default_check_every`)."""
+    seconds = method.matrix_passes * n * n * np.dtype(dtype).itemsize / bandwidth
+    return driver.default_check_every(seconds)
+
+
+def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None,
+                       graphs=True, program=None, bandwidth=None) -> tuple:
+    """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
+    benchmark reports them)."""
+    bandwidth = checks.bandwidth(bandwidth)
     found = framework_of(A)
     problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every)
     where = problem.framework
@@ -72,11 +93,16 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
             r0 = b - arrays.matvec(A, x0)
         tol = max(problem.rtol * math.sqrt(arrays.squared_norm(b)), problem.atol)
         stepper = ProgramStepper(program, method, arrays, A, method.start(x0, r0, arrays.copy), graphs=graphs)
-        outcome = driver.run(stepper, arrays.squared_norm(r0), tol, problem.maxiter, problem.check_every)
+        every = problem.check_every
+        if every is None:
+            if bandwidth is None:
+                bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
+            every = default_check_every(method, problem.n, problem.dtype, bandwidth)
+        outcome = driver.run(stepper, arrays.squared_norm(r0), tol, problem.maxiter, every)
         x = stepper.x()
     if problem.framework == "numpy" and where != "numpy":
         x = x.get() if where == "cupy" else x.cpu().numpy()
-    return x, outcome.info
+    return x, outcome
 
 
 _ARGS = """
@@ -85,7 +111,9 @@ _ARGS = """
     solved on the GPU (through CuPy if importable, else PyTorch) and ``x`` comes back as NumPy.
     ``x0``: the first iterate (default zeros). Stops when ``||r|| <= max(rtol ||b||, atol)``
     (``r`` the residual the iteration updates), tested every ``check_every`` iterations
-    (default 16), or after ``maxiter`` iterations (default ``10 n``). ``info``: 0 converged;
+    (default 16, fewer where an iteration is long: the largest power of two up to 16 whose
+    passes over A take at most 1 ms at the GPU's copy bandwidth), or after ``maxiter``
+    iterations (default ``10 n``). ``info``: 0 converged;
     ``> 0`` the iterations done without converging; ``< 0`` broke down at iteration ``-info``
     (a zero denominator), ``x`` then being the iterate before. ``graphs=False`` makes plain
     calls instead of replaying CUDA graphs. Bad arguments raise

@@ -29,7 +29,7 @@ class Problem:
     rtol: float
     atol: float
     maxiter: int
-    check_every: int
+    check_every: int | None  # None: the solve chooses it from the iteration's cost
 
 
 def _dtype_name(obj) -> str:
@@ -56,7 +56,16 @@ def _tolerance(name: str, value) -> float:
     return value
 
 
-def _count(name: str, value, default: int) -> int:
+def bandwidth(value) -> float | None:
+    """A copy bandwidth in bytes/s (None: the GPU's), checked."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ArgumentError("bandwidth", f"is {value!r}: pass bytes per second, a finite number > 0")
+    return float(value)
+
+
+def _count(name: str, value, default: int | None) -> int | None:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -94,7 +103,7 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
     if rtol >= 1:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)
-    check_every = _count("check_every", check_every, 16)
+    check_every = _count("check_every", check_every, None)
     if not arrays.finite_sum(A):
         raise ArgumentError("A", "contains NaN or infinity (its sum is not finite)")
     return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every)

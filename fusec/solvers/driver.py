@@ -1,8 +1,12 @@
 """The solver loop: run ``check_every`` iterations, read the squared residual norm once, stop
 when ``||r|| <= tol``; where the number read is not finite, go back and redo those iterations
-one at a time to find the first that broke down, and return the iterate before it.
+one at a time to find the first that broke down. There, a method with a half step (BiCGStab:
+``s = r - alpha A p`` exactly zero makes ``omega = 0 / 0``) is converged when the half step's
+residual meets the tolerance, as SciPy's is, and the answer is the half-step iterate; else it
+is a breakdown, and the answer the iterate before it.
 
-The stepper is anything with ``advance(k)``, ``restore()``, ``squared_norm()`` and ``x()``
+The stepper is anything with ``advance(k)``, ``restore()``, ``squared_norm()``, ``x()``,
+``half_step_norm()`` (None without a half step) and ``finish_at_half_step()``
 (:class:`.stepper.ProgramStepper` on the GPU; the tests drive this loop on NumPy arrays).
 """
 
@@ -11,11 +15,27 @@ from __future__ import annotations
 import dataclasses
 import math
 
+MOST_PER_CHECK = 16  # iterations between two reads at most: the default for a small A
+CHUNK_SECONDS = 1e-3  # by default, at most this much GPU work between two reads (see below)
+
+
+def default_check_every(seconds_per_iteration: float) -> int:
+    """The largest power of two up to MOST_PER_CHECK whose iterations take at most CHUNK_SECONDS,
+    at least 1. A solve runs up to ``check_every - 1`` iterations past the first that meets the
+    rule, so a long iteration makes that overshoot the larger cost; a read idles the GPU for the
+    host's wait and its next launch, a cost far below 1 ms. Powers of two: an even
+    ``check_every`` captures one graph, not two (one from each set of state arrays)."""
+    every = MOST_PER_CHECK
+    while every > 1 and every * seconds_per_iteration > CHUNK_SECONDS:
+        every //= 2
+    return every
+
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """``info`` as SciPy's: 0 converged, ``> 0`` the iterations done without converging,
-    ``< 0`` broke down at iteration ``-info`` (1-based); ``iterations`` done in the answer."""
+    ``< 0`` broke down at iteration ``-info`` (1-based); ``iterations`` done in the answer (an
+    answer from a half step counts that iteration)."""
 
     info: int
     iterations: int
@@ -41,6 +61,10 @@ def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_ever
             stepper.advance(1)
             rr = stepper.squared_norm()
             if not math.isfinite(rr):
+                half = stepper.half_step_norm()  # the one extra read, on this rare path only
+                if half is not None and half <= limit:  # (NaN <= limit is false)
+                    stepper.finish_at_half_step()
+                    return Outcome(0, done + step + 1)
                 stepper.restore()
                 return Outcome(-(done + step + 1), done + step)
             if rr <= limit:

@@ -3,7 +3,9 @@ state carried from one iteration to the next, how the state starts from the firs
 and the same iteration in NumPy (the reference the tests compare fusec's iterates with).
 
 A script's state inputs are named ``v`` and its results ``v1`` (``x`` -> ``x1``), plus
-``rr1``: the squared norm of the new residual, the one number the host reads.
+``rr1``: the squared norm of the new residual, the one number the host reads. BiCGStab's
+script also returns its half-step iterate and residual (``h``, ``s``), read only where an
+iteration ends non-finite.
 """
 
 from __future__ import annotations
@@ -20,19 +22,24 @@ from .. import data
 class Method:
     """One solver: ``state`` are the script's inputs that change every iteration (``x`` first,
     ``r`` second), ``fixed`` those that do not besides ``A``, ``start`` the names that begin equal
-    to the first residual ``r0`` (everything but ``x``)."""
+    to the first residual ``r0`` (everything but ``x``). ``half_step`` names the results holding
+    an iterate the iteration makes halfway and that iterate's residual (BiCGStab's ``h`` and
+    ``s``), or is None. ``matrix_passes``: the passes over ``A`` an iteration makes at least
+    (A p and A^T p~ in one for BiCG; A p, then A s for BiCGStab): what its time is, for a large A."""
 
     name: str
     state: tuple[str, ...]
     fixed: tuple[str, ...]
     reference: Callable  # (A, values) -> (new state values, rr1), float64 NumPy
+    half_step: tuple[str, str] | None = None
+    matrix_passes: int = 1
 
     @property
     def script(self):
         return data.SOLVERS / f"{self.name}.script"
 
     def outputs(self) -> tuple[str, ...]:
-        return tuple(f"{name}1" for name in self.state) + ("rr1",)
+        return tuple(f"{name}1" for name in self.state) + ("rr1",) + (self.half_step or ())
 
     def start(self, x0, r0, copy) -> dict:
         """The first state: ``x0``, and ``r0`` for every other vector (copied, each its own array)."""
@@ -79,7 +86,7 @@ def bicgstab_step(A, v):
 
 CG = Method("cg", ("x", "r", "p"), (), cg_step)
 BICG = Method("bicg", ("x", "r", "rt", "p", "pt"), (), bicg_step)
-BICGSTAB = Method("bicgstab", ("x", "r", "p"), ("rh",), bicgstab_step)
+BICGSTAB = Method("bicgstab", ("x", "r", "p"), ("rh",), bicgstab_step, half_step=("h", "s"), matrix_passes=2)
 METHODS = {m.name: m for m in (CG, BICG, BICGSTAB)}
 
 

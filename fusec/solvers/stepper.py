@@ -5,7 +5,9 @@ replayed after that.
 
 Each replay of ``k`` iterations first copies the state it starts from into a checkpoint set, so
 that when the number read afterwards is not finite (a breakdown, or an exact zero residual
-divided by) the driver can go back and redo those iterations one at a time.
+divided by) the driver can go back and redo those iterations one at a time. A method's
+half-step results (BiCGStab's ``h`` and ``s``) are written every iteration into one set of
+arrays of their own, read only there: after the iteration that ended non-finite.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class ProgramStepper:
         self.sets = (first, second)
         self.norms = (arrays.scalar_like(start["x"]), arrays.scalar_like(start["x"]))
         self.checkpoint = {name: arrays.empty_like(first[name]) for name in method.state}
+        self.half = {name: arrays.empty_like(start["x"]) for name in method.half_step or ()}
         self.current = 0  # which set holds the state
         self.saved_from: int | None = None
         self.graphs_allowed = graphs
@@ -42,6 +45,17 @@ class ProgramStepper:
     def squared_norm(self) -> float:
         """The squared norm of the residual after the last iteration (a read: the host waits)."""
         return self.arrays.read(self.norms[self.current])
+
+    def half_step_norm(self) -> float | None:
+        """The squared norm of the half-step residual of the last iteration (a read: the host
+        waits), or None for a method without a half step."""
+        if self.method.half_step is None:
+            return None
+        return self.arrays.squared_norm(self.half[self.method.half_step[1]])
+
+    def finish_at_half_step(self) -> None:
+        """Make the last iteration's half-step iterate the answer :meth:`x` returns."""
+        self.arrays.copy_into(self.x(), self.half[self.method.half_step[0]])
 
     def advance(self, iterations: int) -> None:
         """Run ``iterations`` iterations from the current state, saving it first."""
@@ -82,4 +96,5 @@ class ProgramStepper:
         source, target = self.sets[at], self.sets[1 - at]
         out = {f"{name}1": target[name] for name in self.method.state}
         out["rr1"] = self.norms[1 - at]
+        out.update(self.half)
         self.program(A=self.A, **self.fixed, **source, out=out)

@@ -6,7 +6,8 @@ replayed), in both precisions, at n = 33, 1000, 4097, on well-conditioned system
   reference of the same algorithm where SciPy is missing), within the precision's tolerance;
 - graph replay against plain calls; inputs unchanged; CuPy, PyTorch and NumPy arrays in,
   the same framework out;
-- breakdown (a zero denominator) reported with the iterate before it, never NaN; b = 0 solved
+- breakdown (a zero denominator) reported with the iterate before it, never NaN; BiCGStab's
+  exact half step (s = 0, omega = 0 / 0) converged with the half-step iterate; b = 0 solved
   at once.
 """
 
@@ -134,6 +135,18 @@ def test_breakdown_is_reported_not_nan(name, dtype):
     x, info = solve(device(where, A), device(where, b), check_every=4)
     assert info == -1
     np.testing.assert_array_equal(host(x), np.zeros(33, dtype))
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bicgstab_exact_half_step_is_converged(dtype, scale):
+    # A = c I, b integer-valued: every dot is an exact sum in any order, so alpha = 1 / c exactly,
+    # s = r - alpha A p = 0 and omega = 0 / 0; the half-step iterate h = b / c is the answer
+    A, b = (scale * np.eye(33)).astype(dtype), np.arange(1, 34).astype(dtype)
+    where = framework_available()
+    x, info = bicgstab(device(where, A), device(where, b), rtol=0.0, check_every=4)
+    assert info == 0
+    np.testing.assert_array_equal(host(x), b / scale)
 
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
