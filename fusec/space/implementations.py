@@ -162,18 +162,39 @@ def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
     geometries = [geometry] if why_not_fusible(dag, library, fusion.calls) is None else []
     if geometry is Geometry.TILE and why_not_fusible(dag, library, fusion.calls, Geometry.BAND) is None:
         geometries.append(Geometry.BAND)
-    orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
-                                for o in call_orders(dag, fusion, most_orders) for first in (False, True)))
-    best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
-    for geometry in geometries:
-        _implement(dag, library, fusion, dtype, geometry, _shapes_of(dag, library, fusion, dtype, geometry,
-                                                                     shapes, sizes, target.sms), orders, best, target)
-    out = []
-    for group in best.values():
-        if group:
-            least = min(k.onchip_bytes for _, k in group)
-            out.extend(item for item in group if item[1].onchip_bytes == least)
-    return out
+    searched = tuple((g, _shapes_of(dag, library, fusion, dtype, g, shapes, sizes, target.sms)) for g in geometries)
+    return list(_built(dag, library, fusion, dtype, searched, target, most_orders))
+
+
+# Implementations built, by everything that decides them: the DAG, the library (by identity,
+# as its functions do not take part in its equality; the entry holds it, so the identity
+# stays its own), the fusion, the precision, the shapes of each geometry, the GPU and the
+# orders. Kernels are frozen, so a space for another size (or predictor) of the same script
+# takes them as they are instead of lowering every plan again; the least recently used go.
+_BUILT: dict[tuple, tuple[Library, tuple[tuple[KernelPlan, Kernel], ...]]] = {}
+MOST_BUILT = 512
+
+
+def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, searched, target: GpuTarget,
+           most_orders: int | None) -> tuple[tuple[KernelPlan, Kernel], ...]:
+    key = (dag, id(library), fusion, dtype, searched, target, most_orders)
+    entry = _BUILT.pop(key, None)
+    if entry is None or entry[0] is not library:
+        if len(_BUILT) >= MOST_BUILT:
+            del _BUILT[next(iter(_BUILT))]
+        orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
+                                    for o in call_orders(dag, fusion, most_orders) for first in (False, True)))
+        best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
+        for geometry, shapes in searched:
+            _implement(dag, library, fusion, dtype, geometry, shapes, orders, best, target)
+        out = []
+        for group in best.values():
+            if group:
+                least = min(k.onchip_bytes for _, k in group)
+                out.extend(item for item in group if item[1].onchip_bytes == least)
+        entry = (library, tuple(out))
+    _BUILT[key] = entry  # last: the most recently used
+    return entry[1]
 
 
 def _shapes_of(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry: Geometry, shapes, sizes,
