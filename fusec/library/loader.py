@@ -120,9 +120,9 @@ def _decode(path: Path, data: bytes) -> str:
 
 # Libraries loaded, by folder and the sha256 of every file read: a Library is frozen, so the
 # same bytes give the same one, and parsing and validating them again (most of a load) is
-# skipped; a file changed in any byte is a new key. A few folders at most are kept.
+# skipped; a file changed in any byte is a new key. The few folders loaded last are kept.
 _LOADED: dict[tuple[str, str], Library] = {}
-MOST_LOADED = 8
+MOST_LOADED = 32
 
 
 def load_library(directory: str | os.PathLike) -> Library:
@@ -147,11 +147,13 @@ def load_library(directory: str | os.PathLike) -> Library:
         digest.update(relative.encode() + b"\0" + data[path] + b"\0")
         files[relative] = hashlib.sha256(data[path]).hexdigest()[:16]
     key = (str(root), digest.hexdigest())
-    if key not in _LOADED:
+    library = _LOADED.pop(key, None)
+    if library is None:
         if len(_LOADED) >= MOST_LOADED:
-            del _LOADED[next(iter(_LOADED))]  # the oldest
-        _LOADED[key] = _parse_library(root, header, data, function_paths, key[1][:16], files)
-    return _LOADED[key]
+            del _LOADED[next(iter(_LOADED))]  # the least recently loaded
+        library = _parse_library(root, header, data, function_paths, key[1][:16], files)
+    _LOADED[key] = library  # last: the most recently loaded
+    return library
 
 
 def _parse_library(root: Path, header: dict, data: dict[Path, bytes], function_paths: list[Path],
