@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 from types import MappingProxyType
 
@@ -123,6 +124,7 @@ def _decode(path: Path, data: bytes) -> str:
 # skipped; a file changed in any byte is a new key. The few folders loaded last are kept.
 _LOADED: dict[tuple[str, str], Library] = {}
 MOST_LOADED = 32
+_LOADED_LOCK = threading.Lock()
 
 
 def load_library(directory: str | os.PathLike) -> Library:
@@ -147,12 +149,14 @@ def load_library(directory: str | os.PathLike) -> Library:
         digest.update(relative.encode() + b"\0" + data[path] + b"\0")
         files[relative] = hashlib.sha256(data[path]).hexdigest()[:16]
     key = (str(root), digest.hexdigest())
-    library = _LOADED.pop(key, None)
+    with _LOADED_LOCK:
+        library = _LOADED.pop(key, None)
     if library is None:
-        if len(_LOADED) >= MOST_LOADED:
-            del _LOADED[next(iter(_LOADED))]  # the least recently loaded
         library = _parse_library(root, header, data, function_paths, key[1][:16], files)
-    _LOADED[key] = library  # last: the most recently loaded
+    with _LOADED_LOCK:
+        while len(_LOADED) >= MOST_LOADED:
+            del _LOADED[next(iter(_LOADED))]  # the least recently loaded
+        _LOADED[key] = library  # last: the most recently loaded
     return library
 
 

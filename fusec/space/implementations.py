@@ -13,6 +13,7 @@ differing only in the order are dominated and pruned.
 from __future__ import annotations
 
 import itertools
+import threading
 
 from ..errors import PlanError
 from ..families import build_kernel
@@ -195,6 +196,7 @@ def _layouts(dag: Dag, library: Library, fusion: Fusion, geometry: Geometry) -> 
 # are instead of lowering every plan again. The least recently used go first.
 _BUILT: dict[tuple, tuple[Library, dict[tuple, tuple[tuple[KernelPlan, Kernel], ...]]]] = {}
 MOST_BUILT = 8192
+_BUILT_LOCK = threading.Lock()  # spaces are built in threads too (tests, nvcc batches)
 
 
 def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape, orders: tuple,
@@ -203,10 +205,9 @@ def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape,
     build, in ``orders``, keeping those of least on-chip memory (orders that need more
     are dominated)."""
     key = (dag, id(library), fusion, geo.dtype_name(dtype), shape, orders, target)
-    entry = _BUILT.pop(key, None)
+    with _BUILT_LOCK:
+        entry = _BUILT.pop(key, None)
     if entry is None or entry[0] is not library:
-        if len(_BUILT) >= MOST_BUILT:
-            del _BUILT[next(iter(_BUILT))]
         groups = {}
         impls_choices, settings = _layouts(dag, library, fusion, shape.geometry)
         for impls, (serial, l2, ahead) in itertools.product(impls_choices, settings):
@@ -221,7 +222,10 @@ def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape,
                 least = min(k.onchip_bytes for _, k in group)
                 groups[(impls, serial, l2, ahead)] = tuple(item for item in group if item[1].onchip_bytes == least)
         entry = (library, groups)
-    _BUILT[key] = entry  # last: the most recently used
+    with _BUILT_LOCK:
+        while len(_BUILT) >= MOST_BUILT:
+            del _BUILT[next(iter(_BUILT))]  # the least recently used
+        _BUILT[key] = entry  # last: the most recently used
     return entry[1]
 
 
