@@ -124,6 +124,7 @@ def _compile(args) -> int:
     from . import nvcc
     from .api import build_program
     from .tune import store as tuning
+    nvcc.check_arch(args.arch)  # a bad one is an error before any work, with nvcc on PATH or not
     _known_gpu(args)
     library, dag = _load(args)
     sizes = _script_sizes(args, dag, given=False)

@@ -78,11 +78,16 @@ def _options(arch: str, lineinfo: bool) -> list[str]:
     return options
 
 
+def check_arch(arch: str) -> None:
+    """A :class:`CompileError` unless ``arch`` names an nvcc target such as ``sm_90``."""
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise CompileError(f"bad architecture {arch!r}: expected something like sm_90")
+
+
 def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
                   use_cache: bool = True) -> Compiled:
     """Compile ``source`` to a cubin for ``arch`` (e.g. ``sm_90``)."""
-    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
-        raise CompileError(f"bad architecture {arch!r}: expected something like sm_90")
+    check_arch(arch)
     nvcc = nvcc_path()
     if nvcc is None:
         raise GPUUnavailableError("nvcc is not on PATH (set FUSEC_NVCC to its location)")

@@ -3,7 +3,9 @@
 
 Every test that is not marked `slow`, `nvcc` or `gpu` is marked `unit` here,
 so `pytest -m unit` is the quick loop. `nvcc` and `gpu` tests skip cleanly
-(with the reason) where the tool or the hardware is missing.
+(with the reason) where the tool or the hardware is missing. A unit test finds
+no nvcc even where one is installed (:func:`unit_tests_find_no_nvcc`), so it
+runs the same, and as fast, on every machine.
 """
 
 import functools
@@ -54,6 +56,19 @@ def pytest_unconfigure(config):
 
 
 _TIERS = ("slow", "nvcc", "gpu")
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_find_no_nvcc(request, monkeypatch):
+    """A unit test runs no nvcc (what fusec.compile's spill check compiles is the nvcc
+    tier's to test, and seconds a program): nvcc on PATH is hidden; one the test names
+    itself with $FUSEC_NVCC (a fake or a broken one) is found as usual."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    from fusec import nvcc
+    monkeypatch.delenv("FUSEC_NVCC", raising=False)
+    found = nvcc.nvcc_path
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: found() if os.environ.get("FUSEC_NVCC") else None)
 
 
 def pytest_collection_modifyitems(config, items):

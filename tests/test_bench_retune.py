@@ -9,7 +9,6 @@ import json
 import shutil
 
 import pytest
-from helpers import LIBRARY
 
 from bench import retune
 from fusec.cost.analytic import DEFAULT
@@ -17,6 +16,7 @@ from fusec.library.loader import load_library
 from fusec.space.combinations import build_space
 from fusec.tune import store as tuning
 from fusec.tune.search import OK, WRONG, Measurement, Row, TuneResult
+from tests.helpers import LIBRARY
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import LIBRARY, ROOT, library
 
 import fusec
 from fusec import cli
+from tests.helpers import LIBRARY, ROOT, library
 
 SCRIPTS = ROOT / "scripts"
 

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import DTYPES, ROOT, library, program, script_names, tile_program
 
 import fusec
 from fusec import nvcc
@@ -27,6 +26,7 @@ from fusec.ir.barriers import LOOP, POST, PRE
 from fusec.ir.plan import HeldPlan, HorizontalPlan, ProgramPlan
 from fusec.library.model import Geometry, RoutineKind
 from fusec.space import COLS, ROWS, unfused_plan
+from tests.helpers import DTYPES, ROOT, library, program, script_names, tile_program
 
 # These tests compile without naming a GPU: where none is present fusec says it predicts with the
 # analytic model, as it should, and that is not what they test.

@@ -58,7 +58,13 @@ def _keys() -> list[tuple[str, str, str]]:
     return [(name, dtype, case) for name in _script_paths() for dtype in DTYPES for case in CASES]
 
 
-@pytest.mark.parametrize("name,dtype,case", _keys())
+def _cases() -> list:
+    """Every key; the quick tier keeps the first setting (what fusec.compile does by default
+    with the bundled database), the other two build 52 more whole spaces and are `slow`."""
+    return [pytest.param(*key, marks=() if key[2] == CASES[0] else pytest.mark.slow) for key in _keys()]
+
+
+@pytest.mark.parametrize("name,dtype,case", _cases())
 def test_first_choice_is_unchanged(name, dtype, case):
     expected = json.loads(DATA.read_text())[f"{name} {dtype} {case}"]
     found = first_choice(name, dtype, case)

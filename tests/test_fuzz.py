@@ -10,11 +10,12 @@ from fuzz.mutants import GENERATORS
 
 pytestmark = pytest.mark.fuzz
 
-COUNT = 300  # 50 of each generator; about 15 s on an idle core
+COUNT = 300  # 50 of each generator: seconds, so the `slow` tier's
+QUICK = 60  # the first 10 of each, the same mutants (one seed, the kinds in turn): the unit tier's
 
 
-def test_seeded_mutants_end_properly():
-    outcomes = run(COUNT, seed=2026)
+def _check(count: int) -> None:
+    outcomes = run(count, seed=2026)
     failed = [o for o in outcomes if o.ending == "FAILED"]
     assert not failed, "\n\n".join(f"[{o.kind}] {o.mutant}\n{o.detail}" for o in failed[:5])
     kinds = {o.kind for o in outcomes}
@@ -23,6 +24,15 @@ def test_seeded_mutants_end_properly():
     endings = {(o.kind, o.ending) for o in outcomes}
     assert {("script", "error"), ("database", "warning"), ("entry", "warning"), ("api", "error")} <= endings
     assert any(e == "accepted" for _, e in endings)
+
+
+def test_the_first_seeded_mutants_end_properly():
+    _check(QUICK)
+
+
+@pytest.mark.slow
+def test_seeded_mutants_end_properly():
+    _check(COUNT)
 
 
 def test_the_harness_reports_a_foreign_exception(tmp_path):

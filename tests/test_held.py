@@ -16,7 +16,6 @@ import json
 import re
 
 import pytest
-from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
 from fusec.cost.analytic import DEFAULT
@@ -31,6 +30,7 @@ from fusec.library.model import Geometry
 from fusec.space.combinations import build_space
 from fusec.space.implementations import TILE_SHAPES, by_time, load_phases
 from fusec.space.striped import StripedFusion
+from tests.helpers import DTYPES, ROOT, library, script_names
 
 HELD = {"gemver": "B", "sgemvt": "A", "atax": "A"}  # the scripts that get held options, and what is held
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import DTYPES, ROOT, library, script_names
 
 import fusec
 from fusec import nvcc
@@ -43,6 +42,7 @@ from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion
 from fusec.space.horizontal import HorizontalFusion, best_per_block, independent
 from fusec.space.implementations import TILE_SHAPES, VECTOR_SHAPES
+from tests.helpers import DTYPES, ROOT, library, script_names
 
 HORIZONTAL = ("two_gemv", "gemv_dot")
 SCRIPTS = HORIZONTAL + ("bicgk",)

@@ -9,13 +9,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import library
 
 import fusec
 from fusec.errors import Coord, FusecError, ScriptLexError, ScriptWarning
 from fusec.frontend import load_script
 from fusec.frontend.check import MAX_WARNINGS
 from fusec.space import unfused_plan
+from tests.helpers import library
 
 # These tests compile without naming a GPU: where none is present fusec says it predicts with the
 # analytic model, as it should, and that is not what they test.

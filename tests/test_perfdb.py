@@ -8,7 +8,6 @@ import re
 import warnings
 
 import pytest
-from helpers import ROOT, library
 
 from fusec.cost import perfdb
 from fusec.cost.analytic import DEFAULT
@@ -26,6 +25,7 @@ from fusec.space.combinations import build_space
 from fusec.space.held import HELD_SHAPES
 from fusec.space.implementations import TILE_SHAPES
 from fusec.target import by_name
+from tests.helpers import ROOT, library
 
 H100 = by_name("h100")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import program
 
 from fusec.errors import ArgumentError
 from fusec.runtime.arrays import DEVICE, NUMPY, bind
+from tests.helpers import program
 
 F32, F64 = np.float32, np.float64
 POINTER = 0x7F00_0000_1000

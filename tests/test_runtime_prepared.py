@@ -330,10 +330,9 @@ def _held_sgemv(monkeypatch, per_sm, sms=132):
     import dataclasses
     from types import SimpleNamespace
 
-    from helpers import program
-
     from fusec.runtime import cuda
     from fusec.runtime.program import Program
+    from tests.helpers import program
     generated = program("sgemv", "float32").generated
     held = Program(dataclasses.replace(generated, kernels=tuple(_Held(k) for k in generated.kernels)))
     loaded = _Residency(held.kernels, per_sm)
@@ -385,9 +384,8 @@ def test_the_residency_check_asks_for_each_held_kernel_at_its_grid(monkeypatch):
 def test_a_program_without_held_kernels_asks_nothing(monkeypatch):
     from types import SimpleNamespace
 
-    from helpers import program
-
     from fusec.runtime import cuda
+    from tests.helpers import program
     plain = program("sgemv", "float32")
 
     def unwanted(*args):

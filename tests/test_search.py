@@ -32,7 +32,9 @@ def dag_of(kind: str, calls: int):
         return check(parse(GENERATORS[kind](calls), f"<{kind} {calls}>"), library())
 
 
-@pytest.mark.parametrize("kind", sorted(GENERATORS))
+# the chain and the mixture search the most cuts (seconds each): the slow tier's
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k in ("chain", "mixture") else k
+                                  for k in sorted(GENERATORS)])
 @pytest.mark.filterwarnings("ignore::fusec.errors.ScriptWarning")  # the dead statements are meant
 def test_thirty_calls_reach_a_first_choice_in_bounded_time(kind):
     predictor_for(library(), GPU)  # loaded once, as by any compile

@@ -14,7 +14,6 @@ import json
 import re
 
 import pytest
-from helpers import DTYPES, ROOT, library, script_names
 
 from fusec import nvcc
 from fusec.cost.analytic import DEFAULT
@@ -29,6 +28,7 @@ from fusec.library.model import Geometry
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
 from fusec.space.striped import StripedFusion
+from tests.helpers import DTYPES, ROOT, library, script_names
 
 STRIPED = {"gemver": COLS, "sgemvt": COLS, "atax": ROWS}  # the scripts that get stripes, and their axis
 

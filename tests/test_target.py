@@ -6,7 +6,6 @@ import dataclasses
 import warnings
 
 import pytest
-from helpers import ROOT, library, tile_program
 
 from fusec.cost.analytic import AnalyticPredictor
 from fusec.cost.model import natural_blocks
@@ -18,6 +17,7 @@ from fusec.lower.kernel import keep_l2_bytes
 from fusec.space.combinations import build_space
 from fusec.space.implementations import band_shapes
 from fusec.target import GpuTarget, UnknownGpuWarning, by_name, from_record, known, reference, resolve
+from tests.helpers import ROOT, library, tile_program
 
 H100, A100, L40S, H200 = (by_name(n) for n in ("h100", "a100", "l40s", "h200"))
 

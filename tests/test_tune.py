@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LIBRARY, ROOT, library
 
 import fusec
 import fusec.api
@@ -46,6 +45,7 @@ from fusec.tune.search import (
     report,
     tune,
 )
+from tests.helpers import LIBRARY, ROOT, library
 
 BICGK = ROOT / "scripts" / "bicgk.script"
 GESUMMV = ROOT / "scripts" / "gesummv.script"

@@ -9,6 +9,7 @@ models and the runtime read it. Nothing fills a field in later.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..library.model import Geometry, RoutineKind, Storage
 from . import geometry as geo
@@ -196,6 +197,11 @@ class Kernel(LaunchNeeds):
         return self
 
     def macros(self) -> dict[str, int]:
+        return dict(self._macros)  # a copy: callers may add to it
+
+    @functools.cached_property
+    def _macros(self) -> dict[str, int]:
+        # read for the grid of every kernel priced, many times per space
         macros = self.plan.shape.macros(self.dtype)
         if self.plan.geometry is not Geometry.VECTOR:
             macros["STREAM_MATRIX"] = int(self.stream_matrices)
@@ -207,7 +213,7 @@ class Kernel(LaunchNeeds):
     # Host-side arithmetic: the same formulas the kernel uses for its indices.
     def grid_extent(self, sizes: dict[str, int]) -> tuple[int, int]:
         """Blocks along (rows, cols) in the tile geometry, (blocks, 1) for vectors."""
-        m = self.macros()
+        m = self._macros
         if self.plan.geometry is Geometry.VECTOR:
             chunks = -(-sizes[self.dims[0]] // (m["BLOCK"] * m["VEC"]))
             return -(-chunks // m["ITERS"]), 1
@@ -271,7 +277,7 @@ class Kernel(LaunchNeeds):
 
     def reduction_tiles(self, reduction: Reduction, sizes: dict[str, int]) -> tuple[int, int, int]:
         """(output tiles, blocks that store partials of each, outputs per tile)."""
-        m = self.macros()
+        m = self._macros
         if reduction.axis is None:
             return 1, self.grid(sizes), 1
         if self.plan.geometry is Geometry.BAND:  # column sums: every block adds into one accumulator

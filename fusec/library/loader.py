@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 from types import MappingProxyType
 
@@ -94,12 +95,19 @@ def _words(line: Line) -> list[tuple[str, int]]:
 # --------------------------------------------------------------------------- library.fusec
 
 def _read(path: Path) -> str:
+    return _decode(path, _read_bytes(path))
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
         if path.exists() and not path.is_file():  # a FIFO would block for ever, a device never end
             raise LibraryFormatError(f"{path} is not a regular file")
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise LibraryFormatError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _decode(path: Path, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:  # located like any other error, not a traceback
@@ -111,6 +119,14 @@ def _read(path: Path) -> str:
                                  Coord(str(path), line, column), source) from None
 
 
+# Libraries loaded, by folder and the sha256 of every file read: a Library is frozen, so the
+# same bytes give the same one, and parsing and validating them again (most of a load) is
+# skipped; a file changed in any byte is a new key. The few folders loaded last are kept.
+_LOADED: dict[tuple[str, str], Library] = {}
+MOST_LOADED = 32
+_LOADED_LOCK = threading.Lock()
+
+
 def load_library(directory: str | os.PathLike) -> Library:
     """Load and validate the library in ``directory``."""
     root = Path(directory)
@@ -119,18 +135,45 @@ def load_library(directory: str | os.PathLike) -> Library:
         raise LibraryFormatError(f"library directory {str(root)!r} does not exist")
     if not index.is_file():
         raise LibraryFormatError(f"{str(root)!r} is not a fusec library: it has no {LIBRARY_FILE}")
-    index_name = str(index)
-    header = _parse_index(index_name, _read(index), root)
+    index_data = _read_bytes(index)
+    header = _parse_index(str(index), _decode(index, index_data), root)
+    function_paths = sorted(p for p in root.glob("*.cu"))
+    data = {index: index_data}
+    for path in (*header["routines"], *header["prelude"], *function_paths):
+        data[path] = data.get(path) or _read_bytes(path)
 
-    routine_files = tuple(SourceFile(str(p), _read(p)) for p in header["routines"])
-    prelude = tuple(SourceFile(str(p), _read(p)) for p in header["prelude"])
+    digest = hashlib.sha256()
+    files: dict[str, str] = {}
+    for path in sorted([index, *header["routines"], *header["prelude"], *function_paths]):
+        relative = str(path.relative_to(root))
+        digest.update(relative.encode() + b"\0" + data[path] + b"\0")
+        files[relative] = hashlib.sha256(data[path]).hexdigest()[:16]
+    key = (str(root), digest.hexdigest())
+    with _LOADED_LOCK:
+        library = _LOADED.pop(key, None)
+    if library is None:
+        library = _parse_library(root, header, data, function_paths, key[1][:16], files)
+    with _LOADED_LOCK:
+        while len(_LOADED) >= MOST_LOADED:
+            del _LOADED[next(iter(_LOADED))]  # the least recently loaded
+        _LOADED[key] = library  # last: the most recently loaded
+    return library
+
+
+def _parse_library(root: Path, header: dict, data: dict[Path, bytes], function_paths: list[Path],
+                   content_hash: str, files: dict[str, str]) -> Library:
+    """Parse and validate the library's files (``data``: each one's bytes)."""
+    def text(path: Path) -> str:
+        return _decode(path, data[path])
+
+    routine_files = tuple(SourceFile(str(p), text(p)) for p in header["routines"])
+    prelude = tuple(SourceFile(str(p), text(p)) for p in header["prelude"])
     mappings = header["mappings"]
 
-    function_paths = sorted(p for p in root.glob("*.cu"))
     functions: dict[str, Function] = {}
     where: dict[str, dict[str, Coord]] = {}
     for path in function_paths:
-        parsed = _parse_function(str(path), _read(path))
+        parsed = _parse_function(str(path), text(path))
         if parsed is None:
             continue
         function, where[str(path)] = parsed
@@ -148,18 +191,12 @@ def load_library(directory: str | os.PathLike) -> Library:
         _forbid_syncthreads(function.file, function.source)
         _validate_function(function, mappings, homes, shared, where[function.file])
 
-    digest = hashlib.sha256()
-    files: dict[str, str] = {}
-    for path in sorted([index, *header["routines"], *header["prelude"], *function_paths]):
-        relative, data = str(path.relative_to(root)), path.read_bytes()
-        digest.update(relative.encode() + b"\0" + data + b"\0")
-        files[relative] = hashlib.sha256(data).hexdigest()[:16]
     return Library(
         name=header["name"], path=str(root), summary=header["summary"],
         prelude=prelude, routine_files=routine_files,
         mappings=MappingProxyType(mappings),
         functions=MappingProxyType(dict(sorted(functions.items()))),
-        content_hash=digest.hexdigest()[:16],
+        content_hash=content_hash,
         routine_homes=MappingProxyType(homes),
         files=MappingProxyType(files))
 

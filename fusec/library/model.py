@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from types import MappingProxyType
 from typing import Mapping
 
@@ -209,10 +210,18 @@ class Function:
     source: str = dataclasses.field(repr=False)  # the CUDA text, metadata removed
     coord: Coord = dataclasses.field(compare=False)
 
+    def implementation(self, name: str) -> Implementation:
+        """The implementation of that name (a KeyError if none)."""
+        return self._implementations[name]
+
+    @functools.cached_property
+    def _implementations(self) -> dict[str, Implementation]:
+        # looked up for every routine of every plan the space builds and prices
+        return {i.name: i for i in self.implementations}
+
     def geometry_of(self, implementation: str) -> Geometry:
         """The geometry an implementation runs in: its own, else the function's."""
-        impl = next(i for i in self.implementations if i.name == implementation)
-        return impl.geometry or self.hof.geometry
+        return self.implementation(implementation).geometry or self.hof.geometry
 
     def param(self, name: str) -> Param:
         if name == self.result.name:

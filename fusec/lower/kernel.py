@@ -59,8 +59,7 @@ def _kernel_dims(dag: Dag, library: Library, plan: KernelPlan) -> tuple[str, ...
 
 
 def routine_of(library: Library, dag: Dag, plan: KernelPlan, step: Step) -> Routine:
-    function = function_of(dag, library, step.call)
-    impl = next(i for i in function.implementations if i.name == plan.implementation_of(step.call))
+    impl = function_of(dag, library, step.call).implementation(plan.implementation_of(step.call))
     if step.kind is RoutineKind.LOAD:
         return impl.load_of(step.param)
     if step.kind is RoutineKind.COMPUTE:
@@ -128,14 +127,14 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     if plan.ahead and plan.geometry is not Geometry.BAND:
         raise PlanError("only a band kernel loads its next instance ahead")
     dims = _kernel_dims(dag, library, plan)
-    for step in plan.steps:
-        _check_threads(routine_of(library, dag, plan, step), macros)
+    routines = [routine_of(library, dag, plan, step) for step in plan.steps]
+    for routine in routines:
+        _check_threads(routine, macros)
 
     # Which value each step touches, with which mapping and how.
     touches: dict[int, list[tuple[Mode, str]]] = {}
     step_touches: list[list[tuple[int, Mode, str]]] = []
-    for step in plan.steps:
-        routine = routine_of(library, dag, plan, step)
+    for step, routine in zip(plan.steps, routines):
         record = dag.call(step.call)
         params = dict(array_args(dag, library, step.call))
         mine: list[tuple[int, Mode, str]] = []
@@ -188,8 +187,7 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     # right before their compute otherwise (Algorithm 2, line 2).
     schedule: list[tuple[str, Step | None, int | None, list[tuple[int, Mode, str]], Routine | None]] = []
     reductions = []
-    for step, section, mine in zip(plan.steps, sections, step_touches):
-        routine = routine_of(library, dag, plan, step)
+    for step, routine, section, mine in zip(plan.steps, routines, sections, step_touches):
         function = function_of(dag, library, step.call)
         if step.kind is RoutineKind.COMPUTE and function.hof.reduce:
             result = dag.call(step.call).result

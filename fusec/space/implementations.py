@@ -13,6 +13,7 @@ differing only in the order are dominated and pruned.
 from __future__ import annotations
 
 import itertools
+import threading
 
 from ..errors import PlanError
 from ..families import build_kernel
@@ -162,18 +163,70 @@ def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
     geometries = [geometry] if why_not_fusible(dag, library, fusion.calls) is None else []
     if geometry is Geometry.TILE and why_not_fusible(dag, library, fusion.calls, Geometry.BAND) is None:
         geometries.append(Geometry.BAND)
-    orders = list(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
-                                for o in call_orders(dag, fusion, most_orders) for first in (False, True)))
-    best: dict[tuple, list[tuple[KernelPlan, Kernel]]] = {}
-    for geometry in geometries:
-        _implement(dag, library, fusion, dtype, geometry, _shapes_of(dag, library, fusion, dtype, geometry,
-                                                                     shapes, sizes, target.sms), orders, best, target)
+    orders = tuple(dict.fromkeys(steps_in_order(dag, library, fusion, o, first)
+                                 for o in call_orders(dag, fusion, most_orders) for first in (False, True)))
     out = []
-    for group in best.values():
-        if group:
-            least = min(k.onchip_bytes for _, k in group)
-            out.extend(item for item in group if item[1].onchip_bytes == least)
+    for geometry in geometries:
+        searched = _shapes_of(dag, library, fusion, dtype, geometry, shapes, sizes, target.sms)
+        built = {shape: _built(dag, library, fusion, dtype, shape, orders, target) for shape in searched}
+        impls_choices, settings = _layouts(dag, library, fusion, geometry)
+        for impls in impls_choices:  # the order of the space's lists (ties keep it)
+            for shape in searched:
+                for setting in settings:
+                    out.extend(built[shape].get((impls, *setting), ()))
     return out
+
+
+def _layouts(dag: Dag, library: Library, fusion: Fusion, geometry: Geometry) -> tuple[list, list]:
+    """The plans of one shape: each choice of the calls' implementations, and each
+    (serial axis, L2 policy, ahead)."""
+    axes = {Geometry.TILE: (ROWS, COLS), Geometry.BAND: (ROWS,)}.get(geometry, (None,))
+    policies = (L2_PLAIN,) if geometry is not Geometry.VECTOR else tuple(L2_NAMES)  # plain first: ties rank it first
+    choices = [tuple(i.name for i in function_of(dag, library, c).implementations
+                     if function_of(dag, library, c).geometry_of(i.name) is geometry) for c in fusion.calls]
+    aheads = (False, True) if geometry is Geometry.BAND else (False,)
+    return list(itertools.product(*choices)), list(itertools.product(axes, policies, aheads))
+
+
+# The plans of one fusion and block shape, with their kernels, by everything that decides
+# them: the DAG, the library (by identity, as its functions do not take part in its
+# equality; the entry holds it, so that identity stays its own), the fusion, the precision,
+# the shape, the routine orders and the GPU. Kernels are frozen, so a space for another
+# size or predictor of the same script, or a held fusion's few shapes, takes them as they
+# are instead of lowering every plan again. The least recently used go first.
+_BUILT: dict[tuple, tuple[Library, dict[tuple, tuple[tuple[KernelPlan, Kernel], ...]]]] = {}
+MOST_BUILT = 8192
+_BUILT_LOCK = threading.Lock()  # spaces are built in threads too (tests, nvcc batches)
+
+
+def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape, orders: tuple,
+           target: GpuTarget) -> dict[tuple, tuple[tuple[KernelPlan, Kernel], ...]]:
+    """(implementations, serial, l2, ahead) -> the plans of the fusion in ``shape`` that
+    build, in ``orders``, keeping those of least on-chip memory (orders that need more
+    are dominated)."""
+    key = (dag, id(library), fusion, geo.dtype_name(dtype), shape, orders, target)
+    with _BUILT_LOCK:
+        entry = _BUILT.pop(key, None)
+    if entry is None or entry[0] is not library:
+        groups = {}
+        impls_choices, settings = _layouts(dag, library, fusion, shape.geometry)
+        for impls, (serial, l2, ahead) in itertools.product(impls_choices, settings):
+            group = []
+            for steps in orders:
+                plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2, ahead)
+                try:
+                    group.append((plan, build_kernel(dag, library, plan, dtype, 0, target=target)))
+                except PlanError:
+                    continue
+            if group:
+                least = min(k.onchip_bytes for _, k in group)
+                groups[(impls, serial, l2, ahead)] = tuple(item for item in group if item[1].onchip_bytes == least)
+        entry = (library, groups)
+    with _BUILT_LOCK:
+        while len(_BUILT) >= MOST_BUILT:
+            del _BUILT[next(iter(_BUILT))]  # the least recently used
+        _BUILT[key] = entry  # last: the most recently used
+    return entry[1]
 
 
 def _shapes_of(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry: Geometry, shapes, sizes,
@@ -187,23 +240,3 @@ def _shapes_of(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry:
         bound = call_dims(dag, library, fusion.calls[0])
         return band_shapes(sizes[bound[function.rows_dim]], sizes[bound[function.cols_dim]], dtype, sms)
     return TILE_SHAPES if geometry is Geometry.TILE else VECTOR_SHAPES
-
-
-def _implement(dag: Dag, library: Library, fusion: Fusion, dtype: str, geometry: Geometry,
-               shapes: tuple[Shape, ...], orders, best: dict, target: GpuTarget) -> None:
-    """The fusion's plans in one geometry, grouped into ``best`` by layout."""
-    axes = {Geometry.TILE: (ROWS, COLS), Geometry.BAND: (ROWS,)}.get(geometry, (None,))
-    policies = (L2_PLAIN,) if geometry is not Geometry.VECTOR else tuple(L2_NAMES)  # plain first: ties rank it first
-    choices = [tuple(i.name for i in function_of(dag, library, c).implementations
-                     if function_of(dag, library, c).geometry_of(i.name) is geometry) for c in fusion.calls]
-    aheads = (False, True) if geometry is Geometry.BAND else (False,)
-    for impls in itertools.product(*choices):
-        for shape, serial, l2, ahead in itertools.product(shapes, axes, policies, aheads):
-            group = best.setdefault((impls, shape, serial, l2, ahead), [])
-            for steps in orders:
-                plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2, ahead)
-                try:
-                    kernel = build_kernel(dag, library, plan, dtype, 0, target=target)
-                except PlanError:
-                    continue
-                group.append((plan, kernel))

@@ -154,8 +154,14 @@ def libraries(rng: random.Random) -> Iterator[Mutant]:
 # -- performance databases ---------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
+def _database_text() -> str:
+    return DATABASE.read_text()
+
+
 def _database() -> dict:
-    return json.loads(DATABASE.read_text())
+    """A fresh copy of the bundled database to damage (parsing the text again is
+    several times faster than copy.deepcopy of the parsed one)."""
+    return json.loads(_database_text())
 
 
 def _spots(data) -> list[tuple]:
@@ -168,10 +174,9 @@ def _spots(data) -> list[tuple]:
 
 
 def databases(rng: random.Random) -> Iterator[Mutant]:
-    base = _database()
-    spots = _spots(base)
+    spots = _spots(_database())
     while True:
-        data = copy.deepcopy(base)
+        data = _database()
         touched = []
         for _ in range(rng.randint(1, 2)):
             spot = rng.choice(spots)

@@ -64,12 +64,13 @@ class PerfdbPredictor:
         """The GPU's multiprocessors, as the database measured them."""
         return self.database.sms
 
-    def routine_seconds(self, kernel: Kernel, dag: Dag, blocks: float):
+    def routine_seconds(self, kernel: Kernel, dag: Dag, blocks: float, timings=None):
         """(per-iteration transfers, per-iteration compute, once per block) seconds,
         or None when a routine was not measured in this environment. Sums are
         exact (math.fsum), so routine orders the model cannot tell apart tie
-        exactly and the space's tie-break decides between them."""
-        timings = self.timings(kernel, dag)
+        exactly and the space's tie-break decides between them. ``timings``: the
+        kernel's :meth:`timings`, where the caller has them."""
+        timings = self.timings(kernel, dag) if timings is None else timings
         if timings is None:
             return None
         transfers = [t for op, t in timings if op.section == LOOP and op.step.kind is not RoutineKind.COMPUTE]
@@ -104,10 +105,13 @@ class PerfdbPredictor:
         grid = kernel.grid(sizes)
         iters = iterations(kernel, sizes, grid)
         full, rest = divmod(grid, sms * blocks)
+        timings = self.timings(kernel, dag)  # once for both waves
+        if timings is None:
+            return None
         streaming = 0.0
         for count, level in ((full, blocks), (1 if rest else 0, rest / sms)):
             if count:
-                times = self.routine_seconds(kernel, dag, max(level, 1.0))
+                times = self.routine_seconds(kernel, dag, max(level, 1.0), timings)
                 if times is None:
                     return None
                 transfer, compute, once = times
