@@ -165,11 +165,13 @@ def main(argv=None) -> int:
             rows.append(row)
             print(row, flush=True)
     if args.write:
+        from fusec.cost.correction import DISABLE
+        corrected = " without its fitted correction" if os.environ.get(DISABLE) == "0" else " and its fitted correction"
         machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs,"
                    f" Python {platform.python_version()}")
         text = (f"# Compile time against script length (CPU only)\n\n"
-                f"`python -m bench.compile_time` on {machine} (a 2-core machine shared with other jobs),"
-                f" {args.dtype}, sizes 8192, the H100 performance database; time from script text to the"
+                f"`python -m bench.compile_time` on {machine}, {args.dtype}, sizes 8192, the H100 performance"
+                f" database{corrected}; time from script text to the"
                 f" first choice's ProgramPlan, one fresh process per row.\n\n" + header + "\n" + "\n".join(rows) + "\n")
         with open(args.write, "w") as f:
             f.write(text)
