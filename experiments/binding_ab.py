@@ -19,22 +19,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
+from bench.graphs import per_call_us  # the same clock as the benchmark's
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def per_call_us(call, synchronize, calls: int, rounds: int = 5) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        synchronize()
-        began = time.perf_counter()
-        for _ in range(calls):
-            call()
-        synchronize()
-        best = min(best, (time.perf_counter() - began) / calls * 1e6)
-    return best
 
 
 def empty_launches(calls: int) -> None:
