@@ -1,6 +1,7 @@
 """Where fusec keeps what it computed once, and how it writes it safely.
 
-Everything under ``$FUSEC_CACHE_DIR`` (default ``~/.cache/fusec``). Files are
+Everything under ``$FUSEC_CACHE_DIR`` (default ``~/.cache/fusec``); :class:`Recent`
+keeps frozen results in memory. Files are
 written to a temporary file in the same directory and renamed over the
 target, so a reader never sees half a file and two writers never interleave.
 """
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any, Hashable
 
 
 def cache_dir(*parts: str, create: bool = True) -> Path:
@@ -49,3 +52,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+class Recent:
+    """At most ``most`` values in memory, the least recently used dropped first; safe to
+    share between threads (spaces are built in threads too). For frozen values only:
+    every taker gets the same object."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self._items: dict[Hashable, Any] = {}  # oldest first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any:
+        """The value kept for ``key`` (now the most recently used), or None."""
+        with self._lock:
+            value = self._items.pop(key, None)
+            if value is not None:
+                self._items[key] = value
+            return value
+
+    def keep(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+            while len(self._items) >= self.most:
+                del self._items[next(iter(self._items))]
+            self._items[key] = value

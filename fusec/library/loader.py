@@ -14,10 +14,10 @@ import dataclasses
 import hashlib
 import os
 import re
-import threading
 from pathlib import Path
 from types import MappingProxyType
 
+from ..cache import Recent
 from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
 from ..ir import geometry as geo
 from .model import (
@@ -122,9 +122,7 @@ def _decode(path: Path, data: bytes) -> str:
 # Libraries loaded, by folder and the sha256 of every file read: a Library is frozen, so the
 # same bytes give the same one, and parsing and validating them again (most of a load) is
 # skipped; a file changed in any byte is a new key. The few folders loaded last are kept.
-_LOADED: dict[tuple[str, str], Library] = {}
-MOST_LOADED = 32
-_LOADED_LOCK = threading.Lock()
+_LOADED = Recent(32)
 
 
 def load_library(directory: str | os.PathLike) -> Library:
@@ -149,14 +147,10 @@ def load_library(directory: str | os.PathLike) -> Library:
         digest.update(relative.encode() + b"\0" + data[path] + b"\0")
         files[relative] = hashlib.sha256(data[path]).hexdigest()[:16]
     key = (str(root), digest.hexdigest())
-    with _LOADED_LOCK:
-        library = _LOADED.pop(key, None)
+    library = _LOADED.get(key)
     if library is None:
         library = _parse_library(root, header, data, function_paths, key[1][:16], files)
-    with _LOADED_LOCK:
-        while len(_LOADED) >= MOST_LOADED:
-            del _LOADED[next(iter(_LOADED))]  # the least recently loaded
-        _LOADED[key] = library  # last: the most recently loaded
+        _LOADED.keep(key, library)
     return library
 
 

@@ -13,8 +13,8 @@ differing only in the order are dominated and pruned.
 from __future__ import annotations
 
 import itertools
-import threading
 
+from ..cache import Recent
 from ..errors import PlanError
 from ..families import build_kernel
 from ..families.held import BAND_REGISTER_MARGIN
@@ -194,9 +194,7 @@ def _layouts(dag: Dag, library: Library, fusion: Fusion, geometry: Geometry) -> 
 # the shape, the routine orders and the GPU. Kernels are frozen, so a space for another
 # size or predictor of the same script, or a held fusion's few shapes, takes them as they
 # are instead of lowering every plan again. The least recently used go first.
-_BUILT: dict[tuple, tuple[Library, dict[tuple, tuple[tuple[KernelPlan, Kernel], ...]]]] = {}
-MOST_BUILT = 8192
-_BUILT_LOCK = threading.Lock()  # spaces are built in threads too (tests, nvcc batches)
+_BUILT = Recent(8192)  # key -> (the library, {layout: plans with their kernels})
 
 
 def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape, orders: tuple,
@@ -205,8 +203,7 @@ def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape,
     build, in ``orders``, keeping those of least on-chip memory (orders that need more
     are dominated)."""
     key = (dag, id(library), fusion, geo.dtype_name(dtype), shape, orders, target)
-    with _BUILT_LOCK:
-        entry = _BUILT.pop(key, None)
+    entry = _BUILT.get(key)
     if entry is None or entry[0] is not library:
         groups = {}
         impls_choices, settings = _layouts(dag, library, fusion, shape.geometry)
@@ -222,10 +219,7 @@ def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape,
                 least = min(k.onchip_bytes for _, k in group)
                 groups[(impls, serial, l2, ahead)] = tuple(item for item in group if item[1].onchip_bytes == least)
         entry = (library, groups)
-    with _BUILT_LOCK:
-        while len(_BUILT) >= MOST_BUILT:
-            del _BUILT[next(iter(_BUILT))]  # the least recently used
-        _BUILT[key] = entry  # last: the most recently used
+        _BUILT.keep(key, entry)
     return entry[1]
 
 
