@@ -898,6 +898,32 @@ def test_a_plan_shipped_for_the_library_as_it_was_is_measured_again_when_tuning(
     assert tuning.lookup(dag, own_library, "float32", SIZES, SLUG).plan == old.plan  # now under the new key
 
 
+@pytest.mark.slow
+def test_a_plan_shipped_for_a_gpu_of_the_same_compute_capability_is_measured_when_tuning(cache, own_library):
+    """Tuning on a new GPU of a known chip (the H200: compute capability 9.0, as the
+    H100) measures the plan the library ships for the H100 at that very key beside
+    the candidates; a GPU of another capability, an unknown one, another key, or the
+    same GPU (whose own plan lookup finds) gets none."""
+    dag = load_script(BICGK, own_library)
+    h100 = planted(store=False, rank=40)
+    tuning.ship(h100, own_library)
+    assert tuning.sibling(dag, own_library, "float32", SIZES, "h200").plan == h100.plan
+    assert tuning.sibling(dag, own_library, "float32", SIZES, SLUG) is None
+    assert tuning.sibling(dag, own_library, "float32", SIZES, "a100-sxm4-80gb") is None  # 8.0
+    assert tuning.sibling(dag, own_library, "float32", SIZES, "rtx-9999") is None
+    assert tuning.sibling(dag, own_library, "float32", SIZES, None) is None
+    assert tuning.sibling(dag, own_library, "float64", SIZES, "h200") is None
+    assert tuning.sibling(dag, own_library, "float32", {"m": 64, "n": 64}, "h200") is None
+    plans = [c.plan for c in candidates(dag, own_library, "float32", SIZES, 6, DEFAULT)]
+    assert h100.plan not in plans
+    measurer = FakeMeasurer(dag, "float32", SIZES, plans + [h100.plan], times={1: 0.01, len(plans) + 1: 0.005})
+    measurer.gpu_name = "NVIDIA H200"
+    result = tune(dag, own_library, "float32", SIZES, top=6, predictor=DEFAULT, measurer=measurer, progress=False)
+    assert [r.plan for r in result.rows] == plans + [h100.plan]
+    assert result.winner.plan == h100.plan
+    assert tuning.lookup(dag, own_library, "float32", SIZES, "h200").plan == h100.plan  # the H200's own now
+
+
 def test_fusec_compile_says_the_plan_is_shipped_with_the_library(capsys, tmp_path, own_library):
     entry = planted(store=False)
     path = tuning.ship(entry, own_library)

@@ -8,16 +8,19 @@
 # into fusec/data/blas/tunings; the folder comes back in the logs as tunings/, to commit).
 # Logs and results go to $LOG (default /tmp/fusec-logs), packed into $OUT/session.tgz at the end
 # (the device tool brings back at most 8 files). SANITIZE_K: the tests sanitize runs (pytest -k;
-# default numpy_against_oracle), SANITIZE_SIZES their sizes.
+# default numpy_against_oracle), SANITIZE_SIZES their sizes. With no stage it installs and stops; SKIP_INSTALL=1 then
+# lets two sessions run side by side, one GPU each (CUDA_VISIBLE_DEVICES, LOG and OUT of their own).
 set -uo pipefail
 FINAL_OUT=${OUT:-$PWD/out}
 OUT=${LOG:-/tmp/fusec-logs}
 mkdir -p "$OUT" "$FINAL_OUT"
 trap 'tar czf "$FINAL_OUT/session.tgz" -C "$OUT" . ; ls -la "$OUT"' EXIT
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/install.log" 2>&1 \
-  || { cat "$OUT/install.log"; exit 1; }
-python3 setup.py -q build_ext --inplace >>"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }  # the launch binding
+if [ -z "${SKIP_INSTALL:-}" ]; then  # set by a second session running beside a first (one GPU each)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/install.log" 2>&1 \
+    || { cat "$OUT/install.log"; exit 1; }
+  python3 setup.py -q build_ext --inplace >>"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }  # the launch binding
+fi
 export PYTHONPATH=/tmp/site:$PWD
 export FUSEC_CACHE_DIR=${FUSEC_CACHE_DIR:-/tmp/fusec-cache}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"

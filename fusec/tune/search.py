@@ -154,11 +154,13 @@ def candidate_groups(dag, library, dtype: str, sizes: Mapping[str, int], top: in
 
 def _incumbent(dag, library, dtype: str, sizes, gpu_slug: str, predictor, chosen) -> Combination | None:
     """The tuning cache's plan for this key (else the one the library shipped for its
-    previous version: tuning.previous), with its predicted time, unless it is among
+    previous version: tuning.previous; else the one it ships for a GPU of the same
+    compute capability: tuning.sibling), with its predicted time, unless it is among
     the candidates already (or there is none, or it no longer builds)."""
     from ..emit.program import generate
     entry = (tuning.lookup(dag, library, dtype, sizes, gpu_slug)  # warns about a damaged entry
-             or tuning.previous(dag, library, dtype, sizes, gpu_slug))
+             or tuning.previous(dag, library, dtype, sizes, gpu_slug)
+             or tuning.sibling(dag, library, dtype, sizes, gpu_slug))
     if entry is None or any(c.plan == entry.plan for c in chosen):
         return None
     try:
@@ -197,7 +199,7 @@ def report(result: TuneResult) -> str:
         last = result.ranked + result.by_layout
         lines.append(f"(ranks 1-{result.ranked}: the top K; {result.ranked + 1}-{last}: the best-ranked"
                      f" combination of each further layout of the heaviest kernel"
-                     + (f"; {last + 1}: the cached or previously shipped plan, measured again)"
+                     + (f"; {last + 1}: the cached plan, or one shipped before or for a sibling GPU, measured again)"
                         if len(result.rows) > last else ")"))
     lines += ["", table(dag, result.rows, result.winner)]
     failed = [r for r in result.rows if not r.passed]

@@ -182,6 +182,32 @@ def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None
     return None
 
 
+def sibling(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
+    """The plan ``library`` ships for this very key on another GPU of the same compute
+    capability (by the figures fusec knows, fusec/data/gpus.json), or None. ``fusec
+    tune`` measures it beside its candidates, so that a new GPU of a known chip (the
+    H200 beside the H100: the same SMs, registers and shared memory) starts from the
+    plans tuned there, kept only where they win on it too."""
+    from ..target import by_name
+    mine = by_name(gpu) if gpu else None
+    if mine is None:
+        return None
+    root = shipped_root(library)
+    try:
+        folders = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    except OSError:
+        return None  # lookup has warned about the folder
+    for other in folders:
+        theirs = by_name(other)
+        if other.startswith(gpu) or theirs is None or theirs.compute_capability != mine.compute_capability:
+            continue
+        wanted = key(dag, library, dtype, sizes, other)
+        entry = read(root / other / f"{wanted.digest}.json", wanted, calls=len(dag.calls))
+        if entry is not None:
+            return entry
+    return None
+
+
 # A plan tuned at one size is usually faster a little way off than the predictor's first
 # choice there: `python -m bench.nearby` (H100, 2026-11-24; bench/results/h100-nearby*.md)
 # timed both at 36 untuned points (fp32 n = 3000-12000, fp64 n = 3000-6000): the borrowed

@@ -91,6 +91,7 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         clock = cuda.GpuClock(driver, arch)
         # the kept timings had the old launch cost taken off: the new ones must too
         launch = old.launch if missing else clock.launch_seconds()
+        target = dataclasses.replace(target, copy_bandwidth=copy_bandwidth(driver), bandwidth_source="measured")
         bar = Progress(len(found), "timing routines", enabled=progress)
         timings: dict[RoutineKey, store.Timing] = {}
         for (_, group), module_code in zip(sources, compiled):
@@ -107,6 +108,29 @@ def build(library: Library, dtypes=("float32", "float64"), folder: Path | None =
         fusec=__version__, built=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         launch=launch, bench_sizes={"waves": WAVES, "repeat": REPEAT}, timings=timings, path=str(path))
     return save_merged(database, path, library, dtypes, missing), path
+
+
+def copy_bandwidth(driver, nbytes: int = 1 << 30, repeat: int = 10) -> float:
+    """Bytes/s of a device-to-device copy (bytes read plus bytes written): the median of
+    ``repeat`` copies of ``nbytes`` after one warm-up, between CUDA events. The GPU
+    record of the database keeps it (GpuTarget.copy_bandwidth), as no attribute gives it."""
+    import statistics
+    source, destination = driver.mem_alloc(nbytes), driver.mem_alloc(nbytes)
+    try:
+        driver.memset_d32(source, 0x3F800000, nbytes // 4)  # ones, not zeros (METHOD.md)
+        start, end = driver.Event(), driver.Event()
+        seconds = []
+        for i in range(repeat + 1):
+            start.record()
+            driver.memcpy_dtod(destination, source, nbytes)
+            end.record()
+            end.synchronize()
+            if i:
+                seconds.append(end.time_since(start) * 1e-3)
+    finally:
+        source.free()
+        destination.free()
+    return 2 * nbytes / statistics.median(seconds)
 
 
 def save_merged(database: store.Database, path: Path, library: Library, dtypes, missing: bool) -> store.Database:
