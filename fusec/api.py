@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from pathlib import Path
@@ -176,7 +177,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         # never trust a cache file: a plan edited (a step deleted or re-pointed, a shape
         # no kernel has) builds a program that computes something else, or nothing
         offered = _offered(space)
-        if not all(k in offered for k in entry.plan.kernels):
+        if not all(_offers(offered, k) for k in entry.plan.kernels):
             warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}: its plan is not"
                                        " one the optimization space offers at these sizes (damaged or"
                                        " edited); predicting instead"))
@@ -219,6 +220,27 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
 def _offered(space) -> set:
     """Every kernel plan ``space`` offers (a tuned plan is used only if made of these)."""
     return {plan for options in space.options.values() for plan, _, _ in options}
+
+
+def _offers(offered: set, plan) -> bool:
+    """Whether a tuned kernel plan is one ``offered`` holds, or is made of parts it holds
+    with parameters of its own (a lag, what is held) that it offers for some plan of the
+    same kind. A composite's options pair only each part's best-predicted
+    implementations, and a plan tuned on a sibling GPU (tuning.sibling: the H100's,
+    measured fastest on the H200) may pair parts this GPU's predictor ranks lower;
+    generate() still checks what the composite needs of this GPU."""
+    if plan in offered:
+        return True
+    return (plan.composite and all(part in offered for part in plan.parts)
+            and _frame(plan) in {_frame(other) for other in offered if other.composite})
+
+
+def _frame(plan) -> tuple:
+    """A composite plan's kind and its own parameters: every field but its parts."""
+    def is_part(value) -> bool:
+        return value in plan.parts or (isinstance(value, tuple) and value == plan.parts)
+    return (type(plan),) + tuple((f.name, getattr(plan, f.name)) for f in dataclasses.fields(plan)
+                                 if not is_part(getattr(plan, f.name)))
 
 
 def nearby_origin(entry: TuningEntry) -> str:

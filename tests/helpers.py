@@ -48,9 +48,11 @@ def program(script: str, dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def tile_program(script: str, dtype: str):
+def tile_program(script: str, dtype: str, *, plain: bool = False):
     """The program of the best-predicted plan without band kernels: for tests of the
-    tile geometry's code, which the predictor may rank below a band plan."""
+    tile geometry's code, which the predictor may rank below a band plan. ``plain``:
+    nor kernels of several parts (horizontal, striped, held), which a GPU's database
+    may rank first (the H200's: GESUMMV's two gemvs side by side)."""
     import fusec
     from fusec.api import default_sizes
     from fusec.cost.perfdb import predictor_for
@@ -61,7 +63,8 @@ def tile_program(script: str, dtype: str):
     with no_gpu_named():
         predictor = predictor_for(library(), None)
     space = build_space(dag, library(), dtype, default_sizes(dag, None), predictor)
-    plan = space.best_where(lambda plan: not plan.uses_band).plan
+    plan = space.best_where(lambda plan: not plan.uses_band
+                            and not (plain and any(k.composite for k in plan.kernels))).plan
     return fusec.compile(path, library(), dtype, plan=plan)
 
 

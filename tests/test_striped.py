@@ -253,6 +253,57 @@ def test_a_tuned_striped_plan_is_used_and_a_bad_one_is_ignored(monkeypatch, tmp_
 
 
 @pytest.mark.slow
+def test_a_tuned_striped_plan_of_offered_parts_is_used_though_its_pairing_is_not_among_the_options(
+        monkeypatch, tmp_path):
+    """The striped options pair each part's best-predicted implementations only; a
+    plan tuned elsewhere (the H100's, measured fastest on the H200: GEMVER fp64
+    n = 8192) may pair a producer ranked lower. Made of parts the space offers, with
+    a lag it searches, it is used; with a lag it does not search it is not."""
+    import fusec
+    from fusec.cost.perfdb import predictor_for
+    from fusec.errors import FusecWarning
+    from fusec.space.fusions import Fusion
+    from fusec.tune import store as tuning
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    dag, sizes, slug = dag_of("sgemvt"), {"m": 3000, "n": 2000}, "h100-80gb-hbm3"
+    space = build_space(dag, library(), "float32", sizes, predictor_for(library(), "h100"))
+    offered = {plan for options in space.options.values() for plan, _, _ in options}
+    paired = next(plan for plan in offered if isinstance(plan, StripedPlan))
+    producers = [plan for plan, _, _ in space.options[Fusion(paired.producer.calls)]
+                 if plan.shape.block == paired.producer.shape.block and plan.serial == paired.producer.serial]
+    plan = next(candidate for candidate in (dataclasses.replace(paired, producer=p) for p in producers)
+                if candidate not in offered and _builds(dag, candidate))
+    key = tuning.key(dag, library(), "float32", sizes, slug)
+    tuning.store(tuning.TuningEntry(key, _program_plan(space, paired, plan),
+                                    50.0, 60.0, 9, 10, "NVIDIA H200", "2026-11-28T10:00:00+00:00", "sgemvt"))
+    program = fusec.compile(ROOT / "scripts" / "sgemvt.script", library(), sizes=sizes, gpu="h100")
+    assert program.tuned and plan in program.generated.plan.kernels
+    data = json.loads(key.path.read_text())
+    for kernel in data["plan"]:
+        if "striped" in kernel:
+            kernel["lag"] = 9  # LAGS: 1 to 4
+    key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match="not one the optimization space offers"):
+        program = fusec.compile(ROOT / "scripts" / "sgemvt.script", library(), sizes=sizes, gpu="h100")
+    assert program.tuned is None
+
+
+def _builds(dag, plan) -> bool:
+    try:
+        build_kernel(dag, library(), plan, "float32", 0)
+    except PlanError:
+        return False
+    return True
+
+
+def _program_plan(space, paired, plan):
+    """The best-ranked program plan with ``paired`` in it, ``plan`` in its place."""
+    best = next(c.plan for c in space.ranked() if paired in c.plan.kernels)
+    return dataclasses.replace(best, kernels=tuple(plan if k == paired else k for k in best.kernels))
+
+
+@pytest.mark.slow
 def test_a_lag_whose_stripes_do_not_fit_in_l2_is_predicted_to_reread_from_dram():
     # fp32 n = 16384: GEMVER's stripes of B are 8 MB (5 in flight at lag 4: 40 MB, past half of
     # L2); ATAX's stripes of A are 64 rows, 4 MB (20 MB at lag 4)
