@@ -29,6 +29,16 @@ def _gpu() -> str | None:
     return None
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core, but at most four where a GPU is usable: every worker
+    holds its own context and programs on the one GPU (with sixteen, one test of
+    tests/gpu/test_space.py ran out of GPU memory on an H200)."""
+    cores = os.cpu_count() or 1
+    return cores if _gpu() is not None else min(cores, GPU_WORKERS)
+
+
+GPU_WORKERS = 4
 _OWN_CACHE: str | None = None  # the cache folder this session made, removed at its end
 
 
