@@ -339,3 +339,19 @@ def test_routine_orders_the_model_cannot_tell_apart_tie_and_fewest_load_phases_g
                 assert sum(load_phases(p) for p in getattr(p1, "parts", (p1,))) <= \
                     sum(load_phases(p) for p in getattr(p2, "parts", (p2,)))
     assert tied > 0
+
+
+@pytest.mark.parametrize("path", sorted(store.BUNDLED.glob("*.json")), ids=lambda p: p.stem)
+def test_every_bundled_database_is_whole_for_the_bundled_library(path, found):
+    """Each GPU's database (the H100's, the H200's) loads for the library as it is with no
+    warning, times every routine key the space can ask for in both precisions, and keeps
+    the GPU's figures it was built on (the H200's with the copy bandwidth it measured)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        database = store.load(path, library())
+    assert database is not None and database.slug == path.stem
+    assert {p.key for p in found} <= set(database.timings)
+    target = database.device["target"]
+    known = by_name(database.device["name"])
+    assert known is not None and target["sms"] == known.sms and target["l2_bytes"] == known.l2_bytes
+    assert target["bandwidth_source"] in ("measured", "fitted")
