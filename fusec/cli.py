@@ -404,7 +404,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     run.add_argument("--no-tuned", action="store_true",
-                     help="ignore the tuning cache: run the best-predicted combination")
+                     help="ignore the tuning cache and the plans shipped with the library: run the"
+                          " best-predicted combination")
     reproducible(run)
     run.set_defaults(handler=_run)
 
