@@ -101,7 +101,7 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     The script is the file at ``script``, or the text ``source`` (errors then
     name ``name`` as the file, ``<string>`` by default); exactly one of the two.
 
-    ``library`` is a library directory (default: the bundled BLAS library);
+    ``library`` is a library directory (default: ``$FUSEC_LIBRARY``, else the bundled BLAS library);
     ``dtype`` is ``"float32"`` or ``"float64"``. The kernels are those
     ``fusec tune`` measured fastest for ``sizes`` on the target GPU when the
     tuning cache has them (``program.tuned`` then says so; ``tuned=False``

@@ -329,11 +329,12 @@ def parser() -> argparse.ArgumentParser:
     def gpu(sub):
         sub.add_argument("--gpu", metavar="NAME", default=None,
                          help="the GPU to choose kernels for: its name or a prefix of it, e.g. h100"
-                              " (default: $FUSEC_GPU, else the GPU present); it must have a performance"
-                              " database unless --analytic is given")
+                              " (default: $FUSEC_GPU, else the GPU present); a name with neither a"
+                              " performance database nor figures in fusec/data/gpus.json is an error"
+                              " unless --analytic is given")
         sub.add_argument("--analytic", action="store_true",
-                         help="with --gpu NAME of a GPU without a performance database: choose kernels"
-                              " with the analytic model (else such a name is an error)")
+                         help="choose kernels with the analytic model, over the figures of --gpu NAME"
+                              " (the reference GPU's, with a warning, for a name fusec does not know)")
 
     def reproducible(sub):
         sub.add_argument("--reproducible", action="store_true",
@@ -344,7 +345,8 @@ def parser() -> argparse.ArgumentParser:
     def common(sub):
         sub.add_argument("script", metavar="SCRIPT", help="the script to compile (e.g. scripts/bicgk.script)")
         sub.add_argument("--library", metavar="DIR", default=None,
-                         help="library of elementary functions (default: the bundled fusec/data/blas)")
+                         help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
+                              " fusec/data/blas)")
         sub.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                          help="precision of the compiled program (default: float32)")
 
@@ -402,7 +404,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     run.add_argument("--no-tuned", action="store_true",
-                     help="ignore the tuning cache: run the best-predicted combination")
+                     help="ignore the tuning cache and the plans shipped with the library: run the"
+                          " best-predicted combination")
     reproducible(run)
     run.set_defaults(handler=_run)
 
@@ -461,7 +464,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="The cache is looked in first; a library's shipped plan runs where the cache has"
                " none for the same key.")
     listing.add_argument("--library", metavar="DIR", default=None,
-                         help="the library whose shipped plans to list (default: the bundled fusec/data/blas)")
+                         help="the library whose shipped plans to list (default: $FUSEC_LIBRARY, else the"
+                              " bundled fusec/data/blas)")
     listing.add_argument("--gpu", metavar="NAME", default=None,
                          help="only entries for GPUs whose folder starts with NAME, e.g. h100")
     listing.add_argument("--prune", action="store_true",
@@ -475,7 +479,7 @@ def parser() -> argparse.ArgumentParser:
                     " model in a simulated fusion environment (block shape, serial iterations,"
                     " blocks per SM), which is what fusec predicts kernels from. One file per GPU,"
                     " perfdb/<gpu>.json ($FUSEC_PERFDB names another folder). See"
-                    " docs/performance-database.md.")
+                    " docs/design/performance-database.md.")
     actions = perfdb.add_subparsers(dest="action", metavar="ACTION", required=True,
                                     help="build (time the routines on the GPU present), show (summarise a"
                                          " database), measure-plans (time plans at random sizes) or fit"
@@ -489,11 +493,12 @@ def parser() -> argparse.ArgumentParser:
                     " damaged or stale file; with one --dtype, keeps the other precision's timings of"
                     " a usable file. About a minute on an H100.")
     build.add_argument("--library", metavar="DIR", default=None,
-                       help="library of elementary functions (default: the bundled fusec/data/blas)")
+                       help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
+                              " fusec/data/blas)")
     build.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
                        help="precisions to time (default: both)")
     build.add_argument("-o", "--output", metavar="DIR", default=None,
-                       help="folder to write into (default: $FUSEC_PERFDB or the perfdb/ folder beside fusec)")
+                       help="folder to write into (default: $FUSEC_PERFDB, else the bundled fusec/data/perfdb)")
     build.add_argument("--missing", action="store_true",
                        help="time only the routine keys the GPU's database lacks (shapes added to the"
                             " space since it was built) and keep its other timings; the library"
@@ -506,8 +511,10 @@ def parser() -> argparse.ArgumentParser:
                     " when, the launch cost, how many routine keys per precision and geometry, and"
                     " with --routine every timing of one routine.")
     show.add_argument("--gpu", metavar="NAME", default=None,
-                      help="the GPU whose database to show, by name or prefix (default: the GPU present)")
-    show.add_argument("--dir", metavar="DIR", default=None, help="folder of databases (default: perfdb/)")
+                      help="the GPU whose database to show, by name or prefix (default: $FUSEC_GPU, else the"
+                           " GPU present)")
+    show.add_argument("--dir", metavar="DIR", default=None, help="folder of databases (default: $FUSEC_PERFDB,"
+                                                                     " else the bundled fusec/data/perfdb)")
     show.add_argument("--routine", metavar="NAME", default=None, help="list the timings of one routine")
     show.set_defaults(handler=_perfdb_show)
     _perfdb_plans(actions)
@@ -528,7 +535,8 @@ def _perfdb_plans(actions) -> None:
                     " are skipped: run again with the same --seed to go on. Needs the GPU.")
     measure.add_argument("scripts", nargs="+", metavar="SCRIPT", help="scripts to measure (e.g. scripts/*.script)")
     measure.add_argument("--library", metavar="DIR", default=None,
-                         help="library of elementary functions (default: the bundled fusec/data/blas)")
+                         help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
+                              " fusec/data/blas)")
     measure.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
                          help="precisions to measure (default: both)")
     measure.add_argument("--seed", type=int, default=0, help="seed of the size draws (default: 0)")
@@ -544,7 +552,7 @@ def _perfdb_plans(actions) -> None:
     measure.add_argument("--repeat", type=int, default=20, help="timed runs per plan, median kept (default: 20)")
     measure.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
     measure.add_argument("-o", "--output", metavar="FILE", default=None,
-                         help="training file (default: training/<gpu>.json under $FUSEC_TRAINING or fusec/data)")
+                         help="training file (default: <gpu>.json in $FUSEC_TRAINING, else in fusec/data/training)")
     measure.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr")
     measure.set_defaults(handler=_perfdb_measure_plans)
     fit = actions.add_parser(
@@ -559,9 +567,10 @@ def _perfdb_plans(actions) -> None:
     fit.add_argument("--gpu", metavar="NAME", default=None,
                      help="the GPU whose database to correct (default: $FUSEC_GPU, else the GPU present)")
     fit.add_argument("--library", metavar="DIR", default=None,
-                     help="library of elementary functions (default: the bundled fusec/data/blas)")
+                     help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
+                              " fusec/data/blas)")
     fit.add_argument("--training", metavar="FILE", default=None,
-                     help="training file (default: training/<gpu>.json under $FUSEC_TRAINING or fusec/data)")
+                     help="training file (default: <gpu>.json in $FUSEC_TRAINING, else in fusec/data/training)")
     fit.add_argument("--ridge", type=float, default=None, metavar="R",
                      help="weight pulling each coefficient towards 0, per point (default: fusec.cost.fit.RIDGE)")
     fit.add_argument("--absolute", action="store_true",

@@ -86,6 +86,49 @@ def test_command_help_explains_every_option(capsys, command):
             assert flag in out, (command, flag)
 
 
+def _commands_and_options() -> dict[str, list[tuple[str, ...]]]:
+    """Every command ("compile", "perfdb fit", ...) with the option strings of each of its options
+    (a command that takes a SCRIPT with ("SCRIPT",) among them)."""
+    found = {}
+    for name, sub in subcommands().items():
+        actions = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        parsers = {f"{name} {k}": v for a in actions for k, v in a.choices.items()} or {name: sub}
+        for full, each in parsers.items():
+            found[full] = [tuple(a.option_strings) or (a.metavar,) for a in each._actions
+                           if (a.option_strings or a.metavar == "SCRIPT") and not isinstance(a, argparse._HelpAction)]
+    return found
+
+
+def _flags_in(text: str) -> set[str]:
+    """The flags a Markdown text names in `code` spans that start with one (`-o, --output DIR`,
+    `-o/--output`; not a command line such as `pip install -e .`)."""
+    spans = [s.strip() for s in re.findall(r"`([^`]+)`", text)]
+    return {f for span in spans if span.startswith("-")
+            for f in re.findall(r"(?:^|(?<=[\s,/(]))(--?[a-zA-Z][\w-]*)", span)}
+
+
+def test_docs_cli_names_exactly_the_options_each_command_takes():
+    """docs/cli.md has a section per command; it names every option the command takes (in its
+    section, or, for a command that takes a SCRIPT, among the options every such command takes,
+    before the first section), and no flag the command does not take."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    common, *sections = re.split(r"^## ", text, flags=re.M)
+    sections = [s for s in sections if s.startswith("`fusec ")]
+    commands = _commands_and_options()
+    flags = {c: {s for option in options for s in option} for c, options in commands.items()}
+    common_flags = _flags_in(common) - {"--version"}
+    for command, options in commands.items():
+        (section,) = [s for s in sections if f"`fusec {command}`" in s.splitlines()[0]]
+        named = _flags_in(section) | (common_flags if ("SCRIPT",) in options else set())
+        unnamed = [option for option in options if option != ("SCRIPT",) and not set(option) & named]
+        assert not unnamed, (command, unnamed)
+    for section in sections:
+        titled = [c for c in commands if f"`fusec {c}`" in section.splitlines()[0]]
+        taken = set().union(*(flags[c] for c in titled))
+        assert not _flags_in(section) - taken, (titled, sorted(_flags_in(section) - taken))
+    assert not common_flags - set().union(*flags.values()), sorted(common_flags)
+
+
 def test_compile_help_names_its_outputs_and_defaults(capsys):
     with pytest.raises(SystemExit):
         cli.main(["compile", "--help"])

@@ -350,3 +350,15 @@ def test_device_family_wins_over_numpy_and_torch_over_cupy():
     assert bicgk().bind(args).family == "torch"
     args = bicgk_args(A=device((3, 5), module="fake_device"), p=device((5,), module="cupy"))
     assert bicgk().bind(args).family == "cupy"
+
+
+@pytest.mark.parametrize("method", ["describe", "minimum_bytes"])
+def test_sizes_that_leave_one_out_name_the_argument(method):
+    prog = bicgk()
+    with pytest.raises(ArgumentError) as info:
+        getattr(prog, method)({"n": 5})  # bicgk's sizes are m and n
+    assert info.value.argument == "sizes" and "gives no m" in str(info.value)
+    with pytest.raises(ArgumentError) as info:
+        getattr(prog, method)(5)
+    assert info.value.argument == "sizes" and "is a int" in str(info.value)
+    assert prog.minimum_bytes({"m": 3, "n": 5}) == (3 * 5 + 5 + 3 + 3 + 5) * 4  # A, p, r in; q, s out

@@ -235,6 +235,7 @@ class Program:
         """The plan text; at ``sizes`` its launches there, and where this program's
         plan cannot serve them, the plan that runs instead (:meth:`plan_for`)."""
         if sizes is not None:
+            sizes = self._every_size(sizes)
             problem = row_width_problem(self.kernels, dict(sizes))
             if problem is not None and self.replan is not None:
                 other = self.plan_for(dict(sizes))
@@ -274,7 +275,19 @@ class Program:
 
     def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
         """Bytes any implementation must move: each input read once, each output written once."""
-        return minimum_bytes(self.dag, self.dtype, sizes)
+        return minimum_bytes(self.dag, self.dtype, self._every_size(sizes))
+
+    def _every_size(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """``sizes`` as a dict, once it gives every size of the script (an ArgumentError naming
+        ``sizes`` where it is not a mapping or leaves one out)."""
+        if not isinstance(sizes, Mapping):
+            raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
+                                         f" whole numbers, e.g. {{'n': 8192}}")
+        missing = [s for s in self.dag.sizes if s not in sizes]
+        if missing:
+            raise ArgumentError("sizes", f"gives no {', '.join(missing)} (the sizes of {self.dag.file}:"
+                                         f" {', '.join(self.dag.sizes)})")
+        return dict(sizes)
 
     def value_nbytes(self, value: int, sizes: Mapping[str, int]) -> int:
         v = self.dag.value(value)
