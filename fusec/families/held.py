@@ -89,7 +89,7 @@ STORES_AFTER_L2_SHARE = 0.75
 STORES_AFTER_EXPOSED = 0.6
 # A held fusion's blocks meet once: bench/one_barrier.cu's blocks (GEMVER fp32 n = 4096,
 # one per SM) left its grid barrier 2.8 us after the last one arrived (a scratch copy
-# that stamped %globaltimer at each phase; docs/striped-fusion.md).
+# that stamped %globaltimer at each phase; docs/notes/striped-fusion-measurements.md).
 GRID_BARRIER_SECONDS = 2.8e-6
 
 SHARED_RESERVED = 1024  # per block, kept by the driver
