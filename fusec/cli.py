@@ -85,17 +85,18 @@ def _at_least(flag: str, value: int | None, low: int) -> None:
 
 
 def _known_gpu(args) -> None:
-    """--gpu NAME must name a GPU with a performance database or one whose figures fusec
-    knows (fusec/data/gpus.json), unless --analytic asks for the analytic model: a typo
-    would otherwise choose kernels for no GPU at all."""
-    if args.gpu is None or getattr(args, "analytic", False):
+    """--gpu NAME (else $FUSEC_GPU) must name a GPU with a performance database or one
+    whose figures fusec knows (fusec/data/gpus.json), unless --analytic asks for the
+    analytic model: a typo would otherwise choose kernels for no GPU at all."""
+    flag, name = ("--gpu", args.gpu) if args.gpu is not None else ("$FUSEC_GPU", os.environ.get("FUSEC_GPU"))
+    if getattr(args, "analytic", False) or (args.gpu is None and not name):
         return
     from .cost.perfdb import store
     from .target import by_name, known, slug
-    if store.find(slug(args.gpu)) is None and by_name(args.gpu) is None:
+    if store.find(slug(name)) is None and by_name(name) is None:
         folder = store.directory()
         databases = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-        raise FusecError(f"--gpu {args.gpu!r} names no GPU fusec knows ({', '.join(sorted(known()))}) and none"
+        raise FusecError(f"{flag} {name!r} names no GPU fusec knows ({', '.join(sorted(known()))}) and none"
                          f" with a performance database in {folder} ({', '.join(databases) or 'none'});"
                          " add --analytic to choose kernels for it with the analytic model")
 

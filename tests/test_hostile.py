@@ -416,6 +416,7 @@ def test_a_damaged_cached_cubin_is_compiled_again(cache, damage):
 # -- flags and arguments -------------------------------------------------------------
 
 import os  # noqa: E402
+import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -441,6 +442,27 @@ def test_a_flag_out_of_range_is_one_error_naming_it(tmp_path, capsys, argv, phra
     assert main(argv + (["-o", str(tmp_path)] if argv[0] == "compile" else [])) == 1
     err = capsys.readouterr().err
     assert err.startswith("fusec: error: ") and phrase in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["compile", "space"])
+def test_an_unknown_gpu_in_the_environment_is_one_error_naming_the_variable(tmp_path, capsys, monkeypatch, command):
+    from fusec.cli import main
+    monkeypatch.setenv("FUSEC_GPU", "nosuchgpu")
+    extra = ["--no-nvcc", "-o", str(tmp_path / "out")] if command == "compile" else ["--top", "1"]
+    assert main([command, SSCAL, *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fusec: error: $FUSEC_GPU 'nosuchgpu' names no GPU fusec knows"), err
+    assert err.count("\n") == 1  # no warning that kernels are chosen for it all the same
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_gpu_in_the_environment_is_an_argument_error_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("FUSEC_GPU", "nosuchgpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning about its database first
+        with pytest.raises(ArgumentError, match="unknown GPU 'nosuchgpu'") as info:
+            fusec.compile(SSCAL, library(), sizes={"n": 64}, tuned=False)
+    assert info.value.argument == "$FUSEC_GPU"
 
 
 def test_an_unknown_gpu_with_analytic_is_the_analytic_model(tmp_path, capsys):
