@@ -611,9 +611,23 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             return 1
         except OSError as exc:  # a missing script, an output path that is a file...
+            blocker = _file_in_the_way(exc)
             where = f": {exc.filename}" if exc.filename else ""
-            print(f"fusec: error: {exc.strerror or exc}{where}", file=sys.stderr)
+            print(f"fusec: error: {blocker} is a file, not a folder" if blocker is not None
+                  else f"fusec: error: {exc.strerror or exc}{where}", file=sys.stderr)
             return 1
+
+
+def _file_in_the_way(exc: OSError) -> Path | None:
+    """The file where ``exc`` needed a folder (``-o FILE``, ``-o FILE/sub``), which
+    mkdir reports as "File exists" or "Not a directory"; None for other errors."""
+    if not isinstance(exc, (FileExistsError, NotADirectoryError)) or not exc.filename:
+        return None
+    path = Path(os.fsdecode(exc.filename))
+    for place in (path, *path.parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
