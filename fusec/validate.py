@@ -15,7 +15,7 @@ import math
 import numbers
 import os
 import stat
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import ArgumentError, FusecError
 
@@ -73,6 +73,22 @@ def size(name: str, value: Any, argument: str = "sizes") -> int:
     if not 1 <= value <= MAX_EXTENT:
         raise ArgumentError(argument, f"size {name} = {value} is out of range: sizes are 1 to 2**31 - 1")
     return value
+
+
+def script_sizes(names: tuple[str, ...], sizes: Any, argument: str = "sizes") -> dict[str, int]:
+    """``sizes``, a mapping giving each of a script's sizes (``names``) and no other,
+    checked with :func:`size`."""
+    if not isinstance(sizes, Mapping):
+        raise ArgumentError(argument, f"is a {type(sizes).__name__}: pass a mapping of size names to"
+                                      " whole numbers, e.g. {'n': 8192}")
+    unknown = sorted(map(str, set(sizes) - set(names)))
+    if unknown:
+        raise ArgumentError(argument, f"the script has no size {', '.join(unknown)} (its sizes: {', '.join(names)})")
+    missing = [s for s in names if s not in sizes]
+    if missing:
+        raise ArgumentError(argument, f"gives no value for {', '.join(missing)}"
+                                      f" (the script's sizes: {', '.join(names)})")
+    return {s: size(s, sizes[s], argument) for s in names}
 
 
 def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argument: str = "sizes") -> None:

@@ -558,3 +558,35 @@ def test_a_malformed_array_interface_is_an_argument_error_naming_it(sscal_progra
 def test_a_wellformed_fake_array_binds(sscal_program):
     binding = sscal_program.bind({"x": FakeDevice(**GOOD), "alpha": 2.0})  # so the tests above can fail
     assert binding.sizes == {"n": 64}
+
+
+@pytest.fixture(scope="module")
+def sgemv_program():
+    return fusec.compile(SGEMV, library(), "float32", sizes={"n": 64}, tuned=False)
+
+
+@pytest.mark.parametrize("sizes, phrase", [
+    ({"m": 5, "n": 0}, "size n = 0 is out of range"), ({"m": 5, "n": -1}, "size n = -1 is out of range"),
+    ({"m": 5, "n": 2 ** 31}, "out of range"), ({"m": 5, "n": 3.5}, "size n is 3.5, not a whole number"),
+    ({"m": 5, "n": "7"}, "size n is '7', not a whole number"), ({"m": True, "n": 7}, "not a whole number"),
+    ({"m": 5}, "no value for n"), ({}, "no value for m, n"), ({"m": 5, "n": 7, "x": 2}, "has no size x"),
+    ("n=5", "is a str: pass a mapping"), (5, "is a int: pass a mapping"),
+])
+@pytest.mark.parametrize("method", ["describe", "plan_for", "minimum_bytes"])
+def test_sizes_given_to_a_program_are_checked(sgemv_program, method, sizes, phrase):
+    with pytest.raises(ArgumentError, match=phrase) as info:
+        getattr(sgemv_program, method)(sizes)
+    assert info.value.argument == "sizes"
+
+
+def test_sizes_given_to_a_program_in_range_are_taken(sgemv_program):
+    assert "m=5" in sgemv_program.describe({"m": 5, "n": np.int64(7)})  # so the test above can fail
+    assert sgemv_program.plan_for({"m": 5, "n": 7}) is not None
+    assert sgemv_program.minimum_bytes({"m": 5, "n": 7}) == 4 * (5 * 7 + 7 + 5 + 5)
+
+
+@pytest.mark.parametrize("arrays", [[1, 2], "x", None])
+def test_arguments_that_are_not_a_mapping_are_an_argument_error(sscal_program, arrays):
+    with pytest.raises(ArgumentError, match="pass a mapping") as info:
+        sscal_program.bind(arrays)
+    assert info.value.argument == "arrays"

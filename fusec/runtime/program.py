@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from .. import validate as check
 from ..emit.program import GeneratedProgram
 from ..errors import ArgumentError, RowWidthError
 from ..ir import geometry as geo
@@ -235,9 +236,10 @@ class Program:
         """The plan text; at ``sizes`` its launches there, and where this program's
         plan cannot serve them, the plan that runs instead (:meth:`plan_for`)."""
         if sizes is not None:
-            problem = row_width_problem(self.kernels, dict(sizes))
+            sizes = check.script_sizes(self.dag.sizes, sizes)
+            problem = row_width_problem(self.kernels, sizes)
             if problem is not None and self.replan is not None:
-                other = self.plan_for(dict(sizes))
+                other = self._plan_for(sizes)
                 return (f"# at these sizes this program runs the plan compiled for them: {problem}\n"
                         + other.describe(sizes, resources))
         return describe(self.generated, sizes, resources, origin=self.origin, turning=self.turning)
@@ -245,7 +247,10 @@ class Program:
     def plan_for(self, sizes: Mapping[str, int]) -> "Program":
         """The program that runs a call at ``sizes``: this one where its plan serves
         them, else the one compiled for them (once; kept for the next calls)."""
-        sizes = dict(sizes)
+        return self._plan_for(check.script_sizes(self.dag.sizes, sizes))
+
+    def _plan_for(self, sizes: dict[str, int]) -> "Program":
+        """:meth:`plan_for` of sizes already checked (a call's, bound from its arrays)."""
         problem = row_width_problem(self.kernels, sizes)
         if problem is None:
             return self
@@ -274,7 +279,7 @@ class Program:
 
     def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
         """Bytes any implementation must move: each input read once, each output written once."""
-        return minimum_bytes(self.dag, self.dtype, sizes)
+        return minimum_bytes(self.dag, self.dtype, check.script_sizes(self.dag.sizes, sizes))
 
     def value_nbytes(self, value: int, sizes: Mapping[str, int]) -> int:
         v = self.dag.value(value)
@@ -337,7 +342,7 @@ class Program:
                 return results
         binding = self.bind(arrays)
         outputs = self.check_out(binding, out)
-        other = self.plan_for(binding.sizes)
+        other = self._plan_for(binding.sizes)
         if other is not self:
             return other.run(arrays, out=out, stream=stream, poison=poison)
         reference = next((a.obj for a in binding.arrays.values() if a.family == binding.family), None)
