@@ -8,6 +8,8 @@ compilers do. Errors about run-time arguments name the argument instead.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 import warnings
 
 
@@ -72,6 +74,17 @@ def clip(line: str, column: int, width: int = SHOWN_WIDTH) -> tuple[str, int]:
 
 class ScriptError(FusecError):
     """Something is wrong in a script."""
+
+
+class ScriptNotFoundError(ScriptError, FileNotFoundError):
+    """No file at a script's path: a fusec error, and the FileNotFoundError open() raised."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path}: the script does not exist")
+        self.errno, self.strerror, self.filename = errno.ENOENT, os.strerror(errno.ENOENT), path
+
+    def __str__(self) -> str:  # the message, not OSError's "[Errno 2] ..."
+        return self.render()
 
 
 class ScriptLexError(ScriptError):

@@ -501,6 +501,18 @@ def test_a_script_that_is_not_a_path_is_an_argument_error():
     assert info.value.argument == "script"
 
 
+def test_a_missing_script_is_a_fusec_error(tmp_path):
+    with pytest.raises(ScriptError, match="does not exist"):
+        fusec.compile(tmp_path / "missing.script", library())
+
+
+def test_a_library_path_that_is_a_file_is_called_so(tmp_path):
+    path = write(tmp_path, "library", "not a folder")
+    with pytest.raises(LibraryFormatError) as info:
+        fusec.compile(SSCAL, path)
+    assert str(info.value) == f"library directory {str(path)!r} is a file, not a folder"
+
+
 def test_a_float32_program_refuses_a_literal_past_float32(tmp_path):
     path = write(tmp_path, "scal.script", SCAL.format("1e300"))
     with pytest.raises(ScriptSemanticError, match="outside the range of float32") as info:

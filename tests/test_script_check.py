@@ -16,6 +16,7 @@ from fusec.errors import (
     InputAssignmentError,
     KindError,
     NestedCallError,
+    ScriptError,
     ScriptLexError,
     ScriptSemanticError,
     ScriptWarning,
@@ -216,9 +217,12 @@ def test_load_script_accepts_a_bom_and_reports_bad_utf8(tmp_path):
     assert "0xff" in info.value.message
 
 
-def test_load_script_propagates_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        load_script(tmp_path / "missing.script", LIB)
+def test_a_missing_script_is_a_script_error_naming_it_and_still_a_file_not_found_error(tmp_path):
+    path = tmp_path / "missing.script"
+    with pytest.raises(ScriptError) as info:
+        load_script(path, LIB)
+    assert isinstance(info.value, FileNotFoundError) and info.value.filename == str(path)
+    assert str(info.value) == f"{path}: the script does not exist"
 
 
 # -- errors -------------------------------------------------------------------

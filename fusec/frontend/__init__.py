@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ScriptLexError, coord_at
+from ..errors import ScriptLexError, ScriptNotFoundError, coord_at
 from ..ir.dag import Dag
 from ..validate import regular_file
 from . import ast
@@ -23,12 +23,16 @@ __all__ = ["ast", "parse", "check", "load_script"]
 def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
     """Read (UTF-8, optional BOM), parse and check the script at ``path``.
 
-    Coordinates name the path as given. OSError propagates as is.
+    Coordinates name the path as given. A missing file is a :class:`ScriptNotFoundError`
+    (a FileNotFoundError too); other OSErrors propagate as they are.
     """
     file = os.fsdecode(path)
     regular_file(file, "script")  # a FIFO would block for ever, a device never end
-    with open(file, "rb") as f:
-        data = f.read()
+    try:
+        with open(file, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ScriptNotFoundError(file) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:

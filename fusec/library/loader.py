@@ -130,7 +130,8 @@ def load_library(directory: str | os.PathLike) -> Library:
     root = Path(directory)
     index = root / LIBRARY_FILE
     if not root.is_dir():
-        raise LibraryFormatError(f"library directory {str(root)!r} does not exist")
+        raise LibraryFormatError(f"library directory {str(root)!r} "
+                                 + ("is a file, not a folder" if root.exists() else "does not exist"))
     if not index.is_file():
         raise LibraryFormatError(f"{str(root)!r} is not a fusec library: it has no {LIBRARY_FILE}")
     index_data = _read_bytes(index)
