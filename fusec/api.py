@@ -159,6 +159,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
+    tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
     if plan is not None:
         target = predictor.target if predictor is not None else resolve(gpu)
         return Program(generate(dag, library, plan, dtype, target)), None

@@ -101,6 +101,14 @@ def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argumen
                                           f" more than 2**40: no GPU holds it")
 
 
+def flag(argument: str, value: Any) -> bool:
+    """A yes-or-no argument: True or False (NumPy's too), never a truthy string or None."""
+    import numpy as np
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(argument, f"is {_short(value)}: pass True or False")
+    return bool(value)
+
+
 def dtype(value: Any) -> str:
     """'float32' or 'float64' from a name or a NumPy dtype; None or anything else is an error."""
     import numpy as np

@@ -487,7 +487,8 @@ def test_a_fifo_as_the_script_is_refused_at_once(tmp_path, capsys):
     ({"sizes": {"n": 0}}, "sizes"), ({"sizes": {"n": -5}}, "sizes"), ({"sizes": {"n": 2 ** 31}}, "sizes"),
     ({"sizes": {"n": 1.5}}, "sizes"), ({"sizes": {"n": "8"}}, "sizes"), ({"sizes": [("n", 4)]}, "sizes"),
     ({"library": 42}, "library"), ({"plan": "fused"}, "plan"), ({"predictor": object()}, "predictor"),
-    ({"gpu": 100}, "gpu"),
+    ({"gpu": 100}, "gpu"), ({"tuned": "no"}, "tuned"), ({"tuned": None}, "tuned"),
+    ({"reproducible": "no"}, "reproducible"), ({"reproducible": 1}, "reproducible"),
 ])
 def test_a_bad_api_argument_is_an_argument_error_naming_it(kwargs, argument):
     with pytest.raises(ArgumentError) as info:
