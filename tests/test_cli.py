@@ -86,6 +86,15 @@ def test_command_help_explains_every_option(capsys, command):
             assert flag in out, (command, flag)
 
 
+@pytest.mark.parametrize("command", ["compile", "space", "run", "tune", "tunings"])
+def test_every_flag_docs_cli_gives_a_command_is_one_it_takes(command):
+    (section,) = [s for s in (ROOT / "docs" / "cli.md").read_text().split("\n## ")
+                  if s.startswith(f"`fusec {command}`")]
+    documented = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", section))
+    taken = {flag for action in subcommands()[command]._actions for flag in action.option_strings}
+    assert documented and documented <= taken, sorted(documented - taken)
+
+
 def test_compile_help_names_its_outputs_and_defaults(capsys):
     with pytest.raises(SystemExit):
         cli.main(["compile", "--help"])
