@@ -26,6 +26,7 @@ from fusec.errors import (
     UnknownFunctionError,
 )
 from fusec.frontend import check, load_script, parse
+from fusec.frontend.check import MAX_EXPRESSION_DEPTH
 from fusec.ir import expr
 from fusec.ir.dag import Call, Constant, Expression, Value
 from fusec.library.model import Kind
@@ -542,6 +543,26 @@ def test_expression_errors(body, kind, coord, message):
     error = error_of(SCALARS + body + "return rho;\n", kind)
     assert (error.coord, error.message) == (coord, message)
     assert error.source_line == body.rstrip("\n")
+
+
+DEEP = MAX_EXPRESSION_DEPTH
+
+
+@pytest.mark.parametrize("body, column", [
+    ("t = rho" + " + a" * DEEP + ";\n", 5),  # the tree is deepest at its first operand
+    ("t = rho" + " * (a" * DEEP + ")" * DEEP + ";\n", 7 + 5 * (DEEP - 1)),  # the innermost a * a's left a
+    ("t = " + "-" * DEEP + "rho;\n", 5 + DEEP),
+    ("t = " + "sqrt(" * DEEP + "rho" + ")" * DEEP + ";\n", 5 + 5 * DEEP),
+])
+def test_an_expression_nested_too_deep_is_an_error_at_the_level_past_the_limit(body, column):
+    error = error_of(SCALARS + body + "return t;\n", ScriptSemanticError)  # not a RecursionError
+    assert error.coord == at(5, column)
+    assert error.message.startswith(f"expression nested more than {DEEP} levels deep")
+
+
+def test_an_expression_nested_as_deep_as_the_limit_is_checked():
+    dag = quietly(SCALARS + "t = rho" + " + a" * (DEEP - 1) + ";\nreturn t;\n")
+    assert len(dag.expressions) == 1
 
 
 def test_expression_error_renders_with_a_caret_under_the_operator():
