@@ -174,6 +174,7 @@ def _run(args) -> int:
     from .runtime import cuda
     _at_least("--repeat", args.repeat, 1)
     _at_least("--warmup", args.warmup, 0)
+    _at_least("--seed", args.seed, 0)  # NumPy's generators take no negative seed
     library, dag = _load(args)
     sizes = _script_sizes(args, dag)
     program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
@@ -273,6 +274,7 @@ def _tune(args) -> int:
     _at_least("--layouts", args.layouts, 0)
     _at_least("--repeat", args.repeat, 1)
     _at_least("--warmup", args.warmup, 0)
+    _at_least("--seed", args.seed, 0)
     library, dag = _load(args)
     sizes = _script_sizes(args, dag)
     result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,

@@ -436,6 +436,8 @@ SGEMV = ROOT / "scripts" / "sgemv.script"
     (["tune", SSCAL, "--size", "n=64", "--top", "0"], "--top 0: it must be at least 1"),
     (["tune", SSCAL, "--size", "n=64", "--repeat", "0"], "--repeat 0: it must be at least 1"),
     (["run", SSCAL, "--size", "n=64", "--warmup", "-1"], "--warmup -1: it must be at least 0"),
+    (["run", SSCAL, "--size", "n=64", "--seed", "-1"], "--seed -1: it must be at least 0"),
+    (["tune", SSCAL, "--size", "n=64", "--seed", "-1"], "--seed -1: it must be at least 0"),
 ])
 def test_a_flag_out_of_range_is_one_error_naming_it(tmp_path, capsys, argv, phrase):
     from fusec.cli import main
