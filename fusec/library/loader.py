@@ -219,6 +219,9 @@ def _parse_index(file: str, text: str, root: Path) -> dict:
             if not words:
                 raise line.error(f"expected file names after '{line.keyword}'")
             for word, offset in words:
+                if Path(word).is_absolute() or ".." in Path(word).parts:  # the hash covers the directory only
+                    raise line.error(f"{word!r} is outside the library's directory: list files in it",
+                                     offset, LibraryValidationError)
                 path = root / word
                 if not path.is_file():
                     raise line.error(f"no file {word!r} in the library", offset, LibraryValidationError)
