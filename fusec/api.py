@@ -42,7 +42,11 @@ def resolve_library(library: str | os.PathLike | Library | None) -> Library:
         raise ArgumentError("library", f"is a {type(library).__name__}: pass a library directory"
                                        " (str or os.PathLike), a loaded Library, or None for the default")
     if library is None:
-        library = os.environ.get("FUSEC_LIBRARY") or BUNDLED_LIBRARY
+        chosen = os.environ.get("FUSEC_LIBRARY")
+        if chosen and not Path(chosen).is_dir():
+            raise LibraryFormatError(f"$FUSEC_LIBRARY names {chosen!r}, which is not a folder: set it to a"
+                                     " library's directory, or unset it for the bundled library")
+        library = chosen or BUNDLED_LIBRARY
         if not Path(library).is_dir():
             raise LibraryFormatError("no library given and no default found: pass library=PATH"
                                      " (or set FUSEC_LIBRARY)")
@@ -135,6 +139,10 @@ def script_dag(script, source, name, library: Library):
     if not isinstance(script, (str, os.PathLike)):
         raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or"
                                       " os.PathLike), or its text as source=TEXT")
+    path = os.fsdecode(script)
+    if not path or "\0" in path:
+        raise ArgumentError("script", f"is {path!r}, which names no file: pass the script's path,"
+                                      " or its text as source=TEXT")
     return load_script(script, library)
 
 

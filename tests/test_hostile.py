@@ -509,6 +509,27 @@ def test_a_missing_script_is_a_fusec_error(tmp_path):
         fusec.compile(tmp_path / "missing.script", library())
 
 
+@pytest.mark.parametrize("script", ["", "scripts/sscal\0.script"])
+def test_a_script_path_that_names_no_file_is_an_argument_error(script):
+    with pytest.raises(ArgumentError) as info:  # not os.stat's ValueError, nor "'': the script does not exist"
+        fusec.compile(script, library())
+    assert info.value.argument == "script"
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_library_in_the_environment_that_is_no_folder_is_named(tmp_path, monkeypatch, capsys, kind):
+    place = tmp_path / "library"
+    if kind == "file":
+        place.write_text("not a folder")
+    monkeypatch.setenv("FUSEC_LIBRARY", str(place))
+    with pytest.raises(LibraryFormatError) as info:
+        fusec.compile(SSCAL)
+    assert str(info.value).startswith(f"$FUSEC_LIBRARY names {str(place)!r}, which is not a folder")
+    from fusec.cli import main
+    assert main(["compile", SSCAL, "--no-nvcc", "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"fusec: error: {info.value}\n"
+
+
 def test_a_library_path_that_is_a_file_is_called_so(tmp_path):
     path = write(tmp_path, "library", "not a folder")
     with pytest.raises(LibraryFormatError) as info:
