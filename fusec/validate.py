@@ -101,6 +101,15 @@ def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argumen
                                           f" more than 2**40: no GPU holds it")
 
 
+def count(argument: str, value: Any, low: int) -> int:
+    """A number of runs, iterations...: a whole number of at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(argument, f"is {_short(value)}: pass a whole number")
+    if value < low:
+        raise ArgumentError(argument, f"is {value}: it must be at least {low}")
+    return int(value)
+
+
 def flag(argument: str, value: Any) -> bool:
     """A yes-or-no argument: True or False (NumPy's too), never a truthy string or None."""
     import numpy as np

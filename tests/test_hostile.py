@@ -626,3 +626,13 @@ def test_arguments_that_are_not_a_mapping_are_an_argument_error(sscal_program, a
     with pytest.raises(ArgumentError, match="pass a mapping") as info:
         sscal_program.bind(arrays)
     assert info.value.argument == "arrays"
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"repeat": 0}, "repeat"), ({"repeat": -2}, "repeat"), ({"repeat": 2.5}, "repeat"), ({"repeat": True}, "repeat"),
+    ({"warmup": -1}, "warmup"), ({"warmup": "3"}, "warmup"), ({"host": "no"}, "host"),
+])
+def test_bad_timing_arguments_are_refused_before_the_gpu_is_looked_for(sscal_program, kwargs, argument):
+    with pytest.raises(ArgumentError) as info:  # repeat=0 timed nothing and returned []
+        sscal_program.time({"x": np.ones(64, np.float32), "alpha": 2.0}, **kwargs)
+    assert info.value.argument == argument

@@ -643,7 +643,8 @@ class Program:
         fires only once the program's kernels are queued: the GPU's time
         alone, which is what tells two implementations apart (``fusec tune``
         ranks on it)."""
-        if host:
+        warmup, repeat = check.count("warmup", warmup, 0), check.count("repeat", repeat, 1)
+        if check.flag("host", host):
             times = []
             with cuda.context():  # the events need one current
                 for _ in range(warmup):
