@@ -35,7 +35,7 @@ def show_command(args) -> int:
         raise FusecError(f"no performance database for {wanted!r} in {folder or store.directory()}")
     database = store.load(path)
     if database is None:
-        return 1
+        raise FusecError(f"the performance database {path} cannot be used (see the warning above)")
     device = database.device
     print(f"{path}")
     print(f"device   {device['name']}, {device['sms']} SMs, compute capability"
