@@ -439,6 +439,7 @@ SGEMV = ROOT / "scripts" / "sgemv.script"
     (["run", SSCAL, "--size", "n=64", "--warmup", "-1"], "--warmup -1: it must be at least 0"),
     (["run", SSCAL, "--size", "n=64", "--seed", "-1"], "--seed -1: it must be at least 0"),
     (["tune", SSCAL, "--size", "n=64", "--seed", "-1"], "--seed -1: it must be at least 0"),
+    (["perfdb", "measure-plans", SSCAL, str(ROOT / "scripts")], "scripts: the script is a directory"),
 ])
 def test_a_flag_out_of_range_is_one_error_naming_it(tmp_path, capsys, argv, phrase):
     from fusec.cli import main

@@ -6,6 +6,7 @@ import collections
 from pathlib import Path
 
 from ...errors import FusecError
+from ...validate import regular_file
 from . import store
 
 
@@ -77,6 +78,8 @@ def measure_plans_command(args) -> int:
             raise FusecError(f"{flag} {value}: it must be at least {low}")
     if args.budget is not None and not args.budget >= 0:
         raise FusecError(f"--budget {args.budget:g}: seconds, 0 or more")
+    for script in args.scripts:
+        regular_file(script, "script")  # a folder or a FIFO says what it is
     missing = [s for s in args.scripts if not Path(s).is_file()]
     if missing:
         raise FusecError(f"no script {missing[0]!r}")
