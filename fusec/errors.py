@@ -54,7 +54,9 @@ class FusecError(Exception):
         text = f"{self.coord}: {self.message}"
         if self.source_line is not None:
             line, column = clip(self.source_line.rstrip(), self.coord.column)
-            text += f"\n    {line}\n    {' ' * (column - 1)}^"
+            under = "".join(c if c == "\t" else " " for c in line[:column - 1])  # a tab moves the caret as far
+            under += " " * (column - 1 - len(under))  # past the end of the line (its end, trailing blanks)
+            text += f"\n    {line}\n    {under}^"
         return text
 
 

@@ -572,6 +572,12 @@ def test_expression_error_renders_with_a_caret_under_the_operator():
                           "            ^")
 
 
+def test_the_caret_under_a_line_indented_with_tabs_keeps_its_tabs():
+    error = error_of(SCALARS + "\tt = rho / 0;\nreturn t;\n", DivisionByZeroError)
+    assert error.coord == at(5, 10)  # a tab is one column
+    assert str(error).splitlines()[1:] == ["    \tt = rho / 0;", "    \t        ^"]  # aligned as a terminal shows it
+
+
 def test_the_target_is_checked_before_the_expression():
     error = error_of(SCALARS + "z = w * 2;\nreturn z;\n", KindError)
     assert error.coord == at(5, 1)
