@@ -95,6 +95,24 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     return dtype
 
 
+def check_plan(dag, library: Library, plan: ProgramPlan) -> None:
+    """An imposed plan covers each call of ``dag`` once, and names implementations its
+    functions have (else an :class:`ArgumentError` naming ``plan``: one made for another
+    script would fail deep in the generator)."""
+    covered = [c for kernel in plan.kernels for part in kernel.parts for c in part.calls]
+    calls = sorted(call.id for call in dag.calls)
+    if sorted(covered) != calls:
+        raise ArgumentError("plan", f"covers calls {sorted(covered)}, but {dag.file} has calls {calls}, each"
+                                    " once: is it a plan of another script?")
+    for kernel in plan.kernels:
+        for part in kernel.parts:
+            for call, name in zip(part.calls, part.implementations):
+                function = library.functions[dag.call(call).function]
+                if name not in {i.name for i in function.implementations}:
+                    raise ArgumentError("plan", f"call {call} ({dag.call(call).function}): {function.name} has no"
+                                                f" implementation {name!r}: is it a plan of another script?")
+
+
 def compile(script: str | os.PathLike | None = None, library: str | os.PathLike | Library | None = None,
             dtype="float32", *, sizes: Mapping[str, int] | None = None,
             plan: ProgramPlan | None = None, predictor: Predictor | None = None,
@@ -169,6 +187,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
     if plan is not None:
+        check_plan(dag, library, plan)
         target = predictor.target if predictor is not None else resolve(gpu)
         return Program(generate(dag, library, plan, dtype, target)), None
     sizes = default_sizes(dag, sizes)

@@ -638,3 +638,27 @@ def test_bad_timing_arguments_are_refused_before_the_gpu_is_looked_for(sscal_pro
     with pytest.raises(ArgumentError) as info:  # repeat=0 timed nothing and returned []
         sscal_program.time({"x": np.ones(64, np.float32), "alpha": 2.0}, **kwargs)
     assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("planned, compiled", [("bicgk", "sscal"), ("sscal", "bicgk"), ("gemver", "atax"),
+                                               ("sgemvt", "sgemv")])
+def test_a_plan_of_another_script_is_an_argument_error(planned, compiled):
+    def path(name):
+        return ROOT / "scripts" / f"{name}.script"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no GPU here: the analytic model chooses
+        plan = fusec.compile(path(planned), library(), sizes={"n": 256}, tuned=False).generated.plan
+    with pytest.raises(ArgumentError, match="a plan of another script") as info:  # not a KeyError deep inside
+        fusec.compile(path(compiled), library(), plan=plan)
+    assert info.value.argument == "plan"
+
+
+def test_a_plan_whose_implementation_the_function_lacks_is_an_argument_error(sscal_program):
+    import dataclasses as dc
+    plan = sscal_program.generated.plan
+    kernel = plan.kernels[0]
+    bad = type(plan)((dc.replace(kernel, implementations=("nosuch",)),))
+    with pytest.raises(ArgumentError, match="sscal has no implementation 'nosuch'") as info:
+        fusec.compile(SSCAL, library(), plan=bad)
+    assert info.value.argument == "plan"
+    assert fusec.compile(SSCAL, library(), plan=plan).generated.plan == plan  # so the test above can fail
