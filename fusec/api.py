@@ -84,6 +84,9 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     if predictor is not None and not callable(getattr(predictor, "kernel_seconds", None)):
         raise ArgumentError("predictor", f"is a {type(predictor).__name__}, which has no kernel_seconds():"
                                          " pass a fusec predictor or None")
+    if predictor is not None and not isinstance(getattr(predictor, "target", None), GpuTarget):
+        raise ArgumentError("predictor", f"is a {type(predictor).__name__}, whose target is not a GpuTarget"
+                                         " (the GPU it predicts for): pass a fusec predictor or None")
     if gpu is not None and not isinstance(gpu, str):
         raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
     literals = [a for call in dag.calls for a in call.args if isinstance(a, Constant)]

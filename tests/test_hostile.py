@@ -486,11 +486,19 @@ def test_a_fifo_as_the_script_is_refused_at_once(tmp_path, capsys):
     assert "is a FIFO, not a regular file" in capsys.readouterr().err
 
 
+class PredictorWithoutTarget:
+    name = "no target"
+
+    def kernel_seconds(self, kernel, dag, sizes):
+        return 1.0
+
+
 @pytest.mark.parametrize("kwargs, argument", [
     ({"dtype": "float16"}, "dtype"), ({"dtype": None}, "dtype"), ({"dtype": "int32"}, "dtype"),
     ({"sizes": {"n": 0}}, "sizes"), ({"sizes": {"n": -5}}, "sizes"), ({"sizes": {"n": 2 ** 31}}, "sizes"),
     ({"sizes": {"n": 1.5}}, "sizes"), ({"sizes": {"n": "8"}}, "sizes"), ({"sizes": [("n", 4)]}, "sizes"),
     ({"library": 42}, "library"), ({"plan": "fused"}, "plan"), ({"predictor": object()}, "predictor"),
+    ({"predictor": PredictorWithoutTarget()}, "predictor"),
     ({"gpu": 100}, "gpu"), ({"tuned": "no"}, "tuned"), ({"tuned": None}, "tuned"),
     ({"reproducible": "no"}, "reproducible"), ({"reproducible": 1}, "reproducible"),
 ])
