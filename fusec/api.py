@@ -189,11 +189,11 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
+    sizes = default_sizes(dag, sizes)  # checked even where a plan imposed makes no use of them
     if plan is not None:
         check_plan(dag, library, plan)
         target = predictor.target if predictor is not None else resolve(gpu)
         return Program(generate(dag, library, plan, dtype, target)), None
-    sizes = default_sizes(dag, sizes)
     entry = None
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, chosen_slug(gpu))

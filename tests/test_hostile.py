@@ -670,3 +670,10 @@ def test_a_plan_whose_implementation_the_function_lacks_is_an_argument_error(ssc
         fusec.compile(SSCAL, library(), plan=bad)
     assert info.value.argument == "plan"
     assert fusec.compile(SSCAL, library(), plan=plan).generated.plan == plan  # so the test above can fail
+
+
+@pytest.mark.parametrize("sizes", [{"n": -1}, {"x": 5}, "n=5"])
+def test_sizes_are_checked_beside_an_imposed_plan(sscal_program, sizes):
+    with pytest.raises(ArgumentError) as info:  # they were ignored, whatever they were
+        fusec.compile(SSCAL, library(), plan=sscal_program.generated.plan, sizes=sizes)
+    assert info.value.argument == "sizes"
