@@ -414,6 +414,32 @@ def test_a_damaged_cached_cubin_is_compiled_again(cache, damage):
     assert nvcc.compile_cubin(source).cached  # rewritten whole
 
 
+@pytest.mark.nvcc
+@pytest.mark.parametrize("blocked", ["cache is a file", "folder under it is a file"])
+def test_an_unusable_nvcc_cache_is_a_warning_and_compiles_without_it(cache, blocked):
+    """A read-only or mistyped $FUSEC_CACHE_DIR costs the cache, not the compile."""
+    if blocked == "cache is a file":
+        cache.write_text("a file, not a folder")
+    else:
+        cache.mkdir()
+        (cache / "nvcc").write_text("a file, not a folder")
+    source = '__global__ void fusec_test_kernel(float* x) { x[threadIdx.x] *= 3.0f; }'
+    with pytest.warns(FusecWarning, match="nvcc cache") as caught:
+        compiled = nvcc.compile_cubin(source)
+    assert compiled.cubin and not compiled.cached and str(cache) in str(caught[0].message)
+
+
+@pytest.mark.nvcc
+def test_an_nvcc_cache_that_cannot_be_written_is_a_warning_and_the_cubin_is_returned(cache, monkeypatch):
+    def refuse(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(nvcc, "atomic_write_bytes", refuse)  # a read-only cache folder
+    source = '__global__ void fusec_test_kernel(float* x) { x[threadIdx.x] *= 5.0f; }'
+    with pytest.warns(FusecWarning, match="could not write the nvcc cache"):
+        compiled = nvcc.compile_cubin(source)
+    assert compiled.cubin and compiled.resources
+
+
 # -- flags and arguments -------------------------------------------------------------
 
 import os  # noqa: E402
