@@ -98,8 +98,8 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
     except OSError as exc:  # a cache that cannot be kept is a miss, never a failed compile
         folder = cache_dir("nvcc", create=False)
         if use_cache:
-            warnings.warn(FusecWarning(f"the nvcc cache {folder} cannot be made ({exc.strerror or exc}:"
-                                       f" {exc.filename}; $FUSEC_CACHE_DIR names its root): compiling without it"))
+            _warn_once(f"the nvcc cache {folder} cannot be made ({exc.strerror or exc}: {exc.filename};"
+                       " $FUSEC_CACHE_DIR names its root): compiling without it")
         use_cache = False
     cubin_path, log_path = folder / f"{key}.cubin", folder / f"{key}.log"
     if use_cache:
@@ -131,6 +131,12 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
 
 
 _DIGEST = "fusec cubin sha256 "
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    """One warning per process for the same trouble (a program compiles several times)."""
+    warnings.warn(FusecWarning(message), stacklevel=3)
 
 
 def _cached(cubin_path: Path, log_path: Path, arch: str) -> Compiled | None:
