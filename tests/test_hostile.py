@@ -566,6 +566,25 @@ def test_a_library_in_the_environment_that_is_no_folder_is_named(tmp_path, monke
     assert capsys.readouterr().err == f"fusec: error: {info.value}\n"
 
 
+def test_a_script_path_that_is_not_utf8_is_refused_before_anything_is_written(tmp_path, capsys):
+    """Linux allows any bytes in a name; the generated code names its script in UTF-8."""
+    from fusec.cli import main
+    path = os.fsdecode(bytes(tmp_path) + b"/\xffscal.script")
+    Path(path).write_bytes(Path(SSCAL).read_bytes())
+    with pytest.raises(ScriptError, match="not UTF-8"):
+        fusec.compile(path, library(), sizes={"n": 64})
+    assert main(["compile", path, "--no-nvcc", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fusec: error: ") and "not UTF-8" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # was an empty .cu and a UnicodeEncodeError
+
+
+def test_a_source_name_that_is_not_utf8_is_an_argument_error():
+    with pytest.raises(ArgumentError) as info:
+        fusec.compile(source=Path(SSCAL).read_text(), name="\udcffscal", library=library())
+    assert info.value.argument == "name"
+
+
 def test_a_library_path_that_is_a_file_is_called_so(tmp_path):
     path = write(tmp_path, "library", "not a folder")
     with pytest.raises(LibraryFormatError) as info:
