@@ -156,9 +156,9 @@ def script_dag(script, source, name, library: Library):
             raise ArgumentError("source", f"is a {type(source).__name__}: pass the script's text (str)")
         if not isinstance(name, str) or not name:
             raise ArgumentError("name", f"is {name!r}: pass a non-empty str naming the script in messages")
-        if not name.isprintable() or name != name.encode("utf-8", "replace").decode("utf-8"):
-            raise ArgumentError("name", f"is {name.encode('utf-8', 'backslashreplace').decode()!r}: pass UTF-8"
-                                        " printable text (the generated code names the script by it)")
+        if not check.printable(name):
+            raise ArgumentError("name", f"is {check.shown(name)}: pass UTF-8 printable text (the generated"
+                                        " code names the script by it)")
         return check_script(parse_script(source, name), library)
     if not isinstance(script, (str, os.PathLike)):
         raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or"

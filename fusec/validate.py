@@ -143,6 +143,17 @@ def scalar(name: str, value: float, dtype_name: str) -> float:
     return value
 
 
+def printable(text: str) -> bool:
+    """Whether ``text`` (a path, a name) can be written into generated code and messages:
+    UTF-8 (no byte os.fsdecode could only keep as a surrogate), no control character."""
+    return text.isprintable() and text == text.encode("utf-8", "replace").decode("utf-8")
+
+
+def shown(text: str) -> str:
+    """``text`` with what :func:`printable` refuses escaped, for the message that refuses it."""
+    return repr(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
 def regular_file(path: str, what: str = "script") -> None:
     """Refuse a FIFO, a device or a directory before opening it (reading a FIFO blocks
     for ever); a missing file is left to open() to report."""

@@ -11,7 +11,7 @@ import os
 
 from ..errors import ScriptError, ScriptLexError, ScriptNotFoundError, coord_at
 from ..ir.dag import Dag
-from ..validate import regular_file
+from ..validate import printable, regular_file, shown
 from . import ast
 from .ast import source_line
 from .check import LibraryLike, check
@@ -27,11 +27,9 @@ def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
     (a FileNotFoundError too); other OSErrors propagate as they are.
     """
     file = os.fsdecode(path)
-    if not file.isprintable() or file != file.encode("utf-8", "replace").decode("utf-8"):
-        # a byte that is not UTF-8 (os.fsdecode's surrogate), or a control character: the
-        # generated code and every message name the script by its path
-        raise ScriptError(f"{file.encode('utf-8', 'backslashreplace').decode()!r}: the script's path is not"
-                          " UTF-8 printable text (the generated code names it): rename the file")
+    if not printable(file):  # the generated code and every message name the script by its path
+        raise ScriptError(f"{shown(file)}: the script's path is not UTF-8 printable text (the generated"
+                          " code names it): rename the file")
     regular_file(file, "script")  # a FIFO would block for ever, a device never end
     try:
         with open(file, "rb") as f:

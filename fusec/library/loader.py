@@ -20,6 +20,7 @@ from types import MappingProxyType
 from ..cache import Recent
 from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
 from ..ir import geometry as geo
+from ..validate import printable, shown
 from .model import (
     Access,
     Finish,
@@ -129,10 +130,9 @@ def load_library(directory: str | os.PathLike) -> Library:
     """Load and validate the library in ``directory``."""
     root = Path(directory)
     index = root / LIBRARY_FILE
-    text = str(root)
-    if not text.isprintable() or text != text.encode("utf-8", "replace").decode("utf-8"):
-        raise LibraryFormatError(f"library directory {text.encode('utf-8', 'backslashreplace').decode()!r}: its"
-                                 " path is not UTF-8 printable text (the generated code names it): rename it")
+    if not printable(str(root)):
+        raise LibraryFormatError(f"library directory {shown(str(root))}: its path is not UTF-8 printable text"
+                                 " (the generated code names it): rename it")
     if not root.is_dir():
         raise LibraryFormatError(f"library directory {str(root)!r} "
                                  + ("is a file, not a folder" if root.exists() else "does not exist"))
