@@ -229,6 +229,8 @@ def _space(args) -> int:
     from .space.combinations import build_space
     _known_gpu(args)
     _at_least("--top", None if args.all else args.top, 1)
+    if not args.all and args.top is not None and args.top > MOST_LISTED:  # as many as --all lists at most
+        raise FusecError(f"--top {args.top}: at most {MOST_LISTED:,} are listed")
     library, dag = _load(args)
     sizes = default_sizes(dag, _script_sizes(args, dag, given=False))
     predictor = _predictor(args, library)
@@ -380,7 +382,8 @@ def parser() -> argparse.ArgumentParser:
     common(space)
     sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size; default 8192)")
     which = space.add_mutually_exclusive_group()
-    which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
+    which.add_argument("--top", type=int, default=10, metavar="K",
+                       help="show the K best (default: 10; at most 100,000)")
     which.add_argument("--all", action="store_true",
                        help="enumerate and show every combination (refused past 100,000 of them)")
     which.add_argument("--layouts", type=int, metavar="L",

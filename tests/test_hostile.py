@@ -458,6 +458,7 @@ SGEMV = ROOT / "scripts" / "sgemv.script"
     (["compile", str(SGEMV), "--size", "n=2000000000", "--no-nvcc"], "--size: A would hold"),
     (["space", SSCAL, "--top", "-3"], "--top -3: it must be at least 1"),
     (["space", SSCAL, "--top", "0"], "--top 0: it must be at least 1"),
+    (["space", SSCAL, "--top", "100001"], "--top 100001: at most 100,000 are listed"),  # GEMVER's ran for ever
     (["space", SSCAL, "--gpu", "nosuchgpu"], "--gpu 'nosuchgpu' names no GPU"),
     (["compile", SSCAL, "--gpu", "nosuchgpu", "--no-nvcc"], "names no GPU fusec knows"),
     (["tune", SSCAL, "--size", "n=64", "--top", "0"], "--top 0: it must be at least 1"),
