@@ -92,7 +92,10 @@ def _known_gpu(args) -> None:
     if getattr(args, "analytic", False) or (args.gpu is None and not name):
         return
     from .cost.perfdb import store
-    from .target import by_name, known, slug
+    from .target import by_name, from_device, known, slug
+    device = from_device()  # the GPU present is known by its own figures (target.resolve)
+    if device is not None and device.slug.startswith(slug(name)):
+        return
     if store.find(slug(name)) is None and by_name(name) is None:
         folder = store.directory()
         databases = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []

@@ -723,3 +723,16 @@ def test_sizes_are_checked_beside_an_imposed_plan(sscal_program, sizes):
     with pytest.raises(ArgumentError) as info:  # they were ignored, whatever they were
         fusec.compile(SSCAL, library(), plan=sscal_program.generated.plan, sizes=sizes)
     assert info.value.argument == "sizes"
+
+
+def test_the_gpu_present_named_in_the_environment_is_known_though_fusec_has_no_figures_of_it(
+        tmp_path, capsys, monkeypatch):
+    import dataclasses as dc
+
+    from fusec import target
+    from fusec.cli import main
+    present = dc.replace(target.reference(), name="NVIDIA Made Up 9000")
+    monkeypatch.setattr(target, "from_device", lambda: present)
+    monkeypatch.setenv("FUSEC_GPU", "made-up-9000")
+    assert main(["compile", SSCAL, "--no-nvcc", "-o", str(tmp_path)]) == 0  # read from the device
+    assert "error" not in capsys.readouterr().err
