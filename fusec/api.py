@@ -42,7 +42,11 @@ def resolve_library(library: str | os.PathLike | Library | None) -> Library:
         raise ArgumentError("library", f"is a {type(library).__name__}: pass a library directory"
                                        " (str or os.PathLike), a loaded Library, or None for the default")
     if library is None:
-        library = os.environ.get("FUSEC_LIBRARY") or BUNDLED_LIBRARY
+        chosen = os.environ.get("FUSEC_LIBRARY")
+        if chosen and not Path(chosen).is_dir():
+            raise LibraryFormatError(f"$FUSEC_LIBRARY names {chosen!r}, which is not a folder: set it to a"
+                                     " library's directory, or unset it for the bundled library")
+        library = chosen or BUNDLED_LIBRARY
         if not Path(library).is_dir():
             raise LibraryFormatError("no library given and no default found: pass library=PATH"
                                      " (or set FUSEC_LIBRARY)")
@@ -80,6 +84,9 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     if predictor is not None and not callable(getattr(predictor, "kernel_seconds", None)):
         raise ArgumentError("predictor", f"is a {type(predictor).__name__}, which has no kernel_seconds():"
                                          " pass a fusec predictor or None")
+    if predictor is not None and not isinstance(getattr(predictor, "target", None), GpuTarget):
+        raise ArgumentError("predictor", f"is a {type(predictor).__name__}, whose target is not a GpuTarget"
+                                         " (the GPU it predicts for): pass a fusec predictor or None")
     if gpu is not None and not isinstance(gpu, str):
         raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
     literals = [a for call in dag.calls for a in call.args if isinstance(a, Constant)]
@@ -89,6 +96,24 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
             raise ScriptSemanticError(f"{arg.text} is outside the range of {dtype}", arg.coord,
                                       dag.text.split("\n")[arg.coord.line - 1])
     return dtype
+
+
+def check_plan(dag, library: Library, plan: ProgramPlan) -> None:
+    """An imposed plan covers each call of ``dag`` once, and names implementations its
+    functions have (else an :class:`ArgumentError` naming ``plan``: one made for another
+    script would fail deep in the generator)."""
+    covered = [c for kernel in plan.kernels for part in kernel.parts for c in part.calls]
+    calls = sorted(call.id for call in dag.calls)
+    if sorted(covered) != calls:
+        raise ArgumentError("plan", f"covers calls {sorted(covered)}, but {dag.file} has calls {calls}, each"
+                                    " once: is it a plan of another script?")
+    for kernel in plan.kernels:
+        for part in kernel.parts:
+            for call, name in zip(part.calls, part.implementations):
+                function = library.functions[dag.call(call).function]
+                if name not in {i.name for i in function.implementations}:
+                    raise ArgumentError("plan", f"call {call} ({dag.call(call).function}): {function.name} has no"
+                                                f" implementation {name!r}: is it a plan of another script?")
 
 
 def compile(script: str | os.PathLike | None = None, library: str | os.PathLike | Library | None = None,
@@ -131,10 +156,17 @@ def script_dag(script, source, name, library: Library):
             raise ArgumentError("source", f"is a {type(source).__name__}: pass the script's text (str)")
         if not isinstance(name, str) or not name:
             raise ArgumentError("name", f"is {name!r}: pass a non-empty str naming the script in messages")
+        if not check.printable(name):
+            raise ArgumentError("name", f"is {check.shown(name)}: pass UTF-8 printable text (the generated"
+                                        " code names the script by it)")
         return check_script(parse_script(source, name), library)
     if not isinstance(script, (str, os.PathLike)):
         raise ArgumentError("script", f"is a {type(script).__name__}: pass the script's path (str or"
                                       " os.PathLike), or its text as source=TEXT")
+    path = os.fsdecode(script)
+    if not path or "\0" in path:
+        raise ArgumentError("script", f"is {path!r}, which names no file: pass the script's path,"
+                                      " or its text as source=TEXT")
     return load_script(script, library)
 
 
@@ -159,10 +191,12 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
+    tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
+    sizes = default_sizes(dag, sizes)  # checked even where a plan imposed makes no use of them
     if plan is not None:
+        check_plan(dag, library, plan)
         target = predictor.target if predictor is not None else resolve(gpu)
         return Program(generate(dag, library, plan, dtype, target)), None
-    sizes = default_sizes(dag, sizes)
     entry = None
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, chosen_slug(gpu))

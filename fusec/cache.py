@@ -8,6 +8,7 @@ target, so a reader never sees half a file and two writers never interleave.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import threading
@@ -36,6 +37,8 @@ _UMASK = _read_umask()
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
+    if path.is_dir():  # else os.replace's error names the temporary file, not the folder in the way
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -85,17 +85,21 @@ def _at_least(flag: str, value: int | None, low: int) -> None:
 
 
 def _known_gpu(args) -> None:
-    """--gpu NAME must name a GPU with a performance database or one whose figures fusec
-    knows (fusec/data/gpus.json), unless --analytic asks for the analytic model: a typo
-    would otherwise choose kernels for no GPU at all."""
-    if args.gpu is None or getattr(args, "analytic", False):
+    """--gpu NAME (else $FUSEC_GPU) must name a GPU with a performance database or one
+    whose figures fusec knows (fusec/data/gpus.json), unless --analytic asks for the
+    analytic model: a typo would otherwise choose kernels for no GPU at all."""
+    flag, name = ("--gpu", args.gpu) if args.gpu is not None else ("$FUSEC_GPU", os.environ.get("FUSEC_GPU"))
+    if getattr(args, "analytic", False) or (args.gpu is None and not name):
         return
     from .cost.perfdb import store
-    from .target import by_name, known, slug
-    if store.find(slug(args.gpu)) is None and by_name(args.gpu) is None:
+    from .target import by_name, from_device, known, slug
+    device = from_device()  # the GPU present is known by its own figures (target.resolve)
+    if device is not None and device.slug.startswith(slug(name)):
+        return
+    if store.find(slug(name)) is None and by_name(name) is None:
         folder = store.directory()
         databases = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-        raise FusecError(f"--gpu {args.gpu!r} names no GPU fusec knows ({', '.join(sorted(known()))}) and none"
+        raise FusecError(f"{flag} {name!r} names no GPU fusec knows ({', '.join(sorted(known()))}) and none"
                          f" with a performance database in {folder} ({', '.join(databases) or 'none'});"
                          " add --analytic to choose kernels for it with the analytic model")
 
@@ -173,6 +177,7 @@ def _run(args) -> int:
     from .runtime import cuda
     _at_least("--repeat", args.repeat, 1)
     _at_least("--warmup", args.warmup, 0)
+    _at_least("--seed", args.seed, 0)  # NumPy's generators take no negative seed
     library, dag = _load(args)
     sizes = _script_sizes(args, dag)
     program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
@@ -227,6 +232,8 @@ def _space(args) -> int:
     from .space.combinations import build_space
     _known_gpu(args)
     _at_least("--top", None if args.all else args.top, 1)
+    if not args.all and args.top is not None and args.top > MOST_LISTED:  # as many as --all lists at most
+        raise FusecError(f"--top {args.top}: at most {MOST_LISTED:,} are listed")
     library, dag = _load(args)
     sizes = default_sizes(dag, _script_sizes(args, dag, given=False))
     predictor = _predictor(args, library)
@@ -272,6 +279,7 @@ def _tune(args) -> int:
     _at_least("--layouts", args.layouts, 0)
     _at_least("--repeat", args.repeat, 1)
     _at_least("--warmup", args.warmup, 0)
+    _at_least("--seed", args.seed, 0)
     library, dag = _load(args)
     sizes = _script_sizes(args, dag)
     result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,
@@ -379,7 +387,8 @@ def parser() -> argparse.ArgumentParser:
     common(space)
     sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size; default 8192)")
     which = space.add_mutually_exclusive_group()
-    which.add_argument("--top", type=int, default=10, metavar="K", help="show the K best (default: 10)")
+    which.add_argument("--top", type=int, default=10, metavar="K",
+                       help="show the K best (default: 10; at most 100,000)")
     which.add_argument("--all", action="store_true",
                        help="enumerate and show every combination (refused past 100,000 of them)")
     which.add_argument("--layouts", type=int, metavar="L",
@@ -619,9 +628,23 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             return 1
         except OSError as exc:  # a missing script, an output path that is a file...
+            blocker = _file_in_the_way(exc)
             where = f": {exc.filename}" if exc.filename else ""
-            print(f"fusec: error: {exc.strerror or exc}{where}", file=sys.stderr)
+            print(f"fusec: error: {blocker} is a file, not a folder" if blocker is not None
+                  else f"fusec: error: {exc.strerror or exc}{where}", file=sys.stderr)
             return 1
+
+
+def _file_in_the_way(exc: OSError) -> Path | None:
+    """The file where ``exc`` needed a folder (``-o FILE``, ``-o FILE/sub``), which
+    mkdir reports as "File exists" or "Not a directory"; None for other errors."""
+    if not isinstance(exc, (FileExistsError, NotADirectoryError)) or not exc.filename:
+        return None
+    path = Path(os.fsdecode(exc.filename))
+    for place in (path, *path.parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -8,6 +8,8 @@ compilers do. Errors about run-time arguments name the argument instead.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 import warnings
 
 
@@ -52,7 +54,9 @@ class FusecError(Exception):
         text = f"{self.coord}: {self.message}"
         if self.source_line is not None:
             line, column = clip(self.source_line.rstrip(), self.coord.column)
-            text += f"\n    {line}\n    {' ' * (column - 1)}^"
+            under = "".join(c if c == "\t" else " " for c in line[:column - 1])  # a tab moves the caret as far
+            under += " " * (column - 1 - len(under))  # past the end of the line (its end, trailing blanks)
+            text += f"\n    {line}\n    {under}^"
         return text
 
 
@@ -72,6 +76,17 @@ def clip(line: str, column: int, width: int = SHOWN_WIDTH) -> tuple[str, int]:
 
 class ScriptError(FusecError):
     """Something is wrong in a script."""
+
+
+class ScriptNotFoundError(ScriptError, FileNotFoundError):
+    """No file at a script's path: a fusec error, and the FileNotFoundError open() raised."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path}: the script does not exist")
+        self.errno, self.strerror, self.filename = errno.ENOENT, os.strerror(errno.ENOENT), path
+
+    def __str__(self) -> str:  # the message, not OSError's "[Errno 2] ..."
+        return self.render()
 
 
 class ScriptLexError(ScriptError):

@@ -93,7 +93,14 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
         raise GPUUnavailableError("nvcc is not on PATH (set FUSEC_NVCC to its location)")
     options = _options(arch, lineinfo)
     key = hashlib.sha256("\0".join([__version__, nvcc_version(nvcc), *options, source]).encode()).hexdigest()
-    folder = cache_dir("nvcc")
+    try:
+        folder = cache_dir("nvcc")
+    except OSError as exc:  # a cache that cannot be kept is a miss, never a failed compile
+        folder = cache_dir("nvcc", create=False)
+        if use_cache:
+            _warn_once(f"the nvcc cache {folder} cannot be made ({exc.strerror or exc}: {exc.filename};"
+                       " $FUSEC_CACHE_DIR names its root): compiling without it")
+        use_cache = False
     cubin_path, log_path = folder / f"{key}.cubin", folder / f"{key}.log"
     if use_cache:
         hit = _cached(cubin_path, log_path, arch)
@@ -115,12 +122,21 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
     if use_cache:
         # the cubin's sha256 goes first into its log: a cubin truncated or changed since
         # does not match it, and is compiled again instead of loaded
-        atomic_write_bytes(cubin_path, cubin)
-        atomic_write_bytes(log_path, f"{_DIGEST}{hashlib.sha256(cubin).hexdigest()}\n{log}".encode())
+        try:
+            atomic_write_bytes(cubin_path, cubin)
+            atomic_write_bytes(log_path, f"{_DIGEST}{hashlib.sha256(cubin).hexdigest()}\n{log}".encode())
+        except OSError as exc:  # a read-only cache: the cubin is here all the same
+            warnings.warn(FusecWarning(f"could not write the nvcc cache ({exc.strerror or exc}: {exc.filename})"))
     return Compiled(cubin, arch, log, parse_resources(log))
 
 
 _DIGEST = "fusec cubin sha256 "
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    """One warning per process for the same trouble (a program compiles several times)."""
+    warnings.warn(FusecWarning(message), stacklevel=3)
 
 
 def _cached(cubin_path: Path, log_path: Path, arch: str) -> Compiled | None:

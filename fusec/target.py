@@ -207,8 +207,9 @@ def resolve(gpu: str | None = None, *, unknown_ok: bool = False) -> GpuTarget:
                 f" with the figures of the {reference().name}"))
             return assumed
         if found is None:
-            raise ArgumentError("gpu", f"unknown GPU {chosen!r}: fusec knows {', '.join(sorted(known()))}"
-                                       " (or run on the GPU itself, which fusec reads)")
+            raise ArgumentError("gpu" if gpu else "$FUSEC_GPU",
+                                f"unknown GPU {chosen!r}: fusec knows {', '.join(sorted(known()))}"
+                                " (or run on the GPU itself, which fusec reads)")
         return found
     if device is not None:
         if by_name(device.name) is None:

@@ -15,7 +15,7 @@ import math
 import numbers
 import os
 import stat
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import ArgumentError, FusecError
 
@@ -75,6 +75,22 @@ def size(name: str, value: Any, argument: str = "sizes") -> int:
     return value
 
 
+def script_sizes(names: tuple[str, ...], sizes: Any, argument: str = "sizes") -> dict[str, int]:
+    """``sizes``, a mapping giving each of a script's sizes (``names``) and no other,
+    checked with :func:`size`."""
+    if not isinstance(sizes, Mapping):
+        raise ArgumentError(argument, f"is a {type(sizes).__name__}: pass a mapping of size names to"
+                                      " whole numbers, e.g. {'n': 8192}")
+    unknown = sorted(map(str, set(sizes) - set(names)))
+    if unknown:
+        raise ArgumentError(argument, f"the script has no size {', '.join(unknown)} (its sizes: {', '.join(names)})")
+    missing = [s for s in names if s not in sizes]
+    if missing:
+        raise ArgumentError(argument, f"gives no value for {', '.join(missing)}"
+                                      f" (the script's sizes: {', '.join(names)})")
+    return {s: size(s, sizes[s], argument) for s in names}
+
+
 def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argument: str = "sizes") -> None:
     """No array of the script (``shapes``: name -> size names) has more than MAX_ELEMENTS."""
     for array, dims in shapes.items():
@@ -83,6 +99,23 @@ def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argumen
             given = " x ".join(f"{d}={sizes[d]}" for d in dims)
             raise ArgumentError(argument, f"{array} would hold {count:.3g} elements ({given}),"
                                           f" more than 2**40: no GPU holds it")
+
+
+def count(argument: str, value: Any, low: int) -> int:
+    """A number of runs, iterations...: a whole number of at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(argument, f"is {_short(value)}: pass a whole number")
+    if value < low:
+        raise ArgumentError(argument, f"is {value}: it must be at least {low}")
+    return int(value)
+
+
+def flag(argument: str, value: Any) -> bool:
+    """A yes-or-no argument: True or False (NumPy's too), never a truthy string or None."""
+    import numpy as np
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(argument, f"is {_short(value)}: pass True or False")
+    return bool(value)
 
 
 def dtype(value: Any) -> str:
@@ -108,6 +141,17 @@ def scalar(name: str, value: float, dtype_name: str) -> float:
     if abs(value) > largest:
         raise ArgumentError(name, f"is {value:g}, outside the range of {dtype_name} (|x| <= {largest:g})")
     return value
+
+
+def printable(text: str) -> bool:
+    """Whether ``text`` (a path, a name) can be written into generated code and messages:
+    UTF-8 (no byte os.fsdecode could only keep as a surrogate), no control character."""
+    return text.isprintable() and text == text.encode("utf-8", "replace").decode("utf-8")
+
+
+def shown(text: str) -> str:
+    """``text`` with what :func:`printable` refuses escaped, for the message that refuses it."""
+    return repr(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def regular_file(path: str, what: str = "script") -> None:

@@ -1,8 +1,11 @@
-"""fusec.cache.Recent: the in-memory cache of loaded libraries and built kernels."""
+"""fusec.cache: Recent, the in-memory cache of loaded libraries and built kernels, and the
+atomic writes of the files fusec keeps."""
 
 import threading
 
-from fusec.cache import Recent
+import pytest
+
+from fusec.cache import Recent, atomic_write_text
 
 
 def test_the_least_recently_used_goes_first():
@@ -35,3 +38,12 @@ def test_threads_never_hold_more_than_the_bound():
     for t in threads:
         t.join()
     assert len(recent) <= 16
+
+
+def test_an_atomic_write_onto_a_folder_names_the_folder_and_leaves_no_temporary(tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        atomic_write_text(folder, "{}")
+    assert info.value.filename == str(folder)  # what the user named, not fusec's temporary file
+    assert list(tmp_path.iterdir()) == [folder] and list(folder.iterdir()) == []

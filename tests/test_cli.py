@@ -347,6 +347,17 @@ def test_file_system_errors_are_reported_cleanly(capsys, tmp_path, case):
     assert err.startswith("fusec: error: ") and str(script if case == "missing-script" else out_dir) in err
 
 
+@pytest.mark.parametrize("where", ["output", "under-output"])
+def test_an_output_folder_that_is_a_file_is_called_so(capsys, tmp_path, where):
+    blocker = tmp_path / "out"
+    blocker.write_text("a file, not a folder")
+    out_dir = blocker if where == "output" else blocker / "sub"
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", out_dir, "--no-nvcc"))
+    assert code == 1
+    assert err == f"fusec: error: {blocker} is a file, not a folder\n"  # not "File exists"
+    assert blocker.read_text() == "a file, not a folder" and list(tmp_path.iterdir()) == [blocker]
+
+
 # -- run -----------------------------------------------------------------------------------
 
 

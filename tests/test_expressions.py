@@ -365,3 +365,20 @@ def test_a_literal_outside_the_precision_is_refused_where_it_is_written():
     assert (info.value.coord.line, info.value.coord.column, info.value.message) == (
         4, 9, "1e39 is outside the range of float32")
     assert check_arguments(dag, "float64", None, None, None) == "float64"
+
+
+def test_an_expression_as_deep_as_the_front_end_takes_compiles_and_evaluates():
+    """Every stage walks expression trees recursively: one MAX_EXPRESSION_DEPTH deep (the
+    deepest the checker passes) must get through the space, the generator and the oracle."""
+    import fusec
+    from fusec.frontend.check import MAX_EXPRESSION_DEPTH
+    terms = MAX_EXPRESSION_DEPTH - 1
+    text = ("vector x[n], y[n];\nscalar a, t;\ninput x, a;\nt = a" + " + a" * terms
+            + ";\ny = sscal(t, x);\nreturn y;\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no GPU here: the analytic model chooses, and says so
+        program = fusec.compile(source=text, sizes={"n": 64}, tuned=False)
+    assert "y = sscal(t, x)" in program.describe()
+    x = np.linspace(-0.5, 0.5, 64)
+    y = oracle.evaluate(program.dag, library(), {"x": x, "a": 0.25})[program.dag.outputs[0]]
+    np.testing.assert_allclose(y, 0.25 * (terms + 1) * x, rtol=1e-12)

@@ -131,13 +131,14 @@ def test_a_damaged_database_is_a_warning_and_not_used(tmp_path, name):
 @pytest.mark.parametrize("name", ["huge seconds", "sms 0", "device a list", "launch NaN"])
 def test_commands_on_a_damaged_database_warn_and_fall_back(tmp_path, monkeypatch, capsys, name):
     from fusec.cli import main
-    mutated_database(tmp_path, DB_MUTANTS[name])
+    path = mutated_database(tmp_path, DB_MUTANTS[name])
     monkeypatch.setenv("FUSEC_PERFDB", str(tmp_path))
     script = str(Path(__file__).resolve().parent.parent / "scripts" / "bicgk.script")
     assert main(["space", script, "--gpu", "h100", "--top", "2"]) == 0
     assert "is damaged" in capsys.readouterr().err
     assert main(["perfdb", "show", "--gpu", "h100", "--dir", str(tmp_path)]) == 1
-    assert "is damaged" in capsys.readouterr().err
+    warning, error = capsys.readouterr().err.splitlines()  # exit 1 says why, as every failing command does
+    assert "is damaged" in warning and error.startswith(f"fusec: error: the performance database {path} cannot")
     assert main(["compile", script, "--gpu", "h100", "--no-nvcc", "-o", str(tmp_path / "out")]) == 0
 
 
@@ -413,9 +414,36 @@ def test_a_damaged_cached_cubin_is_compiled_again(cache, damage):
     assert nvcc.compile_cubin(source).cached  # rewritten whole
 
 
+@pytest.mark.nvcc
+@pytest.mark.parametrize("blocked", ["cache is a file", "folder under it is a file"])
+def test_an_unusable_nvcc_cache_is_a_warning_and_compiles_without_it(cache, blocked):
+    """A read-only or mistyped $FUSEC_CACHE_DIR costs the cache, not the compile."""
+    if blocked == "cache is a file":
+        cache.write_text("a file, not a folder")
+    else:
+        cache.mkdir()
+        (cache / "nvcc").write_text("a file, not a folder")
+    source = '__global__ void fusec_test_kernel(float* x) { x[threadIdx.x] *= 3.0f; }'
+    with pytest.warns(FusecWarning, match="nvcc cache") as caught:
+        compiled = nvcc.compile_cubin(source)
+    assert compiled.cubin and not compiled.cached and str(cache) in str(caught[0].message)
+
+
+@pytest.mark.nvcc
+def test_an_nvcc_cache_that_cannot_be_written_is_a_warning_and_the_cubin_is_returned(cache, monkeypatch):
+    def refuse(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(nvcc, "atomic_write_bytes", refuse)  # a read-only cache folder
+    source = '__global__ void fusec_test_kernel(float* x) { x[threadIdx.x] *= 5.0f; }'
+    with pytest.warns(FusecWarning, match="could not write the nvcc cache"):
+        compiled = nvcc.compile_cubin(source)
+    assert compiled.cubin and compiled.resources
+
+
 # -- flags and arguments -------------------------------------------------------------
 
 import os  # noqa: E402
+import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -430,17 +458,42 @@ SGEMV = ROOT / "scripts" / "sgemv.script"
     (["compile", str(SGEMV), "--size", "n=2000000000", "--no-nvcc"], "--size: A would hold"),
     (["space", SSCAL, "--top", "-3"], "--top -3: it must be at least 1"),
     (["space", SSCAL, "--top", "0"], "--top 0: it must be at least 1"),
+    (["space", SSCAL, "--top", "100001"], "--top 100001: at most 100,000 are listed"),  # GEMVER's ran for ever
     (["space", SSCAL, "--gpu", "nosuchgpu"], "--gpu 'nosuchgpu' names no GPU"),
     (["compile", SSCAL, "--gpu", "nosuchgpu", "--no-nvcc"], "names no GPU fusec knows"),
     (["tune", SSCAL, "--size", "n=64", "--top", "0"], "--top 0: it must be at least 1"),
     (["tune", SSCAL, "--size", "n=64", "--repeat", "0"], "--repeat 0: it must be at least 1"),
     (["run", SSCAL, "--size", "n=64", "--warmup", "-1"], "--warmup -1: it must be at least 0"),
+    (["run", SSCAL, "--size", "n=64", "--seed", "-1"], "--seed -1: it must be at least 0"),
+    (["tune", SSCAL, "--size", "n=64", "--seed", "-1"], "--seed -1: it must be at least 0"),
+    (["perfdb", "measure-plans", SSCAL, str(ROOT / "scripts")], "scripts: the script is a directory"),
 ])
 def test_a_flag_out_of_range_is_one_error_naming_it(tmp_path, capsys, argv, phrase):
     from fusec.cli import main
     assert main(argv + (["-o", str(tmp_path)] if argv[0] == "compile" else [])) == 1
     err = capsys.readouterr().err
     assert err.startswith("fusec: error: ") and phrase in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["compile", "space"])
+def test_an_unknown_gpu_in_the_environment_is_one_error_naming_the_variable(tmp_path, capsys, monkeypatch, command):
+    from fusec.cli import main
+    monkeypatch.setenv("FUSEC_GPU", "nosuchgpu")
+    extra = ["--no-nvcc", "-o", str(tmp_path / "out")] if command == "compile" else ["--top", "1"]
+    assert main([command, SSCAL, *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fusec: error: $FUSEC_GPU 'nosuchgpu' names no GPU fusec knows"), err
+    assert err.count("\n") == 1  # no warning that kernels are chosen for it all the same
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_gpu_in_the_environment_is_an_argument_error_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("FUSEC_GPU", "nosuchgpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning about its database first
+        with pytest.raises(ArgumentError, match="unknown GPU 'nosuchgpu'") as info:
+            fusec.compile(SSCAL, library(), sizes={"n": 64}, tuned=False)
+    assert info.value.argument == "$FUSEC_GPU"
 
 
 def test_an_unknown_gpu_with_analytic_is_the_analytic_model(tmp_path, capsys):
@@ -460,12 +513,21 @@ def test_a_fifo_as_the_script_is_refused_at_once(tmp_path, capsys):
     assert "is a FIFO, not a regular file" in capsys.readouterr().err
 
 
+class PredictorWithoutTarget:
+    name = "no target"
+
+    def kernel_seconds(self, kernel, dag, sizes):
+        return 1.0
+
+
 @pytest.mark.parametrize("kwargs, argument", [
     ({"dtype": "float16"}, "dtype"), ({"dtype": None}, "dtype"), ({"dtype": "int32"}, "dtype"),
     ({"sizes": {"n": 0}}, "sizes"), ({"sizes": {"n": -5}}, "sizes"), ({"sizes": {"n": 2 ** 31}}, "sizes"),
     ({"sizes": {"n": 1.5}}, "sizes"), ({"sizes": {"n": "8"}}, "sizes"), ({"sizes": [("n", 4)]}, "sizes"),
     ({"library": 42}, "library"), ({"plan": "fused"}, "plan"), ({"predictor": object()}, "predictor"),
-    ({"gpu": 100}, "gpu"),
+    ({"predictor": PredictorWithoutTarget()}, "predictor"),
+    ({"gpu": 100}, "gpu"), ({"tuned": "no"}, "tuned"), ({"tuned": None}, "tuned"),
+    ({"reproducible": "no"}, "reproducible"), ({"reproducible": 1}, "reproducible"),
 ])
 def test_a_bad_api_argument_is_an_argument_error_naming_it(kwargs, argument):
     with pytest.raises(ArgumentError) as info:
@@ -477,6 +539,58 @@ def test_a_script_that_is_not_a_path_is_an_argument_error():
     with pytest.raises(ArgumentError) as info:
         fusec.compile(3.5, library())
     assert info.value.argument == "script"
+
+
+def test_a_missing_script_is_a_fusec_error(tmp_path):
+    with pytest.raises(ScriptError, match="does not exist"):
+        fusec.compile(tmp_path / "missing.script", library())
+
+
+@pytest.mark.parametrize("script", ["", "scripts/sscal\0.script"])
+def test_a_script_path_that_names_no_file_is_an_argument_error(script):
+    with pytest.raises(ArgumentError) as info:  # not os.stat's ValueError, nor "'': the script does not exist"
+        fusec.compile(script, library())
+    assert info.value.argument == "script"
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_library_in_the_environment_that_is_no_folder_is_named(tmp_path, monkeypatch, capsys, kind):
+    place = tmp_path / "library"
+    if kind == "file":
+        place.write_text("not a folder")
+    monkeypatch.setenv("FUSEC_LIBRARY", str(place))
+    with pytest.raises(LibraryFormatError) as info:
+        fusec.compile(SSCAL)
+    assert str(info.value).startswith(f"$FUSEC_LIBRARY names {str(place)!r}, which is not a folder")
+    from fusec.cli import main
+    assert main(["compile", SSCAL, "--no-nvcc", "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"fusec: error: {info.value}\n"
+
+
+def test_a_script_path_that_is_not_utf8_is_refused_before_anything_is_written(tmp_path, capsys):
+    """Linux allows any bytes in a name; the generated code names its script in UTF-8."""
+    from fusec.cli import main
+    path = os.fsdecode(bytes(tmp_path) + b"/\xffscal.script")
+    Path(path).write_bytes(Path(SSCAL).read_bytes())
+    with pytest.raises(ScriptError, match="not UTF-8"):
+        fusec.compile(path, library(), sizes={"n": 64})
+    assert main(["compile", path, "--no-nvcc", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fusec: error: ") and "not UTF-8" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # was an empty .cu and a UnicodeEncodeError
+
+
+def test_a_source_name_that_is_not_utf8_is_an_argument_error():
+    with pytest.raises(ArgumentError) as info:
+        fusec.compile(source=Path(SSCAL).read_text(), name="\udcffscal", library=library())
+    assert info.value.argument == "name"
+
+
+def test_a_library_path_that_is_a_file_is_called_so(tmp_path):
+    path = write(tmp_path, "library", "not a folder")
+    with pytest.raises(LibraryFormatError) as info:
+        fusec.compile(SSCAL, path)
+    assert str(info.value) == f"library directory {str(path)!r} is a file, not a folder"
 
 
 def test_a_float32_program_refuses_a_literal_past_float32(tmp_path):
@@ -536,3 +650,89 @@ def test_a_malformed_array_interface_is_an_argument_error_naming_it(sscal_progra
 def test_a_wellformed_fake_array_binds(sscal_program):
     binding = sscal_program.bind({"x": FakeDevice(**GOOD), "alpha": 2.0})  # so the tests above can fail
     assert binding.sizes == {"n": 64}
+
+
+@pytest.fixture(scope="module")
+def sgemv_program():
+    return fusec.compile(SGEMV, library(), "float32", sizes={"n": 64}, tuned=False)
+
+
+@pytest.mark.parametrize("sizes, phrase", [
+    ({"m": 5, "n": 0}, "size n = 0 is out of range"), ({"m": 5, "n": -1}, "size n = -1 is out of range"),
+    ({"m": 5, "n": 2 ** 31}, "out of range"), ({"m": 5, "n": 3.5}, "size n is 3.5, not a whole number"),
+    ({"m": 5, "n": "7"}, "size n is '7', not a whole number"), ({"m": True, "n": 7}, "not a whole number"),
+    ({"m": 5}, "no value for n"), ({}, "no value for m, n"), ({"m": 5, "n": 7, "x": 2}, "has no size x"),
+    ("n=5", "is a str: pass a mapping"), (5, "is a int: pass a mapping"),
+])
+@pytest.mark.parametrize("method", ["describe", "plan_for", "minimum_bytes"])
+def test_sizes_given_to_a_program_are_checked(sgemv_program, method, sizes, phrase):
+    with pytest.raises(ArgumentError, match=phrase) as info:
+        getattr(sgemv_program, method)(sizes)
+    assert info.value.argument == "sizes"
+
+
+def test_sizes_given_to_a_program_in_range_are_taken(sgemv_program):
+    assert "m=5" in sgemv_program.describe({"m": 5, "n": np.int64(7)})  # so the test above can fail
+    assert sgemv_program.plan_for({"m": 5, "n": 7}) is not None
+    assert sgemv_program.minimum_bytes({"m": 5, "n": 7}) == 4 * (5 * 7 + 7 + 5 + 5)
+
+
+@pytest.mark.parametrize("arrays", [[1, 2], "x", None])
+def test_arguments_that_are_not_a_mapping_are_an_argument_error(sscal_program, arrays):
+    with pytest.raises(ArgumentError, match="pass a mapping") as info:
+        sscal_program.bind(arrays)
+    assert info.value.argument == "arrays"
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"repeat": 0}, "repeat"), ({"repeat": -2}, "repeat"), ({"repeat": 2.5}, "repeat"), ({"repeat": True}, "repeat"),
+    ({"warmup": -1}, "warmup"), ({"warmup": "3"}, "warmup"), ({"host": "no"}, "host"),
+])
+def test_bad_timing_arguments_are_refused_before_the_gpu_is_looked_for(sscal_program, kwargs, argument):
+    with pytest.raises(ArgumentError) as info:  # repeat=0 timed nothing and returned []
+        sscal_program.time({"x": np.ones(64, np.float32), "alpha": 2.0}, **kwargs)
+    assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("planned, compiled", [("bicgk", "sscal"), ("sscal", "bicgk"), ("gemver", "atax"),
+                                               ("sgemvt", "sgemv")])
+def test_a_plan_of_another_script_is_an_argument_error(planned, compiled):
+    def path(name):
+        return ROOT / "scripts" / f"{name}.script"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no GPU here: the analytic model chooses
+        plan = fusec.compile(path(planned), library(), sizes={"n": 256}, tuned=False).generated.plan
+    with pytest.raises(ArgumentError, match="a plan of another script") as info:  # not a KeyError deep inside
+        fusec.compile(path(compiled), library(), plan=plan)
+    assert info.value.argument == "plan"
+
+
+def test_a_plan_whose_implementation_the_function_lacks_is_an_argument_error(sscal_program):
+    import dataclasses as dc
+    plan = sscal_program.generated.plan
+    kernel = plan.kernels[0]
+    bad = type(plan)((dc.replace(kernel, implementations=("nosuch",)),))
+    with pytest.raises(ArgumentError, match="sscal has no implementation 'nosuch'") as info:
+        fusec.compile(SSCAL, library(), plan=bad)
+    assert info.value.argument == "plan"
+    assert fusec.compile(SSCAL, library(), plan=plan).generated.plan == plan  # so the test above can fail
+
+
+@pytest.mark.parametrize("sizes", [{"n": -1}, {"x": 5}, "n=5"])
+def test_sizes_are_checked_beside_an_imposed_plan(sscal_program, sizes):
+    with pytest.raises(ArgumentError) as info:  # they were ignored, whatever they were
+        fusec.compile(SSCAL, library(), plan=sscal_program.generated.plan, sizes=sizes)
+    assert info.value.argument == "sizes"
+
+
+def test_the_gpu_present_named_in_the_environment_is_known_though_fusec_has_no_figures_of_it(
+        tmp_path, capsys, monkeypatch):
+    import dataclasses as dc
+
+    from fusec import target
+    from fusec.cli import main
+    present = dc.replace(target.reference(), name="NVIDIA Made Up 9000")
+    monkeypatch.setattr(target, "from_device", lambda: present)
+    monkeypatch.setenv("FUSEC_GPU", "made-up-9000")
+    assert main(["compile", SSCAL, "--no-nvcc", "-o", str(tmp_path)]) == 0  # read from the device
+    assert "error" not in capsys.readouterr().err

@@ -562,6 +562,28 @@ def test_error_cases_have_unique_ids():
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_a_listed_file_outside_the_library_is_an_error(tmp_path, where):
+    """The library is its directory: its hash, its shipped tunings and a wheel cover
+    only what is in it, so library.fusec names no file elsewhere."""
+    outside = tmp_path / "tile.cuh"
+    outside.write_text(MINI["tile.cuh"], encoding="utf-8")
+    name = "../tile.cuh" if where == "relative" else str(outside)
+    library = write_mini(tmp_path / "mini", (LIB, "vector.cuh tile.cuh", f"vector.cuh {name}"))
+    error = load_error(library)
+    assert type(error) is V and f"{name!r} is outside the library's directory" in error.message
+    assert (error.coord.line, error.coord.column) == (5, error.source_line.index(name) + 1)
+
+
+@pytest.mark.parametrize("name", [b"lib\xff", b"lib\nint x;"])
+def test_a_library_path_that_is_not_utf8_printable_text_is_refused(tmp_path, name):
+    """The generated code names its library by its path, in a comment a newline would end."""
+    import os
+    library = write_mini(Path(os.fsdecode(bytes(tmp_path) + b"/" + name)))
+    error = load_error(library)
+    assert type(error) is F and "not UTF-8 printable text" in error.message
+
+
 def test_missing_directory(tmp_path):
     error = load_error(tmp_path / "nowhere")
     assert type(error) is F and error.coord is None

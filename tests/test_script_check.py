@@ -16,6 +16,7 @@ from fusec.errors import (
     InputAssignmentError,
     KindError,
     NestedCallError,
+    ScriptError,
     ScriptLexError,
     ScriptSemanticError,
     ScriptWarning,
@@ -25,6 +26,7 @@ from fusec.errors import (
     UnknownFunctionError,
 )
 from fusec.frontend import check, load_script, parse
+from fusec.frontend.check import MAX_EXPRESSION_DEPTH
 from fusec.ir import expr
 from fusec.ir.dag import Call, Constant, Expression, Value
 from fusec.library.model import Kind
@@ -216,9 +218,12 @@ def test_load_script_accepts_a_bom_and_reports_bad_utf8(tmp_path):
     assert "0xff" in info.value.message
 
 
-def test_load_script_propagates_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        load_script(tmp_path / "missing.script", LIB)
+def test_a_missing_script_is_a_script_error_naming_it_and_still_a_file_not_found_error(tmp_path):
+    path = tmp_path / "missing.script"
+    with pytest.raises(ScriptError) as info:
+        load_script(path, LIB)
+    assert isinstance(info.value, FileNotFoundError) and info.value.filename == str(path)
+    assert str(info.value) == f"{path}: the script does not exist"
 
 
 # -- errors -------------------------------------------------------------------
@@ -540,11 +545,37 @@ def test_expression_errors(body, kind, coord, message):
     assert error.source_line == body.rstrip("\n")
 
 
+DEEP = MAX_EXPRESSION_DEPTH
+
+
+@pytest.mark.parametrize("body, column", [
+    ("t = rho" + " + a" * DEEP + ";\n", 5),  # the tree is deepest at its first operand
+    ("t = rho" + " * (a" * DEEP + ")" * DEEP + ";\n", 7 + 5 * (DEEP - 1)),  # the innermost a * a's left a
+    ("t = " + "-" * DEEP + "rho;\n", 5 + DEEP),
+    ("t = " + "sqrt(" * DEEP + "rho" + ")" * DEEP + ";\n", 5 + 5 * DEEP),
+])
+def test_an_expression_nested_too_deep_is_an_error_at_the_level_past_the_limit(body, column):
+    error = error_of(SCALARS + body + "return t;\n", ScriptSemanticError)  # not a RecursionError
+    assert error.coord == at(5, column)
+    assert error.message.startswith(f"expression nested more than {DEEP} levels deep")
+
+
+def test_an_expression_nested_as_deep_as_the_limit_is_checked():
+    dag = quietly(SCALARS + "t = rho" + " + a" * (DEEP - 1) + ";\nreturn t;\n")
+    assert len(dag.expressions) == 1
+
+
 def test_expression_error_renders_with_a_caret_under_the_operator():
     error = error_of(SCALARS + "t = rho / (1 - 1);\nreturn t;\n", DivisionByZeroError)
     assert str(error) == (f"{F}:5:9: division by zero: the divisor 1 - 1 is a constant 0\n"
                           "    t = rho / (1 - 1);\n"
                           "            ^")
+
+
+def test_the_caret_under_a_line_indented_with_tabs_keeps_its_tabs():
+    error = error_of(SCALARS + "\tt = rho / 0;\nreturn t;\n", DivisionByZeroError)
+    assert error.coord == at(5, 10)  # a tab is one column
+    assert str(error).splitlines()[1:] == ["    \tt = rho / 0;", "    \t        ^"]  # aligned as a terminal shows it
 
 
 def test_the_target_is_checked_before_the_expression():

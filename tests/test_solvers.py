@@ -397,6 +397,8 @@ def _bad(**change):
     (_bad(bandwidth=0.0), "bandwidth"),
     (_bad(bandwidth=float("nan")), "bandwidth"),
     (_bad(bandwidth="3e12"), "bandwidth"),
+    (_bad(graphs="no"), "graphs"),
+    (_bad(graphs=None), "graphs"),
 ])
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_bad_arguments_name_the_argument_before_anything_runs(name, args, argument):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ScriptLexError, coord_at
+from ..errors import ScriptError, ScriptLexError, ScriptNotFoundError, coord_at
 from ..ir.dag import Dag
-from ..validate import regular_file
+from ..validate import printable, regular_file, shown
 from . import ast
 from .ast import source_line
 from .check import LibraryLike, check
@@ -23,12 +23,19 @@ __all__ = ["ast", "parse", "check", "load_script"]
 def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
     """Read (UTF-8, optional BOM), parse and check the script at ``path``.
 
-    Coordinates name the path as given. OSError propagates as is.
+    Coordinates name the path as given. A missing file is a :class:`ScriptNotFoundError`
+    (a FileNotFoundError too); other OSErrors propagate as they are.
     """
     file = os.fsdecode(path)
+    if not printable(file):  # the generated code and every message name the script by its path
+        raise ScriptError(f"{shown(file)}: the script's path is not UTF-8 printable text (the generated"
+                          " code names it): rename the file")
     regular_file(file, "script")  # a FIFO would block for ever, a device never end
-    with open(file, "rb") as f:
-        data = f.read()
+    try:
+        with open(file, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ScriptNotFoundError(file) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:

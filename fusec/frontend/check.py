@@ -46,6 +46,11 @@ from ..library.model import Function, Kind, Param
 from . import ast
 
 MAX_WARNINGS = 20  # warnings shown for one script; the rest are counted
+# Levels of a scalar expression's tree (a name or number is one level, each operator or
+# function one more). The checks below and every later stage walk the tree recursively
+# (expr.constants two frames a level): called from the top level, fusec.compile reached
+# Python's limit of 1000 frames at 500 levels, and a deeper caller leaves it fewer.
+MAX_EXPRESSION_DEPTH = 200
 
 
 class LibraryLike(Protocol):
@@ -273,10 +278,27 @@ class _Checker:
         if name.text in self.inputs:
             self.fail(InputAssignmentError, f"'{name.text}' is an input: an expression cannot assign it"
                       " (an input's name keeps the caller's value; declare another scalar)", name.coord)
+        self.shallow(statement.value)
         tree = self.expression(statement.value)
         value_id = self.new_value(name, target, producer=None)
         self.values[value_id].expression = True
         self.expressions.append(Expression(value_id, tree, statement.coord, self.script.line(statement.coord.line)))
+
+    def shallow(self, root: ast.Expression) -> None:
+        """Fail at the first node of ``root`` deeper than MAX_EXPRESSION_DEPTH, walking
+        without recursion (the checks below recurse)."""
+        stack = [(root, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_EXPRESSION_DEPTH:
+                self.fail(ScriptSemanticError, f"expression nested more than {MAX_EXPRESSION_DEPTH} levels deep:"
+                          " split it into assignments of its own (t1 = ...; t = t1 + ...;)", node.coord)
+            if isinstance(node, ast.Negation):
+                stack.append((node.operand, depth + 1))
+            elif isinstance(node, ast.BinaryOperation):
+                stack += [(node.right, depth + 1), (node.left, depth + 1)]
+            elif isinstance(node, ast.Application):
+                stack += [(arg, depth + 1) for arg in reversed(node.args)]
 
     def expression(self, node: ast.Expression) -> expr.Expr:
         """The DAG's tree of a scalar expression, checked: scalars that hold a value,

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from ..cache import Recent
 from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
 from ..ir import geometry as geo
+from ..validate import printable, shown
 from .model import (
     Access,
     Finish,
@@ -129,8 +130,12 @@ def load_library(directory: str | os.PathLike) -> Library:
     """Load and validate the library in ``directory``."""
     root = Path(directory)
     index = root / LIBRARY_FILE
+    if not printable(str(root)):
+        raise LibraryFormatError(f"library directory {shown(str(root))}: its path is not UTF-8 printable text"
+                                 " (the generated code names it): rename it")
     if not root.is_dir():
-        raise LibraryFormatError(f"library directory {str(root)!r} does not exist")
+        raise LibraryFormatError(f"library directory {str(root)!r} "
+                                 + ("is a file, not a folder" if root.exists() else "does not exist"))
     if not index.is_file():
         raise LibraryFormatError(f"{str(root)!r} is not a fusec library: it has no {LIBRARY_FILE}")
     index_data = _read_bytes(index)
@@ -218,6 +223,9 @@ def _parse_index(file: str, text: str, root: Path) -> dict:
             if not words:
                 raise line.error(f"expected file names after '{line.keyword}'")
             for word, offset in words:
+                if Path(word).is_absolute() or ".." in Path(word).parts:  # the hash covers the directory only
+                    raise line.error(f"{word!r} is outside the library's directory: list files in it",
+                                     offset, LibraryValidationError)
                 path = root / word
                 if not path.is_file():
                     raise line.error(f"no file {word!r} in the library", offset, LibraryValidationError)

@@ -221,6 +221,9 @@ def _interface(name: str, cai: Any) -> tuple[tuple[int, ...], int, str, tuple | 
 
 def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
     """Match keyword arguments to the script's inputs and infer the sizes."""
+    if not isinstance(arguments, Mapping):
+        raise ArgumentError("arrays", f"is a {type(arguments).__name__}: pass a mapping of the script's"
+                                      " input names to arrays and scalars")
     inputs = {dag.value(v).name: dag.value(v) for v in dag.inputs}
     for name in arguments:
         if name not in inputs:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from .. import validate as check
 from ..emit.program import GeneratedProgram
 from ..errors import ArgumentError, RowWidthError
 from ..ir import geometry as geo
@@ -235,10 +236,10 @@ class Program:
         """The plan text; at ``sizes`` its launches there, and where this program's
         plan cannot serve them, the plan that runs instead (:meth:`plan_for`)."""
         if sizes is not None:
-            sizes = self._every_size(sizes)
-            problem = row_width_problem(self.kernels, dict(sizes))
+            sizes = check.script_sizes(self.dag.sizes, sizes)
+            problem = row_width_problem(self.kernels, sizes)
             if problem is not None and self.replan is not None:
-                other = self.plan_for(dict(sizes))
+                other = self._plan_for(sizes)
                 return (f"# at these sizes this program runs the plan compiled for them: {problem}\n"
                         + other.describe(sizes, resources))
         return describe(self.generated, sizes, resources, origin=self.origin, turning=self.turning)
@@ -246,7 +247,10 @@ class Program:
     def plan_for(self, sizes: Mapping[str, int]) -> "Program":
         """The program that runs a call at ``sizes``: this one where its plan serves
         them, else the one compiled for them (once; kept for the next calls)."""
-        sizes = dict(sizes)
+        return self._plan_for(check.script_sizes(self.dag.sizes, sizes))
+
+    def _plan_for(self, sizes: dict[str, int]) -> "Program":
+        """:meth:`plan_for` of sizes already checked (a call's, bound from its arrays)."""
         problem = row_width_problem(self.kernels, sizes)
         if problem is None:
             return self
@@ -275,19 +279,7 @@ class Program:
 
     def minimum_bytes(self, sizes: Mapping[str, int]) -> int:
         """Bytes any implementation must move: each input read once, each output written once."""
-        return minimum_bytes(self.dag, self.dtype, self._every_size(sizes))
-
-    def _every_size(self, sizes: Mapping[str, int]) -> dict[str, int]:
-        """``sizes`` as a dict, once it gives every size of the script (an ArgumentError naming
-        ``sizes`` where it is not a mapping or leaves one out)."""
-        if not isinstance(sizes, Mapping):
-            raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
-                                         f" whole numbers, e.g. {{'n': 8192}}")
-        missing = [s for s in self.dag.sizes if s not in sizes]
-        if missing:
-            raise ArgumentError("sizes", f"gives no {', '.join(missing)} (the sizes of {self.dag.file}:"
-                                         f" {', '.join(self.dag.sizes)})")
-        return dict(sizes)
+        return minimum_bytes(self.dag, self.dtype, check.script_sizes(self.dag.sizes, sizes))
 
     def value_nbytes(self, value: int, sizes: Mapping[str, int]) -> int:
         v = self.dag.value(value)
@@ -350,7 +342,7 @@ class Program:
                 return results
         binding = self.bind(arrays)
         outputs = self.check_out(binding, out)
-        other = self.plan_for(binding.sizes)
+        other = self._plan_for(binding.sizes)
         if other is not self:
             return other.run(arrays, out=out, stream=stream, poison=poison)
         reference = next((a.obj for a in binding.arrays.values() if a.family == binding.family), None)
@@ -651,7 +643,8 @@ class Program:
         fires only once the program's kernels are queued: the GPU's time
         alone, which is what tells two implementations apart (``fusec tune``
         ranks on it)."""
-        if host:
+        warmup, repeat = check.count("warmup", warmup, 0), check.count("repeat", repeat, 1)
+        if check.flag("host", host):
             times = []
             with cuda.context():  # the events need one current
                 for _ in range(warmup):

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from .. import validate as check
 from ..errors import GPUUnavailableError
 from ..target import resolve
 from . import checks, driver
@@ -77,6 +78,7 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
     """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
     benchmark reports them)."""
     bandwidth = checks.bandwidth(bandwidth)
+    graphs = check.flag("graphs", graphs)
     found = framework_of(A)
     problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every)
     where = problem.framework

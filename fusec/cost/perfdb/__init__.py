@@ -37,10 +37,11 @@ def predictor_for(library: Library, gpu: str | None = None, *, corrected: bool =
         return AnalyticPredictor(target=resolve(gpu))
     path = store.find(wanted)
     if path is None:
+        target = resolve(gpu)  # a GPU fusec does not know is an error, not a warning and then one
         warnings.warn(store.PerfdbWarning(
             f"no performance database for GPU {wanted!r} in {store.directory()}: kernels are chosen"
             " by the analytic model (run 'fusec perfdb build' on that GPU)"))
-        return AnalyticPredictor(target=resolve(gpu))
+        return AnalyticPredictor(target=target)
     predictor = _load(path, path.stat().st_mtime_ns, library)
     if predictor is None:
         return AnalyticPredictor(target=resolve(gpu))

@@ -6,6 +6,7 @@ import collections
 from pathlib import Path
 
 from ...errors import FusecError
+from ...validate import regular_file
 from . import store
 
 
@@ -35,7 +36,7 @@ def show_command(args) -> int:
         raise FusecError(f"no performance database for {wanted!r} in {folder or store.directory()}")
     database = store.load(path)
     if database is None:
-        return 1
+        raise FusecError(f"the performance database {path} cannot be used (see the warning above)")
     device = database.device
     print(f"{path}")
     print(f"device   {device['name']}, {device['sms']} SMs, compute capability"
@@ -77,6 +78,8 @@ def measure_plans_command(args) -> int:
             raise FusecError(f"{flag} {value}: it must be at least {low}")
     if args.budget is not None and not args.budget >= 0:
         raise FusecError(f"--budget {args.budget:g}: seconds, 0 or more")
+    for script in args.scripts:
+        regular_file(script, "script")  # a folder or a FIFO says what it is
     missing = [s for s in args.scripts if not Path(s).is_file()]
     if missing:
         raise FusecError(f"no script {missing[0]!r}")
