@@ -357,7 +357,7 @@ def test_sizes_that_leave_one_out_name_the_argument(method):
     prog = bicgk()
     with pytest.raises(ArgumentError) as info:
         getattr(prog, method)({"n": 5})  # bicgk's sizes are m and n
-    assert info.value.argument == "sizes" and "gives no m" in str(info.value)
+    assert info.value.argument == "sizes" and "gives no value for m" in str(info.value)
     with pytest.raises(ArgumentError) as info:
         getattr(prog, method)(5)
     assert info.value.argument == "sizes" and "is a int" in str(info.value)
