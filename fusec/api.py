@@ -89,6 +89,9 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
                                          " (the GPU it predicts for): pass a fusec predictor or None")
     if gpu is not None and not isinstance(gpu, str):
         raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
+    if gpu is not None and not gpu.strip():
+        raise ArgumentError("gpu", "is empty: pass a GPU's name, e.g. 'h100', or None for the GPU present"
+                                   " ($FUSEC_GPU)")
     literals = [a for call in dag.calls for a in call.args if isinstance(a, Constant)]
     literals += [c for e in dag.expressions for c in expr.constants(e.tree)]
     for arg in sorted(literals, key=lambda c: c.coord):  # one too large for float32 would be inf in a kernel

@@ -226,6 +226,16 @@ def test_a_missing_script_is_a_script_error_naming_it_and_still_a_file_not_found
     assert str(info.value) == f"{path}: the script does not exist"
 
 
+
+def test_a_script_that_cannot_be_read_is_a_script_error_saying_why(tmp_path):
+    """Not only a missing file: one open() refuses otherwise (here a name longer than the
+    file system takes) is a ScriptError naming it and the reason, not a bare OSError."""
+    path = tmp_path / ("x" * 300 + ".script")
+    with pytest.raises(ScriptError) as info:
+        load_script(path, LIB)
+    assert str(info.value).startswith(f"{path}: cannot read the script: ")
+    assert "too long" in str(info.value).lower()
+
 # -- errors -------------------------------------------------------------------
 
 HEAD = """\

@@ -123,6 +123,17 @@ def test_an_unknown_gpu_named_is_refused_by_compile(monkeypatch):
     assert error.value.argument == "gpu"
 
 
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_gpu_name_is_refused_by_compile(empty, monkeypatch):
+    """gpu="" is a mistake, not "the GPU present" (None says that), as --gpu "" is at the
+    command line; it was taken for None."""
+    import fusec
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    with pytest.raises(ArgumentError) as error:
+        fusec.compile(ROOT / "scripts" / "bicgk.script", library(), "float32", gpu=empty)
+    assert error.value.argument == "gpu" and "is empty" in str(error.value)
+
 def test_gpu_target_is_frozen_and_hashable():
     assert {H100: 1}[by_name("h100-80gb-hbm3")] == 1
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -24,7 +24,8 @@ def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
     """Read (UTF-8, optional BOM), parse and check the script at ``path``.
 
     Coordinates name the path as given. A missing file is a :class:`ScriptNotFoundError`
-    (a FileNotFoundError too); other OSErrors propagate as they are.
+    (a FileNotFoundError too); a file that cannot be read otherwise (permissions, a name
+    too long) a :class:`ScriptError` saying why.
     """
     file = os.fsdecode(path)
     if not printable(file):  # the generated code and every message name the script by its path
@@ -36,6 +37,8 @@ def load_script(path: str | os.PathLike, library: LibraryLike) -> Dag:
             data = f.read()
     except FileNotFoundError:
         raise ScriptNotFoundError(file) from None
+    except OSError as error:
+        raise ScriptError(f"{file}: cannot read the script: {error.strerror or error}") from error
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
