@@ -283,6 +283,16 @@ def test_the_fit_refuses_a_fit_worse_than_none_unless_forced(perfdb, tmp_path, c
     assert code == 0 and (tmp_path / "forced.json").is_file()
 
 
+
+def test_the_fit_refuses_an_output_in_the_way_before_fitting(tmp_path, capsys):
+    """-o naming a folder, or a path under a file, is refused before any training data is
+    read or fitted (it was found only when writing, after the fit)."""
+    (tmp_path / "a file").write_text("x")
+    for where, said in ((tmp_path, "a folder"), (tmp_path / "a file" / "c.json", "is a file, not a folder")):
+        code, out, err = run(capsys, "perfdb", "fit", "--gpu", "h100", "--training", tmp_path / "none.json",
+                             "-o", where)
+        assert code == 1 and said in err and str(where) in err and out == ""
+
 def test_the_fit_leaves_out_points_priced_by_another_database(perfdb, capsys):
     path = training.path_for(GPU)
     collect(path, Clock(1.0), seed=1, draws=1)

@@ -130,6 +130,8 @@ def fit_command(args) -> int:
         raise FusecError(f"--ridge {args.ridge:g}: a weight, 0 or more")
     if args.folds is not None and args.folds < 2:
         raise FusecError(f"--folds {args.folds}: at least 2")
+    if args.output:
+        _check_output_file(Path(args.output))  # before the fit's seconds, not after
     wanted = chosen_slug(args.gpu)
     if wanted is None:
         raise FusecError("no GPU here: name the one whose database to correct with --gpu (e.g. --gpu h100)")
@@ -182,6 +184,15 @@ def fit_command(args) -> int:
     correction.save(fitted_file, out)
     print(f"wrote {out}")
     return 0
+
+
+def _check_output_file(path: Path) -> None:
+    """-o FILE names a file that can be written: not a folder, and under no file."""
+    if path.is_dir():
+        raise FusecError(f"-o {path}: a folder; name the file to write")
+    blocker = next((place for place in path.parents if place.exists() and not place.is_dir()), None)
+    if blocker is not None:
+        raise FusecError(f"-o {path}: {blocker} is a file, not a folder")
 
 
 def fit_report(samples, fitted, results: dict, source: Path) -> str:
