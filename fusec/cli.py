@@ -48,10 +48,11 @@ def _sizes(items: list[str], symbols: tuple[str, ...]) -> dict[str, int]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip():
             raise FusecError(f"--size {item!r}: expected NAME=VALUE, e.g. n=8192")
-        try:
-            number = int(value)
-        except ValueError:
-            raise FusecError(f"--size {item!r}: {value!r} is not a whole number") from None
+        if value.isascii() and value.startswith("-") and value[1:].isdigit():
+            raise FusecError(f"--size {item!r}: sizes must be at least 1")
+        if not (value.isascii() and value.isdigit()):  # int() would take ' 5', '+5', '1_000', '٥'
+            raise FusecError(f"--size {item!r}: {value!r} is not a whole number (digits 0-9 only)")
+        number = int(value)
         if number < 1:
             raise FusecError(f"--size {item!r}: sizes must be at least 1")
         if number > MAX_EXTENT:
@@ -82,6 +83,13 @@ def _script_sizes(args, dag, given: bool = True) -> dict[str, int] | None:
 def _at_least(flag: str, value: int | None, low: int) -> None:
     if value is not None and value < low:
         raise FusecError(f"{flag} {value}: it must be at least {low}")
+
+
+def _at_most_measured(flag: str, value: int | None) -> None:
+    """Candidates measured on the GPU each compile and run: a count past MOST_MEASURED
+    is a typo more likely than a wish (a wide tune takes 10-40)."""
+    if value is not None and value > MOST_MEASURED:
+        raise FusecError(f"{flag} {value}: at most {MOST_MEASURED:,} (each candidate is compiled and run)")
 
 
 def _known_gpu(args) -> None:
@@ -222,6 +230,7 @@ def _run(args) -> int:
 
 
 MOST_LISTED = 100_000  # combinations `fusec space --all` lists at most (GEMVER's space has 24 million)
+MOST_MEASURED = 1000  # candidates `fusec tune` measures at most (--top, --layouts)
 
 
 def _space(args) -> int:
@@ -277,6 +286,8 @@ def _tune(args) -> int:
     from .tune.search import report, tune
     _at_least("--top", args.top, 1)
     _at_least("--layouts", args.layouts, 0)
+    _at_most_measured("--top", args.top)
+    _at_most_measured("--layouts", args.layouts)
     _at_least("--repeat", args.repeat, 1)
     _at_least("--warmup", args.warmup, 0)
     _at_least("--seed", args.seed, 0)

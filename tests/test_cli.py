@@ -264,6 +264,10 @@ def test_compile_without_sizes_shows_no_block_counts(capsys, tmp_path):
     ("=3", "expected NAME=VALUE"),
     ("n=x", "'x' is not a whole number"),
     ("n=1.5", "'1.5' is not a whole number"),
+    ("n=1_000", "'1_000' is not a whole number (digits 0-9 only)"),
+    ("n=+5", "'+5' is not a whole number"),
+    ("n= 5", "' 5' is not a whole number"),
+    ("n=\u0665", "is not a whole number"),  # an Arabic-Indic five, which int() takes
     ("n=0", "sizes must be at least 1"),
     ("n=-4", "sizes must be at least 1"),
     ("q=3", "the script has no size 'q' (its sizes: m, n)"),
@@ -278,6 +282,12 @@ def test_bad_size(capsys, tmp_path, size, message):
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []  # nothing written
 
+
+
+@pytest.mark.parametrize("flag", ["--top", "--layouts"])
+def test_tune_refuses_more_candidates_than_it_measures_before_anything(capsys, flag):
+    code, out, err = run(capsys, "tune", SCRIPTS / "bicgk.script", "--size", "n=64", flag, "1001")
+    assert code == 1 and err == f"fusec: error: {flag} 1001: at most 1,000 (each candidate is compiled and run)\n"
 
 def test_size_for_a_symbol_of_another_script(capsys, tmp_path):
     code, _, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", tmp_path, "--no-nvcc",
@@ -398,7 +408,7 @@ def test_console_script(tmp_path):
     proc = subprocess.run([exe, "compile", str(SCRIPTS / "waxpby.script"), "--size", "n=x", "--no-nvcc",
                            "-o", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert proc.stderr == "fusec: error: --size 'n=x': 'x' is not a whole number\n"
+    assert proc.stderr == "fusec: error: --size 'n=x': 'x' is not a whole number (digits 0-9 only)\n"
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "usage: fusec" in proc.stdout
 
