@@ -54,13 +54,20 @@ class FusecError(Exception):
         text = f"{self.coord}: {self.message}"
         if self.source_line is not None:
             line, column = clip(self.source_line.rstrip(), self.coord.column)
-            under = "".join(c if c == "\t" else " " for c in line[:column - 1])  # a tab moves the caret as far
-            under += " " * (column - 1 - len(under))  # past the end of the line (its end, trailing blanks)
-            text += f"\n    {line}\n    {under}^"
+            shown = [visible(c) for c in line]  # a NUL or an escape code would reach the terminal as it is
+            under = "".join(c if c == "\t" else " " * len(c) for c in shown[:column - 1])  # a tab moves as far
+            under += " " * (column - 1 - len(shown[:column - 1]))  # past the end (trailing blanks)
+            text += f"\n    {''.join(shown)}\n    {under}^"
         return text
 
 
 SHOWN_WIDTH = 120  # characters of a source line shown under a message
+
+
+def visible(char: str) -> str:
+    """A character of a shown source line as a terminal should get it: a control
+    character other than a tab (NUL, ESC, ...) as its escape, ``\\x00``."""
+    return char if char == "\t" or char.isprintable() else char.encode("unicode_escape").decode("ascii")
 
 
 def clip(line: str, column: int, width: int = SHOWN_WIDTH) -> tuple[str, int]:

@@ -588,6 +588,15 @@ def test_the_caret_under_a_line_indented_with_tabs_keeps_its_tabs():
     assert str(error).splitlines()[1:] == ["    \tt = rho / 0;", "    \t        ^"]  # aligned as a terminal shows it
 
 
+
+def test_a_control_character_in_a_shown_line_is_escaped_and_the_caret_stays_under_the_token():
+    """A NUL or an escape code in a bad script reaches the terminal escaped (``\\x00``), and
+    the caret moves past what the escape adds."""
+    error = ScriptLexError("illegal character '@'", Coord("t.script", 1, 11), "\x1b[2J\x00 q = @;")
+    line, caret = str(error).splitlines()[1:]
+    assert line == "    \\x1b[2J\\x00 q = @;"
+    assert caret.index("^") == line.index("@")
+
 def test_the_target_is_checked_before_the_expression():
     error = error_of(SCALARS + "z = w * 2;\nreturn z;\n", KindError)
     assert error.coord == at(5, 1)
