@@ -651,11 +651,8 @@ def _file_in_the_way(exc: OSError) -> Path | None:
     mkdir reports as "File exists" or "Not a directory"; None for other errors."""
     if not isinstance(exc, (FileExistsError, NotADirectoryError)) or not exc.filename:
         return None
-    path = Path(os.fsdecode(exc.filename))
-    for place in (path, *path.parents):
-        if place.exists():
-            return None if place.is_dir() else place
-    return None
+    from .validate import file_in_the_way
+    return file_in_the_way(Path(os.fsdecode(exc.filename)))
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

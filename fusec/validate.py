@@ -15,6 +15,7 @@ import math
 import numbers
 import os
 import stat
+from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ArgumentError, FusecError
@@ -168,3 +169,12 @@ def regular_file(path: str, what: str = "script") -> None:
         from .errors import ScriptError
         error = ScriptError if what == "script" else FusecError
         raise error(f"{path}: the {what} is {kind}, not a regular file")
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The file standing where ``path`` needs a folder (``path`` itself, or the nearest
+    of its parents that exists), or None where that is a folder."""
+    for place in (path, *path.parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None

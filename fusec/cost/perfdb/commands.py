@@ -6,7 +6,7 @@ import collections
 from pathlib import Path
 
 from ...errors import FusecError
-from ...validate import regular_file
+from ...validate import file_in_the_way, regular_file
 from . import store
 
 
@@ -190,7 +190,7 @@ def _check_output_file(path: Path) -> None:
     """-o FILE names a file that can be written: not a folder, and under no file."""
     if path.is_dir():
         raise FusecError(f"-o {path}: a folder; name the file to write")
-    blocker = next((place for place in path.parents if place.exists() and not place.is_dir()), None)
+    blocker = file_in_the_way(path.parent)
     if blocker is not None:
         raise FusecError(f"-o {path}: {blocker} is a file, not a folder")
 
