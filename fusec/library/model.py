@@ -209,6 +209,9 @@ class Function:
     file: str
     source: str = dataclasses.field(repr=False)  # the CUDA text, metadata removed
     coord: Coord = dataclasses.field(compare=False)
+    # matrices whose two dimensions must be one size (``square A``): a triangle of a
+    # matrix[m, n] is a triangle only when m == n; the script checker enforces it at a call
+    square: tuple[str, ...] = ()
 
     def implementation(self, name: str) -> Implementation:
         """The implementation of that name (a KeyError if none)."""
@@ -257,6 +260,12 @@ class Function:
             if p.kind is Kind.MATRIX:
                 return p.dims[1]
         return None
+
+    def dims_of(self, param: Param) -> tuple[str, ...]:
+        """``param``'s dimension variables as a script calling this function must size them:
+        a square matrix's column variable is its row variable (``strmv``'s [m, n] is [m, m])."""
+        same = {p.dims[1]: p.dims[0] for p in self.params if p.name in self.square}
+        return tuple(same.get(d, d) for d in param.dims)
 
     def signature(self) -> str:
         def show(p: Param) -> str:
