@@ -126,3 +126,11 @@ SCRIPTS = {**ALONE, **FUSED, **CHAINED}
 # Inputs that are divisors: kept away from 0 (|y| in [0.25, 0.75]) so that a quotient's
 # reference is finite and well conditioned.
 DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}
+
+# The routines of the triangle part (fusec/data/blas/triangle.fusec, triangle.cuh) that no
+# database timed before it: strmv's and strmtv_strict's, which `fusec perfdb build --missing` adds.
+TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "tri_x_load", "triu_tile_load",
+                     "trmv_x_compute")
+
+# Scripts of one stored triangle of a square matrix (scripts/triangle/), sized by n alone.
+TRIANGLE_SCRIPTS = ("symv", "trmv")
