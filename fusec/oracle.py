@@ -83,7 +83,9 @@ class _Checker:
 
     Shapes are symbolic tuples of the function's dimension variables, so
     ``A @ x`` with ``A: matrix[m, n]`` and ``x: vector[m]`` is caught once, when
-    the library loads, not as a NumPy error in the middle of a test.
+    the library loads, not as a NumPy error in the middle of a test. Of a
+    ``square`` matrix the column variable is the row variable (``m`` for ``n``
+    everywhere: ``Function.dims_of``), so ``A + outer(x, x)`` holds.
     """
 
     def __init__(self, function: Function, shapes: bool):
@@ -108,7 +110,7 @@ class _Checker:
             if param is None:
                 known = ", ".join(self.params) or "none"
                 raise self.fail(f"unknown name {node.id!r} (parameters: {known})")
-            return tuple(param.dims) if param.kind is not Kind.SCALAR else ()
+            return self.function.dims_of(param) if param.kind is not Kind.SCALAR else ()
         if isinstance(node, ast.BinOp):
             op = _BINARY.get(type(node.op))
             if op is None:
@@ -210,7 +212,7 @@ class _Checker:
 
     def check_result(self, shape: Shape) -> None:
         result = self.function.result
-        expected = tuple(result.dims) if result.kind is not Kind.SCALAR else ()
+        expected = self.function.dims_of(result) if result.kind is not Kind.SCALAR else ()
         if shape != expected:
             raise self.fail(f"gives a {_describe(shape)}, but the result "
                             f"{result.name!r} is a {_describe(expected)}")
@@ -223,7 +225,8 @@ class _Checker:
         if not hof.reduce and self.reduces:
             raise self.fail(f"the function is a {hof} but the reference sums "
                             "(it uses '@', dot or sum)")
-        if hof.reduce and hof.nested and hof.axis and hof.axis not in self.contracted:
+        axis = self.function.dim(hof.axis) if hof.axis else None  # of a square matrix, its rows'
+        if hof.reduce and hof.nested and axis and axis not in self.contracted:
             summed = ", ".join(sorted(self.contracted))
             raise self.fail(f"the function reduces over {hof.axis} but the reference "
                             f"sums over {summed}")
@@ -294,7 +297,7 @@ _CACHE: dict[tuple, ast.expr] = {}
 
 def _checked(function: Function, shapes: bool = True) -> ast.expr:
     key = (function.name, function.reference, function.params, function.result,
-           function.hof, shapes)
+           function.hof, function.square, shapes)
     tree = _CACHE.get(key)
     if tree is None:
         tree = _parse(function)

@@ -127,10 +127,11 @@ SCRIPTS = {**ALONE, **FUSED, **CHAINED}
 # reference is finite and well conditioned.
 DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}
 
-# The routines of the triangle part (fusec/data/blas/triangle.fusec, triangle.cuh) that no
-# database timed before it: strmv's and strmtv_strict's, which `fusec perfdb build --missing` adds.
-TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "tri_x_load", "triu_tile_load",
-                     "trmv_x_compute")
+# The routines of the triangle part (fusec/data/blas/triangle.fusec, triangle.cuh) and of the
+# functions on it (strmv, strmtv_strict, ssyr, ssyr2) that no database timed before them, which
+# `fusec perfdb build --missing` adds.
+TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "syr2_compute", "syr_compute", "tri_x_load",
+                     "triu_tile_load", "trmv_x_compute")
 
 # Scripts of one stored triangle of a square matrix (scripts/triangle/), sized by n alone.
-TRIANGLE_SCRIPTS = ("symv", "trmv")
+TRIANGLE_SCRIPTS = ("symv", "syr2", "syr_symv", "trmv")

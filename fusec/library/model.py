@@ -261,11 +261,18 @@ class Function:
                 return p.dims[1]
         return None
 
+    def dim(self, var: str) -> str:
+        """A dimension variable as a script calling this function must size it: a square
+        matrix's column variable is its row variable (``strmv``'s n is its m)."""
+        for p in self.params:
+            if p.name in self.square and var == p.dims[1]:
+                return p.dims[0]
+        return var
+
     def dims_of(self, param: Param) -> tuple[str, ...]:
-        """``param``'s dimension variables as a script calling this function must size them:
-        a square matrix's column variable is its row variable (``strmv``'s [m, n] is [m, m])."""
-        same = {p.dims[1]: p.dims[0] for p in self.params if p.name in self.square}
-        return tuple(same.get(d, d) for d in param.dims)
+        """``param``'s dimension variables, each as :meth:`dim` gives it (``A: matrix[m, n]``
+        of ``strmv`` is [m, m])."""
+        return tuple(self.dim(d) for d in param.dims)
 
     def signature(self) -> str:
         def show(p: Param) -> str:
