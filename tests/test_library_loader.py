@@ -26,8 +26,8 @@ F, V = LibraryFormatError, LibraryValidationError
 README = ROOT / "docs" / "library-format.md"
 
 BLAS_FUNCTIONS = ["sasum", "saxpby", "saxpy", "scopy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv",
-                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "strmtv_strict", "strmv", "svadd", "svdiv",
-                  "svmul", "swaxpby", "sxmay"]
+                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "ssyr", "ssyr2", "strmtv_strict", "strmv",
+                  "svadd", "svdiv", "svmul", "swaxpby", "sxmay"]
 
 
 # -- a minimal library --------------------------------------------------------------
