@@ -9,6 +9,7 @@ the GPU: tests/gpu/test_triangle.py.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -370,23 +371,45 @@ def _programs():
                 yield name, dtype, fusec.compile(source=text, name=f"{name}.script", dtype=dtype, plan=plan)
 
 
-def test_a_vector_read_along_both_axes_is_loaded_in_the_loop():
-    """In symv's fused kernel x is one shared element holding its piece along the columns
-    and along the rows, so it is loaded in every iteration of the serial loop, whichever
-    axis that walks; and every such kernel of the space compiles to that."""
+def _loads_before_the_loop(source: str) -> list[str]:
+    """Loads from global memory (``ROUTINE(g_...``) that a kernel issues before its serial loop."""
+    found = []
+    for body in source.split("__global__")[1:]:
+        loop = body.find("for (int it = 0;")
+        head = body if loop < 0 else body[:loop]
+        found += re.findall(r"(\w+_load)\(g_", head)
+    return found
+
+
+@pytest.mark.parametrize("name", TRIANGLE_SCRIPTS)
+def test_no_kernel_on_a_triangle_holds_a_vector_before_its_loop(name):
+    """symv's x is one shared element holding its piece along the columns and along the
+    rows, and ssyr reads its x along both: a vector read by a function of a square matrix is
+    loaded in every iteration of the serial loop, whichever axis that walks, in every layout
+    of the space (both serial axes, several iterations)."""
     from fusec.emit.program import generate
-    dag = _dag("symv")
+    dag = _dag(name)
     space = build_space(dag, library(), "float32", {"n": 4097}, DEFAULT)
-    seen = set()
+    walks = set()
     for combination in space.layouts(400):
-        for plan in combination.plan.kernels:
-            if plan.family != "tile" or len(plan.calls) != 2 or (plan.serial, plan.shape.iters) in seen:
-                continue
-            seen.add((plan.serial, plan.shape.iters))
-            source = generate(dag, library(), combination.plan, "float32").source
-            loop = source.index("for (int it = 0;")
-            assert source.index("tri_x_load(g_", loop) > loop, plan
-    assert {serial for serial, _ in seen} == {"rows", "cols"} and any(iters > 1 for _, iters in seen)
+        tiles = [k for k in combination.plan.kernels if k.family == "tile"]
+        if not any(k.shape.iters > 1 for k in tiles):
+            continue
+        walks |= {(k.serial, k.shape.iters > 1) for k in tiles}
+        source = generate(dag, library(), combination.plan, "float32").source
+        assert _loads_before_the_loop(source) == [], combination.plan
+    assert {("rows", True), ("cols", True)} <= walks
+
+
+def test_a_plain_matrix_kernel_still_holds_its_vector_before_the_loop():
+    """The rule is the triangle's: sgemv walking the rows holds x (along the columns) before."""
+    from fusec.emit.program import generate
+    text = "matrix A[m, n];\nvector x[n], y[m];\ninput A, x;\ny = sgemv(A, x);\nreturn y;\n"
+    dag = script_dag(None, text, "gemv.script", library())
+    space = build_space(dag, library(), "float32", {"m": 4096, "n": 4096}, DEFAULT)
+    plan = next(c.plan for c in space.layouts(400) if c.plan.kernels[0].family == "tile"
+                and c.plan.kernels[0].serial == "rows" and c.plan.kernels[0].shape.iters > 1)
+    assert _loads_before_the_loop(generate(dag, library(), plan, "float32").source) == ["cols_load"]
 
 
 @pytest.mark.nvcc

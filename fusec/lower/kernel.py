@@ -101,14 +101,17 @@ def _invariant(dag: Dag, library: Library, plan: KernelPlan, value: int) -> bool
     """A vector along the axis the loop does not walk is the same in every iteration.
     Every call of the kernel that reads it must read it so: a vector of a square matrix's
     size may be read along the rows by one call and along the columns by another (symv's
-    two triangle products, in one shared element: triangle.fusec's ``tri_x``)."""
+    two triangle products, in one shared element: triangle.fusec's ``tri_x``), and a
+    function of a square matrix (``square A``) may read one vector along both (ssyr's x,
+    declared along the columns), so it holds none before the loop."""
     if plan.geometry is Geometry.VECTOR:
         return False
     for call in plan.calls:
         function = function_of(dag, library, call)
         for name, arg in array_args(dag, library, call):
             p = function.param(name)
-            if arg == value and (p.kind is not Kind.VECTOR or axis_of(function, p.dims[0]) == plan.serial):
+            if arg == value and (p.kind is not Kind.VECTOR or function.square
+                                 or axis_of(function, p.dims[0]) == plan.serial):
                 return False
     return True
 
