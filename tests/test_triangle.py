@@ -436,3 +436,66 @@ def test_the_probes_of_the_triangle_routines_compile():
     sources = [source for source, _ in P.modules(library(), mine)]
     for compiled in nvcc.compile_many(sources, "sm_90"):
         assert compiled.resources and all(r.spill_stores == 0 for r in compiled.resources.values())
+
+
+# -- the routines themselves, on the host --------------------------------------------
+
+HOST = ROOT / "tests" / "data" / "triangle_host.cpp"
+# (real, TILE_ROWS, BLOCK_Y): tiles of the space's shapes, 1 to 16 rows per thread
+HOST_SHAPES = [("float", 64, 8), ("float", 16, 4), ("double", 128, 4), ("double", 32, 8)]
+
+
+def _host_build(blas: Path, real: str, rows: int, block_y: int, out: Path) -> Path:
+    import subprocess
+    exe = out / f"triangle_{real}_{rows}_{block_y}"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-Wno-unknown-pragmas", f"-DREAL={real}", f"-DTILE_ROWS={rows}",
+                    f"-DBLOCK_Y={block_y}", "-I", str(blas), str(HOST), "-o", str(exe)],
+                   check=True, capture_output=True, timeout=300)
+    return exe
+
+
+def _host_run(exe: Path, n: int, aligned: bool):
+    import subprocess
+    return subprocess.run([str(exe), str(n), str(int(aligned))], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("real,rows,block_y", HOST_SHAPES)
+def test_the_triangle_routines_on_the_host(tmp_path, real, rows, block_y):
+    """triangle.cuh's routines, ssyr's and ssyr2's, run thread by thread on the host over an
+    n x n matrix whose lower triangle is NaN: strmv and strmtv_strict (both implementations),
+    ssyr and ssyr2 equal double sums; every value on or above the diagonal is loaded once and
+    no 16-byte piece wholly below it is loaded (about half of A), with aligned rows, rows off
+    16 bytes (n % VEC != 0) and a matrix off 16 bytes."""
+    exe = _host_build(LIBRARY, real, rows, block_y, tmp_path)
+    for n in (1, 2, 31, 33, 257, 260):
+        for aligned in (True, False):
+            run = _host_run(exe, n, aligned)
+            assert run.returncode == 0 and run.stdout.startswith("ok"), (n, aligned, run.stdout, run.stderr)
+    run = _host_run(exe, 1000, True)
+    read, total = (int(w) for w in re.match(r"ok (\d+) of (\d+)", run.stdout).groups())
+    assert read == sum(1000 - (r // (16 // (4 if real == "float" else 8))) * (16 // (4 if real == "float" else 8))
+                       for r in range(1000)) and read < 0.51 * total
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("edit,phrase", [
+    (("if (row < c.rows && col + VEC - 1 >= row) {", "if (row < c.rows) {"), "read below the diagonal"),
+    (("if (col + j < row) a[k * VEC + j] = real(0);", "if (false) a[k * VEC + j] = real(0);"),
+     "strmv (registers)"),
+    (("return c.row0 + TILE_ROWS - 1 <= c.col0;", "return c.row0 <= c.col0;"), "read below the diagonal"),
+    (("if (row < col + v) y[v] += a[k * VEC + v] * x[k];", "y[v] += a[k * VEC + v] * x[k];"),
+     "strmtv_strict (registers)"),
+    (("for (int t = c.ty * BLOCK_X + c.tx; t < TILE_COLS + TILE_ROWS; t += BLOCK)",
+      "for (int t = c.ty * BLOCK_X + c.tx; t < TILE_COLS; t += BLOCK)"), "strmtv_strict (shared_x)"),
+])
+def test_the_host_run_finds_a_broken_routine(tmp_path, edit, phrase):
+    """The host run is no formality: each of these edits of triangle.cuh fails it."""
+    blas = tmp_path / "blas"
+    shutil.copytree(LIBRARY, blas, ignore=shutil.ignore_patterns("tunings"))
+    text = (blas / "triangle.cuh").read_text(encoding="utf-8")
+    assert edit[0] in text
+    (blas / "triangle.cuh").write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    exe = _host_build(blas, "float", 64, 8, tmp_path)
+    run = _host_run(exe, 257, True)
+    assert run.returncode == 1 and f"failed: {phrase} (" in run.stdout, run.stdout
