@@ -133,5 +133,9 @@ DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}
 TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "syr2_compute", "syr_compute", "tri_x_load",
                      "triu_tile_load", "trmv_x_compute")
 
+# The functions on that part: a performance database built before them lacks their probes
+# (their own routines, and the vector loads they make in every iteration of the loop).
+TRIANGLE_FUNCTIONS = ("ssyr", "ssyr2", "strmtv_strict", "strmv")
+
 # Scripts of one stored triangle of a square matrix (scripts/triangle/), sized by n alone.
 TRIANGLE_SCRIPTS = ("symv", "syr2", "syr_symv", "trmv")
