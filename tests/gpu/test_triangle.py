@@ -153,3 +153,19 @@ def test_every_combination_of_the_space(name, dtype):
         prog.release()
     gc.collect()
     assert not failures, f"{len(failures)} of {len(programs) * 3} failed, first: " + "; ".join(failures[:3])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", TRIANGLE_SCRIPTS)
+def test_a_matrix_off_its_16_byte_boundary(name, dtype):
+    """A as a CuPy view one value past a 16-byte boundary (the kernels' unaligned paths:
+    triu_tile_load's whole pieces of VEC single loads), first choice and unfused."""
+    pytest.importorskip("cupy")
+    from tests.gpu.test_unaligned import _off_boundary
+    for plan in PLANS:
+        prog = program(name, dtype, plan)
+        for n in (33, 1000):
+            inputs = inputs_for(prog.dag, n, dtype, np.random.default_rng(_seed(name, n, "off")))
+            given = _off_boundary(inputs)
+            assert given["A"].data.ptr % 16 != 0
+            _check(prog.dag, inputs, prog.run(given, poison=True), dtype)
