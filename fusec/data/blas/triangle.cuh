@@ -25,23 +25,15 @@ __device__ __forceinline__ void triu_tile_load(const real* __restrict__ A, real*
     tile_load(A, a, c);
     return;
   }
-  // The diagonal crosses the tile: a 16-byte piece wholly below it is not read.
+  // The diagonal crosses the tile (one or two tiles of a row of tiles): a 16-byte piece
+  // wholly below it is not read, the others go through load_values' guards (fewer
+  // branches than tile_load's paths: in float64 those made ptxas spill).
   const int col = c.col0 + c.tx * VEC;
   #pragma unroll
   for (int k = 0; k < ROWS_PER_THREAD; ++k) {
     const int row = c.row0 + c.ty + k * BLOCK_Y;
-    const real* p = A + (long long)row * c.cols;
     if (row < c.rows && col + VEC - 1 >= row) {
-      if (c.full) {
-        const fusec_vec v = fusec_load16<STREAM_MATRIX>(p + col);
-        #pragma unroll
-        for (int j = 0; j < VEC; ++j) a[k * VEC + j] = v.v[j];
-      } else if (!c.vec_ok && col + VEC <= c.cols) {  // a whole piece of a row off 16 bytes
-        #pragma unroll
-        for (int j = 0; j < VEC; ++j) a[k * VEC + j] = fusec_load1<STREAM_MATRIX>(p + col + j);
-      } else {
-        load_values(p, col, c.cols, c.vec_ok, a + k * VEC);
-      }
+      load_values(A + (long long)row * c.cols, col, c.cols, c.vec_ok, a + k * VEC);
       #pragma unroll
       for (int j = 0; j < VEC; ++j)
         if (col + j < row) a[k * VEC + j] = real(0);
@@ -65,11 +57,15 @@ __device__ __forceinline__ void tri_x_load(const real* __restrict__ x, real* s, 
 }
 
 // y_partial[k] += sum_v A[k][v] x[v], x from `tri_x`: this thread's share of triu(A) x.
+// (x's values one at a time, each into every row's sum: fewer live registers than
+// gemv_compute's order, which made ptxas spill in float64 with 8 rows per thread.)
 __device__ __forceinline__ void trmv_x_compute(const real* a, const real* s, real* y, const fusec_tile& c) {
-  real x[VEC];
   #pragma unroll
-  for (int v = 0; v < VEC; ++v) x[v] = s[c.tx * VEC + v];
-  gemv_compute(a, x, y, c);
+  for (int v = 0; v < VEC; ++v) {
+    const real x = s[c.tx * VEC + v];
+    #pragma unroll
+    for (int k = 0; k < ROWS_PER_THREAD; ++k) y[k] += a[k * VEC + v] * x;
+  }
 }
 
 // y_partial[v] += sum_k A[k][v] x[k] over the rows k above column v's diagonal
@@ -89,10 +85,25 @@ __device__ __forceinline__ void strict_gemtv_compute(const real* a, const real* 
   }
 }
 
-// As strict_gemtv_compute, x from `tri_x` (its rows piece).
+// As strict_gemtv_compute, x from `tri_x` (its rows piece), read where it is used (a copy
+// of it in registers made ptxas spill in float64 with 8 rows per thread).
 __device__ __forceinline__ void strict_gemtv_x_compute(const real* a, const real* s, real* y, const fusec_tile& c) {
-  real x[ROWS_PER_THREAD];
+  if (c.row0 + TILE_ROWS <= c.col0) {  // the whole tile strictly above the diagonal
+    #pragma unroll
+    for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+      const real x = s[TILE_COLS + c.ty + k * BLOCK_Y];
+      #pragma unroll
+      for (int v = 0; v < VEC; ++v) y[v] += a[k * VEC + v] * x;
+    }
+    return;
+  }
+  const int col = c.col0 + c.tx * VEC;
   #pragma unroll
-  for (int k = 0; k < ROWS_PER_THREAD; ++k) x[k] = s[TILE_COLS + c.ty + k * BLOCK_Y];
-  strict_gemtv_compute(a, x, y, c);
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    const real x = s[TILE_COLS + c.ty + k * BLOCK_Y];
+    #pragma unroll
+    for (int v = 0; v < VEC; ++v)
+      if (row < col + v) y[v] += a[k * VEC + v] * x;
+  }
 }
