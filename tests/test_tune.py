@@ -1092,3 +1092,25 @@ def test_the_bundled_librarys_shipped_plans_parse_and_list_in_order():
         assert "does not parse" not in entry.why_unused and "do not match" not in entry.why_unused
     order = [(e.script, e.dtype, e.sizes) for e in shipped]
     assert order == sorted(order)
+
+
+def test_the_bundled_librarys_shipped_plans_are_current(monkeypatch, capsys, tmp_path):
+    """Every plan the bundled library ships is keyed as fusec keys it now: a lookup for its own
+    script finds that very file, and `fusec tunings` lists it as usable; `fusec compile` of
+    GEMVER at n = 16384 for the H100 says it runs the plan shipped for it."""
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
+    blas = library()
+    dags = {tuning.key(dag, blas, "float32", {}, "").script: dag
+            for dag in (load_script(path, blas) for path in sorted((ROOT / "scripts").glob("*.script")))}
+    shipped = [e for e in tuning.filed(blas) if e.shipped]
+    assert len(shipped) >= 66
+    for entry in shipped:
+        assert entry.why_unused == "", f"{entry.path}: {entry.why_unused}"
+        key = tuning.TuningKey.from_fields(json.loads(entry.path.read_text(encoding="utf-8"))["key"])
+        found = tuning.lookup(dags[key.script], blas, key.dtype, dict(key.sizes), key.gpu)
+        assert found is not None and found.path == entry.path, entry.path
+    code, out, err = run_cli(capsys, "compile", ROOT / "scripts" / "gemver.script", "--library", LIBRARY,
+                             "--size", "n=16384", "--gpu", "h100", "--no-nvcc", "-o", tmp_path)
+    assert code == 0, err
+    assert re.search(rf"^plan: shipped with the library \(tuned on {H100} .*\): .*/tunings/{SLUG}/[0-9a-f]{{64}}\.json$",
+                     out, re.M), out
