@@ -309,6 +309,7 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
             return _bad(path, f"has format {data.get('format')!r}, not {FORMAT}")
         if data.get("key") != wanted.fields():
             return _bad(path, "is filed under a key its fields do not match")
+        recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
         plan = ProgramPlan.from_json(json.dumps(data["plan"]))
         hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
         entry = TuningEntry(wanted, plan,
