@@ -14,8 +14,8 @@ files keeps its tuned plans. An entry records those files with their digests
 A library may ship plans tuned for it, laid out the same way in its own
 ``tunings/`` folder (``fusec tune --ship`` writes there): a fresh machine then
 runs the tuned plans without tuning again. The user's cache is looked in
-first, so a user's own tuning wins. The folder is no file a script reads, and
-an entry keyed on files that have changed since never matches: it is *stale*,
+first, so a user's own tuning wins. No script reads the folder, and an entry
+keyed on files that have changed since never matches: it is *stale*,
 and ``fusec tunings --prune`` deletes it (an entry that does not record its
 files, keyed as fusec keyed tunings before, on the whole library's content
 hash, cannot be judged and is kept). ``$FUSEC_SHIPPED_TUNINGS=0`` makes
