@@ -109,11 +109,13 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
     with _KEPT.take(key, lambda: Kept(arrays_for(where))) as kept:
         arrays = kept.arrays
         with arrays.stream():
+            bb = arrays.squared_norm(b)
             if x0 is None:
-                x0, r0 = arrays.zeros_like(b), arrays.copy(b)
+                x0, r0, rr0 = arrays.zeros_like(b), arrays.copy(b), bb  # r0 = b: one read, not two
             else:
                 r0 = b - arrays.matvec(A, x0)
-            tol = max(problem.rtol * math.sqrt(arrays.squared_norm(b)), problem.atol)
+                rr0 = None  # read below
+            tol = max(problem.rtol * math.sqrt(bb), problem.atol)
             start = method.start(x0, r0, arrays.copy)
             if kept.stepper is None or kept.stepper.program is not program:
                 kept.stepper = ProgramStepper(program, method, arrays, A, start, graphs=graphs)
@@ -126,7 +128,8 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                     bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
                 every = default_check_every(method, problem.n, problem.dtype, bandwidth)
             try:
-                outcome = driver.run(stepper, arrays.squared_norm(r0), tol, problem.maxiter, every)
+                rr0 = arrays.squared_norm(r0) if rr0 is None else rr0
+                outcome = driver.run(stepper, rr0, tol, problem.maxiter, every)
                 x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve
             finally:
                 stepper.end()
