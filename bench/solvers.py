@@ -219,7 +219,7 @@ def true_residual(xp, A, b, x, rows: int = 4096) -> float:
 def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
     """Whole solves to ``||r|| <= rtol ||b||``: ms (median of ``repeat`` after a warm one), the
     iterations fusec ran and needed, and each answer's true residual."""
-    from fusec.solvers.api import solve_with_outcome
+    from fusec.solvers import api
     from fusec.solvers.methods import METHODS
     sync = cupy.cuda.Device().synchronize
     ms, residual, outcomes = {}, {}, {}
@@ -229,10 +229,15 @@ def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
         ms[key] = wall_us(solve, sync, repeat) / 1e3
         residual[key] = true_residual(cupy, A, b, x)
 
-    for key, every in (("fusec", None), ("fusec_every_1", 1)):
-        def solve(key=key, every=every):
-            x, outcomes[key] = solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=MAXITER,
-                                                  check_every=every)
+    # "fusec": the stepper kept from the solve before, its graphs replayed (the same A);
+    # "fusec_new": each solve as the first of its matrix (no stepper kept: plain first chunk,
+    # then a capture); "fusec_every_1": a read after every iteration, no graphs
+    for key, every, fresh in (("fusec", None, False), ("fusec_new", None, True), ("fusec_every_1", 1, False)):
+        def solve(key=key, every=every, fresh=fresh):
+            if fresh:
+                api.forget_kept_steppers()
+            x, outcomes[key] = api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=MAXITER,
+                                                      check_every=every)
             return x
         timed(key, solve)
     if "cupy" in peers and name == "cg" and "cupy" not in skipped:
@@ -267,15 +272,18 @@ def report(rows, device, bandwidth, command, skipped_sizes) -> str:
                 cells.append("skipped" if p in r["skipped"] else "")
         lines.append(f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['floor_us']:.1f}"
                      f" | {r['us_per_iteration']['fusec']:.1f} | {r['over_floor']:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "Time to tolerance (ms, median of whole solves after a warm one; iterations: those fusec"
+    lines += ["", "Time to tolerance (ms, median of whole solves after a warm one; fusec: the solver's stepper"
+              " kept from the solve before, on the same A; fusec, new A: every solve as the first on its"
+              " matrix (no kept stepper: plain first chunk, then a graph captured); iterations: those fusec"
               " ran with the default check_every, and those needed, from the check_every=1 solve; in"
               " brackets the answer's true residual ||b - A x|| / ||b||):", "",
-              "| solver | dtype | n | fusec | iterations run / needed | fusec, check_every=1 | cupy | jax |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
+              "| solver | dtype | n | fusec | iterations run / needed | fusec, new A | fusec, check_every=1"
+              " | cupy | jax |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["to_tolerance"]
         cells = []
-        for key in ("fusec", "fusec_every_1", "cupy", "jax"):
+        for key in ("fusec", "fusec_new", "fusec_every_1", "cupy", "jax"):
             cell = f"{t['ms'][key]:.2f} ({t['residual'][key]:.1e})" if key in t["ms"] else ""
             if t["info"].get(key):
                 cell += f" info {t['info'][key]}"

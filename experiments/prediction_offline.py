@@ -215,7 +215,8 @@ def _class_bias(samples) -> dict:
 
 
 def markdown(report: dict) -> str:
-    lines = ["# First choices of fitted corrections at sizes they did not see (CPU, from H100 measurements)", "",
+    lines = ["# First choices of fitted corrections at sizes they did not see"
+             f" (CPU, from {report.get('gpu', 'h100-80gb-hbm3')} measurements)", "",
              f"`{report['command']}`. Points: {report['points']['training']} of the training data"
              f" ({report['plans']['training']} measured plans, `fusec perfdb measure-plans`) and"
              f" {report['points']['draw']} of the draw ({report['plans']['draw']} measured plans,"
@@ -292,7 +293,9 @@ def main(argv=None) -> int:
 
     report = study(everything, {m.point.key for m in matched}, database)
     stem = out / f"{database.slug.split('-')[0]}-prediction-offline"
-    report["command"] = "python -m experiments.prediction_offline" + ("" if not argv else " " + " ".join(argv))
+    given = sys.argv[1:] if argv is None else list(argv)
+    report["command"] = " ".join(["python -m experiments.prediction_offline", *given])
+    report["gpu"] = database.slug
     report["matched"] = {"rows": rows, "matched": kept,
                          "left_out": [s for m in matched for s in (*m.unmatched, *m.ambiguous, *m.mispriced)]}
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

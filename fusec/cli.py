@@ -329,8 +329,12 @@ def _tunings(args) -> int:
         print(f"\npruned {len(gone)} stale file(s) from the library's tunings:")
         print("\n".join(f"  {path}" for path in gone))
     elif stale:
-        print(f"\n{len(stale)} shipped file(s) are stale (keyed on the library as it was);"
+        print(f"\n{len(stale)} shipped file(s) are stale (keyed on library files as they were);"
               " 'fusec tunings --prune' deletes them")
+    unjudged = [e for e in entries if e.shipped and not e.judged]
+    if unjudged:
+        print(f"\n{len(unjudged)} shipped file(s) cannot be judged (they record no library files, or"
+              " not those their key is of); 'fusec tunings --prune' keeps them")
     return 0
 
 
@@ -479,8 +483,9 @@ def parser() -> argparse.ArgumentParser:
         description="List the entries of the tuning cache and of the library's tunings/ folder"
                     " (written by 'fusec tune --ship'): GPU, script, precision, sizes, the winner's"
                     " measured time, the date, and whether 'fusec compile' can use it with the"
-                    " library as it is and this fusec (an entry is keyed on the library's content"
-                    " hash and fusec's version, so one made before either changed is never used).",
+                    " library as it is and this fusec (an entry is keyed on the library files its"
+                    " script's kernels are built from and fusec's version, so one made before either"
+                    " changed is never used; a file the script does not read may be added or edited).",
         epilog="The cache is looked in first; a library's shipped plan runs where the cache has"
                " none for the same key.")
     listing.add_argument("--library", metavar="DIR", default=None,
@@ -489,8 +494,9 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--gpu", metavar="NAME", default=None,
                          help="only entries for GPUs whose folder starts with NAME, e.g. h100")
     listing.add_argument("--prune", action="store_true",
-                         help="delete the library's shipped files keyed on the library as it was"
-                              " (stale: never used again); the cache is left alone")
+                         help="delete the library's shipped files keyed on library files that have"
+                              " changed since (stale: never used again); files that cannot be judged"
+                              " and the cache are left alone")
     listing.set_defaults(handler=_tunings)
 
     perfdb = commands.add_parser(

@@ -81,6 +81,7 @@ def test_a_long_line_is_shown_as_a_window_around_the_column():
 # -- performance databases ----------------------------------------------------
 
 import json  # noqa: E402
+import re  # noqa: E402
 
 from fusec.cost.perfdb import store  # noqa: E402
 
@@ -243,6 +244,8 @@ ENTRY_MUTANTS = {
     "iters 1.5": lambda d: _kernel(d)["shape"].__setitem__("iters", 1.5),
     "a list in the plan": lambda d: _kernel(d)["shape"].__setitem__("block", [128]),
     "calls of strings": lambda d: _kernel(d).__setitem__("calls", ["0", 1]),
+    "library files a list": lambda d: d.__setitem__("library_files", ["sgemv.cu"]),
+    "a library file's digest a number": lambda d: d["library_files"].__setitem__("sgemv.cu", 7),
 }
 
 
@@ -286,6 +289,20 @@ def test_an_entry_with_bad_sizes_is_skipped_by_every_reader(cache, capsys, value
     assert program.nearby is None
     assert main(["tunings", "--library", _library_copy(tmp_path), "--prune", "--gpu", "h100"]) == 0
     assert "does not parse" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["library files a list", "a library file's digest a number"])
+def test_an_entry_with_bad_library_files_is_listed_as_not_parsing_and_kept(cache, capsys, name, tmp_path):
+    from fusec.cli import main
+    entry = tuned_entry()
+    data = json.loads(entry.key.path.read_text())
+    ENTRY_MUTANTS[name](data)
+    entry.key.path.write_text(json.dumps(data))
+    assert main(["tunings", "--library", _library_copy(tmp_path), "--prune", "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    cached = out.split("in the tuning cache:")[1]
+    assert re.search(r"^  h100-80gb-hbm3 +\? .* no: does not parse \(Invalid\)$", cached, re.M), out
+    assert entry.key.path.exists()
 
 
 def test_an_entry_nested_50000_deep_is_skipped(cache, capsys, tmp_path):

@@ -163,6 +163,75 @@ def test_graph_replays_give_the_plain_iterates(method, k):
     assert replayed.program.calls == plain.program.calls
 
 
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(method):
+    A, b, x0 = system(method, seed=8)
+    other_b = np.flip(b).copy()
+
+    def start(A, b):
+        return method.start(x0, b - A @ x0, np.copy)
+
+    def fresh(A, b):
+        plain = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, start(A, b), graphs=False)
+        plain.advance(4)
+        plain.advance(4)
+        return plain.x().copy()
+
+    arrays = CapturingArrays()
+    kept = ProgramStepper(OracleProgram(method), method, arrays, A, start(A, b))
+    kept.advance(4)
+    kept.advance(4)  # captured here (the first chunk warmed both sets)
+    assert arrays.captures == 1
+    np.testing.assert_array_equal(kept.x(), fresh(A, b))
+    kept.end()
+    assert kept.A is None  # the caller's matrix is not kept alive
+    kept.begin(A, start(A, other_b))  # the same matrix, another right-hand side
+    kept.advance(4)
+    kept.advance(4)
+    assert arrays.captures == 1  # both chunks replayed the graph
+    np.testing.assert_array_equal(kept.x(), fresh(A, other_b))
+    moved = A.copy()  # the same values in other memory: the graph holds the old address
+    kept.begin(moved, start(moved, b))
+    kept.advance(4)
+    kept.advance(4)
+    assert arrays.captures == 2  # warmed again, then captured again
+    np.testing.assert_array_equal(kept.x(), fresh(A, b))
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_the_answer_is_the_callers_not_the_kept_stepper_arrays(method):
+    A, b, _ = system(method, n=40, seed=9)
+    program = OracleProgram(method)
+    first, info = solve(method, A, b, rtol=1e-10, program=program)
+    kept = first.copy()
+    second, _ = solve(method, A, -b, rtol=1e-10, program=program)  # the same stepper again
+    assert info == 0
+    np.testing.assert_array_equal(first, kept)  # untouched by the second solve
+    np.testing.assert_allclose(second, -first, rtol=1e-8, atol=1e-12)
+    assert np.linalg.norm(b - A @ first) <= 1e-9 * np.linalg.norm(b)
+
+
+def test_workspaces_lend_one_value_to_one_taker_and_keep_the_most_recent():
+    from fusec.solvers.workspace import Workspaces
+    kept, made = Workspaces(most=2), []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    with kept.take("a", make) as first:
+        with kept.take("a", make) as beside:  # taken out: a second taker gets its own
+            assert beside is not first
+    with kept.take("a", make) as again:
+        assert again in made and len(made) == 2
+    for key in ("b", "c"):
+        with kept.take(key, make):
+            pass
+    assert len(kept) == 2
+    with kept.take("a", make) as after:  # "a" was the least recently used: dropped
+        assert after is made[-1] and len(made) == 5
+
+
 def test_restore_returns_the_state_the_last_advance_started_from():
     A, b, x0 = system(CG)
     start = CG.start(x0, b - A @ x0, np.copy)

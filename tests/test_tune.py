@@ -20,6 +20,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -86,6 +87,15 @@ def planted(dag=None, *, rank=3, sizes=SIZES, dtype="float32", gpu=SLUG, store=T
 # -- the key --------------------------------------------------------------------------------
 
 
+def edited(lib, files: dict):
+    """``lib`` as the loader would give it with ``files`` (name -> digest) changed or added:
+    its content hash, over every file, changes too."""
+    import hashlib
+    files = {**lib.files, **files}
+    return dataclasses.replace(lib, files=MappingProxyType(files),
+                               content_hash=hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16])
+
+
 def test_the_key_changes_with_every_field(monkeypatch):
     dag, lib = bicgk(), library()
     base = tuning.key(dag, lib, "float32", SIZES, SLUG)
@@ -93,7 +103,7 @@ def test_the_key_changes_with_every_field(monkeypatch):
     variants = {
         "script": tuning.key(dataclasses.replace(dag, text=dag.text + "\n# a comment\n"), lib, "float32",
                              SIZES, SLUG),
-        "library": tuning.key(dag, dataclasses.replace(lib, content_hash="0" * 16), "float32", SIZES, SLUG),
+        "library": tuning.key(dag, edited(lib, {"sgemv.cu": "0" * 16}), "float32", SIZES, SLUG),
         "sizes": tuning.key(dag, lib, "float32", {"m": 300, "n": 201}, SLUG),
         "dtype": tuning.key(dag, lib, "float64", SIZES, SLUG),
         "gpu": tuning.key(dag, lib, "float32", SIZES, "a100-sxm4-80gb"),
@@ -104,6 +114,21 @@ def test_the_key_changes_with_every_field(monkeypatch):
         assert other.fields()[field] != base.fields()[field], field
         assert other.digest != base.digest and other.path != base.path, field
     assert len({k.digest for k in variants.values()}) == len(variants)
+
+
+def test_the_key_holds_only_the_library_files_the_script_reads():
+    """BiCGK calls sgemv and sgemtv: a file it does not read, changed or added (a function it
+    does not call, a routine file its functions do not name), leaves its key as it is; one it
+    reads, changed, is another key."""
+    dag, lib = bicgk(), library()
+    base = tuning.key(dag, lib, "float32", SIZES, SLUG)
+    assert set(base.files) == {"library.fusec", "prelude.cuh", "sgemv.cu", "sgemtv.cu", "tile.cuh", "band.cuh"}
+    assert base.files == {name: lib.files[name] for name in base.files}
+    unread = edited(lib, {"sscal.cu": "0" * 16, "vector.cuh": "1" * 16, "strmv.cu": "2" * 16})
+    assert unread.content_hash != lib.content_hash
+    assert tuning.key(dag, unread, "float32", SIZES, SLUG) == base
+    for name in base.files:
+        assert tuning.key(dag, edited(lib, {name: "0" * 16}), "float32", SIZES, SLUG).library != base.library, name
 
 
 def test_the_key_is_a_sha256_of_canonical_json_and_files_under_the_gpu(cache):
@@ -861,16 +886,65 @@ def test_a_shipped_plan_runs_where_the_cache_has_none_and_the_cache_wins(cache, 
     assert fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100", tuned=False).tuned is None
 
 
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:performance database .* timed library")  # the test changes the library
-def test_a_shipped_plan_keyed_on_the_library_as_it_was_is_never_used(cache, own_library):
-    entry = planted(store=False)
-    tuning.ship(entry, own_library)
-    (Path(own_library.path) / "sdot.cu").write_text((Path(own_library.path) / "sdot.cu").read_text() + "\n// edited\n")
+def _shipped_row(out: str, sizes: str) -> str:
+    """The line of `fusec tunings`' shipped list for bicgk at ``sizes``."""
+    rows = re.findall(rf"^  {SLUG}\s+bicgk\s+float32\s+{sizes}\s.*$", out.split("shipped with the library:")[1], re.M)
+    assert len(rows) == 1, out
+    return rows[0]
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def test_a_shipped_plan_stays_current_when_the_library_gains_a_function(capsys, cache, own_library):
+    """A function file added (as strmv.cu would be) is no file BiCGK reads: its shipped
+    plan is still found, used, listed as usable and kept by --prune."""
     from fusec.library.loader import load_library
-    edited = load_library(own_library.path)
-    assert edited.content_hash != own_library.content_hash
-    assert fusec.compile(BICGK, edited, sizes=SIZES, gpu="h100").tuned is None
+    from tests.test_library_loader import readme_examples
+    entry = planted(store=False)
+    path = tuning.ship(entry, own_library)
+    (Path(own_library.path) / "sexp.cu").write_text(readme_examples()["sexp.cu"], encoding="utf-8")
+    grown = load_library(own_library.path)
+    assert "sexp" in grown.functions and grown.content_hash != own_library.content_hash
+    assert tuning.lookup(bicgk(), grown, "float32", SIZES, "h100").path == path
+    assert fusec.compile(BICGK, grown, sizes=SIZES, gpu="h100").tuned == entry.describe()
+    code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--prune")
+    assert code == 0, err
+    assert _shipped_row(out, "m=300,n=200").endswith("  yes") and "pruned" not in out
+    assert path.exists()
+
+
+@pytest.mark.filterwarnings("ignore:performance database .* timed library")  # the test changes the library
+def test_a_shipped_plan_goes_stale_only_when_a_file_its_script_reads_changes(capsys, cache, own_library):
+    """Edits to a function BiCGK does not call (sdot.cu) and to a routine file its functions
+    do not name (vector.cuh) leave its shipped plan current; an edit to the file of a
+    function it calls (sgemv.cu), or to a routine file they name (tile.cuh), makes it
+    stale, and `fusec tunings` names the file."""
+    from fusec.library.loader import load_library
+    folder = Path(own_library.path)
+    path = tuning.ship(planted(store=False), own_library)
+    _append(folder / "sdot.cu", "\n// edited\n")
+    _append(folder / "vector.cuh", "\n// edited\n")
+    assert tuning.lookup(bicgk(), load_library(folder), "float32", SIZES, SLUG).path == path
+    code, out, err = run_cli(capsys, "tunings", "--library", folder)
+    assert code == 0 and _shipped_row(out, "m=300,n=200").endswith("  yes"), err
+    pristine = {name: (folder / name).read_text(encoding="utf-8") for name in ("sgemv.cu", "tile.cuh")}
+    for name in pristine:
+        _append(folder / name, "\n// edited\n")
+        changed = load_library(folder)
+        assert tuning.lookup(bicgk(), changed, "float32", SIZES, SLUG) is None
+        was, now = json.loads(path.read_text())["key"]["library"], tuning.key(bicgk(), changed, "float32", SIZES, SLUG)
+        code, out, err = run_cli(capsys, "tunings", "--library", folder)
+        assert code == 0, err
+        assert _shipped_row(out, "m=300,n=200").endswith(
+            f"  no: keyed on the library as it was: {name} changed (hash {was}, now {now.library})")
+        assert "1 shipped file(s) are stale" in out
+        (folder / name).write_text(pristine[name], encoding="utf-8")
+    _append(folder / "tile.cuh", "\n// edited\n")
+    code, out, err = run_cli(capsys, "tunings", "--library", folder, "--prune")
+    assert code == 0 and f"pruned 1 stale file(s) from the library's tunings:\n  {path}" in out
+    assert not path.exists()
 
 
 @pytest.mark.slow
@@ -960,26 +1034,40 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     mine = planted()
     current = planted(store=False, sizes={"m": 8192, "n": 8192})
     tuning.ship(current, own_library)
-    as_it_was = dataclasses.replace(current, key=dataclasses.replace(current.key, library="0" * 16))
+    from fusec.library.digest import digest
+    files = {**current.key.files, "sgemv.cu": "0" * 16}  # as if tuned before sgemv.cu changed
+    as_it_was = dataclasses.replace(current, key=dataclasses.replace(current.key, library=digest(files),
+                                                                     files=MappingProxyType(files)))
     stale = tuning.ship(as_it_was, own_library)
     newer = dataclasses.replace(current, key=dataclasses.replace(current.key, fusec="99.0"))
     kept = tuning.ship(newer, own_library)
     broken = tuning.shipped_root(own_library) / SLUG / "broken.json"
     broken.write_text("{")
+    # keyed as fusec once keyed tunings, on the whole library's content hash, recording no files
+    legacy = dataclasses.replace(current, key=dataclasses.replace(current.key, library=own_library.content_hash,
+                                                                  sizes=(("m", 64), ("n", 64))))
+    data = json.loads(legacy.to_json())
+    del data["library_files"]
+    unjudged = tuning.shipped_root(own_library) / SLUG / f"{legacy.key.digest}.json"
+    unjudged.write_text(json.dumps(data))
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path)
     assert code == 0, err
     cached, shipped = out.split("in the tuning cache:")[1].split("shipped with the library:")
     assert re.search(r"h100-80gb-hbm3\s+bicgk\s+float32\s+m=300,n=200\s+12\.5 us\s+2026-11-22\s+yes", cached)
-    assert len(re.findall(r"^  h100", shipped, re.M)) == 4
+    assert len(re.findall(r"^  h100", shipped, re.M)) == 5
     assert re.search(r"m=8192,n=8192\s+12\.5 us\s+2026-11-22\s+yes$", shipped, re.M)
-    assert "no: keyed on the library as it was (hash 0000000000000000, now" in shipped
+    assert (f"no: keyed on the library as it was: sgemv.cu changed (hash {digest(files)},"
+            f" now {current.key.library})") in shipped
     assert "no: made by fusec 99.0, this is 0.1.0" in shipped
     assert "no: does not parse (JSONDecodeError)" in shipped
-    assert "1 shipped file(s) are stale" in out
+    assert re.search(rf"m=64,n=64 .* no: records no library files \(keyed on a whole library's hash,"
+                     rf" {own_library.content_hash}, as fusec once keyed tunings\): cannot tell", shipped)
+    assert "1 shipped file(s) are stale" in out and "1 shipped file(s) cannot be judged" in out
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--prune")
     assert code == 0, err
     assert f"pruned 1 stale file(s) from the library's tunings:\n  {stale}" in out
     assert not stale.exists() and kept.exists() and broken.exists() and mine.key.path.exists()
+    assert unjudged.exists()  # what cannot be judged is kept
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--gpu", "a100")
     assert code == 0 and "no entries for GPUs named 'a100'" in out
 
@@ -1004,3 +1092,26 @@ def test_the_bundled_librarys_shipped_plans_parse_and_list_in_order():
         assert "does not parse" not in entry.why_unused and "do not match" not in entry.why_unused
     order = [(e.script, e.dtype, e.sizes) for e in shipped]
     assert order == sorted(order)
+
+
+def test_the_bundled_librarys_shipped_plans_are_current(monkeypatch, capsys, tmp_path):
+    """Every plan the bundled library ships is keyed as fusec keys it now: a lookup for its own
+    script (the paper's sequences, and the solvers' iterations of scripts/solvers/) finds that
+    very file, and `fusec tunings` lists it as usable; `fusec compile` of GEMVER at n = 16384
+    for the H100 says it runs the plan shipped for it."""
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
+    blas = library()
+    dags = {tuning.key(dag, blas, "float32", {}, "").script: dag
+            for dag in (load_script(path, blas) for path in sorted((ROOT / "scripts").glob("**/*.script")))}
+    shipped = [e for e in tuning.filed(blas) if e.shipped]
+    assert len(shipped) >= 66
+    for entry in shipped:
+        assert entry.why_unused == "", f"{entry.path}: {entry.why_unused}"
+        key = tuning.TuningKey.from_fields(json.loads(entry.path.read_text(encoding="utf-8"))["key"])
+        found = tuning.lookup(dags[key.script], blas, key.dtype, dict(key.sizes), key.gpu)
+        assert found is not None and found.path == entry.path, entry.path
+    code, out, err = run_cli(capsys, "compile", ROOT / "scripts" / "gemver.script", "--library", LIBRARY,
+                             "--size", "n=16384", "--gpu", "h100", "--no-nvcc", "-o", tmp_path)
+    assert code == 0, err
+    shipped = rf"^plan: shipped with the library \(tuned on {H100} .*\): .*/tunings/{SLUG}/[0-9a-f]{{64}}\.json$"
+    assert re.search(shipped, out, re.M), out

@@ -1,22 +1,25 @@
-"""Carry a library's shipped tuned plans over a change that their scripts do not see.
+"""Carry shipped tuned plans keyed on a whole library's content hash over to the key fusec uses now.
 
-    python tools/rekey_tunings.py --was REV [--library fusec/data/blas] [--scripts scripts] [--dry-run]
+    python tools/rekey_tunings.py [--was REV] [--library fusec/data/blas] [--scripts scripts]
+                                  [--partial] [--dry-run]
 
-A shipped plan is keyed on the library's content hash, so any change to the library, even a
-function added that no tuned script calls, leaves every shipped plan stale (docs/tuning.md).
-This re-keys a stale entry to the library as it is now when nothing its script is built from
-changed: REV is a git revision at which the library had the hash the entry is keyed on, and the
-entry moves only when
+fusec once keyed a tuned plan on the library's content hash, over every file of its folder, so
+any change to the library, even a function added that no tuned script calls, left every shipped
+plan stale. It now keys one on the digest of the library files its script's kernels are built
+from (fusec.library.digest), and records those files in the entry (docs/tuning.md). This moves
+an entry keyed the old way to the key of the library now when nothing its script reads changed:
 
-- its key's library hash is the library's content hash at REV,
+- its key's library hash is the content hash of the library at git revision REV (without
+  --was: of the library as it is),
 - a script under --scripts has the text whose sha256 its key holds, and its key's fusec version
   is this one, and
-- every file that script's kernels are built from (library.fusec, the prelude and routine files,
-  the files of the functions it calls) is byte for byte the same at REV and now;
+- the files that script's kernels are built from (fusec.library.digest.files_read) are the same
+  files, byte for byte, at REV and now;
 
-the plan then generates the same code as when it was measured (the header's library hash
-aside). The entry is written under the key of the library now and the stale file deleted. Every
-other entry stays as it is, with the reason printed.
+the plan then generates the same code as when it was measured (the header's library hash aside).
+The entry is written under the new key and the old file deleted. Entries that record their files
+are keyed the new way already and stay as they are. Any other entry is reported with its reason,
+and then nothing moves (exit status 1) unless --partial is given.
 """
 
 from __future__ import annotations
@@ -36,8 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fusec.frontend import load_script  # noqa: E402
+from fusec.library.digest import files_read  # noqa: E402
 from fusec.library.loader import load_library  # noqa: E402
 from fusec.tune import store as tuning  # noqa: E402
+
+
+@dataclasses.dataclass
+class Outcome:
+    moved: list[Path]  # where the entries moved to (would move to, on a dry run or a refusal)
+    current: list[Path]  # entries keyed the new way already
+    left: list[str]  # "<file>: <why it cannot move>"
+    refused: bool = False  # nothing moved because something was left (no --partial)
 
 
 def library_at(revision: str, library: Path, into: Path):
@@ -50,37 +62,36 @@ def library_at(revision: str, library: Path, into: Path):
     return load_library(into / relative)
 
 
-def built_from(library, functions) -> set[str]:
-    """The library files a script calling ``functions`` is built from."""
-    function_files = {Path(f.file).name for f in library.functions.values()}
-    shared = {name for name in library.files if name not in function_files}
-    return shared | {Path(library.functions[name].file).name for name in functions}
-
-
-def rekey(library, was, scripts: Path, dry_run: bool = False) -> tuple[list[Path], list[str]]:
-    """(the entries written under the new key, a reason for each entry left as it is)."""
+def rekey(library, was, scripts: Path, dry_run: bool = False, partial: bool = False) -> Outcome:
+    """Move the shipped entries of ``library`` keyed on ``was``'s content hash to their key now."""
     by_text = {}
     for path in sorted(scripts.rglob("*.script")):
         dag = load_script(path, library)
         by_text[hashlib.sha256(dag.text.encode()).hexdigest()] = dag
-    moved, left = [], []
+    outcome, moves = Outcome([], [], []), []
     for path in sorted(tuning.shipped_root(library).glob("*/*.json")):
-        fields = json.loads(path.read_text(encoding="utf-8"))["key"]
-        old = tuning.TuningKey(**{**fields, "sizes": tuning.sizes_of(fields)})
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            old = tuning.TuningKey.from_fields(data["key"])
+            keyed_anew = "library_files" in data
+        except tuning.UNREADABLE as exc:
+            outcome.left.append(f"{path.name}: does not parse ({type(exc).__name__})")
+            continue
+        if keyed_anew:
+            outcome.current.append(path)
+            continue
         dag = by_text.get(old.script)
+        functions = {c.function for c in dag.calls} if dag else set()
         why = None
-        if old.library == library.content_hash:
-            why = "keyed on the library as it is"
-        elif old.library != was.content_hash:
+        if old.library != was.content_hash:
             why = f"keyed on library {old.library}, not the one at the revision given ({was.content_hash})"
         elif dag is None:
             why = "no script has the text its key holds"
-        elif any(c.function not in was.functions for c in dag.calls):
+        elif not functions <= set(was.functions):
             why = "its script calls a function the library at the revision given lacks"
         else:
-            files = built_from(library, {c.function for c in dag.calls})
-            changed = sorted(n for n in files | built_from(was, {c.function for c in dag.calls})
-                             if was.files.get(n) != library.files.get(n))
+            before, now = files_read(was, functions), files_read(library, functions)
+            changed = sorted(n for n in before.keys() | now.keys() if before.get(n) != now.get(n))
             if changed:
                 why = f"its script is built from files that changed: {', '.join(changed)}"
         new = None if why else tuning.key(dag, library, old.dtype, dict(old.sizes), old.gpu)
@@ -88,30 +99,42 @@ def rekey(library, was, scripts: Path, dry_run: bool = False) -> tuple[list[Path
             why = f"made by fusec {old.fusec}, this is {new.fusec}"
         entry = None if why else tuning.read(path, old, calls=len(dag.calls))
         if why or entry is None:
-            left.append(f"{path.name}: {why or 'does not read back'}")
+            outcome.left.append(f"{path.name}: {why or 'does not read back'}")
             continue
-        if not dry_run:
-            tuning.ship(dataclasses.replace(entry, key=new), library)
+        moves.append((path, dataclasses.replace(entry, key=new)))
+        outcome.moved.append(new.shipped_path(library))
+    outcome.refused = bool(outcome.left) and not partial
+    if not dry_run and not outcome.refused:
+        for path, entry in moves:
+            tuning.ship(entry, library)
             path.unlink()
-        moved.append(new.shipped_path(library))
-    return moved, left
+    return outcome
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--was", required=True, help="a git revision with the library the stale plans were tuned on")
+    parser.add_argument("--was", default=None,
+                        help="a git revision with the library the plans were keyed on (default: the library as it is)")
     parser.add_argument("--library", default=str(ROOT / "fusec" / "data" / "blas"))
     parser.add_argument("--scripts", default=str(ROOT / "scripts"), help="the folder of the tuned scripts")
+    parser.add_argument("--partial", action="store_true", help="move what can move even where some cannot")
     parser.add_argument("--dry-run", action="store_true", help="say what would move, move nothing")
     args = parser.parse_args(argv)
     library = load_library(args.library)
-    with tempfile.TemporaryDirectory() as folder:
-        was = library_at(args.was, Path(args.library), Path(folder))
-    moved, left = rekey(library, was, Path(args.scripts), args.dry_run)
-    verb = "would re-key" if args.dry_run else "re-keyed"
-    print(f"{verb} {len(moved)} shipped plan(s) from library {was.content_hash} to {library.content_hash}")
-    for reason in left:
+    if args.was is None:
+        was = library
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            was = library_at(args.was, Path(args.library), Path(folder))
+    outcome = rekey(library, was, Path(args.scripts), args.dry_run, args.partial)
+    verb = "would re-key" if args.dry_run or outcome.refused else "re-keyed"
+    print(f"{verb} {len(outcome.moved)} shipped plan(s) keyed on library {was.content_hash}"
+          f" to the files their scripts read; {len(outcome.current)} keyed so already")
+    for reason in outcome.left:
         print(f"  left: {reason}")
+    if outcome.refused:
+        print(f"refused: {len(outcome.left)} plan(s) cannot move, so none moved (--partial moves the rest)")
+        return 1
     return 0
 
 

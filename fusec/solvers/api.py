@@ -15,6 +15,24 @@ from . import checks, driver
 from .arrays import NumpyArrays, arrays_for, framework_of
 from .methods import BICG, BICGSTAB, CG, METHODS, Method
 from .stepper import ProgramStepper
+from .workspace import Workspaces
+
+
+class Kept:
+    """What a solve of one method, framework, device, precision and size leaves for the next
+    (:mod:`.workspace`): the framework's arrays (CuPy's holds the solve's stream) and the stepper."""
+
+    def __init__(self, arrays):
+        self.arrays = arrays
+        self.stepper: ProgramStepper | None = None
+
+
+_KEPT = Workspaces()
+
+
+def forget_kept_steppers() -> None:
+    """Drop the steppers kept between solves (the next solve of each size starts afresh)."""
+    _KEPT.clear()
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,23 +103,36 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
     if where == "numpy" and program is None:
         where = _device_framework()
         A, b, x0 = (_to_device(where, a) for a in (problem.A, problem.b, problem.x0))
-    arrays = arrays_for(where)
     if program is None:
         program = program_for(method.name, problem.dtype, problem.n)
-    with arrays.stream():
-        if x0 is None:
-            x0, r0 = arrays.zeros_like(b), arrays.copy(b)
-        else:
-            r0 = b - arrays.matvec(A, x0)
-        tol = max(problem.rtol * math.sqrt(arrays.squared_norm(b)), problem.atol)
-        stepper = ProgramStepper(program, method, arrays, A, method.start(x0, r0, arrays.copy), graphs=graphs)
-        every = problem.check_every
-        if every is None:
-            if bandwidth is None:
-                bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
-            every = default_check_every(method, problem.n, problem.dtype, bandwidth)
-        outcome = driver.run(stepper, arrays.squared_norm(r0), tol, problem.maxiter, every)
-        x = stepper.x()
+    key = (method.name, where, problem.dtype, problem.n, str(getattr(A, "device", "")), id(program))
+    with _KEPT.take(key, lambda: Kept(arrays_for(where))) as kept:
+        arrays = kept.arrays
+        with arrays.stream():
+            bb = arrays.squared_norm(b)
+            if x0 is None:
+                x0, r0, rr0 = arrays.zeros_like(b), arrays.copy(b), bb  # r0 = b: one read, not two
+            else:
+                r0 = b - arrays.matvec(A, x0)
+                rr0 = None  # read below
+            tol = max(problem.rtol * math.sqrt(bb), problem.atol)
+            start = method.start(x0, r0, arrays.copy)
+            if kept.stepper is None or kept.stepper.program is not program:
+                kept.stepper = ProgramStepper(program, method, arrays, A, start, graphs=graphs)
+            else:
+                kept.stepper.begin(A, start, graphs=graphs)
+            stepper = kept.stepper
+            every = problem.check_every
+            if every is None:
+                if bandwidth is None:
+                    bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
+                every = default_check_every(method, problem.n, problem.dtype, bandwidth)
+            try:
+                rr0 = arrays.squared_norm(r0) if rr0 is None else rr0
+                outcome = driver.run(stepper, rr0, tol, problem.maxiter, every)
+                x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve
+            finally:
+                stepper.end()
     if problem.framework == "numpy" and where != "numpy":
         x = x.get() if where == "cupy" else x.cpu().numpy()
     return x, outcome

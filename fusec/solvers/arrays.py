@@ -54,6 +54,10 @@ class NumpyArrays:
     def read(self, zero_d) -> float:
         return float(zero_d)
 
+    def address(self, a) -> int:
+        """Where ``a``'s data starts (what a captured graph holds)."""
+        return a.__array_interface__["data"][0]
+
     def finite(self, a) -> bool:
         return bool(self.np.isfinite(a).all())
 
@@ -82,6 +86,9 @@ class CupyArrays(NumpyArrays):
 
     def copy(self, a):
         return a.copy()
+
+    def address(self, a) -> int:
+        return a.data.ptr
 
     def squared_norm(self, a) -> float:
         a = a.astype(self.np.float64)
@@ -138,6 +145,9 @@ class TorchArrays(NumpyArrays):
 
     def copy(self, a):
         return a.clone()
+
+    def address(self, a) -> int:
+        return a.data_ptr()
 
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)

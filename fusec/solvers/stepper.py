@@ -8,6 +8,11 @@ that when the number read afterwards is not finite (a breakdown, or an exact zer
 divided by) the driver can go back and redo those iterations one at a time. A method's
 half-step results (BiCGStab's ``h`` and ``s``) are written every iteration into one set of
 arrays of their own, read only there: after the iteration that ended non-finite.
+
+A stepper serves one solve after another (:meth:`ProgramStepper.begin`): its arrays, and the
+graphs captured on them, are kept; a graph holds the addresses it was captured with, so the
+graphs are kept only while ``A`` is the same memory (a graph reads whatever that memory holds
+when it is replayed).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ class ProgramStepper:
 
     def __init__(self, program: Callable, method: Method, arrays: Any, A, start: dict, *, graphs: bool = True):
         self.program, self.method, self.arrays = program, method, arrays
-        self.A = A
+        self.A, self.A_address = A, arrays.address(A)
         self.fixed = {name: start[name] for name in method.fixed}
         first = {name: start[name] for name in method.state}
         second = {name: arrays.empty_like(first[name]) for name in method.state}
@@ -34,9 +39,31 @@ class ProgramStepper:
         self.half = {name: arrays.empty_like(start["x"]) for name in method.half_step or ()}
         self.current = 0  # which set holds the state
         self.saved_from: int | None = None
+        self.capture_works = True  # until a capture is refused (then plain calls for good)
         self.graphs_allowed = graphs
         self.graphs: dict[tuple[int, int], Callable] = {}  # (first set, iterations) -> replay
         self.warm: set[int] = set()  # sets an iteration has started from outside a capture
+
+    def begin(self, A, start: dict, *, graphs: bool = True) -> None:
+        """Start another solve from ``start`` (copied into this stepper's arrays). The graphs
+        captured before are replayed again where ``A`` is the same memory as the last solve's;
+        another matrix drops them (and warms the sets again before a capture)."""
+        address = self.arrays.address(A)
+        if address != self.A_address:
+            self.graphs.clear()
+            self.warm.clear()
+        self.A, self.A_address = A, address
+        for name in self.method.fixed:
+            self.arrays.copy_into(self.fixed[name], start[name])
+        for name in self.method.state:
+            self.arrays.copy_into(self.sets[0][name], start[name])
+        self.current, self.saved_from = 0, None
+        self.graphs_allowed = graphs and self.capture_works
+
+    def end(self) -> None:
+        """Let go of the solve's ``A`` (a kept stepper must not keep a caller's matrix alive);
+        its address stays, for :meth:`begin` to know it again."""
+        self.A = None
 
     # -- what the driver sees
     def x(self):
@@ -65,7 +92,7 @@ class ProgramStepper:
         if replay is None and self.graphs_allowed and iterations > 1 and self.warm >= {0, 1}:
             replay = self.arrays.graph(lambda: self._iterate(start, iterations))
             if replay is None:
-                self.graphs_allowed = False  # no capture here: plain calls from now on
+                self.graphs_allowed = self.capture_works = False  # no capture here: plain calls from now on
             else:
                 self.graphs[key] = replay
         if replay is None:

@@ -2,17 +2,23 @@
 
 One JSON file per key, ``<cache>/tuning/<gpu slug>/<sha256 of the key>.json``
 (``<cache>`` is ``$FUSEC_CACHE_DIR``, default ``~/.cache/fusec``). The key is
-what the winner depends on: the script's text (its sha256), the library's
-content hash, every size, the precision, the GPU (its slug) and fusec's
-version; a change to any of them is a different file, never a stale hit.
+what the winner depends on: the script's text (its sha256), the library files
+the script's kernels are built from (the digest of their digests,
+:func:`fusec.library.digest.library_digest`), every size, the precision, the
+GPU (its slug) and fusec's version; a change to any of them is a different
+file, never a stale hit. A file of the library that the script does not read
+(a function it does not call) is not in its key, so a library that only gains
+files keeps its tuned plans. An entry records those files with their digests
+(``library_files``), so that ``fusec tunings`` can judge it without its script.
 
 A library may ship plans tuned for it, laid out the same way in its own
 ``tunings/`` folder (``fusec tune --ship`` writes there): a fresh machine then
 runs the tuned plans without tuning again. The user's cache is looked in
-first, so a user's own tuning wins. The folder is not part of the library's
-content hash (only its index, routines and functions are), and an entry keyed
-on another hash, one the library changed under, never matches: it is *stale*,
-and ``fusec tunings --prune`` deletes it. ``$FUSEC_SHIPPED_TUNINGS=0`` makes
+first, so a user's own tuning wins. No script reads the folder, and an entry
+keyed on files that have changed since never matches: it is *stale*,
+and ``fusec tunings --prune`` deletes it (an entry that does not record its
+files, keyed as fusec keyed tunings before, on the whole library's content
+hash, cannot be judged and is kept). ``$FUSEC_SHIPPED_TUNINGS=0`` makes
 lookups ignore every library's folder (the test suite sets it, as it points the
 cache at a folder of its own, so that no test depends on what was tuned).
 
@@ -34,12 +40,15 @@ import math
 import os
 import warnings
 from pathlib import Path
+from types import MappingProxyType
 from typing import Mapping
 
 from .. import validate as check
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
 from ..ir.plan import ProgramPlan
+from ..library.digest import digest as files_digest
+from ..library.digest import file_digest, files_read
 from ..version import __version__
 
 FORMAT = 1  # of an entry file; another format is a miss
@@ -52,15 +61,27 @@ SHIPPED = "tunings"  # a library's folder of plans tuned for it
 @dataclasses.dataclass(frozen=True)
 class TuningKey:
     script: str  # sha256 of the script's text
-    library: str  # the library's content hash
+    library: str  # the digest of the library files the script's kernels are built from
     sizes: tuple[tuple[str, int], ...]  # sorted by name
     dtype: str
     gpu: str  # slug, e.g. "h100-80gb-hbm3"
     fusec: str  # version
+    # those files with their digests, what ``library`` is the digest of: recorded in an
+    # entry, not part of the key (empty where the key was read from a file)
+    files: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def fields(self) -> dict:
         return {"script": self.script, "library": self.library, "sizes": dict(self.sizes),
                 "dtype": self.dtype, "gpu": self.gpu, "fusec": self.fusec}
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> TuningKey:
+        """The key an entry's ``key`` object holds (its sizes checked, :func:`sizes_of`); a
+        TypeError where it lacks a field or has one a key has not."""
+        unknown = sorted(set(fields) - {"script", "library", "sizes", "dtype", "gpu", "fusec"})
+        if unknown:
+            raise TypeError(f"a key has no field {unknown[0]!r}")
+        return cls(**{**fields, "sizes": sizes_of(fields)})
 
     @property
     def digest(self) -> str:
@@ -84,9 +105,10 @@ def shipped_root(library) -> Path:
 
 def key(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str) -> TuningKey:
     """The key of a script (its DAG), library, precision, sizes and GPU slug."""
-    return TuningKey(hashlib.sha256(dag.text.encode()).hexdigest(), library.content_hash,
+    files = files_read(library, (call.function for call in dag.calls))
+    return TuningKey(hashlib.sha256(dag.text.encode()).hexdigest(), files_digest(files),
                      tuple(sorted((str(k), int(v)) for k, v in sizes.items())), str(dtype), gpu,
-                     __version__)
+                     __version__, MappingProxyType(files))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +139,7 @@ class TuningEntry:
             "measured_us": self.measured_us, "predicted_us": self.predicted_us,
             "predicted_rank": self.predicted_rank, "top": self.top, "gpu_name": self.gpu_name,
             "date": self.date, "script": self.script, "turning": self.turning,
+            "library_files": dict(self.key.files),
         }, indent=1, sort_keys=True) + "\n"
 
 
@@ -161,7 +184,8 @@ def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
 
 def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
     """The plan ``library`` shipped for these when it was another version (a stale
-    file: keyed on the library's hash as it was), or None. ``fusec tune`` measures it
+    file: keyed on the files the script reads as they were, or on the whole library's
+    content hash, as fusec keyed tunings before), or None. ``fusec tune`` measures it
     beside its candidates, so that tuning again after a library change never loses the
     plan tuned before it where that plan still builds and still wins."""
     if not gpu:
@@ -174,7 +198,7 @@ def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None
                 fields = json.loads(path.read_text(encoding="utf-8"))["key"]
             except UNREADABLE:
                 continue  # `fusec tunings` reports what does not parse
-            if not isinstance(fields, dict) or fields.get("library") == library.content_hash:
+            if not isinstance(fields, dict) or fields.get("library") == now.library:
                 continue
             was = dataclasses.replace(now, library=str(fields.get("library")))
             if fields == was.fields():
@@ -285,6 +309,7 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
             return _bad(path, f"has format {data.get('format')!r}, not {FORMAT}")
         if data.get("key") != wanted.fields():
             return _bad(path, "is filed under a key its fields do not match")
+        recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
         plan = ProgramPlan.from_json(json.dumps(data["plan"]))
         hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
         entry = TuningEntry(wanted, plan,
@@ -337,13 +362,17 @@ class Filed:
     measured_us: float | None
     date: str
     why_unused: str  # why no lookup with this library and this fusec finds it; "" when one can
-    other_library: bool = False  # keyed on another library hash than the library's now
+    other_library: bool = False  # keyed on library files that differ from the library's now
+    # whether it can be told if the entry suits the library: not where it records no files
+    # (keyed on the whole library's content hash, as fusec keyed tunings before it recorded
+    # them) or records files its key is not the digest of
+    judged: bool = True
 
     @property
     def stale(self) -> bool:
-        """A shipped file keyed on the library as it was: no fusec can use it
-        with the library as it is. (The cache holds other libraries' entries,
-        and another fusec version's entries serve that version.)"""
+        """A shipped file keyed on files the library has changed since: no fusec
+        can use it with the library as it is. (The cache holds other libraries'
+        entries, and another fusec version's entries serve that version.)"""
         return self.shipped and self.other_library
 
 
@@ -364,26 +393,58 @@ def _filed(path: Path, shipped: bool, slug: str, library) -> Filed:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         fields = check.mapping(data["key"], "key")
-        sizes = sizes_of(fields)
-        digest = TuningKey(**{**fields, "sizes": sizes}).digest
+        stored = TuningKey.from_fields(fields)
+        sizes, digest = stored.sizes, stored.digest
         measured = float(check.number(data["measured_us"], "measured_us"))
         script, dtype, date = str(data.get("script", "")), str(fields["dtype"]), str(data.get("date", ""))
         library_hash, made_by = str(fields["library"]), str(fields["fusec"])
+        files = recorded_files(data)
     except UNREADABLE as exc:
         return Filed(path, shipped, slug, "?", "?", (), None, "", f"does not parse ({type(exc).__name__})")
-    other_library = library_hash != library.content_hash
-    if other_library:
-        why = (f"keyed on the library as it was (hash {library_hash}, now {library.content_hash})"
-               if shipped else f"keyed on another library, or this one as it was (hash {library_hash})")
-    elif made_by != __version__:
+    why, other_library, judged = _judge(library, library_hash, files, shipped)
+    if why:  # the library first: a file keyed on changed files is stale whoever made it
+        return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library, judged)
+    if made_by != __version__:
         why = f"made by fusec {made_by}, this is {__version__}"
     elif data.get("format") != FORMAT:
         why = f"format {data.get('format')!r}, not {FORMAT}"
     elif path.stem != digest:
         why = "filed under a key its fields do not match"
+    return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library, judged)
+
+
+def recorded_files(data: dict) -> dict[str, str] | None:
+    """The library files an entry records its plan read, with their digests; None where
+    it records none (made before fusec recorded them)."""
+    if "library_files" not in data:
+        return None
+    files = check.mapping(data["library_files"], "library_files")
+    return {check.text(name, "a library file's name"): check.text(digest, f"library_files[{name!r}]")
+            for name, digest in files.items()}
+
+
+def _judge(library, keyed_on: str, files: dict[str, str] | None, shipped: bool) -> tuple[str, bool, bool]:
+    """(why an entry keyed on library digest ``keyed_on``, recording ``files``, does not
+    suit ``library``, or ""; whether it is keyed on files the library has changed since;
+    whether that can be told). Without its script at hand, an entry is judged by the files
+    it records (what its key's digest is over), compared with the library's now."""
+    if files is None:
+        return (f"records no library files (keyed on a whole library's hash, {keyed_on}, as fusec"
+                " once keyed tunings): cannot tell whether it suits this one"
+                + ("; python tools/rekey_tunings.py carries it over" if shipped else ""), False, False)
+    if files_digest(files) != keyed_on:
+        return (f"the library files it records are not what its key's hash ({keyed_on}) is of:"
+                " cannot tell whether it suits this library", False, False)
+    now = {name: file_digest(library, name) for name in files}
+    changed = [name + (" changed" if name in library.files else " is gone")
+               for name in files if now[name] != files[name]]
+    if not changed:
+        return "", False, True
+    if shipped:
+        why = f"keyed on the library as it was: {', '.join(changed)} (hash {keyed_on}, now {files_digest(now)})"
     else:
-        why = ""
-    return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library)
+        why = f"keyed on another library, or this one as it was: {', '.join(changed)} (hash {keyed_on})"
+    return why, True, True
 
 
 def prune(library) -> list[Path]:

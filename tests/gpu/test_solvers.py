@@ -156,3 +156,34 @@ def test_zero_b_is_solved_at_once(name):
     where = framework_available()
     x, info = solve(device(where, A.astype(np.float32)), device(where, np.zeros(33, np.float32)))
     assert info == 0 and not host(x).any()
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_kept_stepper_solves_the_next_system_right(name, framework):
+    """The second solve of a size reuses the first's stepper and graphs: on the same A with
+    another b, on A's memory given new values in place (a graph reads what the memory holds),
+    and on another A; each answer as a plain-call solve's, the first answer untouched."""
+    pytest.importorskip(framework)
+    solve, _ = SOLVERS[name]
+    A, b, x0 = (a.astype(np.float64) for a in system(name, 1000, seed=3))
+    A2, _, _ = (a.astype(np.float64) for a in system(name, 1000, seed=4))
+    dA, db, dx0 = (device(framework, a) for a in (A, b, x0))
+    first, _ = solve(dA, db, dx0, rtol=0.0, maxiter=12, check_every=3)
+    kept = host(first).copy()
+    def changed_in_place():
+        dA[:] = device(framework, A2)
+        return dA, db
+
+    cases = {"another b": lambda: (dA, device(framework, -b)),
+             "A changed in place": changed_in_place,
+             "another A": lambda: (device(framework, A), db)}
+    for what, given in cases.items():
+        dM, dv = given()
+        replayed, info = solve(dM, dv, dx0, rtol=0.0, maxiter=12, check_every=3)
+        plain, _ = solve(dM, dv, dx0, rtol=0.0, maxiter=12, check_every=3, graphs=False)
+        assert info == 12, what
+        np.testing.assert_allclose(host(replayed), host(plain), rtol=1e-12, atol=1e-13, err_msg=what)
+        np.testing.assert_allclose(host(replayed), reference(name, host(dM), host(dv), x0, 12),
+                                   rtol=1e-10, atol=1e-11, err_msg=what)
+    np.testing.assert_array_equal(host(first), kept)

@@ -1,0 +1,91 @@
+"""The library files a script's kernels are built from, and their digest.
+
+A plan tuned for a script depends on the library only through the files its kernels
+are generated from: the index (``library.fusec``), the prelude, the files of the
+functions the script calls, the routine files defining what those functions name
+(their routines, finish routines and macros, and in turn what those files name, as
+:func:`fusec.emit.kernel.library_sources` includes them), and the files declaring the
+thread mappings their implementations use. A tuned plan is keyed on the digest of those
+files (:func:`library_digest`), not on the whole library's content hash, so a library
+that only gains files the script does not read (a new function, a part index of new
+mappings) keeps its tuned plans. The files' digests are the loader's
+(:attr:`~fusec.library.model.Library.files`); nothing is read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .loader import LIBRARY_FILE
+from .model import Function, Library
+
+
+def files_read(library: Library, functions: Iterable[str]) -> dict[str, str]:
+    """The files (named relative to the library's folder, as ``Library.files`` names them)
+    that kernels of ``functions`` (names of the library's functions) are built from, each
+    with its digest, sorted by name."""
+    called = [library.functions[name] for name in sorted(set(functions))]
+    paths = {str(Path(library.path) / LIBRARY_FILE), *(source.path for source in library.prelude),
+             *(function.file for function in called)}
+    paths |= {library.mappings[name].coord.file for name in _mappings(called) if name in library.mappings}
+    paths |= _routine_files(library, called)
+    return {name: file_digest(library, name) for name in sorted(_relative(library, p) for p in paths)}
+
+
+def file_digest(library: Library, name: str) -> str:
+    """The digest of one of ``library``'s files. A file the loader read but did not hash
+    (none is) stands for the whole library: any change to it then stales the plans
+    reading it, never the other way round."""
+    return library.files.get(name) or f"library {library.content_hash}"
+
+
+def digest(files: Mapping[str, str]) -> str:
+    """The digest of files and their digests (:func:`files_read`): 16 hex digits, like
+    the library's content hash."""
+    text = "".join(f"{name}\0{files[name]}\0" for name in sorted(files))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def library_digest(library: Library, dag) -> str:
+    """The digest of the library files the kernels of ``dag`` (a checked script) are built from."""
+    return digest(files_read(library, (call.function for call in dag.calls)))
+
+
+def _relative(library: Library, path: str) -> str:
+    return str(Path(path).relative_to(library.path))
+
+
+def _mappings(functions: list[Function]) -> set[str]:
+    return {access.mapping for function in functions for impl in function.implementations
+            for routine in (*impl.loads, impl.compute, impl.store) for access in routine.accesses}
+
+
+def _routine_files(library: Library, functions: list[Function]) -> set[str]:
+    """The routine files defining a routine or macro that the functions name (in their
+    metadata or their CUDA), and those that the files found so far name, until none is new."""
+    defines = {name: source.path for source in library.routine_files
+               for name in re.findall(r"^\s*#\s*define\s+(\w+)", source.text, re.M)}
+    homes = {**library.routine_homes, **defines}
+    routines = {source.path: source.text for source in library.routine_files}
+    words = set()
+    for function in functions:
+        words |= {function.finish.routine} if function.finish else set()
+        for impl in function.implementations:
+            for routine in (*impl.loads, impl.compute, impl.store):
+                words |= {routine.name, *(routine.threads or ()), *re.findall(r"\w+", routine.scratch or "")}
+    for name in _mappings(functions):
+        if name in library.mappings:
+            words |= set(re.findall(r"\w+", library.mappings[name].size))
+    texts = [function.source for function in functions]
+    found: set[str] = set()
+    while True:
+        for text in texts:
+            words |= set(re.findall(r"\b\w+\b", text))
+        new = {homes[word] for word in words if word in homes and homes[word] in routines} - found
+        if not new:
+            return found
+        found |= new
+        texts = [routines[path] for path in new]
