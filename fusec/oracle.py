@@ -5,9 +5,11 @@ Every library function carries a ``reference``: a NumPy-style expression over
 its parameter names (``alpha * (A @ x) + beta * y``). The oracle parses it with
 :mod:`ast` and evaluates it with its own small tree walker, never ``eval``:
 the language is numbers, parameter names, binary ``+ - * / @``, unary ``-``,
-parentheses, ``.T``, the sums ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``, and
+parentheses, ``.T``, the sums ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``,
 the element-wise ``abs(a)``, ``sqrt(a)``, ``exp(a)``, ``min(a, b)``,
-``max(a, b)`` (NumPy's ``abs``, ``sqrt``, ``exp``, ``minimum``, ``maximum``).
+``max(a, b)`` (NumPy's ``abs``, ``sqrt``, ``exp``, ``minimum``, ``maximum``),
+and a matrix's triangles ``triu(a)``, ``tril(a)``, ``triu(a, k)``,
+``tril(a, k)`` (NumPy's, ``k`` an integer literal).
 
 A compiled output is judged with the reference BLAS test ratio (SMVCH in
 Reference-LAPACK ``sblat2.f``) generalised to a whole script:
@@ -47,9 +49,13 @@ __all__ = [
 ]
 
 # name -> number of positional arguments
-_FUNCTIONS = {"outer": 2, "dot": 2, "sum": 1, "abs": 1, "sqrt": 1, "exp": 1, "min": 2, "max": 2}
+_FUNCTIONS = {"outer": 2, "dot": 2, "sum": 1, "abs": 1, "sqrt": 1, "exp": 1, "min": 2, "max": 2,
+              "triu": 1, "tril": 1}  # triu and tril: a second argument, k, is optional
 # element-wise: the shape of their operands (min and max broadcast a scalar as + does)
 _ELEMENTWISE = ("abs", "sqrt", "exp", "min", "max")
+# a matrix's triangle, on and above (triu) or on and below (tril) its diagonal k (NumPy's
+# triu and tril); k, an optional second argument, is an integer literal (triu(A, 1): strictly above)
+_TRIANGLES = ("triu", "tril")
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@"}
 
@@ -77,7 +83,9 @@ class _Checker:
 
     Shapes are symbolic tuples of the function's dimension variables, so
     ``A @ x`` with ``A: matrix[m, n]`` and ``x: vector[m]`` is caught once, when
-    the library loads, not as a NumPy error in the middle of a test.
+    the library loads, not as a NumPy error in the middle of a test. Of a
+    ``square`` matrix the column variable is the row variable (``m`` for ``n``
+    everywhere: ``Function.dims_of``), so ``A + outer(x, x)`` holds.
     """
 
     def __init__(self, function: Function, shapes: bool):
@@ -102,7 +110,7 @@ class _Checker:
             if param is None:
                 known = ", ".join(self.params) or "none"
                 raise self.fail(f"unknown name {node.id!r} (parameters: {known})")
-            return tuple(param.dims) if param.kind is not Kind.SCALAR else ()
+            return self.function.dims_of(param) if param.kind is not Kind.SCALAR else ()
         if isinstance(node, ast.BinOp):
             op = _BINARY.get(type(node.op))
             if op is None:
@@ -138,6 +146,8 @@ class _Checker:
             raise self.fail(f"call of {name!r} is not allowed (only {', '.join(_FUNCTIONS)})")
         if node.keywords:
             raise self.fail(f"keyword argument in `{ast.unparse(node)}` is not allowed")
+        if name in _TRIANGLES:
+            return self.triangle(node)
         if len(node.args) != _FUNCTIONS[name]:
             raise self.fail(f"{name} takes {_FUNCTIONS[name]} argument(s), "
                             f"got {len(node.args)} in `{ast.unparse(node)}`")
@@ -161,6 +171,20 @@ class _Checker:
                             f"in `{ast.unparse(node)}`")
         self.contracted.add(args[0][0])
         return ()
+
+    def triangle(self, node: ast.Call) -> Shape:
+        """``triu(a)``, ``triu(a, k)`` (and tril): a matrix, and a diagonal that is an integer literal."""
+        name = node.func.id
+        if len(node.args) not in (1, 2):
+            raise self.fail(f"{name} takes 1 or 2 arguments (a matrix and a diagonal k), "
+                            f"got {len(node.args)} in `{ast.unparse(node)}`")
+        if len(node.args) == 2 and _diagonal(node.args[1]) is None:
+            raise self.fail(f"the diagonal of {name} must be an integer literal (0, 1, -1, ...), "
+                            f"not `{ast.unparse(node.args[1])}`")
+        shape = self.shape(node.args[0])
+        if self.shapes and len(shape) != 2:
+            raise self.fail(f"{name} of a {_kind_word(shape)} in `{ast.unparse(node)}` (it takes a matrix)")
+        return shape
 
     def matmul(self, left: Shape, right: Shape, node: ast.BinOp) -> Shape:
         self.reduces = True
@@ -188,7 +212,7 @@ class _Checker:
 
     def check_result(self, shape: Shape) -> None:
         result = self.function.result
-        expected = tuple(result.dims) if result.kind is not Kind.SCALAR else ()
+        expected = self.function.dims_of(result) if result.kind is not Kind.SCALAR else ()
         if shape != expected:
             raise self.fail(f"gives a {_describe(shape)}, but the result "
                             f"{result.name!r} is a {_describe(expected)}")
@@ -201,10 +225,21 @@ class _Checker:
         if not hof.reduce and self.reduces:
             raise self.fail(f"the function is a {hof} but the reference sums "
                             "(it uses '@', dot or sum)")
-        if hof.reduce and hof.nested and hof.axis and hof.axis not in self.contracted:
+        axis = self.function.dim(hof.axis) if hof.axis else None  # of a square matrix, its rows'
+        if hof.reduce and hof.nested and axis and axis not in self.contracted:
             summed = ", ".join(sorted(self.contracted))
             raise self.fail(f"the function reduces over {hof.axis} but the reference "
                             f"sums over {summed}")
+
+
+def _diagonal(node: ast.expr) -> int | None:
+    """The integer a literal ``k`` or ``-k`` stands for; None for anything else."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node, sign = node.operand, -1
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return sign * node.value
+    return None
 
 
 def _op_text(op: ast.AST) -> str:
@@ -243,7 +278,8 @@ def check_reference(function: Function, *, shapes: bool = True) -> None:
     Always checked: it parses as one expression of the reference language
     (numbers, the function's parameter names, binary ``+ - * / @``, unary
     ``-``, ``.T``, ``outer(a, b)``, ``dot(a, b)``, ``sum(a)``, ``abs(a)``,
-    ``sqrt(a)``, ``exp(a)``, ``min(a, b)``, ``max(a, b)``). With ``shapes``
+    ``sqrt(a)``, ``exp(a)``, ``min(a, b)``, ``max(a, b)``, ``triu(a[, k])``,
+    ``tril(a[, k])``). With ``shapes``
     (the default) the expression is also shape-checked over the parameters'
     dimension variables: operands of ``+ - * /``, ``min`` and ``max`` have
     equal shapes or one is a scalar, ``@`` contracts equal dimensions, ``.T``
@@ -261,7 +297,7 @@ _CACHE: dict[tuple, ast.expr] = {}
 
 def _checked(function: Function, shapes: bool = True) -> ast.expr:
     key = (function.name, function.reference, function.params, function.result,
-           function.hof, shapes)
+           function.hof, function.square, shapes)
     tree = _CACHE.get(key)
     if tree is None:
         tree = _parse(function)
@@ -322,9 +358,14 @@ def _walk(node: ast.expr, env: Mapping[str, np.ndarray],
         a, ga = _walk(node.value, env, genv)
         return a.T, (ga.T if gauged else None)
     assert isinstance(node, ast.Call), ast.dump(node)  # _Checker admits nothing else
+    name = node.func.id
+    if name in _TRIANGLES:  # the gauge of a triangle is the triangle of the gauge
+        a, ga = _walk(node.args[0], env, genv)
+        k = _diagonal(node.args[1]) if len(node.args) == 2 else 0
+        cut = np.triu if name == "triu" else np.tril
+        return cut(a, k), (cut(ga, k) if gauged else None)
     pairs = [_walk(a, env, genv) for a in node.args]
     args, gauges = [p[0] for p in pairs], [p[1] for p in pairs]
-    name = node.func.id
     value = _CALLS[name](*args)
     if not gauged:
         return value, None

@@ -126,3 +126,16 @@ SCRIPTS = {**ALONE, **FUSED, **CHAINED}
 # Inputs that are divisors: kept away from 0 (|y| in [0.25, 0.75]) so that a quotient's
 # reference is finite and well conditioned.
 DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}
+
+# The routines of the triangle part (fusec/data/blas/triangle.fusec, triangle.cuh) and of the
+# functions on it (strmv, strmtv_strict, ssyr, ssyr2) that no database timed before them, which
+# `fusec perfdb build --missing` adds.
+TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "syr2_compute", "syr_compute", "tri_x_load",
+                     "triu_tile_load", "trmv_x_compute")
+
+# The functions on that part: a performance database built before them lacks their probes
+# (their own routines, and the vector loads they make in every iteration of the loop).
+TRIANGLE_FUNCTIONS = ("ssyr", "ssyr2", "strmtv_strict", "strmv")
+
+# Scripts of one stored triangle of a square matrix (scripts/triangle/), sized by n alone.
+TRIANGLE_SCRIPTS = ("symv", "syr2", "syr_symv", "trmv")

@@ -66,9 +66,14 @@ def band_program(script: str, dtype: str, sizes: dict[str, int], rows: int | Non
 
 
 def test_every_nested_function_has_a_band_implementation():
+    """Except those of one stored triangle (``square A``: strmv, strmtv_strict, ssyr, ssyr2),
+    whose loads skip what lies below the diagonal in the tile geometry only (a band of whole
+    rows has no load that skips a row's lower part yet)."""
     for function in library().functions.values():
         geometries = {function.geometry_of(i.name) for i in function.implementations}
-        if function.hof.nested:
+        if function.square:
+            assert geometries == {Geometry.TILE}, function.name
+        elif function.hof.nested:
             assert Geometry.BAND in geometries and Geometry.TILE in geometries, function.name
         else:
             assert geometries == {Geometry.VECTOR}, function.name

@@ -26,8 +26,8 @@ F, V = LibraryFormatError, LibraryValidationError
 README = ROOT / "docs" / "library-format.md"
 
 BLAS_FUNCTIONS = ["sasum", "saxpby", "saxpy", "scopy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv",
-                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "svadd", "svdiv", "svmul", "swaxpby",
-                  "sxmay"]
+                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "ssyr", "ssyr2", "strmtv_strict", "strmv",
+                  "svadd", "svdiv", "svmul", "swaxpby", "sxmay"]
 
 
 # -- a minimal library --------------------------------------------------------------
@@ -651,8 +651,8 @@ def test_files_are_hashed_one_by_one(tmp_path):
     """library.files holds a hash of each file the content hash covers (what a performance
     database records it timed): editing one function's file changes its entry alone."""
     lib = load_library(LIBRARY)
-    assert set(lib.files) == {"library.fusec", "prelude.cuh", "vector.cuh", "tile.cuh", "band.cuh"} | {
-        Path(f.file).name for f in lib.functions.values()}
+    assert set(lib.files) == {"library.fusec", "prelude.cuh", "vector.cuh", "tile.cuh", "band.cuh",
+                              "triangle.fusec", "triangle.cuh"} | {Path(f.file).name for f in lib.functions.values()}
     copy = tmp_path / "copy"
     shutil.copytree(LIBRARY, copy)
     routine = copy / "sdot.cu"

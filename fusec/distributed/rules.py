@@ -177,5 +177,9 @@ def _result(dag, library, inputs) -> np.ndarray:
 
 @functools.lru_cache(maxsize=None)
 def valid_choices(function: Function, library) -> tuple[Choice, ...]:
-    """The candidates that hold, in the order :func:`candidates` gives them."""
+    """The candidates that hold, in the order :func:`candidates` gives them. None for a
+    function of a square matrix's triangle (``square A``): which elements it reads depends
+    on their global row and column, which a rank's block of rows does not keep."""
+    if function.square:
+        return ()
     return tuple(c for c in candidates(function) if holds(function, library, c))

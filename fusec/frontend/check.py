@@ -258,6 +258,9 @@ class _Checker:
         args = tuple(self.argument(function, index, param, arg, fresh)
                      for index, (param, arg)
                      in enumerate(zip(function.params, statement.args), start=1))
+        for index, (param, arg) in enumerate(zip(function.params, statement.args), start=1):
+            if param.name in function.square:
+                self.square(function, index, param, arg, fresh)
         result = function.result
         if target.kind is not result.kind:
             self.fail(KindError, f"{function.name} returns a {result.kind}, "
@@ -400,6 +403,17 @@ class _Checker:
         value_id = self.current[arg.text]
         self.values[value_id].read = True
         return value_id
+
+    def square(self, function: Function, index: int, param: Param, arg: ast.Name,
+               fresh: dict[str, int]) -> None:
+        """A matrix the function needs square (``square A``): its two sizes are one."""
+        rows, cols = (fresh[var] for var in param.dims)
+        if self.sizes.unify(rows, cols) is not None:
+            have = [self.sizes.name(rows), self.sizes.name(cols)]
+            self.fail(SizeMismatchError,
+                      f"argument {index} of {function.name} must be a square matrix, but '{arg.text}' is"
+                      f" [{', '.join(have)}]: declare it with one size for both (matrix {arg.text}[{have[0]},"
+                      f" {have[0]}])", arg.coord)
 
     def unify(self, where: str, param: Param, fresh: dict[str, int],
               declared: _Declared, name: ast.Name) -> None:

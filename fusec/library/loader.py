@@ -39,6 +39,8 @@ from .model import (
 )
 
 LIBRARY_FILE = "library.fusec"
+PART_SUFFIX = ".fusec"  # other files of the folder ending so are parts: mappings and routine files
+PART_KEYWORDS = ("mapping", "routines")
 META_OPEN = "/*@fusec"
 META_CLOSE = "@*/"
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -140,14 +142,18 @@ def load_library(directory: str | os.PathLike) -> Library:
         raise LibraryFormatError(f"{str(root)!r} is not a fusec library: it has no {LIBRARY_FILE}")
     index_data = _read_bytes(index)
     header = _parse_index(str(index), _decode(index, index_data), root)
-    function_paths = sorted(p for p in root.glob("*.cu"))
     data = {index: index_data}
+    part_paths = sorted(p for p in root.glob("*" + PART_SUFFIX) if p.name != LIBRARY_FILE)
+    for part in part_paths:  # in sorted order, each adding to what the index and earlier parts declared
+        data[part] = _read_bytes(part)
+        _parse_part(str(part), _decode(part, data[part]), root, header)
+    function_paths = sorted(p for p in root.glob("*.cu"))
     for path in (*header["routines"], *header["prelude"], *function_paths):
         data[path] = data.get(path) or _read_bytes(path)
 
     digest = hashlib.sha256()
     files: dict[str, str] = {}
-    for path in sorted([index, *header["routines"], *header["prelude"], *function_paths]):
+    for path in sorted([index, *part_paths, *header["routines"], *header["prelude"], *function_paths]):
         relative = str(path.relative_to(root))
         digest.update(relative.encode() + b"\0" + data[path] + b"\0")
         files[relative] = hashlib.sha256(data[path]).hexdigest()[:16]
@@ -200,53 +206,71 @@ def _parse_library(root: Path, header: dict, data: dict[Path, bytes], function_p
         files=MappingProxyType(files))
 
 
+def _parse_part(file: str, text: str, root: Path, header: dict) -> None:
+    """A part file (any ``*.fusec`` of the folder but ``library.fusec``): more ``mapping``
+    lines and ``routines`` files, added to ``header`` (the index's, and earlier parts')."""
+    for line in _lines(file, text):
+        if line.keyword not in PART_KEYWORDS:
+            where = (f"is for {LIBRARY_FILE} only" if line.keyword in ("library", "summary", "prelude")
+                     else "is unknown")
+            raise LibraryFormatError(
+                f"{line.keyword!r} {where}: a part file ({Path(file).name}) declares only mapping and"
+                " routines lines", line.keyword_coord, line.text)
+        _index_line(line, root, header)
+
+
 def _parse_index(file: str, text: str, root: Path) -> dict:
-    name = summary = None
-    prelude: list[Path] = []
-    routines: list[Path] = []
-    mappings: dict[str, ThreadMapping] = {}
+    header: dict = dict(name=None, summary=None, prelude=[], routines=[], mappings={})
     seen: dict[str, Line] = {}
     for line in _lines(file, text):
-        words = _words(line)
         if line.keyword in ("library", "summary"):
             if line.keyword in seen:
                 raise line.error(f"'{line.keyword}' is given twice (first on line"
                                  f" {seen[line.keyword].number})", 0, LibraryValidationError)
             seen[line.keyword] = line
-        if line.keyword == "library":
-            if len(words) != 1 or not re.fullmatch(IDENT, words[0][0]):
-                raise line.error("expected 'library NAME'")
-            name = words[0][0]
-        elif line.keyword == "summary":
-            summary = line.rest
-        elif line.keyword in ("prelude", "routines"):
-            if not words:
-                raise line.error(f"expected file names after '{line.keyword}'")
-            for word, offset in words:
-                if Path(word).is_absolute() or ".." in Path(word).parts:  # the hash covers the directory only
-                    raise line.error(f"{word!r} is outside the library's directory: list files in it",
-                                     offset, LibraryValidationError)
-                path = root / word
-                if not path.is_file():
-                    raise line.error(f"no file {word!r} in the library", offset, LibraryValidationError)
-                if path in prelude or path in routines:  # it would be emitted twice
-                    raise line.error(f"{word!r} is listed twice in prelude and routines", offset,
-                                     LibraryValidationError)
-                (prelude if line.keyword == "prelude" else routines).append(path)
-        elif line.keyword == "mapping":
-            mapping = _parse_mapping(line)
-            if mapping.name in mappings:
-                raise line.error(f"mapping {mapping.name!r} is declared twice", 0, LibraryValidationError)
-            mappings[mapping.name] = mapping
-        else:
+        if line.keyword not in ("library", "summary", "prelude", "routines", "mapping"):
             raise LibraryFormatError(
                 f"unknown keyword {line.keyword!r} (expected library, summary, prelude, routines or mapping)",
                 line.keyword_coord, line.text)
-    if name is None:
+        _index_line(line, root, header)
+    if header["name"] is None:
         raise LibraryFormatError("the library has no 'library NAME' line", Coord(file, 1, 1),
                                  text.split("\n", 1)[0])
-    return dict(name=name, summary=summary or "", prelude=prelude, routines=routines,
-                mappings=mappings)
+    header["summary"] = header["summary"] or ""
+    return header
+
+
+def _index_line(line: Line, root: Path, header: dict) -> None:
+    """One line of library.fusec or of a part, added to ``header``."""
+    words = _words(line)
+    prelude, routines, mappings = header["prelude"], header["routines"], header["mappings"]
+    if line.keyword == "library":
+        if len(words) != 1 or not re.fullmatch(IDENT, words[0][0]):
+            raise line.error("expected 'library NAME'")
+        header["name"] = words[0][0]
+    elif line.keyword == "summary":
+        header["summary"] = line.rest
+    elif line.keyword in ("prelude", "routines"):
+        if not words:
+            raise line.error(f"expected file names after '{line.keyword}'")
+        for word, offset in words:
+            if Path(word).is_absolute() or ".." in Path(word).parts:  # the hash covers the directory only
+                raise line.error(f"{word!r} is outside the library's directory: list files in it",
+                                 offset, LibraryValidationError)
+            path = root / word
+            if not path.is_file():
+                raise line.error(f"no file {word!r} in the library", offset, LibraryValidationError)
+            if path in prelude or path in routines:  # it would be emitted twice
+                raise line.error(f"{word!r} is listed twice in prelude and routines", offset,
+                                 LibraryValidationError)
+            (prelude if line.keyword == "prelude" else routines).append(path)
+    else:  # mapping
+        mapping = _parse_mapping(line)
+        if mapping.name in mappings:
+            first = mappings[mapping.name].coord
+            raise line.error(f"mapping {mapping.name!r} is declared twice (first at {first.file}:{first.line})",
+                             0, LibraryValidationError)
+        mappings[mapping.name] = mapping
 
 
 def _parse_mapping(line: Line) -> ThreadMapping:
@@ -284,7 +308,7 @@ def _check_expression(line: Line, expression: str, offset: int, geometry: Geomet
 # --------------------------------------------------------------------------- function files
 
 _FUNCTION_KEYS = ("function", "summary", "hof", "element", "threads", "reference", "finish",
-                  "implementation", "load", "compute", "store")
+                  "square", "implementation", "load", "compute", "store")
 
 
 def _split_metadata(file: str, text: str) -> tuple[list[Line], str] | None:
@@ -411,10 +435,30 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
         implementations.append(Implementation(impl["name"], tuple(impl["loads"]), impl["compute"],
                                               impl["store"], impl["line"].coord(), impl["geometry"]))
     summary = fields["summary"].rest if "summary" in fields else ""
+    square = _parse_square(fields["square"], params) if "square" in fields else ()
     return Function(name=name, params=params, result=result, hof=hof, threads=threads,
                     reference=fields["reference"].rest.strip(), implementations=tuple(implementations),
                     finish=finish, summary=summary, file=file, source=cuda,
-                    coord=fields["function"].coord()), where
+                    coord=fields["function"].coord(), square=square), where
+
+
+def _parse_square(line: Line, params: tuple[Param, ...]) -> tuple[str, ...]:
+    """``square A [B ...]``: matrix parameters whose two dimensions are one size."""
+    words = _words(line)
+    if not words:
+        raise line.error("expected 'square MATRIX ...' (matrix parameters whose rows and columns are one size)")
+    kinds = {p.name: p for p in params}
+    out: list[str] = []
+    for word, offset in words:
+        param = kinds.get(word)
+        if param is None or param.kind is not Kind.MATRIX:
+            what = "not a parameter" if param is None else f"a {param.kind}"
+            raise line.error(f"'square' names {word!r}, which is {what}: it takes matrix parameters",
+                             offset, LibraryValidationError)
+        if word in out:
+            raise line.error(f"'square' names {word!r} twice", offset, LibraryValidationError)
+        out.append(word)
+    return tuple(out)
 
 
 _PARAM = re.compile(rf"\s*({IDENT})\s*:\s*({IDENT})\s*(?:\[([^\]]*)\])?\s*")

@@ -209,6 +209,9 @@ class Function:
     file: str
     source: str = dataclasses.field(repr=False)  # the CUDA text, metadata removed
     coord: Coord = dataclasses.field(compare=False)
+    # matrices whose two dimensions must be one size (``square A``): a triangle of a
+    # matrix[m, n] is a triangle only when m == n; the script checker enforces it at a call
+    square: tuple[str, ...] = ()
 
     def implementation(self, name: str) -> Implementation:
         """The implementation of that name (a KeyError if none)."""
@@ -257,6 +260,19 @@ class Function:
             if p.kind is Kind.MATRIX:
                 return p.dims[1]
         return None
+
+    def dim(self, var: str) -> str:
+        """A dimension variable as a script calling this function must size it: a square
+        matrix's column variable is its row variable (``strmv``'s n is its m)."""
+        for p in self.params:
+            if p.name in self.square and var == p.dims[1]:
+                return p.dims[0]
+        return var
+
+    def dims_of(self, param: Param) -> tuple[str, ...]:
+        """``param``'s dimension variables, each as :meth:`dim` gives it (``A: matrix[m, n]``
+        of ``strmv`` is [m, m])."""
+        return tuple(self.dim(d) for d in param.dims)
 
     def signature(self) -> str:
         def show(p: Param) -> str:

@@ -97,12 +97,23 @@ def _accumulated(function: Function, plan: KernelPlan) -> bool:
     return axis_of(function, function.hof.axis) == plan.serial
 
 
-def _invariant(function: Function, param: str, plan: KernelPlan) -> bool:
-    """A vector along the axis the loop does not walk is the same in every iteration."""
+def _invariant(dag: Dag, library: Library, plan: KernelPlan, value: int) -> bool:
+    """A vector along the axis the loop does not walk is the same in every iteration.
+    Every call of the kernel that reads it must read it so: a vector of a square matrix's
+    size may be read along the rows by one call and along the columns by another (symv's
+    two triangle products, in one shared element: triangle.fusec's ``tri_x``), and a
+    function of a square matrix (``square A``) may read one vector along both (ssyr's x,
+    declared along the columns), so it holds none before the loop."""
     if plan.geometry is Geometry.VECTOR:
         return False
-    p = function.param(param)
-    return p.kind is Kind.VECTOR and axis_of(function, p.dims[0]) != plan.serial
+    for call in plan.calls:
+        function = function_of(dag, library, call)
+        for name, arg in array_args(dag, library, call):
+            p = function.param(name)
+            if arg == value and (p.kind is not Kind.VECTOR or function.square
+                                 or axis_of(function, p.dims[0]) == plan.serial):
+                return False
+    return True
 
 
 def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int,
@@ -176,7 +187,8 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     sections: list[str] = []
     for step in plan.steps:
         function = function_of(dag, library, step.call)
-        if step.kind is RoutineKind.LOAD and _invariant(function, step.param, plan):
+        if step.kind is RoutineKind.LOAD and _invariant(
+                dag, library, plan, dict(array_args(dag, library, step.call))[step.param]):
             sections.append(PRE)
         elif step.kind is RoutineKind.STORE and _accumulated(function, plan):
             sections.append(POST)

@@ -346,6 +346,11 @@ def command_lines(rng: random.Random) -> Iterator[Mutant]:
 
             from fusec.cli import main
             full = argv + (["-o", str(workdir / "out")] if argv[0] == "compile" else [])
+            if "--prune" in argv:  # on a copy: --prune deletes the bundled library's stale shipped plans
+                import shutil
+
+                from fusec import data
+                full += ["--library", str(shutil.copytree(data.LIBRARY, workdir / "blas", dirs_exist_ok=True))]
             err = io.StringIO()
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 try:

@@ -86,7 +86,7 @@ def single_call_dag(library: Library, function: Function) -> Dag:
     result = function.result.name if function.result.name not in taken else function.result.name + "_out"
     lines = []
     for param in function.params + (dataclasses.replace(function.result, name=result),):
-        dims = f"[{', '.join(param.dims)}]" if param.dims else ""
+        dims = f"[{', '.join(function.dims_of(param))}]" if param.dims else ""
         lines.append(f"{param.kind} {param.name}{dims};" if param.kind is not Kind.SCALAR
                      else f"scalar {param.name};")
     lines.append(f"input {', '.join(p.name for p in function.params)};")

@@ -1,0 +1,31 @@
+/*@fusec
+function   ssyr(alpha: scalar, A: matrix[m, n], x: vector[n]) -> B: matrix[m, n]
+summary    B = triu(A + alpha x x^T): BLAS ssyr on the upper triangle of a square A, out of place; A's lower triangle is not read, B's is written as 0
+hof        nested map
+square     A
+element    A tile(TILE_ROWS, TILE_COLS)
+element    x subvector(TILE_COLS)
+element    B tile(TILE_ROWS, TILE_COLS)
+threads    BLOCK_X x BLOCK_Y
+reference  triu(A + alpha * outer(x, x))
+
+load       A triu_tile_load as triu_tile
+load       x tri_x_load as tri_x
+compute    syr_compute(alpha, A:triu_tile, x:tri_x_all) -> B:triu_tile
+store      B tile_store as triu_tile
+@*/
+
+// b = a + alpha x_row x_col on and above the diagonal, 0 below it (mapping `triu_tile`);
+// x's two pieces from `tri_x` (columns at word 0, rows at word TILE_COLS).
+__device__ __forceinline__ void syr_compute(real alpha, const real* a, const real* s, real* b,
+                                            const fusec_tile& c) {
+  const int col = c.col0 + c.tx * VEC;
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    const real xr = alpha * s[TILE_COLS + c.ty + k * BLOCK_Y];
+    #pragma unroll
+    for (int v = 0; v < VEC; ++v)
+      b[k * VEC + v] = row <= col + v ? a[k * VEC + v] + xr * s[c.tx * VEC + v] : real(0);
+  }
+}

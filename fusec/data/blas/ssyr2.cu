@@ -1,0 +1,35 @@
+/*@fusec
+function   ssyr2(alpha: scalar, A: matrix[m, n], x: vector[n], y: vector[n]) -> B: matrix[m, n]
+summary    B = triu(A + alpha (x y^T + y x^T)): BLAS ssyr2 on the upper triangle of a square A, out of place; A's lower triangle is not read, B's is written as 0
+hof        nested map
+square     A
+element    A tile(TILE_ROWS, TILE_COLS)
+element    x subvector(TILE_COLS)
+element    y subvector(TILE_COLS)
+element    B tile(TILE_ROWS, TILE_COLS)
+threads    BLOCK_X x BLOCK_Y
+reference  triu(A + alpha * (outer(x, y) + outer(y, x)))
+
+load       A triu_tile_load as triu_tile
+load       x tri_x_load as tri_x
+load       y tri_x_load as tri_x
+compute    syr2_compute(alpha, A:triu_tile, x:tri_x_all, y:tri_x_all) -> B:triu_tile
+store      B tile_store as triu_tile
+@*/
+
+// b = a + alpha (x_row y_col + y_row x_col) on and above the diagonal, 0 below it; x's and
+// y's two pieces from `tri_x` (columns at word 0, rows at word TILE_COLS).
+__device__ __forceinline__ void syr2_compute(real alpha, const real* a, const real* sx, const real* sy,
+                                             real* b, const fusec_tile& c) {
+  const int col = c.col0 + c.tx * VEC;
+  #pragma unroll
+  for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    const int row = c.row0 + c.ty + k * BLOCK_Y;
+    const real xr = alpha * sx[TILE_COLS + c.ty + k * BLOCK_Y];
+    const real yr = alpha * sy[TILE_COLS + c.ty + k * BLOCK_Y];
+    #pragma unroll
+    for (int v = 0; v < VEC; ++v)
+      b[k * VEC + v] = row <= col + v ? a[k * VEC + v] + xr * sy[c.tx * VEC + v] + yr * sx[c.tx * VEC + v]
+                                      : real(0);
+  }
+}
