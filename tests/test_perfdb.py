@@ -116,6 +116,25 @@ def test_problem_sizes_give_several_waves(found):
         assert probe.kernel.grid(sizes) >= 6 * 132 * 8
 
 
+def test_every_probe_fits_the_smallest_gpu_it_is_built_on(found):
+    """A probe's arrays at the most blocks per SM its threads allow stay within 20 GiB (the H100
+    has 80 GB): a square matrix's one size grows both axes, so it is stretched by the square
+    root of what the grid lacks. Stretched as the others, the triangle's probes asked for 2.4 TB
+    and 'fusec perfdb build --missing' died of cuMemAlloc on an H200."""
+    import math
+    for probe in found:
+        if probe.key.dtype != "float64":
+            continue
+        kernel = probe.kernel
+        most = H100.threads_per_sm // kernel.plan.shape.block
+        sizes = problem_sizes(probe, most, H100.sms)
+        arrays = {arg.value for arg in kernel.args if arg.role in ("in", "out")}
+        nbytes = sum(math.prod(sizes[d] for d in probe.dag.value(v).dims) * 8 for v in arrays
+                     if probe.dag.value(v).dims)
+        assert nbytes <= 20 * 2**30, (probe.key, sizes, nbytes)
+        assert kernel.grid(sizes) >= 6 * H100.sms * most or sizes == dict(probe.sizes), probe.key
+
+
 # ------------------------------------------------------------------ the file
 
 def test_round_trip(tmp_path, found):

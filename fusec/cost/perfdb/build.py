@@ -50,6 +50,10 @@ def problem_sizes(probe: Probe, most_blocks: int, sms: int) -> dict[str, int]:
     if kernel.plan.geometry is Geometry.VECTOR:
         (dim,) = kernel.dims
         sizes[dim] = math.ceil(sizes[dim] * wanted / grid)
+    elif kernel.dims[0] == kernel.dims[1]:
+        # a square matrix: its one size grows the tiles along both axes, so by the square root
+        # (stretched as the others are, a triangle's probe asked for terabytes)
+        sizes[kernel.dims[0]] = math.ceil(sizes[kernel.dims[0]] * math.sqrt(wanted / grid))
     else:  # stretch the serial axis: more blocks along it, same tile count across
         dim = kernel.dims[0] if kernel.plan.serial == "rows" else kernel.dims[1]
         sizes[dim] = math.ceil(sizes[dim] * wanted / grid)
