@@ -437,7 +437,7 @@ ROUTINE_CASES = [
     bad("routine-of-another-function", ("sdot.cu", "compute    dot_compute(", "compute    axpy_compute("), V,
         "sdot.cu", 12, "axpy_compute", "which this function's kernels do not include"),
     bad("mapping-unknown", ("saxpy.cu", "-> z:vec", "-> z:vek"), V, "saxpy.cu", 13, "axpy_compute",
-        "unknown mapping 'vek' (library.fusec declares"),
+        "unknown mapping 'vek' (library.fusec and its part files declare"),
     bad("mapping-of-the-other-geometry", ("sger.cu", "u rows_load as rows", "u rows_load as wide"), V, "sger.cu",
         13, "rows_load", "mapping 'wide' does not fit the tile geometry: unknown macro 'ELEMENT'"),
     bad("threads-with-sync", ("sdot.cu", "scratch INSTANCES sync", "threads 32 scratch INSTANCES sync"), V,

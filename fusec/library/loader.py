@@ -808,7 +808,7 @@ def _validate_implementation(function: Function, impl: Implementation,
         _require_routine(routine.name, function, homes, shared, routine.coord)
         for access in routine.accesses:
             if access.mapping not in mappings:
-                _fail(f"unknown mapping {access.mapping!r} (library.fusec declares"
+                _fail(f"unknown mapping {access.mapping!r} (library.fusec and its part files declare"
                       f" {', '.join(sorted(mappings))})", routine.coord)
             mapping = mappings[access.mapping]
             try:
