@@ -19,20 +19,34 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..cache import Recent
 from .loader import LIBRARY_FILE
 from .model import Function, Library
+
+# Files read, by library object (the loader gives the same one for the same bytes; the entry
+# holds it, so its id is not another's) and the functions called: every tuning lookup keys
+# on them, and finding them scans the routine files.
+_READ = Recent(64)
 
 
 def files_read(library: Library, functions: Iterable[str]) -> dict[str, str]:
     """The files (named relative to the library's folder, as ``Library.files`` names them)
     that kernels of ``functions`` (names of the library's functions) are built from, each
     with its digest, sorted by name."""
-    called = [library.functions[name] for name in sorted(set(functions))]
-    paths = {str(Path(library.path) / LIBRARY_FILE), *(source.path for source in library.prelude),
-             *(function.file for function in called)}
-    paths |= {library.mappings[name].coord.file for name in _mappings(called) if name in library.mappings}
-    paths |= _routine_files(library, called)
-    return {name: file_digest(library, name) for name in sorted(_relative(library, p) for p in paths)}
+    names = tuple(sorted(set(functions)))
+    key = (id(library), names)
+    kept = _READ.get(key)
+    if kept is not None:
+        found = kept[1]
+    else:
+        called = [library.functions[name] for name in names]
+        paths = {str(Path(library.path) / LIBRARY_FILE), *(source.path for source in library.prelude),
+                 *(function.file for function in called)}
+        paths |= {library.mappings[name].coord.file for name in _mappings(called) if name in library.mappings}
+        paths |= _routine_files(library, called)
+        found = tuple((name, file_digest(library, name)) for name in sorted(_relative(library, p) for p in paths))
+        _READ.keep(key, (library, found))
+    return dict(found)
 
 
 def file_digest(library: Library, name: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import validate
 from ..errors import ArgumentError
 from .arrays import framework_of
 
@@ -66,13 +67,7 @@ def bandwidth(value) -> float | None:
 
 
 def _count(name: str, value, default: int | None) -> int | None:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(name, f"is {value!r}: pass a whole number")
-    if value <= 0:
-        raise ArgumentError(name, f"is {value}: it must be at least 1")
-    return int(value)
+    return default if value is None else validate.count(name, value, 1)
 
 
 def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
