@@ -236,13 +236,15 @@ def test_horizontal_plans_that_cannot_be_built():
 
 @pytest.mark.slow
 def test_whole_spaces_stay_fast_to_enumerate():
+    # the CPU time of this process, not the wall clock: beside other test workers on a
+    # 2-core machine GESUMMV's 3.3 s of enumeration took 6.6 s of wall time
     for script, limit in (("gesummv", 5.0), ("bicgk", 2.0)):
-        start = time.perf_counter()
+        start = time.process_time()
         dag = dag_of(script)
         space = build_space(dag, library(), "float32", {s: 8192 for s in dag.sizes}, DEFAULT)
         count = sum(1 for _ in space.ranked())
         assert count == space.combination_count
-        assert time.perf_counter() - start < limit, script
+        assert time.process_time() - start < limit, script
 
 
 @pytest.mark.slow
@@ -250,10 +252,10 @@ def test_a_large_space_ranks_lazily():
     """GEMVER's space has millions of combinations: the first ones come at once,
     and each further one costs little (no list of them all is built)."""
     dag = dag_of("gemver")
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time, as above
     space = build_space(dag, library(), "float32", {s: 8192 for s in dag.sizes}, DEFAULT)
     first = list(itertools.islice(space.ranked(), 50_000))
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     assert space.combination_count > 1_000_000
     assert [c.predicted for c in first] == sorted(c.predicted for c in first)
     assert len({c.plan for c in first}) == len(first)
