@@ -174,6 +174,21 @@ def test_builds_of_each_precision_finishing_in_turn_keep_both(tmp_path, first):
     assert set(store.load(path, library()).timings) == set(whole.timings)
 
 
+def test_a_build_of_the_missing_keys_keeps_the_prices_of_the_others(tmp_path):
+    import dataclasses
+
+    from fusec.cost.perfdb.build import save_merged
+    whole, part = _split_by_dtype()
+    path = tmp_path / BUNDLED_DB.name
+    store.save(part["float32"], path)
+    remeasured = {**whole.device, "target": {**whole.device["target"], "copy_bandwidth": 1.5e12}}
+    added = dataclasses.replace(part["float64"], device=remeasured, launch=whole.launch * 2, built="later")
+    save_merged(added, path, library(), ("float32", "float64"), missing=True)
+    merged = store.load(path, library())
+    assert set(merged.timings) == set(whole.timings) and merged.built == "later"
+    assert merged.device["target"] == whole.device["target"] and merged.launch == whole.launch
+
+
 def test_a_build_waits_for_the_lock_of_another(tmp_path):
     import fcntl
     import threading

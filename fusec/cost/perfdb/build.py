@@ -142,7 +142,9 @@ def save_merged(database: store.Database, path: Path, library: Library, dtypes, 
     file holds at this moment that were not measured now (the other precision's; with
     ``missing``, every other key), under an exclusive lock on ``<path>.lock``: two
     builds at once (fp32 and fp64) each re-read, merge and write in turn, and neither
-    loses the other's timings. The database written."""
+    loses the other's timings. With ``missing`` the file's launch time and measured target
+    (its copy bandwidth) are kept too: a kernel it priced is priced alike after (training
+    points stamped with it carry over: tools/restamp_training.py). The database written."""
     import fcntl
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -155,6 +157,9 @@ def save_merged(database: store.Database, path: Path, library: Library, dtypes, 
                 if missing or key.dtype not in dtypes:
                     timings.setdefault(key, timing)
         merged = dataclasses.replace(database, timings=timings)
+        if missing and old is not None:
+            device = {**database.device, "target": old.device.get("target", database.device.get("target"))}
+            merged = dataclasses.replace(merged, device=device, launch=old.launch)
         store.save(merged, path)
     return merged
 
