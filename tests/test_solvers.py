@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from fusec import ArgumentError, data, oracle
+from fusec.errors import DriverError, FusecWarning
 from fusec.frontend import load_script
-from fusec.solvers import solve
+from fusec.solvers import device_loop, solve
 from fusec.solvers.api import default_check_every, solve_with_outcome
 from fusec.solvers.arrays import NumpyArrays
 from fusec.solvers.driver import default_check_every as every_for_seconds
@@ -324,6 +325,122 @@ def test_driver_reads_no_half_step_while_the_iterations_stay_finite():
 def test_driver_reports_maxiter():
     outcome = run(Script([5.0] * 20), 9.0, tol=1.0, maxiter=7, check_every=3)
     assert (outcome.info, outcome.iterations) == (7, 7)
+
+
+# -- the loop on the GPU, on NumPy ---------------------------------------------------------------------
+
+class NumpyLoop:
+    """:class:`fusec.solvers.device_loop.DeviceLoop`'s protocol on NumPy: a capture keeps the
+    body, a run calls it as the WHILE node replays it, and the test applies the test kernel's
+    rule to its record (tolerance, most, done, why)."""
+
+    made: list = []
+
+    def __init__(self, arrays, like, stream):
+        self.stream, self.bodies, self.runs, self.captures = stream, {}, 0, 0
+        NumpyLoop.made.append(self)
+
+    def captured(self, start):
+        return start in self.bodies
+
+    def capture(self, start, body):
+        self.bodies[start] = body
+        self.captures += 1
+
+    def run(self, start, squared_tolerance, most):
+        self.runs += 1
+        record, going = [squared_tolerance, float(most), 0.0, 0.0], [True]
+
+        def test(squared_norm):
+            if record[3] != device_loop.RUNNING:  # the body's first test stopped the loop
+                going[0] = False
+                return
+            done, rr = record[2] + 1, float(squared_norm)
+            why = (device_loop.NOT_FINITE if not np.isfinite(rr) else device_loop.CONVERGED if rr <= record[0]
+                   else device_loop.MOST_ITERATIONS if done >= record[1] else device_loop.RUNNING)
+            record[2:] = [done, why]
+            going[0] = why == device_loop.RUNNING
+
+        while going[0]:
+            self.bodies[start](test)
+        return int(record[2]), int(record[3])
+
+    def forget(self):
+        self.bodies.clear()
+
+
+class RefusedLoop(NumpyLoop):
+    def capture(self, start, body):
+        raise DriverError("cuStreamBeginCaptureToGraph failed: CUDA_ERROR_NOT_SUPPORTED")
+
+
+class BreaksAfter(OracleProgram):
+    """The oracle's iteration, whose squared norm is NaN in the iteration from state ``x``
+    (bit for bit): a breakdown at a chosen iteration, again wherever that iteration is redone."""
+
+    def __init__(self, method, x):
+        super().__init__(method)
+        self.x = x
+
+    def __call__(self, out, **inputs):
+        super().__call__(out, **inputs)
+        if np.array_equal(inputs["x"], self.x):
+            out["rr1"][...] = np.nan
+
+
+def x_after(method, A, b, x0, iterations):
+    plain = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, method.start(x0, b - A @ x0, np.copy),
+                           graphs=False)
+    if iterations:
+        plain.advance(iterations)
+    return plain.x().copy()
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_the_gpu_loop_stops_where_a_test_after_every_iteration_does(method):
+    A, b, _ = system(method, n=40, seed=5)
+    x_host, host = solve_with_outcome(method, A, b, rtol=1e-10, check_every=1, program=OracleProgram(method))
+    NumpyLoop.made.clear()
+    program = OracleProgram(method)
+    x, outcome = solve_with_outcome(method, A, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    assert (outcome.info, outcome.iterations) == (host.info, host.iterations) and host.info == 0
+    np.testing.assert_array_equal(x, x_host)
+    (loop,) = NumpyLoop.made
+    assert loop.runs == 1 and loop.captures == 1  # two plain iterations warm the sets; then one launch
+    assert program.calls in (outcome.iterations, outcome.iterations + 1)  # a body ends its pair
+    again, outcome = solve_with_outcome(method, A, -b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    assert loop.runs == 2 and loop.captures == 1  # the kept stepper: no plain calls, no capture
+    np.testing.assert_allclose(again, -x, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("maxiter", [5, 6])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_the_gpu_loop_stops_at_maxiter_with_that_iterate(method, maxiter):
+    A, b, x0 = system(method)
+    x, info = solve(method, A, b, x0, rtol=0.0, maxiter=maxiter, program=OracleProgram(method), make_loop=NumpyLoop)
+    assert info == maxiter
+    np.testing.assert_allclose(x, reference_iterates(method, A, b, x0, maxiter), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("broken", [5, 6], ids=["first-of-a-body", "second-of-a-body"])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_breakdown_inside_the_gpu_loop_is_found_from_its_checkpoint(method, broken):
+    A, b, x0 = system(method, seed=3)
+    program = BreaksAfter(method, x_after(method, A, b, x0, broken - 1))
+    NumpyLoop.made.clear()
+    x, outcome = solve_with_outcome(method, A, b, x0, rtol=0.0, program=program, make_loop=NumpyLoop)
+    assert (outcome.info, outcome.iterations) == (-broken, broken - 1)
+    np.testing.assert_array_equal(x, x_after(method, A, b, x0, broken - 1))
+    assert NumpyLoop.made[0].runs == 1
+
+
+def test_a_refused_loop_capture_warns_and_the_host_loops():
+    A, b, _ = system(CG, n=40, seed=6)
+    with pytest.warns(FusecWarning, match="loops on the host.*CUDA_ERROR_NOT_SUPPORTED"):
+        x, outcome = solve_with_outcome(CG, A, b, rtol=1e-10, program=OracleProgram(CG), make_loop=RefusedLoop,
+                                        bandwidth=1e30)  # an instant iteration: check_every 16
+    assert outcome.info == 0 and (outcome.iterations - 2) % 16 == 0  # two to warm, then 16 at a time
+    assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
 
 
 # -- the default check_every ----------------------------------------------------------------------

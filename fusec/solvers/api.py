@@ -11,7 +11,7 @@ import numpy as np
 from .. import validate as check
 from ..errors import GPUUnavailableError
 from ..target import resolve
-from . import checks, driver
+from . import checks, device_loop, driver
 from .arrays import NumpyArrays, arrays_for, framework_of
 from .methods import BICG, BICGSTAB, CG, METHODS, Method
 from .stepper import ProgramStepper
@@ -75,12 +75,14 @@ def _to_device(framework: str, a):
 
 
 def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True,
-          program=None, bandwidth=None):
+          program=None, bandwidth=None, make_loop=None):
     """Solve ``A x = b`` by ``method``; returns ``(x, info)`` (see :func:`cg`). ``program``
     replaces the compiled iteration (anything called as a fusec program is); ``bandwidth``
-    (bytes/s) the GPU's copy bandwidth, which the default ``check_every`` is chosen by."""
+    (bytes/s) the GPU's copy bandwidth, which the default ``check_every`` is chosen by;
+    ``make_loop`` the GPU loop (:class:`.device_loop.DeviceLoop`; the tests drive one on NumPy)."""
     x, outcome = solve_with_outcome(method, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
-                                    check_every=check_every, graphs=graphs, program=program, bandwidth=bandwidth)
+                                    check_every=check_every, graphs=graphs, program=program, bandwidth=bandwidth,
+                                    make_loop=make_loop)
     return x, outcome.info
 
 
@@ -92,7 +94,7 @@ def default_check_every(method: Method, n: int, dtype: str, bandwidth: float) ->
 
 
 def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None,
-                       graphs=True, program=None, bandwidth=None) -> tuple:
+                       graphs=True, program=None, bandwidth=None, make_loop=None) -> tuple:
     """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
     benchmark reports them)."""
     bandwidth = checks.bandwidth(bandwidth)
@@ -105,22 +107,25 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
         A, b, x0 = (_to_device(where, a) for a in (problem.A, problem.b, problem.x0))
     if program is None:
         program = program_for(method.name, problem.dtype, problem.n)
+    if make_loop is None and where != "numpy" and device_loop.unsupported() is None:
+        make_loop = device_loop.DeviceLoop
+    on_device = make_loop is not None and problem.check_every is None and graphs  # a given check_every: the host's
     key = (method.name, where, problem.dtype, problem.n, str(getattr(A, "device", "")), id(program))
     with _KEPT.take(key, lambda: Kept(arrays_for(where))) as kept:
         arrays = kept.arrays
         with arrays.stream():
-            bb = arrays.squared_norm(b)
+            bb = problem.b_squared_norm
             if x0 is None:
-                x0, r0, rr0 = arrays.zeros_like(b), arrays.copy(b), bb  # r0 = b: one read, not two
+                x0, r0, rr0 = arrays.zeros_like(b), b, bb  # r0 = b: no read
             else:
                 r0 = b - arrays.matvec(A, x0)
                 rr0 = None  # read below
             tol = max(problem.rtol * math.sqrt(bb), problem.atol)
-            start = method.start(x0, r0, arrays.copy)
+            start = method.start(x0, r0, lambda a: a)  # the stepper copies them into its own arrays
             if kept.stepper is None or kept.stepper.program is not program:
-                kept.stepper = ProgramStepper(program, method, arrays, A, start, graphs=graphs)
+                kept.stepper = ProgramStepper(program, method, arrays, A, start, graphs=graphs, make_loop=make_loop)
             else:
-                kept.stepper.begin(A, start, graphs=graphs)
+                kept.stepper.begin(A, start, graphs=graphs, make_loop=make_loop)
             stepper = kept.stepper
             every = problem.check_every
             if every is None:
@@ -129,7 +134,7 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                 every = default_check_every(method, problem.n, problem.dtype, bandwidth)
             try:
                 rr0 = arrays.squared_norm(r0) if rr0 is None else rr0
-                outcome = driver.run(stepper, rr0, tol, problem.maxiter, every)
+                outcome = driver.run(stepper, rr0, tol, problem.maxiter, every, on_device=on_device)
                 x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve
             finally:
                 stepper.end()

@@ -8,7 +8,6 @@ number; ``graph`` captures a function's launches in a CUDA graph and returns wha
 from __future__ import annotations
 
 import contextlib
-import math
 
 
 def framework_of(obj) -> str | None:
@@ -48,8 +47,25 @@ class NumpyArrays:
         return A @ x
 
     def squared_norm(self, a) -> float:
+        """``a @ a`` in float64 (a read: the host waits)."""
+        return self.read_all([self.squared_norm_here(a)])[0]
+
+    def squared_norm_here(self, a):
+        """``a @ a`` in float64, as a 0-d array where ``a`` is (not read)."""
         a = self.np.asarray(a, dtype=self.np.float64)
-        return float(a @ a)
+        return a @ a
+
+    def sum_here(self, a):
+        """The float64 sum of ``a``, as a 0-d array where ``a`` is (not read)."""
+        return self.np.sum(a, dtype=self.np.float64)
+
+    def all_finite_here(self, a):
+        """Whether every element of ``a`` is finite, as a 0-d array where ``a`` is (not read)."""
+        return self.np.isfinite(a).all()
+
+    def read_all(self, values) -> list[float]:
+        """The 0-d arrays ``values`` as floats, in one read (the host waits once)."""
+        return [float(v) for v in values]
 
     def read(self, zero_d) -> float:
         return float(zero_d)
@@ -57,12 +73,6 @@ class NumpyArrays:
     def address(self, a) -> int:
         """Where ``a``'s data starts (what a captured graph holds)."""
         return a.__array_interface__["data"][0]
-
-    def finite(self, a) -> bool:
-        return bool(self.np.isfinite(a).all())
-
-    def finite_sum(self, a) -> bool:
-        return math.isfinite(float(self.np.sum(a, dtype=self.np.float64)))
 
     def zeros_like(self, a):
         return self.np.zeros_like(a)
@@ -72,6 +82,22 @@ class NumpyArrays:
 
     def stream(self):
         return contextlib.nullcontext()
+
+    def stream_handle(self) -> int:
+        """The raw CUstream the solve's work goes to (0 on the host)."""
+        return 0
+
+    def upload(self, values, like):
+        """A new array on ``like``'s device holding the NumPy array ``values``."""
+        return self.np.array(values, copy=True)
+
+    def upload_into(self, dst, values) -> None:
+        """Copy the NumPy array ``values`` into ``dst``, in the solve's stream order."""
+        dst[...] = values
+
+    def download(self, a):
+        """``a`` as a NumPy array (a read: the host waits for the stream)."""
+        return self.np.array(a, copy=True)
 
 
 class CupyArrays(NumpyArrays):
@@ -90,12 +116,12 @@ class CupyArrays(NumpyArrays):
     def address(self, a) -> int:
         return a.data.ptr
 
-    def squared_norm(self, a) -> float:
+    def squared_norm_here(self, a):
         a = a.astype(self.np.float64)
-        return float(a @ a)
+        return a @ a
 
-    def finite_sum(self, a) -> bool:
-        return math.isfinite(float(self.np.sum(a, dtype=self.np.float64)))
+    def read_all(self, values) -> list[float]:
+        return self.np.stack([self.np.asarray(v, dtype=self.np.float64) for v in values]).get().tolist()
 
     @contextlib.contextmanager
     def stream(self):
@@ -111,6 +137,19 @@ class CupyArrays(NumpyArrays):
                 yield self._stream
         finally:
             outer.wait_event(self._stream.record())
+
+    def stream_handle(self) -> int:
+        return self.np.cuda.get_current_stream().ptr
+
+    def upload(self, values, like):
+        with like.device:
+            return self.np.asarray(values)
+
+    def upload_into(self, dst, values) -> None:
+        dst.set(values, stream=self.np.cuda.get_current_stream())
+
+    def download(self, a):
+        return a.get()
 
     def graph(self, function):
         stream = self.np.cuda.get_current_stream()
@@ -133,6 +172,7 @@ class TorchArrays(NumpyArrays):
         import torch
         self.torch = torch
         self.np = torch
+        self._stream = None
 
     def empty_like(self, a):
         return self.torch.empty_like(a)
@@ -152,21 +192,48 @@ class TorchArrays(NumpyArrays):
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)
 
-    def squared_norm(self, a) -> float:
+    def squared_norm_here(self, a):
         a = a.double()
-        return float(a @ a)
+        return a @ a
+
+    def sum_here(self, a):
+        return a.sum(dtype=self.torch.float64)
+
+    def all_finite_here(self, a):
+        return self.torch.isfinite(a).all()
+
+    def read_all(self, values) -> list[float]:
+        return self.torch.stack([v.to(self.torch.float64) for v in values]).cpu().tolist()
 
     def read(self, zero_d) -> float:
         return float(zero_d.item())
 
-    def finite(self, a) -> bool:
-        return bool(self.torch.isfinite(a).all().item())
-
-    def finite_sum(self, a) -> bool:
-        return math.isfinite(float(a.sum(dtype=self.torch.float64).item()))
-
+    @contextlib.contextmanager
     def stream(self):
-        return contextlib.nullcontext()
+        """A stream of the solve's own (a graph cannot be captured on the legacy default
+        stream), after the caller's current stream's work and before its later work."""
+        cuda = self.torch.cuda
+        outer = cuda.current_stream()
+        if self._stream is None:
+            self._stream = cuda.Stream()
+        self._stream.wait_stream(outer)
+        try:
+            with cuda.stream(self._stream):
+                yield self._stream
+        finally:
+            outer.wait_stream(self._stream)
+
+    def stream_handle(self) -> int:
+        return self.torch.cuda.current_stream().cuda_stream
+
+    def upload(self, values, like):
+        return self.torch.as_tensor(values, device=like.device)
+
+    def upload_into(self, dst, values) -> None:
+        dst.copy_(self.torch.from_numpy(values), non_blocking=False)
+
+    def download(self, a):
+        return a.cpu().numpy()
 
     def graph(self, function):
         graph = self.torch.cuda.CUDAGraph()

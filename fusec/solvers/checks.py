@@ -31,6 +31,7 @@ class Problem:
     atol: float
     maxiter: int
     check_every: int | None  # None: the solve chooses it from the iteration's cost
+    b_squared_norm: float  # ||b||^2 in float64 (read with the checks)
 
 
 def _dtype_name(obj) -> str:
@@ -71,8 +72,9 @@ def _count(name: str, value, default: int | None) -> int | None:
 
 
 def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
-    """The checked problem. ``arrays`` (:mod:`.arrays` for A's framework) reads the sums of
-    ``A`` and ``b`` to reject NaN and infinities (one pass over A, no temporary of its size)."""
+    """The checked problem. ``arrays`` (:mod:`.arrays` for A's framework) finds whether ``b``
+    and ``x0`` are finite, the sum of ``A`` (one pass over A, no temporary of its size: NaN and
+    infinities make it not finite) and ``||b||^2``, and reads them together: one wait."""
     framework = _array("A", A)
     if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
@@ -92,16 +94,20 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
             raise ArgumentError(name, f"has dtype {_dtype_name(v)}, but A is {dtype}: pass {dtype}")
         if framework == "torch" and v.device != A.device:
             raise ArgumentError(name, f"is on {v.device}, but A is on {A.device}")
-        if not arrays.finite(v):
-            raise ArgumentError(name, "contains NaN or infinity")
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
     if rtol >= 1:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)
     check_every = _count("check_every", check_every, None)
-    if not arrays.finite_sum(A):
+    vectors = {"b": b} if x0 is None else {"b": b, "x0": x0}
+    *finite, A_sum, bb = arrays.read_all([arrays.all_finite_here(v) for v in vectors.values()]
+                                         + [arrays.sum_here(A), arrays.squared_norm_here(b)])
+    for name, ok in zip(vectors, finite):
+        if not ok:
+            raise ArgumentError(name, "contains NaN or infinity")
+    if not math.isfinite(A_sum):
         raise ArgumentError("A", "contains NaN or infinity (its sum is not finite)")
-    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every)
+    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every, bb)
 
 
 def _contiguous(A, framework: str) -> bool:

@@ -6,7 +6,8 @@ residual meets the tolerance, as SciPy's is, and the answer is the half-step ite
 is a breakdown, and the answer the iterate before it.
 
 The stepper is anything with ``advance(k)``, ``restore()``, ``squared_norm()``, ``x()``,
-``half_step_norm()`` (None without a half step) and ``finish_at_half_step()``
+``half_step_norm()`` (None without a half step) and ``finish_at_half_step()``, and, to loop
+on the GPU, ``loops_on_device()`` and ``loop(squared_tolerance, most)``
 (:class:`.stepper.ProgramStepper` on the GPU; the tests drive this loop on NumPy arrays).
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+from . import device_loop
 
 MOST_PER_CHECK = 16  # iterations between two reads at most: the default for a small A
 CHUNK_SECONDS = 1e-3  # by default, at most this much GPU work between two reads (see below)
@@ -41,33 +44,59 @@ class Outcome:
     iterations: int
 
 
-def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_every: int) -> Outcome:
-    """Iterate until ``||r|| <= tol`` or ``maxiter`` iterations; the answer is ``stepper.x()``."""
+def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_every: int, *,
+        on_device: bool = False) -> Outcome:
+    """Iterate until ``||r|| <= tol`` or ``maxiter`` iterations; the answer is ``stepper.x()``.
+    ``on_device``: loop on the GPU where the stepper can (``stepper.loop``: one launch, one
+    read, the rule tested after every iteration; its first two iterations are plain calls read
+    by the host, which warm both sets of arrays), else every ``check_every`` iterations here."""
     limit = tol * tol
     if first_squared_norm <= limit:
         return Outcome(0, 0)
     done = 0
     while done < maxiter:
-        chunk = min(check_every, maxiter - done)
-        stepper.advance(chunk)
-        rr = stepper.squared_norm()
-        if math.isfinite(rr):
-            done += chunk
-            if rr <= limit:
-                return Outcome(0, done)
-            continue
-        stepper.restore()
-        for step in range(chunk):
-            stepper.advance(1)
+        looping = on_device and stepper.loops_on_device()
+        looped = stepper.loop(limit, maxiter - done) if looping else None
+        if looped is not None:
+            ran, why, saved_at = looped
+            if why == device_loop.CONVERGED:
+                return Outcome(0, done + ran)
+            if why == device_loop.MOST_ITERATIONS:
+                return Outcome(maxiter, maxiter)
+            stepper.restore()  # not finite at iteration done + ran: redo from the checkpoint
+            done += saved_at
+            chunk = ran - saved_at
+        else:
+            warming = on_device and stepper.loops_on_device()  # not warm yet: two plain iterations
+            chunk = min(2 if warming else check_every, maxiter - done)
+            stepper.advance(chunk)
             rr = stepper.squared_norm()
-            if not math.isfinite(rr):
-                half = stepper.half_step_norm()  # the one extra read, on this rare path only
-                if half is not None and half <= limit:  # (NaN <= limit is false)
-                    stepper.finish_at_half_step()
-                    return Outcome(0, done + step + 1)
-                stepper.restore()
-                return Outcome(-(done + step + 1), done + step)
-            if rr <= limit:
-                return Outcome(0, done + step + 1)
+            if math.isfinite(rr):
+                done += chunk
+                if rr <= limit:
+                    return Outcome(0, done)
+                continue
+            stepper.restore()
+        outcome = _one_at_a_time(stepper, done, chunk, limit)
+        if outcome is not None:
+            return outcome
         done += chunk  # finite one at a time: the chunk's reduction order differed; carry on
     return Outcome(maxiter, maxiter)
+
+
+def _one_at_a_time(stepper, done: int, chunk: int, limit: float) -> Outcome | None:
+    """Redo the ``chunk`` iterations after ``done`` one at a time, from the state restored, to
+    find the first that ends non-finite or meets the rule; None where none does."""
+    for step in range(chunk):
+        stepper.advance(1)
+        rr = stepper.squared_norm()
+        if not math.isfinite(rr):
+            half = stepper.half_step_norm()  # the one extra read, on this rare path only
+            if half is not None and half <= limit:  # (NaN <= limit is false)
+                stepper.finish_at_half_step()
+                return Outcome(0, done + step + 1)
+            stepper.restore()
+            return Outcome(-(done + step + 1), done + step)
+        if rr <= limit:
+            return Outcome(0, done + step + 1)
+    return None

@@ -13,25 +13,33 @@ A stepper serves one solve after another (:meth:`ProgramStepper.begin`): its arr
 graphs captured on them, are kept; a graph holds the addresses it was captured with, so the
 graphs are kept only while ``A`` is the same memory (a graph reads whatever that memory holds
 when it is replayed).
+
+Where the driver can loop on the GPU (:mod:`.device_loop`), :meth:`ProgramStepper.loop` runs
+the whole loop as one launch of a graph whose body is two iterations with a test after each.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
+from ..errors import FusecError, FusecWarning
 from .methods import Method
 
 
 class ProgramStepper:
     """Iterations of ``method`` by ``program`` (anything called as
     ``program(**inputs, out={result: array})``) on the arrays of ``arrays``
-    (:mod:`.arrays`); ``graphs=False`` never captures."""
+    (:mod:`.arrays`); ``graphs=False`` never captures. ``make_loop(arrays, like, stream)``
+    makes the GPU loop (:class:`.device_loop.DeviceLoop`; the tests give one that runs on NumPy),
+    None where the GPU cannot loop."""
 
-    def __init__(self, program: Callable, method: Method, arrays: Any, A, start: dict, *, graphs: bool = True):
+    def __init__(self, program: Callable, method: Method, arrays: Any, A, start: dict, *, graphs: bool = True,
+                 make_loop: Callable | None = None):
         self.program, self.method, self.arrays = program, method, arrays
         self.A, self.A_address = A, arrays.address(A)
-        self.fixed = {name: start[name] for name in method.fixed}
-        first = {name: start[name] for name in method.state}
+        self.fixed = {name: arrays.copy(start[name]) for name in method.fixed}
+        first = {name: arrays.copy(start[name]) for name in method.state}  # its own: start may share arrays
         second = {name: arrays.empty_like(first[name]) for name in method.state}
         self.sets = (first, second)
         self.norms = (arrays.scalar_like(start["x"]), arrays.scalar_like(start["x"]))
@@ -43,15 +51,21 @@ class ProgramStepper:
         self.graphs_allowed = graphs
         self.graphs: dict[tuple[int, int], Callable] = {}  # (first set, iterations) -> replay
         self.warm: set[int] = set()  # sets an iteration has started from outside a capture
+        self.make_loop = make_loop
+        self.gpu_loop = None  # made at the first loop
+        self.loop_refused = False  # a capture of the loop failed here: the host loops from then on
 
-    def begin(self, A, start: dict, *, graphs: bool = True) -> None:
+    def begin(self, A, start: dict, *, graphs: bool = True, make_loop: Callable | None = None) -> None:
         """Start another solve from ``start`` (copied into this stepper's arrays). The graphs
         captured before are replayed again where ``A`` is the same memory as the last solve's;
-        another matrix drops them (and warms the sets again before a capture)."""
+        another matrix drops them (and warms the sets again before a capture). ``make_loop``,
+        where given, is kept for the loops to come (unless a loop was refused here)."""
         address = self.arrays.address(A)
         if address != self.A_address:
             self.graphs.clear()
             self.warm.clear()
+            if self.gpu_loop is not None:
+                self.gpu_loop.forget()
         self.A, self.A_address = A, address
         for name in self.method.fixed:
             self.arrays.copy_into(self.fixed[name], start[name])
@@ -59,6 +73,7 @@ class ProgramStepper:
             self.arrays.copy_into(self.sets[0][name], start[name])
         self.current, self.saved_from = 0, None
         self.graphs_allowed = graphs and self.capture_works
+        self.make_loop = make_loop or self.make_loop
 
     def end(self) -> None:
         """Let go of the solve's ``A`` (a kept stepper must not keep a caller's matrix alive);
@@ -103,6 +118,38 @@ class ProgramStepper:
         self.saved_from = start
         self.current = (start + iterations) % 2
 
+    def loops_on_device(self) -> bool:
+        """Whether :meth:`loop` may run the solve's loop on the GPU (graphs allowed, a loop made
+        or makeable, no capture refused)."""
+        return self.graphs_allowed and self.make_loop is not None and not self.loop_refused
+
+    def loop(self, squared_tolerance: float, most: int) -> tuple[int, int, int] | None:
+        """Iterate on the GPU until the squared residual norm is within ``squared_tolerance``,
+        is not finite, or ``most`` iterations are done: ``(iterations done, why they stopped,
+        iterations done where the checkpoint was saved)`` (:mod:`.device_loop`'s codes; after
+        a non-finite one :meth:`restore` goes back to the checkpoint). None where it cannot
+        loop yet: before plain calls have warmed both sets of arrays (a capture cannot load a
+        module or allocate), or where the capture was refused (then never again)."""
+        if not self.warm >= {0, 1}:
+            return None
+        start = self.current
+        stream = self.arrays.stream_handle()
+        try:
+            if self.gpu_loop is None or self.gpu_loop.stream != stream:
+                if self.gpu_loop is not None:
+                    self.gpu_loop.forget()
+                self.gpu_loop = self.make_loop(self.arrays, self.sets[0]["x"], stream)
+            if not self.gpu_loop.captured(start):
+                self.gpu_loop.capture(start, lambda test: self._iterate(start, 2, after_each=test))
+        except (FusecError, RuntimeError, OSError) as exc:  # the driver, nvcc or the framework refused
+            warnings.warn(FusecWarning(f"the solve loops on the host from here on: no loop on the GPU ({exc})"))
+            self.loop_refused, self.gpu_loop = True, None
+            return None
+        done, why = self.gpu_loop.run(start, squared_tolerance, most)
+        self.saved_from = start
+        self.current = (start + done) % 2  # an odd count stopped inside a body: the set its first iteration wrote
+        return done, why, (done - 1) // 2 * 2
+
     def restore(self) -> None:
         """Back to the state the last :meth:`advance` started from."""
         start = self.saved_from
@@ -111,13 +158,18 @@ class ProgramStepper:
         self.current = start
 
     # -- the calls (captured, or run)
-    def _iterate(self, start: int, iterations: int) -> None:
+    def _iterate(self, start: int, iterations: int, after_each: Callable | None = None) -> None:
+        """``iterations`` iterations from set ``start``, its state first copied to the
+        checkpoint; ``after_each(squared_norm)`` is called after each with the array holding the
+        new squared residual norm (the GPU loop's test)."""
         for name, saved in self.checkpoint.items():
             self.arrays.copy_into(saved, self.sets[start][name])
         at = start
         for _ in range(iterations):
             self._one(at)
             at = 1 - at
+            if after_each is not None:
+                after_each(self.norms[at])
 
     def _one(self, at: int) -> None:
         source, target = self.sets[at], self.sets[1 - at]

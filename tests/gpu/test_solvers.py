@@ -187,3 +187,87 @@ def test_a_kept_stepper_solves_the_next_system_right(name, framework):
         np.testing.assert_allclose(host(replayed), reference(name, host(dM), host(dv), x0, 12),
                                    rtol=1e-10, atol=1e-11, err_msg=what)
     np.testing.assert_array_equal(host(first), kept)
+
+
+# -- the loop on the GPU: one graph launch, the stopping rule tested after every iteration ----------
+
+@pytest.fixture
+def loop_runs(monkeypatch):
+    """The number of GPU loops launched, and the loops made (a solve loops on the GPU where the
+    driver has conditional graph nodes; a given check_every makes the host loop)."""
+    from fusec.solvers import device_loop
+    if device_loop.unsupported():
+        pytest.skip(f"no loop on the GPU here: {device_loop.unsupported()}")
+    runs = []
+    run = device_loop.DeviceLoop.run
+
+    def counted(self, *args):
+        runs.append(args)
+        return run(self, *args)
+
+    monkeypatch.setattr(device_loop.DeviceLoop, "run", counted)
+    return runs
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_the_gpu_loop_stops_where_a_test_after_every_iteration_does(name, framework, loop_runs):
+    pytest.importorskip(framework)
+    from fusec.solvers.api import solve_with_outcome
+    method = SOLVERS[name][1]
+    A, b, _ = (a.astype(np.float64) for a in system(name, 1000, seed=6))
+    dA, db = device(framework, A), device(framework, b)
+    x_every, every = solve_with_outcome(method, dA, db, rtol=1e-10, check_every=1)
+    assert not loop_runs
+    x, outcome = solve_with_outcome(method, dA, db, rtol=1e-10)
+    assert len(loop_runs) == 1  # the stepper kept from the first solve is warm: one launch
+    assert (outcome.info, outcome.iterations) == (every.info, every.iterations) == (0, every.iterations)
+    np.testing.assert_allclose(host(x), host(x_every), rtol=1e-10, atol=1e-12)
+    residual = np.linalg.norm(b - A @ host(x))
+    assert residual <= 1e-10 * np.linalg.norm(b) * 1.01
+
+
+@pytest.mark.parametrize("maxiter", [5, 6])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_the_gpu_loop_stops_at_maxiter_with_that_iterate(name, maxiter, loop_runs):
+    solve, _ = SOLVERS[name]
+    A, b, x0 = (a.astype(np.float64) for a in system(name, 1000, seed=7))
+    where = framework_available()
+    dA, db, dx0 = (device(where, a) for a in (A, b, x0))
+    for _ in range(2):  # the first warms the kept stepper (two plain iterations), the second loops at once
+        x, info = solve(dA, db, dx0, rtol=0.0, maxiter=maxiter)
+        assert info == maxiter
+        np.testing.assert_allclose(host(x), reference(name, A, b, x0, maxiter), rtol=1e-10, atol=1e-11)
+    assert len(loop_runs) == 2
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_breakdown_inside_the_gpu_loop_is_reported_not_nan(name, loop_runs):
+    solve, _ = SOLVERS[name]
+    rng = np.random.default_rng(5)
+    m = rng.integers(-4, 5, (33, 33))
+    A, b = (m - m.T).astype(np.float64), rng.integers(-4, 5, 33).astype(np.float64)
+    where = framework_available()
+    dA, db = device(where, A), device(where, b)
+    for _ in range(2):  # the second solve's first iteration breaks down inside the loop
+        before = len(loop_runs)
+        x, info = solve(dA, db)
+        assert info == -1
+        np.testing.assert_array_equal(host(x), np.zeros(33))
+    assert len(loop_runs) == before + 1
+
+
+@pytest.mark.parametrize("name", ["cg", "bicg"])
+def test_an_exact_solution_inside_the_gpu_loop_is_converged(name, loop_runs):
+    # A = I: the first iteration solves exactly; the body's second divides 0 by 0, after the
+    # first's test stopped the loop
+    solve, _ = SOLVERS[name]
+    A, b = np.eye(33), np.arange(1.0, 34.0)
+    where = framework_available()
+    dA, db = device(where, A), device(where, b)
+    for _ in range(2):
+        before = len(loop_runs)
+        x, info = solve(dA, db, rtol=0.0)
+        assert info == 0
+        np.testing.assert_allclose(host(x), b, rtol=1e-15)
+    assert len(loop_runs) == before + 1

@@ -1,0 +1,37 @@
+"""The GPU loop's pieces that need no GPU: the driver structures' layout (cuda.h), the test
+kernel compiled by nvcc for sm_90, and a reason, not a crash, where no driver is present."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from fusec import nvcc
+from fusec.runtime import while_graph
+from fusec.solvers import device_loop
+
+
+def test_node_parameters_have_the_layout_of_cuda_h():
+    # CUgraphNodeParams: type and 3 reserved ints, a union of 29 long longs, one more long long
+    assert ctypes.sizeof(while_graph._NodeParams) == 16 + 29 * 8 + 8
+    assert while_graph._NodeParams.conditional.offset == 16
+    fields = {name: getattr(while_graph._Conditional, name).offset
+              for name in ("handle", "type", "size", "phGraph_out", "ctx")}
+    assert fields == {"handle": 0, "type": 8, "size": 12, "phGraph_out": 16, "ctx": 24}
+
+
+@pytest.mark.nvcc
+def test_the_loop_test_compiles_for_sm_90_leaving_set_conditional_to_the_driver():
+    compiled = nvcc.compile_cubin(device_loop.TEST_SOURCE, "sm_90", use_cache=False)
+    for dtype in ("float32", "float64"):
+        assert f"fusec_loop_test_{dtype}".encode() in compiled.cubin
+    assert b"cudaGraphSetConditional" in compiled.cubin  # resolved when the driver loads it
+
+
+def test_unsupported_names_a_reason_or_none():
+    why = while_graph.unsupported()
+    assert why is None or isinstance(why, str) and why
+    if why is not None:
+        with pytest.raises(while_graph.DriverError, match="no conditional graph nodes"):
+            while_graph.WhileGraph(0, lambda handle: None)
