@@ -231,7 +231,7 @@ def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
 
     # "fusec": the stepper kept from the solve before, its graphs replayed (the same A);
     # "fusec_new": each solve as the first of its matrix (no stepper kept: plain first chunk,
-    # then a capture); "fusec_every_1": a read after every iteration, no graphs
+    # then a capture); "fusec_every_1": the host's loop, a read after every iteration, no graphs
     for key, every, fresh in (("fusec", None, False), ("fusec_new", None, True), ("fusec_every_1", 1, False)):
         def solve(key=key, every=every, fresh=fresh):
             if fresh:
@@ -274,8 +274,10 @@ def report(rows, device, bandwidth, command, skipped_sizes) -> str:
                      f" | {r['us_per_iteration']['fusec']:.1f} | {r['over_floor']:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "Time to tolerance (ms, median of whole solves after a warm one; fusec: the solver's stepper"
               " kept from the solve before, on the same A; fusec, new A: every solve as the first on its"
-              " matrix (no kept stepper: plain first chunk, then a graph captured); iterations: those fusec"
-              " ran with the default check_every, and those needed, from the check_every=1 solve; in"
+              " matrix (no kept stepper: plain first chunk, then a graph captured); both with check_every"
+              " not given (the loop on the GPU where the driver has conditional graph nodes, else the"
+              " host's every check_every); iterations: those fusec ran so, and those needed, from the"
+              " check_every=1 solve; in"
               " brackets the answer's true residual ||b - A x|| / ||b||):", "",
               "| solver | dtype | n | fusec | iterations run / needed | fusec, new A | fusec, check_every=1"
               " | cupy | jax |",

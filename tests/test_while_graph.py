@@ -1,5 +1,6 @@
-"""The GPU loop's pieces that need no GPU: the driver structures' layout (cuda.h), the test
-kernel compiled by nvcc for sm_90, and a reason, not a crash, where no driver is present."""
+"""The GPU loop's pieces that need no GPU: the driver structures' layout (cuda.h), the solver's
+kernels (the loop's test, the survey of the arguments) compiled by nvcc for sm_90, and a
+reason, not a crash, where no driver is present."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from fusec import nvcc
 from fusec.runtime import while_graph
-from fusec.solvers import device_loop
+from fusec.solvers import kernels
 
 
 def test_node_parameters_have_the_layout_of_cuda_h():
@@ -22,10 +23,11 @@ def test_node_parameters_have_the_layout_of_cuda_h():
 
 
 @pytest.mark.nvcc
-def test_the_loop_test_compiles_for_sm_90_leaving_set_conditional_to_the_driver():
-    compiled = nvcc.compile_cubin(device_loop.TEST_SOURCE, "sm_90", use_cache=False)
+def test_the_solver_kernels_compile_for_sm_90_leaving_set_conditional_to_the_driver():
+    compiled = nvcc.compile_cubin(kernels.SOURCE, "sm_90", use_cache=False)
     for dtype in ("float32", "float64"):
         assert f"fusec_loop_test_{dtype}".encode() in compiled.cubin
+        assert f"fusec_survey_{dtype}".encode() in compiled.cubin
     assert b"cudaGraphSetConditional" in compiled.cubin  # resolved when the driver loads it
 
 

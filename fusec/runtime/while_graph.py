@@ -133,7 +133,7 @@ class WhileGraph:
 
 class Kernels:
     """A cubin loaded into the current context; :meth:`launch` runs one of its kernels on a raw
-    stream with one block of ``threads`` threads (what a loop's test needs)."""
+    stream (one block of one thread by default: what a loop's test needs)."""
 
     def __init__(self, cubin: bytes):
         self._cu, self._module = _cu(), _P()
@@ -141,7 +141,7 @@ class Kernels:
         _check(self._cu.cuModuleLoadData(ctypes.byref(self._module), self._cubin), "cuModuleLoadData")
         self._functions: dict[str, _P] = {}
 
-    def launch(self, name: str, args: Sequence, stream: int, threads: int = 1) -> None:
+    def launch(self, name: str, args: Sequence, stream: int, threads: int = 1, blocks: int = 1) -> None:
         """``args``: ctypes values in the kernel's parameter order."""
         function = self._functions.get(name)
         if function is None:
@@ -150,8 +150,13 @@ class Kernels:
                    f"cuModuleGetFunction({name})")
             self._functions[name] = function
         pointers = (_P * len(args))(*(ctypes.cast(ctypes.pointer(a), _P) for a in args))
-        _check(self._cu.cuLaunchKernel(function, 1, 1, 1, threads, 1, 1, 0, _P(stream), pointers, None),
+        _check(self._cu.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, _P(stream), pointers, None),
                f"cuLaunchKernel({name})")
+
+
+def zero(pointer: int, nbytes: int, stream: int) -> None:
+    """Set ``nbytes`` (a multiple of 4) at device address ``pointer`` to 0, in ``stream``'s order."""
+    _check(_cu().cuMemsetD32Async(_U64(pointer), 0, ctypes.c_size_t(nbytes // 4), _P(stream)), "cuMemsetD32Async")
 
 
 def current_context() -> int:

@@ -67,6 +67,21 @@ class NumpyArrays:
         """The 0-d arrays ``values`` as floats, in one read (the host waits once)."""
         return [float(v) for v in values]
 
+    def survey(self, A, b, x0) -> list[float]:
+        """``[b finite, x0 finite, sum of A, ||b||^2]`` (1.0 or 0.0 for the first two, x0 None
+        finite; float64 sums), read at once: by one kernel of :mod:`.kernels` where it runs
+        here and the vectors are contiguous, else by the framework's reductions."""
+        if self.name != "numpy" and self.contiguous(b) and (x0 is None or self.contiguous(x0)):
+            from . import kernels
+            if kernels.unsupported() is None:
+                return kernels.survey(self, A, b, x0)
+        values = [self.all_finite_here(b), self.all_finite_here(b if x0 is None else x0),
+                  self.sum_here(A), self.squared_norm_here(b)]
+        return self.read_all(values)
+
+    def contiguous(self, a) -> bool:
+        return bool(a.flags.c_contiguous)
+
     def read(self, zero_d) -> float:
         return float(zero_d)
 
@@ -204,6 +219,9 @@ class TorchArrays(NumpyArrays):
 
     def read_all(self, values) -> list[float]:
         return self.torch.stack([v.to(self.torch.float64) for v in values]).cpu().tolist()
+
+    def contiguous(self, a) -> bool:
+        return bool(a.is_contiguous())
 
     def read(self, zero_d) -> float:
         return float(zero_d.item())

@@ -72,9 +72,9 @@ def _count(name: str, value, default: int | None) -> int | None:
 
 
 def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
-    """The checked problem. ``arrays`` (:mod:`.arrays` for A's framework) finds whether ``b``
-    and ``x0`` are finite, the sum of ``A`` (one pass over A, no temporary of its size: NaN and
-    infinities make it not finite) and ``||b||^2``, and reads them together: one wait."""
+    """The checked problem. ``arrays.survey`` (:mod:`.arrays` for A's framework) finds whether
+    ``b`` and ``x0`` are finite, the sum of ``A`` (one pass over A, no temporary of its size:
+    NaN and infinities make it not finite) and ``||b||^2``, read together: one wait."""
     framework = _array("A", A)
     if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
@@ -99,11 +99,9 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)
     check_every = _count("check_every", check_every, None)
-    vectors = {"b": b} if x0 is None else {"b": b, "x0": x0}
-    *finite, A_sum, bb = arrays.read_all([arrays.all_finite_here(v) for v in vectors.values()]
-                                         + [arrays.sum_here(A), arrays.squared_norm_here(b)])
-    for name, ok in zip(vectors, finite):
-        if not ok:
+    b_finite, x0_finite, A_sum, bb = arrays.survey(A, b, x0)
+    for name, finite in (("b", b_finite), ("x0", x0_finite)):
+        if not finite:
             raise ArgumentError(name, "contains NaN or infinity")
     if not math.isfinite(A_sum):
         raise ArgumentError("A", "contains NaN or infinity (its sum is not finite)")

@@ -15,56 +15,18 @@ before a launch), the iterations done and why the loop stopped (written by the t
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import numpy as np
 
 from ..runtime import while_graph
+from . import kernels
 
 RUNNING, CONVERGED, NOT_FINITE, MOST_ITERATIONS = 0, 1, 2, 3
-
-TEST_SOURCE = r"""
-#include <cuda_runtime.h>
-
-// record: [0] squared tolerance, [1] most iterations, [2] iterations done, [3] why it stopped
-// (0 running, 1 converged, 2 not finite, 3 most iterations)
-template <typename real>
-__device__ void test(cudaGraphConditionalHandle loop, const real *squared_norm, double *record)
-{
-    if (record[3] != 0.0) {  // the first test of this body stopped the loop: keep its record
-        cudaGraphSetConditional(loop, 0);
-        return;
-    }
-    double done = record[2] + 1.0, rr = (double)squared_norm[0];
-    double why = !isfinite(rr) ? 2.0 : rr <= record[0] ? 1.0 : done >= record[1] ? 3.0 : 0.0;
-    record[2] = done;
-    record[3] = why;
-    cudaGraphSetConditional(loop, why == 0.0);
-}
-
-extern "C" __global__ void fusec_loop_test_float32(cudaGraphConditionalHandle loop, const float *rr, double *record)
-{ test<float>(loop, rr, record); }
-
-extern "C" __global__ void fusec_loop_test_float64(cudaGraphConditionalHandle loop, const double *rr, double *record)
-{ test<double>(loop, rr, record); }
-"""
 
 
 def unsupported() -> str | None:
     """Why solves cannot loop on the GPU here (then the host loops), or None."""
-    why = while_graph.unsupported()
-    if why is None:
-        from .. import nvcc
-        if nvcc.nvcc_path() is None:
-            why = "nvcc is not on PATH (the loop's test kernel is compiled once)"
-    return why
-
-
-@functools.lru_cache(maxsize=None)
-def _tests(context: int) -> while_graph.Kernels:
-    """The test kernels, loaded once per context (a graph holding them outlives any solve)."""
-    from .. import nvcc
-    return while_graph.Kernels(nvcc.compile_cubin(TEST_SOURCE, while_graph.device_arch()).cubin)
+    return kernels.unsupported()
 
 
 class DeviceLoop:
@@ -75,7 +37,7 @@ class DeviceLoop:
     def __init__(self, arrays, like, stream: int):
         self.arrays, self.stream = arrays, stream
         self.kernel = "fusec_loop_test_" + str(like.dtype).replace("torch.", "")
-        self.tests = _tests(while_graph.current_context())
+        self.tests = kernels.loaded()
         self.record = arrays.upload(np.zeros(4), like)
         self.graphs: dict[int, while_graph.WhileGraph] = {}
 

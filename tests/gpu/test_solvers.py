@@ -271,3 +271,29 @@ def test_an_exact_solution_inside_the_gpu_loop_is_converged(name, loop_runs):
         assert info == 0
         np.testing.assert_allclose(host(x), b, rtol=1e-15)
     assert len(loop_runs) == before + 1
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_survey_kernel_finds_what_numpy_does(dtype, n):
+    from fusec.solvers import kernels
+    from fusec.solvers.arrays import arrays_for
+    if kernels.unsupported():
+        pytest.skip(kernels.unsupported())
+    where = framework_available()
+    arrays = arrays_for(where)
+    A, b, x0 = (a.astype(dtype) for a in system("cg", n, seed=8))
+    for poisoned in (None, "b", "x0", "A"):
+        values = {"A": A.copy(), "b": b.copy(), "x0": x0.copy()}
+        if poisoned:
+            values[poisoned].reshape(-1)[n // 2] = np.nan if poisoned != "x0" else np.inf
+        for given_x0 in (values["x0"], None):
+            got = kernels.survey(arrays, *(device(where, a) for a in (values["A"], values["b"], given_x0)))
+            wide = {k: v.astype(np.float64) for k, v in values.items()}
+            assert got[:2] == [float(poisoned != "b"), float(given_x0 is None or poisoned != "x0")]
+            total = wide["A"].sum()
+            assert np.isfinite(got[2]) == np.isfinite(total)
+            if np.isfinite(total):
+                assert got[2] == pytest.approx(total, rel=1e-9, abs=1e-9 * np.abs(wide["A"]).sum())
+            if poisoned != "b":
+                assert got[3] == pytest.approx(wide["b"] @ wide["b"], rel=1e-12)
