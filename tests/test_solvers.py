@@ -434,6 +434,20 @@ def test_a_breakdown_inside_the_gpu_loop_is_found_from_its_checkpoint(method, br
     assert NumpyLoop.made[0].runs == 1
 
 
+def test_a_solve_looping_on_the_gpu_does_not_look_up_the_gpus_bandwidth(monkeypatch):
+    from fusec.solvers import api
+
+    def looked_up(**_):
+        raise AssertionError("the bandwidth is for the host's check_every only")
+
+    monkeypatch.setattr(api, "resolve", looked_up)
+    A, b, _ = system(CG, n=40, seed=6)
+    _, info = solve(CG, A, b, rtol=1e-10, program=OracleProgram(CG), make_loop=NumpyLoop)
+    assert info == 0
+    with pytest.raises(AssertionError, match="host's check_every"):
+        solve(CG, A, b, rtol=1e-10, program=OracleProgram(CG))  # no loop: the host's, 16 or fewer
+
+
 def test_a_refused_loop_capture_warns_and_the_host_loops():
     A, b, _ = system(CG, n=40, seed=6)
     with pytest.warns(FusecWarning, match="loops on the host.*CUDA_ERROR_NOT_SUPPORTED"):

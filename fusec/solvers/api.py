@@ -93,6 +93,12 @@ def default_check_every(method: Method, n: int, dtype: str, bandwidth: float) ->
     return driver.default_check_every(seconds)
 
 
+def _host_check_every(method: Method, problem: checks.Problem, bandwidth: float | None) -> int:
+    if bandwidth is None:
+        bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
+    return default_check_every(method, problem.n, problem.dtype, bandwidth)
+
+
 def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None,
                        graphs=True, program=None, bandwidth=None, make_loop=None) -> tuple:
     """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
@@ -128,10 +134,8 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                 kept.stepper.begin(A, start, graphs=graphs, make_loop=make_loop)
             stepper = kept.stepper
             every = problem.check_every
-            if every is None:
-                if bandwidth is None:
-                    bandwidth = resolve(unknown_ok=True).copy_bandwidth  # the GPU the program is compiled for
-                every = default_check_every(method, problem.n, problem.dtype, bandwidth)
+            if every is None:  # found only where the host loops (finding the GPU's bandwidth takes 50 us)
+                every = functools.partial(_host_check_every, method, problem, bandwidth)
             try:
                 rr0 = arrays.squared_norm(r0) if rr0 is None else rr0
                 outcome = driver.run(stepper, rr0, tol, problem.maxiter, every, on_device=on_device)
@@ -148,10 +152,12 @@ _ARGS = """
     or CuPy arrays or PyTorch CUDA tensors, all of one framework and dtype; NumPy inputs are
     solved on the GPU (through CuPy if importable, else PyTorch) and ``x`` comes back as NumPy.
     ``x0``: the first iterate (default zeros). Stops when ``||r|| <= max(rtol ||b||, atol)``
-    (``r`` the residual the iteration updates), tested every ``check_every`` iterations
-    (default 16, fewer where an iteration is long: the largest power of two up to 16 whose
-    passes over A take at most 1 ms at the GPU's copy bandwidth), or after ``maxiter``
-    iterations (default ``10 n``). ``info``: 0 converged;
+    (``r`` the residual the iteration updates), or after ``maxiter`` iterations (default
+    ``10 n``). Without ``check_every`` the loop runs on the GPU (a CUDA 12.3+ driver), the rule
+    tested after every iteration; with it, or where the GPU cannot loop, the host reads ``||r||``
+    every ``check_every`` iterations (default there 16, fewer where an iteration is long: the
+    largest power of two up to 16 whose passes over A take at most 1 ms at the GPU's copy
+    bandwidth). ``info``: 0 converged;
     ``> 0`` the iterations done without converging; ``< 0`` broke down at iteration ``-info``
     (a zero denominator), ``x`` then being the iterate before. ``graphs=False`` makes plain
     calls instead of replaying CUDA graphs. Bad arguments raise

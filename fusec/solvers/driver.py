@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 from . import device_loop
 
@@ -44,12 +45,13 @@ class Outcome:
     iterations: int
 
 
-def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_every: int, *,
+def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_every: int | Callable[[], int], *,
         on_device: bool = False) -> Outcome:
     """Iterate until ``||r|| <= tol`` or ``maxiter`` iterations; the answer is ``stepper.x()``.
     ``on_device``: loop on the GPU where the stepper can (``stepper.loop``: one launch, one
     read, the rule tested after every iteration; its first two iterations are plain calls read
-    by the host, which warm both sets of arrays), else every ``check_every`` iterations here."""
+    by the host, which warm both sets of arrays), else every ``check_every`` iterations here
+    (a function giving it: called only then)."""
     limit = tol * tol
     if first_squared_norm <= limit:
         return Outcome(0, 0)
@@ -68,6 +70,8 @@ def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_ever
             chunk = ran - saved_at
         else:
             warming = on_device and stepper.loops_on_device()  # not warm yet: two plain iterations
+            if not warming and callable(check_every):
+                check_every = check_every()
             chunk = min(2 if warming else check_every, maxiter - done)
             stepper.advance(chunk)
             rr = stepper.squared_norm()
