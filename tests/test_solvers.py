@@ -16,6 +16,7 @@ from fusec.solvers import device_loop, solve
 from fusec.solvers.api import default_check_every, solve_with_outcome
 from fusec.solvers.arrays import NumpyArrays
 from fusec.solvers.driver import default_check_every as every_for_seconds
+from fusec.solvers.driver import most_per_launch as default_most_per_launch
 from fusec.solvers.driver import run
 from fusec.solvers.methods import BICG, BICGSTAB, CG, METHODS, reference_iterates
 from fusec.solvers.stepper import ProgramStepper
@@ -411,6 +412,28 @@ def test_the_gpu_loop_stops_where_a_test_after_every_iteration_does(method):
     again, outcome = solve_with_outcome(method, A, -b, rtol=1e-10, program=program, make_loop=NumpyLoop)
     assert loop.runs == 2 and loop.captures == 1  # the kept stepper: no plain calls, no capture
     np.testing.assert_allclose(again, -x, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("per_launch", [3, 4])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_launches_of_a_few_iterations_each_give_the_one_launchs_answer(method, per_launch):
+    A, b, _ = system(method, n=40, seed=5)
+    tol = 1e-10 * np.linalg.norm(b)
+
+    def solved(most):
+        NumpyLoop.made.clear()
+        stepper = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, method.start(b * 0, b, np.copy),
+                                 make_loop=NumpyLoop)
+        outcome = run(stepper, float(b @ b), tol, 500, 16, on_device=True, most_per_launch=most)
+        return stepper.x().copy(), outcome, NumpyLoop.made[0].runs
+
+    x_one, one, launches = solved(None)
+    x, outcome, many = solved(per_launch)
+    assert launches == 1 and many == -(-(one.iterations - 2) // per_launch)  # two plain ones warm
+    assert (outcome.info, outcome.iterations) == (one.info, one.iterations) == (0, one.iterations)
+    np.testing.assert_array_equal(x, x_one)
+    assert default_most_per_launch(4 * 16384 ** 2) == 465  # 0.25 s of 0.54 ms iterations
+    assert abs(default_most_per_launch(0) - 25000) <= 1 and default_most_per_launch(1e15) == 16
 
 
 @pytest.mark.parametrize("maxiter", [5, 6])

@@ -138,7 +138,10 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                 every = functools.partial(_host_check_every, method, problem, bandwidth)
             try:
                 rr0 = arrays.squared_norm(r0) if rr0 is None else rr0
-                outcome = driver.run(stepper, rr0, tol, problem.maxiter, every, on_device=on_device)
+                matrix_bytes = method.matrix_passes * problem.n ** 2 * np.dtype(problem.dtype).itemsize
+                per_launch = driver.most_per_launch(matrix_bytes)
+                outcome = driver.run(stepper, rr0, tol, problem.maxiter, every, on_device=on_device,
+                                     most_per_launch=per_launch)
                 x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve
             finally:
                 stepper.end()

@@ -21,6 +21,7 @@ from . import device_loop
 
 MOST_PER_CHECK = 16  # iterations between two reads at most: the default for a small A
 CHUNK_SECONDS = 1e-3  # by default, at most this much GPU work between two reads (see below)
+LAUNCH_SECONDS = 0.25  # the GPU's loop: about this much work a launch at most, then the host reads
 
 
 def default_check_every(seconds_per_iteration: float) -> int:
@@ -35,6 +36,14 @@ def default_check_every(seconds_per_iteration: float) -> int:
     return every
 
 
+def most_per_launch(matrix_bytes: float) -> int:
+    """Iterations a launch of the GPU's loop runs at most: LAUNCH_SECONDS of them, each priced
+    conservatively (its passes over A at 2 TB/s, and at least 10 us: a small iteration is its
+    launches), so a solve that does not converge still returns to the host (and to Ctrl-C)
+    about every LAUNCH_SECONDS; at least 16."""
+    return max(16, int(LAUNCH_SECONDS / max(matrix_bytes / 2e12, 10e-6)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """``info`` as SciPy's: 0 converged, ``> 0`` the iterations done without converging,
@@ -46,25 +55,28 @@ class Outcome:
 
 
 def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_every: int | Callable[[], int], *,
-        on_device: bool = False) -> Outcome:
+        on_device: bool = False, most_per_launch: int | None = None) -> Outcome:
     """Iterate until ``||r|| <= tol`` or ``maxiter`` iterations; the answer is ``stepper.x()``.
     ``on_device``: loop on the GPU where the stepper can (``stepper.loop``: one launch, one
-    read, the rule tested after every iteration; its first two iterations are plain calls read
-    by the host, which warm both sets of arrays), else every ``check_every`` iterations here
-    (a function giving it: called only then)."""
+    read, the rule tested after every iteration, at most ``most_per_launch`` iterations a
+    launch, so that the host, and Ctrl-C, get a turn now and then; the first two iterations are
+    plain calls read by the host, which warm both sets of arrays), else every ``check_every``
+    iterations here (a function giving it: called only then)."""
     limit = tol * tol
     if first_squared_norm <= limit:
         return Outcome(0, 0)
     done = 0
     while done < maxiter:
         looping = on_device and stepper.loops_on_device()
-        looped = stepper.loop(limit, maxiter - done) if looping else None
+        most = min(maxiter - done, most_per_launch or maxiter)
+        looped = stepper.loop(limit, most) if looping else None
         if looped is not None:
             ran, why, saved_at = looped
             if why == device_loop.CONVERGED:
                 return Outcome(0, done + ran)
             if why == device_loop.MOST_ITERATIONS:
-                return Outcome(maxiter, maxiter)
+                done += ran
+                continue
             stepper.restore()  # not finite at iteration done + ran: redo from the checkpoint
             done += saved_at
             chunk = ran - saved_at
