@@ -6,6 +6,13 @@ load, and can a WHILE node whose body is captured from a CuPy stream (cuStreamBe
 loop until a device-side test stops it? Prints what it saw and the time of one launch that
 loops N times against N replays of a plain graph. Run on a GPU machine with CuPy:
 ``python experiments/conditional_while.py``.
+
+Answer (one H200, driver 580.159.04, nvcc 13.0, 2026-11-28): yes. The cubin loads (the driver
+resolves cudaGraphSetConditional), the body captured from a CuPy stream (a raw kernel and a
+CuPy kernel; an allocation inside the capture is refused, as in any capture) runs exactly
+stop_at times for 1, 5, 18 and 1000, and one launch looping 18 times took 115.7 us launch to
+synchronised (1000 times: 5.85 ms, 5.8 us a body of three kernels). fusec.solvers now loops
+this way (fusec/runtime/while_graph.py, fusec/solvers/device_loop.py).
 """
 import ctypes
 import subprocess
@@ -79,16 +86,17 @@ def main():
         params.conditional.handle, params.conditional.type, params.conditional.size = handle.value, 1, 1
         params.conditional.ctx = ctx
         node = P()
-        ok(cu.cuGraphAddNode_v2(ctypes.byref(node), graph, None, None, ctypes.c_size_t(0), ctypes.byref(params)), "add node")
+        ok(cu.cuGraphAddNode_v2(ctypes.byref(node), graph, None, None, ctypes.c_size_t(0), ctypes.byref(params)),
+           "add node")
         body = params.conditional.phGraph_out[0]
         ok(cu.cuStreamBeginCaptureToGraph(P(stream.ptr), P(body), None, None, ctypes.c_size_t(0), 0), "capture")
-        x_ptr, count_ptr = P(x.data.ptr), P(count.data.ptr)
+        x_ptr = P(x.data.ptr)
         args1 = (P * 1)(ctypes.cast(ctypes.pointer(x_ptr), P))
         ok(cu.cuLaunchKernel(step, 1, 1, 1, 32, 1, 1, 0, P(stream.ptr), args1, None), "step launch")
         with stream:
             cupy.multiply(x, 1.0, out=x)  # a CuPy kernel inside the body (no allocation: capture forbids it)
         h, c, s = U64(handle.value), P(count.data.ptr), ctypes.c_uint(stop_at)
-        args2 = (P * 3)(ctypes.cast(ctypes.pointer(h), P), ctypes.cast(ctypes.pointer(c), P), ctypes.cast(ctypes.pointer(s), P))
+        args2 = (P * 3)(*(ctypes.cast(ctypes.pointer(v), P) for v in (h, c, s)))
         ok(cu.cuLaunchKernel(test, 1, 1, 1, 1, 1, 1, 0, P(stream.ptr), args2, None), "test launch")
         captured = P()
         ok(cu.cuStreamEndCapture(P(stream.ptr), ctypes.byref(captured)), "end capture")
