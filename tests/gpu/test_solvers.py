@@ -297,3 +297,20 @@ def test_the_survey_kernel_finds_what_numpy_does(dtype, n):
                 assert got[2] == pytest.approx(total, rel=1e-9, abs=1e-9 * np.abs(wide["A"]).sum())
             if poisoned != "b":
                 assert got[3] == pytest.approx(wide["b"] @ wide["b"], rel=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_solve_over_several_launches_of_the_gpu_loop_stops_where_one_launch_does(name, loop_runs, monkeypatch):
+    from fusec.solvers import driver
+    from fusec.solvers.api import solve_with_outcome
+    method = SOLVERS[name][1]
+    A, b, _ = (a.astype(np.float64) for a in system(name, 1000, seed=9))
+    where = framework_available()
+    dA, db = device(where, A), device(where, b)
+    x_one, one = solve_with_outcome(method, dA, db, rtol=0.0, maxiter=40)
+    monkeypatch.setattr(driver, "LAUNCH_SECONDS", 0.0)  # 16 iterations a launch: the least
+    before = len(loop_runs)
+    x, outcome = solve_with_outcome(method, dA, db, rtol=0.0, maxiter=40)
+    assert len(loop_runs) - before == 3  # 16, 16 and 8 (the kept stepper is warm)
+    assert (outcome.info, outcome.iterations) == (one.info, one.iterations) == (40, 40)
+    np.testing.assert_allclose(host(x), host(x_one), rtol=1e-10, atol=1e-12)
