@@ -362,6 +362,59 @@ def iterations_on_cpu(cases, solvers, seeds, check_every: int = 16) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLOTTED = ("jax", "cupy", "cupy-hand", "torch", "torch.compile")  # the peers drawn beside fusec, where measured
+
+
+def _to_tolerance_ms(row) -> dict:
+    """The row's times to a tolerance by who ran: ``to_tolerance.ms`` (runs since the kept
+    stepper), ``to_tolerance_ms`` in the H100 run before it."""
+    return row.get("to_tolerance", {}).get("ms") or row.get("to_tolerance_ms") or {}
+
+
+def plot(rows, device: str, path: Path) -> bool:
+    """Per iteration (with the floor) and to a tolerance against n, fusec and its peers, one
+    panel each per precision, log scales; False where matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    dtypes = sorted({r["dtype"] for r in rows})
+    fig, axes = plt.subplots(len(dtypes), 2, figsize=(11, 4.2 * len(dtypes)), squeeze=False)
+    colours = {name: f"C{i}" for i, name in enumerate(sorted({r["solver"] for r in rows}))}
+    styles = {"fusec": "-", "jax": "--", "cupy": ":", "cupy-hand": "-.", "torch": (0, (1, 3)),
+              "torch.compile": (0, (5, 1, 1, 1))}
+    for row_axes, dtype in zip(axes, dtypes):
+        mine = [r for r in rows if r["dtype"] == dtype]
+        for solver in sorted({r["solver"] for r in mine}):
+            by_n = sorted((r for r in mine if r["solver"] == solver), key=lambda r: r["n"])
+            ns = [r["n"] for r in by_n]
+            for who in ("fusec",) + PLOTTED:
+                per = [(r["n"], r["us_per_iteration"].get(who)) for r in by_n]
+                per = [(n, v) for n, v in per if isinstance(v, (int, float))]
+                if per:
+                    row_axes[0].plot(*zip(*per), linestyle=styles[who], marker="o", markersize=3,
+                                     color=colours[solver], label=f"{solver} {who}")
+                tol = [(r["n"], _to_tolerance_ms(r).get(who)) for r in by_n]
+                tol = [(n, v) for n, v in tol if isinstance(v, (int, float))]
+                if tol:
+                    row_axes[1].plot(*zip(*tol), linestyle=styles[who], marker="o", markersize=3,
+                                     color=colours[solver], label=f"{solver} {who}")
+            row_axes[0].plot(ns, [r["floor_us"] for r in by_n], color=colours[solver], linewidth=0.6, alpha=0.5)
+        for ax, what in zip(row_axes, ("us per iteration (thin: the one-pass floor)", "ms to rtol 1e-5")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("n (A is n x n)")
+            ax.set_ylabel(what)
+            ax.set_title(f"{device}, {dtype}", fontsize=9)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -377,11 +430,20 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations-on-cpu", action="store_true",
                         help="no GPU: print the iterations each solver needs on the to-tolerance systems")
     parser.add_argument("--seeds", default="0,1,2", help="with --iterations-on-cpu: the systems drawn")
+    parser.add_argument("--plot-from", metavar="JSON", default=None,
+                        help="no GPU: draw the plot of a run's JSON (beside it, .png); needs matplotlib")
     args = parser.parse_args(argv)
     args.solvers = args.solvers.split(",")
     cases = [(d, int(n)) for d in args.dtypes.split(",") for n in args.n.split(",") if n]
     cases += [("float32", int(n)) for n in args.n32.split(",") if n and "float32" in args.dtypes]
     cases.sort(key=lambda c: (c[0] != "float32", c[1]))
+    if args.plot_from:
+        source = Path(args.plot_from)
+        data = json.loads(source.read_text())
+        if not plot(data["rows"], data["device"], source.with_suffix(".png")):
+            raise SystemExit("bench.solvers: --plot-from needs matplotlib")
+        print(f"wrote {source.with_suffix('.png')}")
+        return 0
     if args.iterations_on_cpu:
         print(iterations_on_cpu(cases, args.solvers, [int(s) for s in args.seeds.split(",")]))
         return 0
@@ -412,7 +474,8 @@ def main(argv=None) -> int:
     (out / f"{name}.json").write_text(json.dumps({"device": device, "copy_bandwidth": bandwidth, "rows": rows,
                                                   "skipped": skipped_sizes}, indent=1))
     print(text)
-    print(f"wrote {out / name}.md and .json ({time.monotonic() - began:.0f} s)")
+    plotted = plot(rows, device, out / f"{name}.png")
+    print(f"wrote {out / name}.md and .json{', .png' if plotted else ''} ({time.monotonic() - began:.0f} s)")
     return 0
 
 

@@ -1,8 +1,10 @@
 """bench/solvers.py without a GPU: the tolerance keyword each cg signature takes, the
 iteration counts of ``--iterations-on-cpu`` (against SciPy's own count where SciPy is
-importable), the systems it draws, and the report's to-tolerance table."""
+importable), the systems it draws, the report's to-tolerance table, and the plot of a run."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -116,3 +118,21 @@ def test_report_shows_iterations_run_and_needed_and_residuals():
     line = next(x for x in text.splitlines() if x.startswith("| cg | float32 | 1024 | 4.66"))
     assert "| 32 / 18 | 6.25 (3.0e-07) | 3.10 (8.0e-06) |" in line and "0.80 (9.0e-06)" in line
     assert "- cupy: TypeError: no" in text
+
+
+def test_plot_from_a_runs_json(tmp_path):
+    row = {"solver": "cg", "dtype": "float32", "n": 1024, "floor_us": 1.4, "over_floor": 8.0,
+           "us_per_iteration": {"fusec": 11.2, "jax": 31.7}, "to_tolerance": {"ms": {"fusec": 0.54, "jax": 0.59}}}
+    older = {k: v for k, v in row.items() if k != "to_tolerance"} | {"n": 4096,
+                                                                     "to_tolerance_ms": {"fusec": 5.3, "jax": 1.3}}
+    source = tmp_path / "run.json"
+    source.write_text(json.dumps({"device": "GPU", "rows": [row, older]}))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        with pytest.raises(SystemExit, match="needs matplotlib"):
+            B.main(["--plot-from", str(source)])
+        return
+    assert B._to_tolerance_ms(older) == {"fusec": 5.3, "jax": 1.3}
+    assert B.main(["--plot-from", str(source)]) == 0
+    assert (tmp_path / "run.png").read_bytes().startswith(b"\x89PNG")
