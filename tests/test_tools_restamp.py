@@ -1,0 +1,66 @@
+"""tools/restamp_training.py: training points carried over to a database extended by
+`fusec perfdb build --missing` only where every old timing is kept and each point's plans are
+priced as recorded; the H200's shipped database and training data as the case."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from fusec.cost.training import read
+from tests.helpers import ROOT, library
+from tools.restamp_training import restamp
+
+DATA = ROOT / "fusec" / "data"
+GPU = "h200"
+
+
+def _now():
+    return json.loads((DATA / "perfdb" / f"{GPU}.json").read_text())
+
+
+def _before(now, routines=None):
+    """The database as it was before an extension: other stamps, fewer timings."""
+    return {**now, "library": {**now["library"], "hash": "0123456789abcdef"}, "built": "2026-01-01T00:00:00+00:00",
+            "routines": now["routines"] if routines is None else routines}
+
+
+def _stamped_before(training, was):
+    return dataclasses.replace(training, points=tuple(
+        dataclasses.replace(p, library=was["library"]["hash"], perfdb_built=was["built"]) for p in training.points))
+
+
+def test_points_priced_alike_move_to_the_extended_database():
+    now = _now()
+    was = _before(now, [e for e in now["routines"] if not e["routine"].startswith(("tri", "strict", "syr"))])
+    training = _stamped_before(read(DATA / "training" / f"{GPU}.json"), was)
+    moved_data, moved, left = restamp(GPU, was, now, training, library(), ROOT / "scripts")
+    assert moved == len(training.points) > 0 and not left
+    assert {(p.library, p.perfdb_built) for p in moved_data.points} == {(now["library"]["hash"], now["built"])}
+
+
+def test_a_point_whose_price_differs_stays():
+    now = _now()
+    was = _before(now)
+    training = _stamped_before(read(DATA / "training" / f"{GPU}.json"), was)
+    first = training.points[0]
+    plan = next(p for p in first.plans if p.kernels)
+    kernel = dataclasses.replace(plan.kernels[0], predicted=plan.kernels[0].predicted * 1.01)
+    changed = dataclasses.replace(plan, kernels=(kernel,) + plan.kernels[1:])
+    altered = dataclasses.replace(first, plans=tuple(changed if p is plan else p for p in first.plans))
+    training = dataclasses.replace(training, points=(altered,) + training.points[1:])
+    moved_data, moved, left = restamp(GPU, was, now, training, library(), ROOT / "scripts")
+    assert moved == len(training.points) - 1
+    assert len(left) == 1 and left[0].startswith(first.label) and "priced" in left[0]
+    assert moved_data.points[0] is altered
+
+
+def test_a_changed_timing_refuses_everything():
+    now = _now()
+    routines = [dict(e) for e in now["routines"]]
+    routines[0]["seconds"] = {k: v * 2 for k, v in routines[0]["seconds"].items()}
+    with pytest.raises(SystemExit, match="1 timings of the database at --was are not in it now unchanged"):
+        restamp(GPU, _before(now, routines), now, read(DATA / "training" / f"{GPU}.json"), library(),
+                ROOT / "scripts")
