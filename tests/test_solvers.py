@@ -362,8 +362,12 @@ class NumpyLoop:
             record[2:] = [done, why]
             going[0] = why == device_loop.RUNNING
 
+        def copy(pairs):
+            for dst, src in pairs:
+                dst[...] = src
+
         while going[0]:
-            self.bodies[start](test)
+            self.bodies[start](test, copy)
         return int(record[2]), int(record[3])
 
     def forget(self):

@@ -28,6 +28,7 @@ def test_the_solver_kernels_compile_for_sm_90_leaving_set_conditional_to_the_dri
     for dtype in ("float32", "float64"):
         assert f"fusec_loop_test_{dtype}".encode() in compiled.cubin
         assert f"fusec_survey_{dtype}".encode() in compiled.cubin
+    assert b"fusec_copy_arrays" in compiled.cubin
     assert b"cudaGraphSetConditional" in compiled.cubin  # resolved when the driver loads it
 
 

@@ -45,15 +45,24 @@ class DeviceLoop:
         return start in self.graphs
 
     def capture(self, start: int, body) -> None:
-        """Capture the loop starting from set ``start``; ``body(test)`` issues two iterations,
-        calling ``test(squared_norm)`` after each."""
+        """Capture the loop starting from set ``start``; ``body(test, copy)`` issues two
+        iterations, calling ``test(squared_norm)`` after each, and copies its checkpoint by
+        ``copy(pairs)`` (``(dst, src)`` arrays: one launch for them all where they are contiguous)."""
         record = ctypes.c_void_p(self.arrays.address(self.record))
 
         def test(squared_norm, handle) -> None:
             self.tests.launch(self.kernel, [ctypes.c_uint64(handle), ctypes.c_void_p(self.arrays.address(squared_norm)),
                                             record], self.stream)
 
-        self.graphs[start] = while_graph.WhileGraph(self.stream, lambda handle: body(lambda rr: test(rr, handle)))
+        def copy(pairs) -> None:
+            alike = len({dst.nbytes for dst, _ in pairs}) == 1
+            if alike and all(self.arrays.contiguous(a) for pair in pairs for a in pair):
+                kernels.copy_arrays(self.arrays, pairs, self.stream)
+            else:
+                for dst, src in pairs:
+                    self.arrays.copy_into(dst, src)
+
+        self.graphs[start] = while_graph.WhileGraph(self.stream, lambda handle: body(lambda rr: test(rr, handle), copy))
 
     def run(self, start: int, squared_tolerance: float, most: int) -> tuple[int, int]:
         """Launch the loop from set ``start``; ``(iterations done, why it stopped)`` (one read)."""

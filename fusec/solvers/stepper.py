@@ -140,7 +140,7 @@ class ProgramStepper:
                     self.gpu_loop.forget()
                 self.gpu_loop = self.make_loop(self.arrays, self.sets[0]["x"], stream)
             if not self.gpu_loop.captured(start):
-                self.gpu_loop.capture(start, lambda test: self._iterate(start, 2, after_each=test))
+                self.gpu_loop.capture(start, lambda test, copy: self._iterate(start, 2, after_each=test, copy=copy))
         except (FusecError, RuntimeError, OSError) as exc:  # the driver, nvcc or the framework refused
             warnings.warn(FusecWarning(f"the solve loops on the host from here on: no loop on the GPU ({exc})"))
             self.loop_refused, self.gpu_loop = True, None
@@ -158,12 +158,18 @@ class ProgramStepper:
         self.current = start
 
     # -- the calls (captured, or run)
-    def _iterate(self, start: int, iterations: int, after_each: Callable | None = None) -> None:
+    def _iterate(self, start: int, iterations: int, after_each: Callable | None = None,
+                 copy: Callable | None = None) -> None:
         """``iterations`` iterations from set ``start``, its state first copied to the
-        checkpoint; ``after_each(squared_norm)`` is called after each with the array holding the
-        new squared residual norm (the GPU loop's test)."""
-        for name, saved in self.checkpoint.items():
-            self.arrays.copy_into(saved, self.sets[start][name])
+        checkpoint (by ``copy(pairs)`` of ``(dst, src)`` where given: the GPU loop's one launch);
+        ``after_each(squared_norm)`` is called after each with the array holding the new squared
+        residual norm (the GPU loop's test)."""
+        pairs = [(saved, self.sets[start][name]) for name, saved in self.checkpoint.items()]
+        if copy is not None:
+            copy(pairs)
+        else:
+            for dst, src in pairs:
+                self.arrays.copy_into(dst, src)
         at = start
         for _ in range(iterations):
             self._one(at)

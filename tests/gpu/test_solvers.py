@@ -314,3 +314,22 @@ def test_a_solve_over_several_launches_of_the_gpu_loop_stops_where_one_launch_do
     assert len(loop_runs) - before == 3  # 16, 16 and 8 (the kept stepper is warm)
     assert (outcome.info, outcome.iterations) == (one.info, one.iterations) == (40, 40)
     np.testing.assert_allclose(host(x), host(x_one), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 33, 4097])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_copy_arrays_copies_each_pair_eight_to_a_launch(dtype, n):
+    from fusec.solvers import kernels
+    from fusec.solvers.arrays import arrays_for
+    if kernels.unsupported():
+        pytest.skip(kernels.unsupported())
+    where = framework_available()
+    arrays = arrays_for(where)
+    rng = np.random.default_rng(n)
+    sources = [rng.standard_normal(n).astype(dtype) for _ in range(11)]  # two launches: 8 and 3
+    src = [device(where, a) for a in sources]
+    dst = [device(where, np.full(n + 1, np.nan, dtype))[:n] for _ in sources]  # a NaN past each end
+    kernels.copy_arrays(arrays, list(zip(dst, src)), arrays.stream_handle())
+    for copied, expected in zip(dst, sources):
+        np.testing.assert_array_equal(host(copied), expected)
+        assert np.isnan(host(copied._base if hasattr(copied, "_base") else copied.base)[n])
