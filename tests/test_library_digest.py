@@ -23,7 +23,7 @@ from fusec.frontend import load_script
 from fusec.library.digest import digest, files_read, library_digest
 from fusec.library.loader import load_library
 from fusec.space.combinations import build_space
-from tests.helpers import LIBRARY, SCRIPTS, library, script_dag
+from tests.helpers import LIBRARY, ROOT, SCRIPTS, library, script_dag
 from tests.test_library_loader import readme_examples
 
 MARK = "// digest test: this text comes from "
@@ -103,3 +103,23 @@ def test_a_mapping_declared_in_another_index_file_names_that_file():
                                  files=MappingProxyType({**lib.files, "triangle.fusec": "0" * 16}))
     assert files_read(parted, ["sgemv"])["triangle.fusec"] == "0" * 16  # sgemv loads x as cols
     assert "triangle.fusec" not in files_read(parted, ["sscal"])
+
+
+def test_a_function_added_leaves_every_generated_program_as_it_was(tmp_path):
+    """The .cu header names the digest of the files its kernels read, not the whole library's
+    hash: a library that gains a function generates the same source for every other script
+    (nvcc's cache finds it again). The #line directives name the files where they are."""
+    from fusec.emit.program import generate
+    shutil.copytree(LIBRARY, tmp_path / "blas", ignore=shutil.ignore_patterns("tunings"))
+    before = load_library(tmp_path / "blas")
+    (tmp_path / "blas" / "sexp.cu").write_text(readme_examples()["sexp.cu"], encoding="utf-8")
+    grown = load_library(tmp_path / "blas")
+    assert grown.content_hash != before.content_hash
+    for name in ("sgemv", "bicgk"):
+        sources = []
+        for lib in (before, grown):
+            dag = load_script(ROOT / "scripts" / f"{name}.script", lib)
+            plan = build_space(dag, lib, "float32", {"m": 300, "n": 200}, DEFAULT).best().plan
+            sources.append(generate(dag, lib, plan, "float32").source)
+        assert sources[0] == sources[1], name
+        assert f"digest {library_digest(before, dag)}" in sources[0] and before.content_hash not in sources[0]
