@@ -9,16 +9,17 @@ import json
 
 import pytest
 
+from fusec import data
 from fusec.cost.training import read
 from tests.helpers import ROOT, library
 from tools.restamp_training import restamp
 
-DATA = ROOT / "fusec" / "data"
 GPU = "h200"
+TRAINING = data.TRAINING / f"{GPU}.json"
 
 
 def _now():
-    return json.loads((DATA / "perfdb" / f"{GPU}.json").read_text())
+    return json.loads((data.PERFDB / f"{GPU}.json").read_text())
 
 
 def _before(now, routines=None):
@@ -35,7 +36,7 @@ def _stamped_before(training, was):
 def test_points_priced_alike_move_to_the_extended_database():
     now = _now()
     was = _before(now, [e for e in now["routines"] if not e["routine"].startswith(("tri", "strict", "syr"))])
-    training = _stamped_before(read(DATA / "training" / f"{GPU}.json"), was)
+    training = _stamped_before(read(TRAINING), was)
     moved_data, moved, left = restamp(GPU, was, now, training, library(), ROOT / "scripts")
     assert moved == len(training.points) > 0 and not left
     assert {(p.library, p.perfdb_built) for p in moved_data.points} == {(now["library"]["hash"], now["built"])}
@@ -44,7 +45,7 @@ def test_points_priced_alike_move_to_the_extended_database():
 def test_a_point_whose_price_differs_stays():
     now = _now()
     was = _before(now)
-    training = _stamped_before(read(DATA / "training" / f"{GPU}.json"), was)
+    training = _stamped_before(read(TRAINING), was)
     first = training.points[0]
     plan = next(p for p in first.plans if p.kernels)
     kernel = dataclasses.replace(plan.kernels[0], predicted=plan.kernels[0].predicted * 1.01)
@@ -62,5 +63,5 @@ def test_a_changed_timing_refuses_everything():
     routines = [dict(e) for e in now["routines"]]
     routines[0]["seconds"] = {k: v * 2 for k, v in routines[0]["seconds"].items()}
     with pytest.raises(SystemExit, match="1 timings of the database at --was are not in it now unchanged"):
-        restamp(GPU, _before(now, routines), now, read(DATA / "training" / f"{GPU}.json"), library(),
+        restamp(GPU, _before(now, routines), now, read(TRAINING), library(),
                 ROOT / "scripts")
