@@ -1,7 +1,8 @@
-"""The CUDA a solve runs besides its iterations: the loop's test (:mod:`.device_loop`) and the
-survey of its arguments (whether ``b`` and ``x0`` are finite, the sum of ``A``, ``||b||^2``:
-one kernel and one read, where CuPy or PyTorch would take seven kernels of their own). Both
-compiled by nvcc once per GPU architecture (cached) and loaded once per context.
+"""The CUDA a solve runs besides its iterations: the loop's test (:mod:`.device_loop`), the
+copy of the loop's checkpoint (all the state arrays in one launch), and the survey of its
+arguments (whether ``b`` and ``x0`` are finite, the sum of ``A``, ``||b||^2``: one kernel and
+one read, where CuPy or PyTorch would take seven kernels of their own). Compiled by nvcc once
+per GPU architecture (cached) and loaded once per context.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ extern "C" __global__ void fusec_survey_float64(const double *A, long long count
 { survey<double>(A, count, b, x0, n, out); }
 """
 
-SURVEY_THREADS, SURVEY_BLOCKS = 256, 1024  # enough in flight to stream A at the copy bandwidth
+THREADS, MOST_BLOCKS = 256, 1024  # a survey's and a copy's launch: enough in flight to stream A
 COPIES = 8  # arrays one launch of fusec_copy_arrays copies
 
 
@@ -126,11 +127,11 @@ def survey(arrays, A, b, x0) -> list[float]:
     while_graph.zero(arrays.address(out), out.nbytes, arrays.stream_handle())
     dtype = str(b.dtype).replace("torch.", "")
     count, n = int(A.shape[0]) * int(A.shape[1]), int(b.shape[0])
-    blocks = max(1, min(SURVEY_BLOCKS, -(-count // SURVEY_THREADS)))
+    blocks = max(1, min(MOST_BLOCKS, -(-count // THREADS)))
     pointer = lambda a: ctypes.c_void_p(arrays.address(a) if a is not None else None)  # noqa: E731
     loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_longlong(count), pointer(b), pointer(x0),
                                               ctypes.c_int(n), pointer(out)],
-                    arrays.stream_handle(), threads=SURVEY_THREADS, blocks=blocks)
+                    arrays.stream_handle(), threads=THREADS, blocks=blocks)
     nonfinite_b, nonfinite_x0, total, bb = arrays.download(out).tolist()
     return [float(nonfinite_b == 0), float(nonfinite_x0 == 0), total, bb]
 
@@ -148,9 +149,9 @@ def copy_arrays(arrays, pairs, stream: int) -> None:
         copies = _Copies()
         for k, (dst, src) in enumerate(group):
             copies.src[k], copies.dst[k] = arrays.address(src), arrays.address(dst)
-        blocks = max(1, min(SURVEY_BLOCKS, -(-words // SURVEY_THREADS)))
+        blocks = max(1, min(MOST_BLOCKS, -(-words // THREADS)))
         loaded().launch("fusec_copy_arrays", [copies, ctypes.c_int(len(group)), ctypes.c_longlong(words)], stream,
-                        threads=SURVEY_THREADS, blocks=blocks)
+                        threads=THREADS, blocks=blocks)
 
 
 _OUT: dict = {}  # (framework, device, thread) -> the four doubles a survey writes: allocated once
