@@ -273,15 +273,21 @@ def test_an_exact_solution_inside_the_gpu_loop_is_converged(name, loop_runs):
     assert len(loop_runs) == before + 1
 
 
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_the_survey_kernel_finds_what_numpy_does(dtype, n):
+def solver_kernels():
+    """fusec.solvers.kernels, the arrays of the framework present, and its name (skips where
+    the kernels cannot run)."""
     from fusec.solvers import kernels
     from fusec.solvers.arrays import arrays_for
     if kernels.unsupported():
         pytest.skip(kernels.unsupported())
     where = framework_available()
-    arrays = arrays_for(where)
+    return kernels, arrays_for(where), where
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_survey_kernel_finds_what_numpy_does(dtype, n):
+    kernels, arrays, where = solver_kernels()
     A, b, x0 = (a.astype(dtype) for a in system("cg", n, seed=8))
     for poisoned in (None, "b", "x0", "A"):
         values = {"A": A.copy(), "b": b.copy(), "x0": x0.copy()}
@@ -319,12 +325,7 @@ def test_a_solve_over_several_launches_of_the_gpu_loop_stops_where_one_launch_do
 @pytest.mark.parametrize("n", [1, 33, 4097])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_copy_arrays_copies_each_pair_eight_to_a_launch(dtype, n):
-    from fusec.solvers import kernels
-    from fusec.solvers.arrays import arrays_for
-    if kernels.unsupported():
-        pytest.skip(kernels.unsupported())
-    where = framework_available()
-    arrays = arrays_for(where)
+    kernels, arrays, where = solver_kernels()
     rng = np.random.default_rng(n)
     sources = [rng.standard_normal(n).astype(dtype) for _ in range(11)]  # two launches: 8 and 3
     src = [device(where, a) for a in sources]
