@@ -1,8 +1,8 @@
 """A CUDA graph that repeats a body until a kernel in it says stop: one conditional WHILE node
 (a CUDA 12.3 driver or later) whose body is captured from a stream with
 ``cuStreamBeginCaptureToGraph``; a kernel of the body calls ``cudaGraphSetConditional`` on
-the node's handle (:func:`WhileGraph.handle`), and the node runs the body again while the
-value it set is not 0. A launch of the graph is then a whole loop with no host in it.
+the node's handle (passed to the body as it is captured), and the node runs the body again
+while the value it set is not 0. A launch of the graph is then a whole loop with no host in it.
 
 Through the driver API by ctypes (PyCUDA, CuPy and PyTorch expose no conditional nodes), in
 the context current on the calling thread; also the few calls that load a cubin and launch one

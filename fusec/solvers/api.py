@@ -11,7 +11,7 @@ import numpy as np
 from .. import validate as check
 from ..errors import GPUUnavailableError
 from ..target import resolve
-from . import checks, device_loop, driver
+from . import checks, device_loop, driver, kernels
 from .arrays import NumpyArrays, arrays_for, framework_of
 from .methods import BICG, BICGSTAB, CG, METHODS, Method
 from .stepper import ProgramStepper
@@ -86,11 +86,15 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     return x, outcome.info
 
 
+def matrix_bytes(method: Method, n: int, dtype: str) -> int:
+    """The bytes of A an iteration reads at least (its passes over A)."""
+    return method.matrix_passes * n * n * np.dtype(dtype).itemsize
+
+
 def default_check_every(method: Method, n: int, dtype: str, bandwidth: float) -> int:
     """``check_every`` when not given: from the time of an iteration's passes over A at the
     copy bandwidth (:func:`driver.default_check_every`)."""
-    seconds = method.matrix_passes * n * n * np.dtype(dtype).itemsize / bandwidth
-    return driver.default_check_every(seconds)
+    return driver.default_check_every(matrix_bytes(method, n, dtype) / bandwidth)
 
 
 def _host_check_every(method: Method, problem: checks.Problem, bandwidth: float | None) -> int:
@@ -113,7 +117,7 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
         A, b, x0 = (_to_device(where, a) for a in (problem.A, problem.b, problem.x0))
     if program is None:
         program = program_for(method.name, problem.dtype, problem.n)
-    if make_loop is None and where != "numpy" and device_loop.unsupported() is None:
+    if make_loop is None and where != "numpy" and kernels.unsupported() is None:
         make_loop = device_loop.DeviceLoop
     on_device = make_loop is not None and problem.check_every is None and graphs  # a given check_every: the host's
     key = (method.name, where, problem.dtype, problem.n, str(getattr(A, "device", "")), id(program))
@@ -138,8 +142,7 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                 every = functools.partial(_host_check_every, method, problem, bandwidth)
             try:
                 rr0 = arrays.squared_norm(r0) if rr0 is None else rr0
-                matrix_bytes = method.matrix_passes * problem.n ** 2 * np.dtype(problem.dtype).itemsize
-                per_launch = driver.most_per_launch(matrix_bytes)
+                per_launch = driver.most_per_launch(matrix_bytes(method, problem.n, problem.dtype))
                 outcome = driver.run(stepper, rr0, tol, problem.maxiter, every, on_device=on_device,
                                      most_per_launch=per_launch)
                 x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve

@@ -22,6 +22,11 @@ def framework_of(obj) -> str | None:
     return None
 
 
+def dtype_name(a) -> str:
+    """``"float32"``, ``"float64"``...: NumPy's and CuPy's name of ``a``'s dtype (PyTorch's without ``torch.``)."""
+    return str(a.dtype).replace("torch.", "")
+
+
 class NumpyArrays:
     """Host arrays: no graphs, every read immediate."""
 
@@ -69,12 +74,7 @@ class NumpyArrays:
 
     def survey(self, A, b, x0) -> list[float]:
         """``[b finite, x0 finite, sum of A, ||b||^2]`` (1.0 or 0.0 for the first two, x0 None
-        finite; float64 sums), read at once: by one kernel of :mod:`.kernels` where it runs
-        here and the vectors are contiguous, else by the framework's reductions."""
-        if self.name != "numpy" and self.contiguous(b) and (x0 is None or self.contiguous(x0)):
-            from . import kernels
-            if kernels.unsupported() is None:
-                return kernels.survey(self, A, b, x0)
+        finite; float64 sums), read at once, by the framework's reductions."""
         values = [self.all_finite_here(b), self.all_finite_here(b if x0 is None else x0),
                   self.sum_here(A), self.squared_norm_here(b)]
         return self.read_all(values)
@@ -115,7 +115,19 @@ class NumpyArrays:
         return self.np.array(a, copy=True)
 
 
-class CupyArrays(NumpyArrays):
+class _DeviceArrays(NumpyArrays):
+    """What CuPy's and PyTorch's arrays share: the survey by one kernel of :mod:`.kernels`."""
+
+    def survey(self, A, b, x0) -> list[float]:
+        """:meth:`NumpyArrays.survey` by one kernel and one read, where the kernels run here
+        and the vectors are contiguous."""
+        from . import kernels
+        if self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None:
+            return kernels.survey(self, A, b, x0, dtype_name(b))
+        return super().survey(A, b, x0)
+
+
+class CupyArrays(_DeviceArrays):
     """CuPy arrays; graphs by stream capture on a stream of the solve's own."""
 
     name = "cupy"
@@ -178,7 +190,7 @@ class CupyArrays(NumpyArrays):
         return lambda: captured.launch(stream)
 
 
-class TorchArrays(NumpyArrays):
+class TorchArrays(_DeviceArrays):
     """PyTorch CUDA tensors; graphs by ``torch.cuda.graph``."""
 
     name = "torch"

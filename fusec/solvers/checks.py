@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import validate
 from ..errors import ArgumentError
-from .arrays import framework_of
+from .arrays import dtype_name, framework_of
 
 DTYPES = ("float32", "float64")
 
@@ -32,10 +32,6 @@ class Problem:
     maxiter: int
     check_every: int | None  # None: the solve chooses it from the iteration's cost
     b_squared_norm: float  # ||b||^2 in float64 (read with the checks)
-
-
-def _dtype_name(obj) -> str:
-    return str(obj.dtype).replace("torch.", "")
 
 
 def _array(name: str, obj, framework: str | None = None):
@@ -78,7 +74,7 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
     framework = _array("A", A)
     if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
-    dtype = _dtype_name(A)
+    dtype = dtype_name(A)
     if dtype not in DTYPES:
         raise ArgumentError("A", f"has dtype {dtype}: pass float32 or float64")
     if not _contiguous(A, framework):
@@ -90,8 +86,8 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
         _array(name, v, framework)
         if tuple(v.shape) != (n,):
             raise ArgumentError(name, f"has shape {tuple(v.shape)}: pass a vector of length {n} (A is {n} x {n})")
-        if _dtype_name(v) != dtype:
-            raise ArgumentError(name, f"has dtype {_dtype_name(v)}, but A is {dtype}: pass {dtype}")
+        if dtype_name(v) != dtype:
+            raise ArgumentError(name, f"has dtype {dtype_name(v)}, but A is {dtype}: pass {dtype}")
         if framework == "torch" and v.device != A.device:
             raise ArgumentError(name, f"is on {v.device}, but A is on {A.device}")
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)

@@ -20,13 +20,9 @@ import numpy as np
 
 from ..runtime import while_graph
 from . import kernels
+from .arrays import dtype_name
 
 RUNNING, CONVERGED, NOT_FINITE, MOST_ITERATIONS = 0, 1, 2, 3
-
-
-def unsupported() -> str | None:
-    """Why solves cannot loop on the GPU here (then the host loops), or None."""
-    return kernels.unsupported()
 
 
 class DeviceLoop:
@@ -36,7 +32,7 @@ class DeviceLoop:
 
     def __init__(self, arrays, like, stream: int):
         self.arrays, self.stream = arrays, stream
-        self.kernel = "fusec_loop_test_" + str(like.dtype).replace("torch.", "")
+        self.kernel = "fusec_loop_test_" + dtype_name(like)
         self.tests = kernels.loaded()
         self.record = arrays.upload(np.zeros(4), like)
         self.graphs: dict[int, while_graph.WhileGraph] = {}

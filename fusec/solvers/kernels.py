@@ -120,18 +120,21 @@ def _loaded(context: int) -> while_graph.Kernels:  # kept: a graph holding the t
     return while_graph.Kernels(nvcc.compile_cubin(SOURCE, while_graph.device_arch()).cubin)
 
 
-def survey(arrays, A, b, x0) -> list[float]:
+def _blocks(elements: int) -> int:
+    """Blocks of THREADS for a grid-stride loop over ``elements``: one each, MOST_BLOCKS at most."""
+    return max(1, min(MOST_BLOCKS, -(-elements // THREADS)))
+
+
+def survey(arrays, A, b, x0, dtype: str) -> list[float]:
     """``[b finite, x0 finite, sum of A, ||b||^2]`` (1.0 or 0.0 for the first two; x0 None
     counts as finite) by one kernel on the current stream of ``arrays``, and one read."""
     out = _survey_out(arrays, b)
     while_graph.zero(arrays.address(out), out.nbytes, arrays.stream_handle())
-    dtype = str(b.dtype).replace("torch.", "")
     count, n = int(A.shape[0]) * int(A.shape[1]), int(b.shape[0])
-    blocks = max(1, min(MOST_BLOCKS, -(-count // THREADS)))
     pointer = lambda a: ctypes.c_void_p(arrays.address(a) if a is not None else None)  # noqa: E731
     loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_longlong(count), pointer(b), pointer(x0),
                                               ctypes.c_int(n), pointer(out)],
-                    arrays.stream_handle(), threads=THREADS, blocks=blocks)
+                    arrays.stream_handle(), threads=THREADS, blocks=_blocks(count))
     nonfinite_b, nonfinite_x0, total, bb = arrays.download(out).tolist()
     return [float(nonfinite_b == 0), float(nonfinite_x0 == 0), total, bb]
 
@@ -149,9 +152,8 @@ def copy_arrays(arrays, pairs, stream: int) -> None:
         copies = _Copies()
         for k, (dst, src) in enumerate(group):
             copies.src[k], copies.dst[k] = arrays.address(src), arrays.address(dst)
-        blocks = max(1, min(MOST_BLOCKS, -(-words // THREADS)))
         loaded().launch("fusec_copy_arrays", [copies, ctypes.c_int(len(group)), ctypes.c_longlong(words)], stream,
-                        threads=THREADS, blocks=blocks)
+                        threads=THREADS, blocks=_blocks(words))
 
 
 _OUT: dict = {}  # (framework, device, thread) -> the four doubles a survey writes: allocated once

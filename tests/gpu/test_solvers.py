@@ -195,9 +195,9 @@ def test_a_kept_stepper_solves_the_next_system_right(name, framework):
 def loop_runs(monkeypatch):
     """The number of GPU loops launched, and the loops made (a solve loops on the GPU where the
     driver has conditional graph nodes; a given check_every makes the host loop)."""
-    from fusec.solvers import device_loop
-    if device_loop.unsupported():
-        pytest.skip(f"no loop on the GPU here: {device_loop.unsupported()}")
+    from fusec.solvers import device_loop, kernels
+    if kernels.unsupported():
+        pytest.skip(f"no loop on the GPU here: {kernels.unsupported()}")
     runs = []
     run = device_loop.DeviceLoop.run
 
@@ -294,7 +294,7 @@ def test_the_survey_kernel_finds_what_numpy_does(dtype, n):
         if poisoned:
             values[poisoned].reshape(-1)[n // 2] = np.nan if poisoned != "x0" else np.inf
         for given_x0 in (values["x0"], None):
-            got = kernels.survey(arrays, *(device(where, a) for a in (values["A"], values["b"], given_x0)))
+            got = kernels.survey(arrays, *(device(where, a) for a in (values["A"], values["b"], given_x0)), dtype)
             wide = {k: v.astype(np.float64) for k, v in values.items()}
             assert got[:2] == [float(poisoned != "b"), float(given_x0 is None or poisoned != "x0")]
             total = wide["A"].sum()
