@@ -439,8 +439,13 @@ def main(argv=None) -> int:
     cases.sort(key=lambda c: (c[0] != "float32", c[1]))
     if args.plot_from:
         source = Path(args.plot_from)
-        data = json.loads(source.read_text())
-        if not plot(data["rows"], data["device"], source.with_suffix(".png")):
+        try:
+            data = json.loads(source.read_text())
+            rows, device = data["rows"], data["device"]
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise SystemExit(f"bench.solvers: --plot-from {source}: not a run's JSON ({type(exc).__name__}: {exc})"
+                             ) from None
+        if not plot(rows, device, source.with_suffix(".png")):
             raise SystemExit("bench.solvers: --plot-from needs matplotlib")
         print(f"wrote {source.with_suffix('.png')}")
         return 0

@@ -136,3 +136,12 @@ def test_plot_from_a_runs_json(tmp_path):
     assert B._to_tolerance_ms(older) == {"fusec": 5.3, "jax": 1.3}
     assert B.main(["--plot-from", str(source)]) == 0
     assert (tmp_path / "run.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("text", [None, "{not json", '{"rows": []}'], ids=["missing", "not-json", "no-device"])
+def test_plot_from_a_file_that_is_no_run_names_the_argument(tmp_path, text):
+    source = tmp_path / "run.json"
+    if text is not None:
+        source.write_text(text)
+    with pytest.raises(SystemExit, match=f"--plot-from {source}: not a run's JSON"):
+        B.main(["--plot-from", str(source)])

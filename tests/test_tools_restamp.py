@@ -12,7 +12,7 @@ import pytest
 from fusec import data
 from fusec.cost.training import read
 from tests.helpers import ROOT, library
-from tools.restamp_training import restamp
+from tools.restamp_training import main, restamp
 
 GPU = "h200"
 TRAINING = data.TRAINING / f"{GPU}.json"
@@ -65,3 +65,13 @@ def test_a_changed_timing_refuses_everything():
     with pytest.raises(SystemExit, match="1 timings of the database at --was are not in it now unchanged"):
         restamp(GPU, _before(now, routines), now, read(TRAINING), library(),
                 ROOT / "scripts")
+
+
+def test_a_gpu_without_a_database_or_a_revision_git_lacks_is_named():
+    with pytest.raises(SystemExit, match="--gpu no-such-gpu: no fusec/data/perfdb/no-such-gpu.json"):
+        main(["--gpu", "no-such-gpu", "--was", "HEAD"])
+    from tools.restamp_training import DATA
+    if not (DATA / "perfdb" / f"{GPU}.json").is_file():
+        pytest.skip("a checkout's tool: its data is not beside it here (an installed wheel's tests)")
+    with pytest.raises(SystemExit, match="--was no-such-revision: git has no fusec/data/perfdb/h200.json there"):
+        main(["--gpu", GPU, "--was", "no-such-revision", "--dry-run"])

@@ -96,11 +96,16 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     database = DATA / "perfdb" / f"{args.gpu}.json"
-    relative = database.relative_to(ROOT)
-    was = json.loads(subprocess.run(["git", "-C", str(ROOT), "show", f"{args.was}:{relative}"],
-                                    capture_output=True, check=True, text=True).stdout)
-    now = json.loads(database.read_text(encoding="utf-8"))
     path = DATA / "training" / f"{args.gpu}.json"
+    for needed in (database, path):
+        if not needed.is_file():
+            raise SystemExit(f"restamp_training: --gpu {args.gpu}: no {needed.relative_to(ROOT)}")
+    relative = database.relative_to(ROOT)
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.was}:{relative}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"restamp_training: --was {args.was}: git has no {relative} there ({shown.stderr.strip()})")
+    was = json.loads(shown.stdout)
+    now = json.loads(database.read_text(encoding="utf-8"))
     training = read(path)
     restamped, moved, left = restamp(args.gpu, was, now, training, load_library(DATA / "blas"), args.scripts)
     for line in left:
