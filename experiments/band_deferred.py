@@ -1,0 +1,168 @@
+"""Does a band kernel lose bandwidth to its per-row barrier, and does register
+occupancy hold back the tile kernels, on the H200?
+
+BiCGK's band kernel (q = A p and s = A^T r in one pass, one block of 512 threads
+per SM) meets its warps at a barrier on every row to finish q's row sum, so an
+SM's loads drain before the next row's start. Where the row sum is only stored
+(BiCGK's q, not ATAX's t, which the same row's A^T t needs), the warps' sums can
+wait in shared memory, one slot per row, and be added up after the loop: no
+barrier inside it. This takes fusec's shipped H200 plans and the predictor's first
+choices of BiCGK and ATAX, rewrites the generated source (nothing in the library
+changes), checks each variant's results equal the original's bit for bit, and
+times them in one process with ``Program.time(host=False)``:
+
+- plain: the source as generated;
+- deferred: the band kernel's row sums deferred past the loop (band kernels that
+  only store them);
+- prefetch D: the band kernel asks L2 for the rows D instances ahead before loading
+  its own (``prefetch.global.L2``, one 128-byte line per thread and step), so DRAM
+  keeps streaming while the block's warps meet (any band kernel);
+- bounds K: ``__launch_bounds__(BLOCK, K)``, K blocks per SM (tile kernels whose
+  registers allow it; ptxas's spills are printed).
+
+    python -m experiments.band_deferred [--repeat 20] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = (("bicgk", "float32", 16384), ("bicgk", "float64", 8192), ("atax", "float32", 16384),
+         ("atax", "float64", 8192), ("bicgk", "float32", 4096))
+
+DEFER_HELPER = """
+// experiments.band_deferred: this row's warp sums into its own slots (no barrier)
+__device__ __forceinline__ void band_gemv_defer(const real* a, const real* x, real* slots, const fusec_band& c) {
+  real d = real(0);
+  #pragma unroll
+  for (int s = 0; s < PIECES * VEC; ++s) d += a[s] * x[s];
+  d = warp_sum(d);
+  if (c.t % 32 == 0) slots[c.t / 32] = d;
+}"""
+
+LOOP = re.compile(
+    r"    BARRIER\(\);\n(    // [^\n]*\n)"
+    r"    band_gemv_compute\((r_v\d+_\w+), (r_v\d+_\w+), (r_v\d+_\w+), smem \+ 0, c\);\n"
+    r"(    // [^\n]*\n)    band_rows_store\(\4, (g_v\d+_\w+), c\);\n")
+
+
+def deferred(source: str) -> str | None:
+    """The source with the band kernel's row sums deferred, or None where it cannot be."""
+    m = LOOP.search(source)
+    if m is None or "BAND_ROWS 1\n" not in source:
+        return None
+    a, x, q, out = m.group(2), m.group(3), m.group(4), m.group(6)
+    if re.search(rf"\b{q}\b", source[m.end():].split("band_cols_partial_store")[0]):
+        return None  # a later call of the row reads the row sum: the barrier stays
+    body = (f"{m.group(1)}    band_gemv_defer({a}, {x}, fusec_rowsums + it * WARPS, c);\n")
+    source = source[:m.start()] + body + source[m.end():]
+    band = source.index("#define BAND_ROWS")
+    end = source.index("}  // namespace", band)  # the band kernel's routines end here
+    source = source[:end] + DEFER_HELPER.lstrip("\n") + "\n" + source[end:]
+    source = source.replace("  __shared__ bool fusec_last[1];",
+                            "  __shared__ real fusec_rowsums[ITERS * WARPS];\n  __shared__ bool fusec_last[1];", 1)
+    finish = (
+        "  BARRIER();\n"
+        "  for (int i = threadIdx.x; i < ITERS; i += BLOCK) {  // the block's rows, summed in the original order\n"
+        "    const long long row = (long long)fusec_item * ITERS + i;\n"
+        "    if (row >= rows) break;\n"
+        "    real s = real(0);\n"
+        "    for (int w = 0; w < WARPS; ++w) s += fusec_rowsums[i * WARPS + w];\n"
+        f"    {out}[row] = real(0) + s;\n"
+        "  }\n")
+    anchor = "  // after the loop: the block's column sums, into their accumulators\n"
+    return source.replace(anchor, finish + anchor, 1) if anchor in source else None
+
+
+def prefetched(source: str | None, ahead: int) -> str | None:
+    """The band kernel asking L2 for the rows ``ahead`` instances on before it loads its own:
+    each thread one 128-byte line per step (``prefetch.global.L2``), no registers held."""
+    load = re.search(r"\n(    band_load\((g_v\d+_\w+), (r_v\d+_\w+), c\);\n)", source or "")
+    if load is None:
+        return None
+    A = load.group(2)
+    ask = (f"    if (c.row0 + {ahead} * BAND_ROWS < rows) {{  // experiments.band_deferred: L2, {ahead} ahead\n"
+           f"      const char* next = reinterpret_cast<const char*>(\n"
+           f"          {A} + (long long)(c.row0 + {ahead} * BAND_ROWS) * cols);\n"
+           "      const long long bytes = (long long)cols * BAND_ROWS * sizeof(real);\n"
+           "      for (long long o = (long long)threadIdx.x * 128; o < bytes; o += (long long)BLOCK * 128)\n"
+           '        asm volatile("prefetch.global.L2 [%0];" :: "l"(next + o));\n'
+           "    }\n")
+    return source[:load.start(1)] + ask + source[load.start(1):]
+
+
+def bounded(source: str, k: int) -> str:
+    return source.replace("__launch_bounds__(BLOCK)", f"__launch_bounds__(BLOCK, {k})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
+    parser.add_argument("--name", default="h200-band-deferred")
+    args = parser.parse_args()
+    import cupy
+    import numpy as np
+
+    import fusec
+    from bench.fusion import device_inputs
+    from fusec import nvcc
+    from fusec.runtime import cuda
+    from fusec.runtime.program import Program
+    rows = []
+    for script, dtype, n in CASES:
+        path = ROOT / "scripts" / f"{script}.script"
+        sizes = {"m": n, "n": n}
+        for origin, tuned in (("shipped", True), ("first choice", False)):
+            base = fusec.compile(path, dtype=dtype, sizes=sizes, tuned=tuned)
+            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
+            nbytes = base.minimum_bytes(sizes)
+            variants = {"plain": base.source}
+            if (d := deferred(base.source)) is not None:
+                variants["deferred"] = d
+                variants["deferred+prefetch 1"] = prefetched(d, 1)
+            for ahead in (1, 2):
+                if (f := prefetched(base.source, ahead)) is not None:
+                    variants[f"prefetch {ahead}"] = f
+            if "#define BAND_ROWS" not in base.source:
+                for k in (2, 3):
+                    variants[f"bounds {k}"] = bounded(base.source, k)
+            reference = None
+            row = {"sequence": script, "dtype": dtype, "size": n, "origin": origin,
+                   "plan": base.generated.plan.summary(base.dag), "us": {}, "registers": {}}
+            for name, source in variants.items():
+                resources = nvcc.compile_cubin(source).resources
+                row["registers"][name] = {k: [r.registers, r.spill_stores] for k, r in resources.items()}
+                program = Program(dataclasses.replace(base.generated, source=source))
+                with cuda.context():
+                    results = program(**inputs)
+                    results = results if isinstance(results, tuple) else (results,)
+                    host = [cupy.asnumpy(r) for r in results]
+                    if reference is None:
+                        reference = host
+                    same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, host))
+                    close = all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(a).max()))
+                                for a, b in zip(reference, host))
+                    del results
+                    times = program.time(inputs, repeat=args.repeat, host=False)
+                us = statistics.median(times) * 1e3
+                row["us"][name] = us
+                row.setdefault("check", {})[name] = "same bits" if same else "close" if close else "DIFFERENT"
+                print(f"{script:6s} {dtype} {n:6d} {origin:12s} {name:9s} {us:8.1f} us {nbytes / us / 1e3:6.0f} GB/s "
+                      f"{row['check'][name]:9s} regs {row['registers'][name]}  {row['plan'][:70]}", flush=True)
+                program.release()
+            rows.append(row)
+            del inputs
+            cupy.get_default_memory_pool().free_all_blocks()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
