@@ -17,6 +17,8 @@ times them in one process with ``Program.time(host=False)``:
 - prefetch D: the band kernel asks L2 for the rows D instances ahead before loading
   its own (``prefetch.global.L2``, one 128-byte line per thread and step), so DRAM
   keeps streaming while the block's warps meet (any band kernel);
+- staged S: the band kernel's rows of A copied by ``cp.async`` into a ring of S rows in
+  shared memory, S - 1 rows in flight while one computes, no registers held by them;
 - bounds K: ``__launch_bounds__(BLOCK, K)``, K blocks per SM (tile kernels whose
   registers allow it; ptxas's spills are printed).
 
@@ -26,6 +28,7 @@ times them in one process with ``Program.time(host=False)``:
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import re
@@ -97,6 +100,65 @@ def prefetched(source: str | None, ahead: int) -> str | None:
     return source[:load.start(1)] + ask + source[load.start(1):]
 
 
+STAGE_HELPERS = """
+// experiments.band_deferred: rows staged in shared memory by cp.async, each thread copying
+// and later reading only its own pieces (its own wait_group suffices: no block barrier)
+__device__ __forceinline__ void band_stage_issue(const real* __restrict__ A, real* stage, long long row,
+                                                 const fusec_band& c) {
+  const real* src = A + row * c.cols;
+  #pragma unroll
+  for (int j = 0; j < PIECES; ++j) {
+    const long long col = band_col(j, c);
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + col);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src + col));
+  }
+}
+__device__ __forceinline__ void band_stage_read(const real* stage, real* a, const fusec_band& c) {
+  #pragma unroll
+  for (int j = 0; j < PIECES; ++j) {
+    const fusec_vec v = *reinterpret_cast<const fusec_vec*>(stage + band_col(j, c));
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) a[j * VEC + k] = v.v[k];
+  }
+}"""
+
+
+def staged(source: str | None, stages: int) -> str | None:
+    """The band kernel's rows of A through a ring of ``stages`` rows in shared memory
+    (cp.async), ``stages - 1`` rows in flight beyond the one computed; whole rows only
+    (the sizes this study runs: BAND_COLS columns, no guards)."""
+    load = re.search(r"\n(    band_load\((g_v\d+_\w+), (r_v\d+_\w+), c\);\n)", source or "")
+    if load is None or "#define BAND_ROWS 1\n" not in source:
+        return None
+    A, a = load.group(2), load.group(3)
+    step = (f"    {{  // experiments.band_deferred: row it + {stages - 1} leaves, row it is read from its stage\n"
+            f"      const int ahead = it + {stages - 1};\n"
+            "      const long long row = (long long)fusec_item * ITERS + ahead;\n"
+            "      if (ahead < ITERS && row < rows)\n"
+            f"        band_stage_issue({A}, fusec_stages + (ahead % {stages}) * BAND_COLS, row, c);\n"
+            '      asm volatile("cp.async.commit_group;");\n'
+            f'      asm volatile("cp.async.wait_group {stages - 1};");\n'
+            f"      band_stage_read(fusec_stages + (it % {stages}) * BAND_COLS, {a}, c);\n"
+            "    }\n")
+    source = source[:load.start(1)] + step + source[load.end(1):]
+    band = source.index("#define BAND_ROWS")
+    end = source.index("}  // namespace", band)
+    source = source[:end] + STAGE_HELPERS.lstrip("\n") + "\n" + source[end:]
+    first = (f"  extern __shared__ __align__(16) real fusec_stages[];  // {stages} rows of A\n"
+             f"  for (int s = 0; s < {stages - 1}; ++s) {{  // the first rows leave before the loop\n"
+             "    const long long row = (long long)fusec_item * ITERS + s;\n"
+             f"    if (s < ITERS && row < rows) band_stage_issue({A}, fusec_stages + s * BAND_COLS, row, c);\n"
+             '    asm volatile("cp.async.commit_group;");\n'
+             "  }\n")
+    loop = source.index("  for (int it = 0; it < ITERS", band)
+    return source[:loop] + first + source[loop:]
+
+
+def stage_bytes(source: str, stages: int, itemsize: int) -> int:
+    cols = int(re.search(r"#define BAND_COLS (\d+)", source).group(1))
+    return stages * cols * itemsize
+
+
 def bounded(source: str, k: int) -> str:
     return source.replace("__launch_bounds__(BLOCK)", f"__launch_bounds__(BLOCK, {k})")
 
@@ -127,6 +189,12 @@ def main() -> None:
             if (d := deferred(base.source)) is not None:
                 variants["deferred"] = d
                 variants["deferred+prefetch 1"] = prefetched(d, 1)
+            shared = {}
+            for stages in (2, 3):
+                for label, src in ((f"staged {stages}", base.source), (f"deferred+staged {stages}", d)):
+                    if (v := staged(src, stages)) is not None:
+                        variants[label] = v
+                        shared[label] = stage_bytes(v, stages, np.dtype(dtype).itemsize)
             for ahead in (1, 2):
                 if (f := prefetched(base.source, ahead)) is not None:
                     variants[f"prefetch {ahead}"] = f
@@ -139,7 +207,12 @@ def main() -> None:
             for name, source in variants.items():
                 resources = nvcc.compile_cubin(source).resources
                 row["registers"][name] = {k: [r.registers, r.spill_stores] for k, r in resources.items()}
-                program = Program(dataclasses.replace(base.generated, source=source))
+                generated = dataclasses.replace(base.generated, source=source)
+                if name in shared:  # the stages: dynamic shared memory, passed by every launch
+                    kernels = [copy.copy(k) for k in generated.kernels]
+                    object.__setattr__(kernels[0], "dynamic_shared_bytes", shared[name])
+                    generated = dataclasses.replace(generated, kernels=tuple(kernels))
+                program = Program(generated)
                 with cuda.context():
                     results = program(**inputs)
                     results = results if isinstance(results, tuple) else (results,)
