@@ -552,10 +552,14 @@ def test_bicgstab_exact_half_step_is_converged(scale, x0, check_every):
 
 
 def half_step_system(epsilon):
-    """A singular 2 x 2 system where BiCGStab's first half step leaves s = (0, epsilon) with
-    A s = 0: omega = 0 / 0, and h = b has the true residual epsilon (epsilon a power of 2, so
-    every operation is exact)."""
-    return np.array([[1.0, 0.0], [-epsilon, 0.0]]), np.array([1.0, 0.0])
+    """A singular 4 x 4 system where BiCGStab's first half step leaves s with A s = 0: omega =
+    0 / 0, and h = b has the true residual s, of norm epsilon. A = u b^T (rank one, no zero row
+    or column: the checks refuse those) with b = (1/2, ...) and u = b - s, s = (-e, e, -e, e) / 2:
+    b.b = 1, A b = u, alpha = b.b / b.A b = 1 / b.u = 1, s = b - u, A s = u (b.s) = 0 (epsilon
+    a power of 2, so every operation is exact)."""
+    b = np.full(4, 0.5)
+    s = np.array([-1.0, 1.0, -1.0, 1.0]) * epsilon / 2
+    return np.outer(b - s, b), b
 
 
 @pytest.mark.parametrize("check_every", [1, 4])
@@ -564,7 +568,7 @@ def test_bicgstab_tiny_half_step_residual_above_the_tolerance_is_a_reported_brea
     A, b = half_step_system(epsilon)
     x, info = solve(BICGSTAB, A, b, rtol=epsilon / 2, check_every=check_every, program=OracleProgram(BICGSTAB))
     assert info == -1
-    np.testing.assert_array_equal(x, np.zeros(2))  # the iterate before, not NaN
+    np.testing.assert_array_equal(x, np.zeros(4))  # the iterate before, not NaN
 
 
 @pytest.mark.parametrize("check_every", [1, 4])
