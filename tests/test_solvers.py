@@ -12,7 +12,8 @@ import pytest
 from fusec import ArgumentError, data, oracle
 from fusec.errors import DriverError, FusecWarning
 from fusec.frontend import load_script
-from fusec.solvers import device_loop, solve
+from fusec.solvers import arrays as solver_arrays
+from fusec.solvers import checks, device_loop, solve
 from fusec.solvers.api import default_check_every, solve_with_outcome
 from fusec.solvers.arrays import NumpyArrays
 from fusec.solvers.driver import default_check_every as every_for_seconds
@@ -552,10 +553,14 @@ def test_bicgstab_exact_half_step_is_converged(scale, x0, check_every):
 
 
 def half_step_system(epsilon):
-    """A singular 2 x 2 system where BiCGStab's first half step leaves s = (0, epsilon) with
-    A s = 0: omega = 0 / 0, and h = b has the true residual epsilon (epsilon a power of 2, so
-    every operation is exact)."""
-    return np.array([[1.0, 0.0], [-epsilon, 0.0]]), np.array([1.0, 0.0])
+    """A singular 4 x 4 system where BiCGStab's first half step leaves s with A s = 0: omega =
+    0 / 0, and h = b has the true residual s, of norm epsilon. A = u b^T (rank one, no zero row
+    or column: the checks refuse those) with b = (1/2, ...) and u = b - s, s = (-e, e, -e, e) / 2:
+    b.b = 1, A b = u, alpha = b.b / b.A b = 1 / b.u = 1, s = b - u, A s = u (b.s) = 0 (epsilon
+    a power of 2, so every operation is exact)."""
+    b = np.full(4, 0.5)
+    s = np.array([-1.0, 1.0, -1.0, 1.0]) * epsilon / 2
+    return np.outer(b - s, b), b
 
 
 @pytest.mark.parametrize("check_every", [1, 4])
@@ -564,7 +569,7 @@ def test_bicgstab_tiny_half_step_residual_above_the_tolerance_is_a_reported_brea
     A, b = half_step_system(epsilon)
     x, info = solve(BICGSTAB, A, b, rtol=epsilon / 2, check_every=check_every, program=OracleProgram(BICGSTAB))
     assert info == -1
-    np.testing.assert_array_equal(x, np.zeros(2))  # the iterate before, not NaN
+    np.testing.assert_array_equal(x, np.zeros(4))  # the iterate before, not NaN
 
 
 @pytest.mark.parametrize("check_every", [1, 4])
@@ -634,6 +639,84 @@ def test_bad_arguments_name_the_argument_before_anything_runs(name, args, argume
         solve(METHODS[name], args.pop("A"), args.pop("b"), args.pop("x0"), program=program, **args)
     assert caught.value.argument == argument
     assert program.calls == 0
+
+
+# -- A with a zero row or column: singular, named before anything runs -----------------------------
+
+def with_zeros(n, rows=(), columns=(), dtype=np.float64):
+    """A nonsymmetric A of no zero entry, with the given rows and columns zero."""
+    A = nonsymmetric(n, seed=n)
+    A[np.abs(A) < 1e-3] = 1.0
+    A[list(rows), :] = 0
+    A[:, list(columns)] = 0
+    return A.astype(dtype)
+
+
+@pytest.mark.parametrize("A, message", [
+    (with_zeros(5, rows=[3]), "row 3 is zero"),
+    (with_zeros(5, rows=[3], dtype=np.float32), "row 3 is zero"),
+    (with_zeros(5, columns=[0]), "column 0 is zero"),
+    (with_zeros(40, rows=[17, 2, 39]), "row 2 is the first of 3 zero rows"),
+    (with_zeros(6, rows=[4], columns=[5, 1]), "row 4 is zero; column 1 is the first of 2 zero columns"),
+    (np.zeros((3, 3)), "row 0 is the first of 3 zero rows; column 0 is the first of 3 zero columns"),
+    (np.zeros((1, 1)), "row 0 is zero; column 0 is zero"),
+    (np.array([[2.0, 1.0], [-0.0, -0.0]]), "row 1 is zero"),
+], ids=["row", "row-float32", "column", "rows", "row-and-columns", "zero-matrix", "n=1", "minus-zero"])
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_a_zero_row_or_column_of_A_is_named_before_anything_runs(name, A, message):
+    program = OracleProgram(METHODS[name])
+    with pytest.raises(ArgumentError) as caught:
+        solve(METHODS[name], A, np.ones(len(A), A.dtype), program=program)
+    assert caught.value.argument == "A"
+    assert str(caught.value) == f"argument 'A': {message}: A is singular"
+    assert program.calls == 0
+
+
+@pytest.mark.parametrize("A", [
+    np.diag([1.0, np.nan, 1.0, 1.0]),  # a NaN row is not zero
+    with_zeros(4, rows=[2], columns=[0]) + np.diag([0.0, np.inf, 0.0, 0.0]),  # NaN and infinity first
+], ids=["nan-row", "inf-and-zero-lines"])
+def test_nan_or_infinity_in_A_is_reported_before_its_zero_rows(A):
+    with pytest.raises(ArgumentError) as caught:
+        solve(CG, A, np.ones(4), program=OracleProgram(CG))
+    assert caught.value.argument == "A"
+    assert str(caught.value) == "argument 'A': contains NaN or infinity (its sum is not finite)"
+
+
+@pytest.mark.parametrize("A", [np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([[-3.0]]), with_zeros(33)],
+                         ids=["permutation", "n=1", "full"])
+def test_a_with_zero_entries_but_no_zero_row_or_column_is_accepted(A):
+    n = len(A)
+    problem = checks.check(NumpyArrays(), A, np.ones(n), None, 1e-5, 0.0, None, None)
+    assert (problem.n, problem.b_squared_norm) == (n, float(n))
+
+
+def zero_lines(A):
+    """[zero rows, the first (-1: none), zero columns, the first] by NumPy on the whole matrix."""
+    found = []
+    for nonzero in ((A != 0).any(1), (A != 0).any(0)):
+        zero = np.flatnonzero(~nonzero)
+        found += [len(zero), int(zero[0]) if len(zero) else -1]
+    return found
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 22])
+@pytest.mark.parametrize("n", [1, 2, 31, 33, 100])
+def test_the_numpy_survey_finds_zero_lines_by_blocks_of_rows_as_the_whole_matrix_does(n, block, monkeypatch):
+    monkeypatch.setattr(solver_arrays, "BLOCK_ELEMENTS", block * n)  # blocks of `block` rows
+    rng = np.random.default_rng([n, block])
+    for trial in range(4):
+        A = rng.standard_normal((n, n)) * (rng.random((n, n)) < 0.9)
+        A[rng.random(n) < 0.2, :] = 0
+        A[:, rng.random(n) < 0.2] = 0
+        if trial == 3:
+            A[rng.integers(n), :] = np.nan
+        b = rng.standard_normal(n)
+        found = NumpyArrays().survey(A, b, None)
+        assert list(found[4:]) == zero_lines(A)
+        assert found[:2] == (1.0, 1.0)
+        assert found.bb == pytest.approx(b @ b)
+        assert np.isnan(found.A_sum) == (trial == 3)
 
 
 def test_public_functions_take_scipys_arguments():

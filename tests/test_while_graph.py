@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pytest
 
 from fusec import nvcc
@@ -30,6 +31,34 @@ def test_the_solver_kernels_compile_for_sm_90_leaving_set_conditional_to_the_dri
         assert f"fusec_survey_{dtype}".encode() in compiled.cubin
     assert b"fusec_copy_arrays" in compiled.cubin
     assert b"cudaGraphSetConditional" in compiled.cubin  # resolved when the driver loads it
+
+
+def test_the_survey_stripes_cover_every_row_once_within_the_kernels_row_bits():
+    assert f"#define SURVEY_ROWS {kernels.SURVEY_ROWS} " in kernels.SOURCE
+    for n in [*range(1, 300), 1023, 1024, 1025, 4097, 65535, 65536, 65537, 100_000, 190_000]:
+        rows, blocks = kernels.stripes(n)
+        assert 1 <= rows <= kernels.SURVEY_ROWS
+        assert (blocks - 1) * rows < n <= blocks * rows  # each block one stripe, none empty
+        assert blocks <= kernels.MOST_BLOCKS or rows == kernels.SURVEY_ROWS
+
+
+class _HostArrays:
+    """The two things survey_workspace asks of a framework's arrays, on the host."""
+
+    name = "host"
+
+    def upload(self, values, like):
+        return np.array(values, copy=True)
+
+
+def test_the_survey_workspace_is_the_largest_yet_for_each_thread():
+    like = np.zeros(1)
+    first = kernels.survey_workspace(_HostArrays(), like, 1000)
+    assert first.dtype == np.float64 and first.nbytes >= kernels.HEADER_BYTES + 4 * 1000
+    assert kernels.survey_workspace(_HostArrays(), like, 10) is first  # a smaller n: the same array
+    larger = kernels.survey_workspace(_HostArrays(), like, 1001)
+    assert larger.nbytes >= kernels.HEADER_BYTES + 4 * 1001
+    assert kernels.survey_workspace(_HostArrays(), like, 1000) is larger
 
 
 def test_unsupported_names_a_reason_or_none():

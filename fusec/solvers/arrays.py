@@ -8,6 +8,22 @@ number; ``graph`` captures a function's launches in a CUDA graph and returns wha
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
+
+BLOCK_ELEMENTS = 1 << 22  # entries of A in a block of rows the framework's survey compares with 0 at once
+
+
+class Survey(NamedTuple):
+    """What the argument checks read of a solve's arrays, at once."""
+
+    b_finite: float  # 1.0 or 0.0
+    x0_finite: float  # 1.0 or 0.0; x0 None is finite
+    A_sum: float  # float64: not finite where A holds NaN or infinity
+    bb: float  # ||b||^2 in float64
+    zero_rows: int  # rows of A whose entries are all 0 (NaN is not 0)
+    first_zero_row: int  # -1: none
+    zero_columns: int
+    first_zero_column: int  # -1: none
 
 
 def framework_of(obj) -> str | None:
@@ -72,12 +88,30 @@ class NumpyArrays:
         """The 0-d arrays ``values`` as floats, in one read (the host waits once)."""
         return [float(v) for v in values]
 
-    def survey(self, A, b, x0) -> list[float]:
-        """``[b finite, x0 finite, sum of A, ||b||^2]`` (1.0 or 0.0 for the first two, x0 None
-        finite; float64 sums), read at once, by the framework's reductions."""
+    def survey(self, A, b, x0) -> Survey:
+        """The :class:`Survey` of a solve's arrays by the framework's reductions: the numbers in
+        one read, then whether each row and column of A has a non-zero entry (two more reads
+        of n flags on a GPU)."""
         values = [self.all_finite_here(b), self.all_finite_here(b if x0 is None else x0),
                   self.sum_here(A), self.squared_norm_here(b)]
-        return self.read_all(values)
+        numbers = self.read_all(values)
+        rows, columns = (self.download(flags) for flags in self.nonzero_lines_here(A))
+        return Survey(*numbers, *_zeros(rows), *_zeros(columns))
+
+    def nonzero_lines_here(self, A):
+        """Whether each row and each column of A has an entry that is not 0 (NaN is not), two
+        boolean vectors where A is: by blocks of rows, so that no temporary is of A's size."""
+        n = A.shape[0]
+        step = max(1, BLOCK_ELEMENTS // n)
+        rows, columns = [], None
+        for top in range(0, n, step):
+            nonzero = A[top:top + step] != 0
+            rows.append(nonzero.any(1))
+            columns = nonzero.any(0) if columns is None else columns | nonzero.any(0)
+        return self.concatenate(rows), columns
+
+    def concatenate(self, parts):
+        return self.np.concatenate(parts)
 
     def contiguous(self, a) -> bool:
         return bool(a.flags.c_contiguous)
@@ -115,15 +149,22 @@ class NumpyArrays:
         return self.np.array(a, copy=True)
 
 
+def _zeros(nonzero) -> tuple[int, int]:
+    """How many of the host booleans ``nonzero`` are False, and the first (-1: none)."""
+    zero = ~nonzero
+    count = int(zero.sum())
+    return count, int(zero.argmax()) if count else -1
+
+
 class _DeviceArrays(NumpyArrays):
     """What CuPy's and PyTorch's arrays share: the survey by one kernel of :mod:`.kernels`."""
 
-    def survey(self, A, b, x0) -> list[float]:
+    def survey(self, A, b, x0) -> Survey:
         """:meth:`NumpyArrays.survey` by one kernel and one read, where the kernels run here
         and the vectors are contiguous."""
         from . import kernels
         if self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None:
-            return kernels.survey(self, A, b, x0, dtype_name(b))
+            return Survey(*kernels.survey(self, A, b, x0, dtype_name(b)))
         return super().survey(A, b, x0)
 
 
@@ -228,6 +269,9 @@ class TorchArrays(_DeviceArrays):
 
     def all_finite_here(self, a):
         return self.torch.isfinite(a).all()
+
+    def concatenate(self, parts):
+        return self.torch.cat(parts)
 
     def read_all(self, values) -> list[float]:
         return self.torch.stack([v.to(self.torch.float64) for v in values]).cpu().tolist()

@@ -69,8 +69,9 @@ def _count(name: str, value, default: int | None) -> int | None:
 
 def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
     """The checked problem. ``arrays.survey`` (:mod:`.arrays` for A's framework) finds whether
-    ``b`` and ``x0`` are finite, the sum of ``A`` (one pass over A, no temporary of its size:
-    NaN and infinities make it not finite) and ``||b||^2``, read together: one wait."""
+    ``b`` and ``x0`` are finite, the sum of ``A`` (NaN and infinities make it not finite), the
+    rows and columns of ``A`` that are all zeros (each makes A singular) and ``||b||^2``: one
+    pass over A, no temporary of its size, read together (on a GPU: one wait)."""
     framework = _array("A", A)
     if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
@@ -95,13 +96,28 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)
     check_every = _count("check_every", check_every, None)
-    b_finite, x0_finite, A_sum, bb = arrays.survey(A, b, x0)
-    for name, finite in (("b", b_finite), ("x0", x0_finite)):
+    survey = arrays.survey(A, b, x0)
+    for name, finite in (("b", survey.b_finite), ("x0", survey.x0_finite)):
         if not finite:
             raise ArgumentError(name, "contains NaN or infinity")
-    if not math.isfinite(A_sum):
+    if not math.isfinite(survey.A_sum):
         raise ArgumentError("A", "contains NaN or infinity (its sum is not finite)")
-    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every, bb)
+    if survey.zero_rows or survey.zero_columns:
+        raise ArgumentError("A", _zero_lines(survey))
+    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every, survey.bb)
+
+
+def _zero_lines(survey) -> str:
+    """'row 17 is zero: A is singular', 'row 0 is the first of 3 zero rows; column 2 is zero: ...'
+    (indices from 0, as A[17] is row 17)."""
+    said = []
+    for line, count, first in (("row", survey.zero_rows, survey.first_zero_row),
+                               ("column", survey.zero_columns, survey.first_zero_column)):
+        if count == 1:
+            said.append(f"{line} {first} is zero")
+        elif count:
+            said.append(f"{line} {first} is the first of {count} zero {line}s")
+    return "; ".join(said) + ": A is singular"
 
 
 def _contiguous(A, framework: str) -> bool:

@@ -1,7 +1,8 @@
 """The CUDA a solve runs besides its iterations: the loop's test (:mod:`.device_loop`), the
 copy of the loop's checkpoint (all the state arrays in one launch), and the survey of its
-arguments (whether ``b`` and ``x0`` are finite, the sum of ``A``, ``||b||^2``: one kernel and
-one read, where CuPy or PyTorch would take seven kernels of their own). Compiled by nvcc once
+arguments (whether ``b`` and ``x0`` are finite, the sum of ``A``, ``||b||^2``, the rows and
+columns of ``A`` that are all zeros: one kernel reading A once, and one read, where CuPy or
+PyTorch would take seven kernels of their own and more for the zeros). Compiled by nvcc once
 per GPU architecture (cached) and loaded once per context.
 """
 
@@ -17,6 +18,8 @@ from ..runtime import while_graph
 
 SOURCE = r"""
 #include <cuda_runtime.h>
+
+#define SURVEY_ROWS 64  // the most rows of A in a stripe of the survey: the bits of an unsigned long long
 
 // record: [0] squared tolerance, [1] most iterations, [2] iterations done, [3] why it stopped
 // (0 running, 1 converged, 2 not finite, 3 most iterations)
@@ -40,15 +43,68 @@ extern "C" __global__ void fusec_loop_test_float32(cudaGraphConditionalHandle lo
 extern "C" __global__ void fusec_loop_test_float64(cudaGraphConditionalHandle loop, const double *rr, double *record)
 { test<double>(loop, rr, record); }
 
-// out: [0] elements of b not finite, [1] of x0, [2] the sum of A, [3] ||b||^2 (all float64,
-// added to by every block: out starts zeroed)
+// out: doubles [0] elements of b not finite, [1] of x0, [2] the sum of A, [3] ||b||^2; then
+// unsigned ints (at out + 4) [0] zero rows of A, [1] n - the first zero row (0: none), [2] zero
+// columns, [3] the first zero column (where [2] > 0), [4] blocks done. All start zeroed, as do
+// the n int flags of A's columns (1: a non-zero entry seen); the doubles and the rows are added to
+// by every block, the columns counted by the last block done (CUDA samples' threadFenceReduction).
+// A is read once: each block takes stripes of up to SURVEY_ROWS rows; its threads walk the
+// stripe's columns (a warp reads 32 consecutive entries of a row), keep whether their column
+// has a non-zero entry in the stripe (stored as the column's flag, a plain store of 1) and a bit
+// for each row of the stripe in which they saw one (OR-ed over the block: a zero row has none).
+// A NaN is not 0: a NaN row is not zero (its sum is not finite, which the checks report first).
 template <typename real>
-__device__ void survey(const real *A, long long count, const real *b, const real *x0, int n, double *out)
+__device__ void survey(const real *A, int n, int rows, const real *b, const real *x0, double *out,
+                       unsigned int *flags)
 {
+    unsigned int *lines = (unsigned int *)(out + 4);
+    __shared__ unsigned int row_bits[SURVEY_ROWS / 32];  // the stripe's rows with a non-zero entry
+    __shared__ double partial[32][4];  // one row per warp, then the block's in row 0
+    __shared__ unsigned int zeros, first;  // the last block's count of zero columns and the first
+    __shared__ bool last;
     double nonfinite_b = 0.0, nonfinite_x0 = 0.0, sum = 0.0, bb = 0.0;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (long long top = (long long)blockIdx.x * rows; top < n; top += (long long)gridDim.x * rows) {
+        int height = (int)min((long long)rows, n - top);
+        if (threadIdx.x < SURVEY_ROWS / 32)
+            row_bits[threadIdx.x] = 0;
+        __syncthreads();  // cleared before any warp of this stripe ORs in
+        unsigned long long seen = 0;  // bit r: row top + r has a non-zero entry in my columns
+        for (int left = 0; left < n; left += blockDim.x) {  // the same trips for every thread
+            int j = left + threadIdx.x;
+            bool column = false;
+            if (j < n)
+#pragma unroll 8  // eight loads in flight per thread, not one: the sum waits for each
+                for (int r = 0; r < height; r++) {
+                    real v = A[(top + r) * n + j];
+                    sum += (double)v;
+                    bool nonzero = v != (real)0;  // true for NaN
+                    column |= nonzero;
+                    seen |= (unsigned long long)nonzero << r;
+                }
+            if (column)
+                flags[j] = 1;
+        }
+        for (int offset = 16; offset > 0; offset /= 2)
+            seen |= __shfl_xor_sync(0xffffffffu, seen, offset);
+        if (lane == 0) {
+            if ((unsigned int)seen)
+                atomicOr(&row_bits[0], (unsigned int)seen);
+            if (seen >> 32)
+                atomicOr(&row_bits[1], (unsigned int)(seen >> 32));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long all = (unsigned long long)row_bits[1] << 32 | row_bits[0];
+            unsigned long long zero = ~all & (height == SURVEY_ROWS ? ~0ull : (1ull << height) - 1);
+            if (zero) {
+                atomicAdd(lines + 0, (unsigned int)__popcll(zero));
+                atomicMax(lines + 1, (unsigned int)(n - (top + __ffsll((long long)zero) - 1)));
+            }
+        }
+        __syncthreads();  // row_bits read before the next stripe clears it
+    }
     long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-        sum += (double)A[i];
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         double v = (double)b[i];
         nonfinite_b += isfinite(v) ? 0.0 : 1.0;
@@ -56,20 +112,43 @@ __device__ void survey(const real *A, long long count, const real *b, const real
         if (x0 != nullptr)
             nonfinite_x0 += isfinite((double)x0[i]) ? 0.0 : 1.0;
     }
-    __shared__ double partial[32][4];  // one row per warp, then the block's in row 0
     double mine[4] = {nonfinite_b, nonfinite_x0, sum, bb};
     for (int k = 0; k < 4; k++) {
         for (int offset = 16; offset > 0; offset /= 2)
             mine[k] += __shfl_down_sync(0xffffffffu, mine[k], offset);
-        if (threadIdx.x % 32 == 0)
-            partial[threadIdx.x / 32][k] = mine[k];
+        if (lane == 0)
+            partial[warp][k] = mine[k];
     }
+    __threadfence();  // this block's column flags visible to every block before it counts as done
     __syncthreads();
     if (threadIdx.x < 4) {  // one atomic per block and value, not one per warp
         double total = 0.0;
         for (int w = 0; w < (int)(blockDim.x / 32); w++)
             total += partial[w][threadIdx.x];
         atomicAdd(out + threadIdx.x, total);
+    }
+    if (threadIdx.x == 0) {
+        zeros = 0;
+        first = (unsigned int)n;
+        last = atomicAdd(lines + 4, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    unsigned int count = 0, lowest = (unsigned int)n;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        if (__ldcg(flags + j) == 0) {  // from L2, where the other blocks' stores are
+            count++;
+            lowest = min(lowest, (unsigned int)j);
+        }
+    if (count) {
+        atomicAdd(&zeros, count);
+        atomicMin(&first, lowest);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        lines[2] = zeros;
+        lines[3] = first;
     }
 }
 
@@ -85,16 +164,17 @@ extern "C" __global__ void fusec_copy_arrays(fusec_copies copies, int count, lon
             copies.dst[k][i] = copies.src[k][i];
 }
 
-extern "C" __global__ void fusec_survey_float32(const float *A, long long count, const float *b, const float *x0,
-                                                int n, double *out)
-{ survey<float>(A, count, b, x0, n, out); }
+extern "C" __global__ void fusec_survey_float32(const float *A, int n, int rows, const float *b, const float *x0,
+                                                double *out, unsigned int *flags)
+{ survey<float>(A, n, rows, b, x0, out, flags); }
 
-extern "C" __global__ void fusec_survey_float64(const double *A, long long count, const double *b, const double *x0,
-                                                int n, double *out)
-{ survey<double>(A, count, b, x0, n, out); }
+extern "C" __global__ void fusec_survey_float64(const double *A, int n, int rows, const double *b, const double *x0,
+                                                double *out, unsigned int *flags)
+{ survey<double>(A, n, rows, b, x0, out, flags); }
 """
 
 THREADS, MOST_BLOCKS = 256, 1024  # a survey's and a copy's launch: enough in flight to stream A
+SURVEY_ROWS = 64  # as SOURCE defines it
 COPIES = 8  # arrays one launch of fusec_copy_arrays copies
 
 
@@ -126,17 +206,31 @@ def _blocks(elements: int) -> int:
 
 
 def survey(arrays, A, b, x0, dtype: str) -> list[float]:
-    """``[b finite, x0 finite, sum of A, ||b||^2]`` (1.0 or 0.0 for the first two; x0 None
-    counts as finite) by one kernel on the current stream of ``arrays``, and one read."""
-    out = _survey_out(arrays, b)
-    while_graph.zero(arrays.address(out), out.nbytes, arrays.stream_handle())
-    count, n = int(A.shape[0]) * int(A.shape[1]), int(b.shape[0])
+    """``[b finite, x0 finite, sum of A, ||b||^2, zero rows of A, the first (-1: none), zero
+    columns, the first (-1: none)]`` (1.0 or 0.0 for the first two; x0 None counts as finite) by
+    one kernel on the current stream of ``arrays`` (A read once), and one read."""
+    n = int(A.shape[0])
+    work = survey_workspace(arrays, b, n)
+    stream = arrays.stream_handle()
+    while_graph.zero(arrays.address(work), HEADER_BYTES + 4 * n, stream)  # the output and the column flags
+    rows, blocks = stripes(n)
     pointer = lambda a: ctypes.c_void_p(arrays.address(a) if a is not None else None)  # noqa: E731
-    loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_longlong(count), pointer(b), pointer(x0),
-                                              ctypes.c_int(n), pointer(out)],
-                    arrays.stream_handle(), threads=THREADS, blocks=_blocks(count))
-    nonfinite_b, nonfinite_x0, total, bb = arrays.download(out).tolist()
-    return [float(nonfinite_b == 0), float(nonfinite_x0 == 0), total, bb]
+    loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_int(n), ctypes.c_int(rows), pointer(b),
+                                              pointer(x0), pointer(work),
+                                              ctypes.c_void_p(arrays.address(work) + HEADER_BYTES)],
+                    stream, threads=THREADS, blocks=blocks)
+    header = arrays.download(work[:HEADER_BYTES // 8])
+    nonfinite_b, nonfinite_x0, total, bb = header[:4].tolist()
+    zero_rows, after_first_row, zero_columns, first_column = header[4:].view(np.uint32)[:4].tolist()
+    return [float(nonfinite_b == 0), float(nonfinite_x0 == 0), total, bb,
+            zero_rows, n - after_first_row if zero_rows else -1, zero_columns, first_column if zero_columns else -1]
+
+
+def stripes(n: int) -> tuple[int, int]:
+    """Rows of A a block of the survey takes at a time (SURVEY_ROWS at most) and the blocks:
+    about MOST_BLOCKS stripes where n allows, one stripe a block."""
+    rows = min(SURVEY_ROWS, -(-n // MOST_BLOCKS))
+    return rows, -(-n // rows)
 
 
 class _Copies(ctypes.Structure):  # struct fusec_copies
@@ -156,11 +250,15 @@ def copy_arrays(arrays, pairs, stream: int) -> None:
                         threads=THREADS, blocks=_blocks(words))
 
 
-_OUT: dict = {}  # (framework, device, thread) -> the four doubles a survey writes: allocated once
+HEADER_BYTES = 64  # a survey's output: 4 doubles, then 8 unsigned ints (5 used); the column flags follow
+_WORK: dict = {}  # (framework, device, thread) -> a survey's output and flags, for the largest n yet
 
 
-def _survey_out(arrays, like):
+def survey_workspace(arrays, like, n: int):
+    """A float64 array of ``like``'s device: the output (HEADER_BYTES) and n int flags; kept
+    per framework, device and thread, and replaced by a larger one when n outgrows it."""
     key = (arrays.name, str(like.device), threading.get_ident())
-    if key not in _OUT:
-        _OUT[key] = arrays.upload(np.zeros(4), like)
-    return _OUT[key]
+    doubles = HEADER_BYTES // 8 + -(-n // 2)
+    if key not in _WORK or _WORK[key].shape[0] < doubles:
+        _WORK[key] = arrays.upload(np.zeros(doubles), like)
+    return _WORK[key]

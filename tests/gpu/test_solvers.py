@@ -8,7 +8,10 @@ replayed), in both precisions, at n = 33, 1000, 4097, on well-conditioned system
   the same framework out;
 - breakdown (a zero denominator) reported with the iterate before it, never NaN; BiCGStab's
   exact half step (s = 0, omega = 0 / 0) converged with the half-step iterate; b = 0 solved
-  at once.
+  at once;
+- the survey of the arguments by its kernel against NumPy: A's zero rows and columns (where a
+  stripe or a block of threads begins or ends, n = 1 to 4097, past 2^31 entries), NaN not zero,
+  and a zero row or column named before anything runs.
 """
 
 from __future__ import annotations
@@ -273,14 +276,14 @@ def test_an_exact_solution_inside_the_gpu_loop_is_converged(name, loop_runs):
     assert len(loop_runs) == before + 1
 
 
-def solver_kernels():
-    """fusec.solvers.kernels, the arrays of the framework present, and its name (skips where
-    the kernels cannot run)."""
+def solver_kernels(framework: str | None = None):
+    """fusec.solvers.kernels, the arrays of ``framework`` (None: the one present), and its name
+    (skips where the kernels cannot run or the framework is missing)."""
     from fusec.solvers import kernels
     from fusec.solvers.arrays import arrays_for
     if kernels.unsupported():
         pytest.skip(kernels.unsupported())
-    where = framework_available()
+    where = framework_available() if framework is None else pytest.importorskip(framework).__name__
     return kernels, arrays_for(where), where
 
 
@@ -303,6 +306,137 @@ def test_the_survey_kernel_finds_what_numpy_does(dtype, n):
                 assert got[2] == pytest.approx(total, rel=1e-9, abs=1e-9 * np.abs(wide["A"]).sum())
             if poisoned != "b":
                 assert got[3] == pytest.approx(wide["b"] @ wide["b"], rel=1e-12)
+
+
+def zero_lines(A: np.ndarray) -> list[int]:
+    """[zero rows, the first (-1: none), zero columns, the first]: the survey's last four, by
+    NumPy on the whole matrix (NaN is not 0)."""
+    found = []
+    for nonzero in ((A != 0).any(1), (A != 0).any(0)):
+        zero = np.flatnonzero(~nonzero)
+        found += [len(zero), int(zero[0]) if len(zero) else -1]
+    return found
+
+
+def singular_cases(n: int, dtype: str):
+    """(what, A) pairs: an A with no zero entry, then zero rows and columns where a stripe or a
+    block of threads begins or ends, a row or column zero but for its last entry (not zero), a
+    NaN row (not zero), -0.0 (zero) and the zero matrix."""
+    rng = np.random.default_rng([n, 11])
+    full = (rng.uniform(0.5, 1.0, (n, n)) * rng.choice([-1.0, 1.0], (n, n))).astype(dtype)
+    cases = [("no zero", full)]
+    picks = sorted({0, n // 2, n - 1} | {k for k in (63, 64, 255, 256, 257, 4095, 4096) if k < n})
+    for k in picks:
+        cases.append((f"row {k}", full.copy()))
+        cases[-1][1][k, :] = 0
+        cases.append((f"column {k}", full.copy()))
+        cases[-1][1][:, k] = 0
+    several = full.copy()
+    several[picks[1:], :] = 0
+    several[:, picks[::2]] = 0
+    cases.append(("several rows and columns", several))
+    if n > 1:
+        almost = full.copy()
+        almost[0, :-1] = 0
+        almost[:-1, n - 1] = 0  # row 0 and column n - 1 zero but for the entry they share
+        cases.append(("all but one entry", almost))
+        nan_row = full.copy()
+        nan_row[n // 2, :] = 0
+        nan_row[n // 2, n // 3] = np.nan
+        cases.append(("a NaN in a row of zeros", nan_row))
+    negative = full.copy()
+    negative[n - 1, :] = -0.0
+    cases.append(("a row of -0.0", negative))
+    cases.append(("zero matrix", np.zeros((n, n), dtype)))
+    return cases
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("n", (1, 33, 1000, 4097))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_survey_kernel_finds_zero_rows_and_columns_as_numpy_does(dtype, n, framework):
+    from fusec.solvers.arrays import NumpyArrays
+    kernels, arrays, where = solver_kernels(framework)
+    rng = np.random.default_rng(n)
+    b = rng.uniform(-0.5, 0.5, n).astype(dtype)
+    db = device(where, b)
+    for what, A in singular_cases(n, dtype):
+        got = kernels.survey(arrays, device(where, A), db, None, dtype)
+        expected = zero_lines(A)
+        assert got[4:] == expected, what
+        assert list(NumpyArrays().survey(A, b, None))[4:] == expected, what
+        assert got[:2] == [1.0, 1.0], what
+        total = A.astype(np.float64).sum()
+        assert np.isfinite(got[2]) == np.isfinite(total), what
+        if np.isfinite(total):
+            assert got[2] == pytest.approx(total, rel=1e-9, abs=1e-9 * np.abs(A.astype(np.float64)).sum()), what
+        assert got[3] == pytest.approx(b.astype(np.float64) @ b.astype(np.float64), rel=1e-12), what
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_the_survey_kernel_after_a_larger_one_finds_the_smaller_ones_zeros(framework):
+    """The kept workspace (the largest n's) is zeroed again for each survey: flags a larger
+    survey left past n, or in its first n, change nothing."""
+    kernels, arrays, where = solver_kernels(framework)
+    for n, zero_column in ((1000, None), (33, 5), (1000, 999), (33, None)):
+        A = np.ones((n, n))
+        if zero_column is not None:
+            A[:, zero_column] = 0
+        got = kernels.survey(arrays, device(where, A), device(where, np.ones(n)), None, "float64")
+        assert got[4:] == zero_lines(A), (n, zero_column)
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_the_survey_kernel_indexes_a_over_2_to_the_31_entries(framework):
+    # n^2 > 2^31 (float32, 8.6 GB): the offsets of the last rows overflow an int; made on the GPU
+    kernels, arrays, where = solver_kernels(framework)
+    n = 46349
+    module = pytest.importorskip(framework)
+    if framework == "cupy":
+        A, b = module.ones((n, n), dtype=module.float32), module.ones(n, dtype=module.float32)
+    else:
+        A, b = (module.ones(shape, dtype=module.float32, device="cuda") for shape in ((n, n), (n,)))
+    A[n - 1, :] = 0
+    A[n - 3, :] = 0
+    A[:, n - 2] = 0
+    try:
+        got = kernels.survey(arrays, A, b, None, "float32")
+    finally:
+        del A
+    assert got[2] == float(n * n - 3 * n + 2)  # integers below 2^53: the float64 sum is exact
+    assert got[4:] == [2, n - 3, 1, n - 2]
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_frameworks_own_survey_finds_what_the_kernel_does(dtype, framework):
+    # a strided b is surveyed by the framework's reductions (by blocks of rows of A), not the kernel
+    kernels, arrays, where = solver_kernels(framework)
+    n = 300
+    strided = device(where, np.ones(2 * n, dtype))[::2]
+    for what, A in singular_cases(n, dtype):
+        dA = device(where, A)
+        by_kernel = kernels.survey(arrays, dA, device(where, np.ones(n, dtype)), None, dtype)
+        by_framework = arrays.survey(dA, strided, None)
+        assert list(by_framework)[4:] == by_kernel[4:] == zero_lines(A), what
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_zero_row_or_column_on_the_gpu_is_named_before_anything_runs(name, framework):
+    from fusec import ArgumentError
+    pytest.importorskip(framework)
+    solve, _ = SOLVERS[name]
+    A, b, _ = system(name, 1000, seed=10)
+    A[17, :] = 0
+    A[:, [3, 500]] = 0
+    with pytest.raises(ArgumentError) as caught:
+        solve(device(framework, A), device(framework, b))
+    assert caught.value.argument == "A"
+    assert str(caught.value) == "argument 'A': row 17 is zero; column 3 is the first of 2 zero columns: A is singular"
+    A[17, 17] = np.nan  # NaN is reported as before, not as a zero row
+    with pytest.raises(ArgumentError, match="contains NaN or infinity"):
+        solve(device(framework, A), device(framework, b))
 
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
