@@ -54,11 +54,22 @@ class _HostArrays:
 def test_the_survey_workspace_is_the_largest_yet_for_each_thread():
     like = np.zeros(1)
     first = kernels.survey_workspace(_HostArrays(), like, 1000)
-    assert first.dtype == np.float64 and first.nbytes >= kernels.HEADER_BYTES + 4 * 1000
+    assert first.dtype == np.float64 and first.nbytes >= kernels.HEADER_BYTES + 4 * kernels.flag_words(1000)
     assert kernels.survey_workspace(_HostArrays(), like, 10) is first  # a smaller n: the same array
-    larger = kernels.survey_workspace(_HostArrays(), like, 1001)
-    assert larger.nbytes >= kernels.HEADER_BYTES + 4 * 1001
+    larger = kernels.survey_workspace(_HostArrays(), like, 5000)
+    assert larger.nbytes >= kernels.HEADER_BYTES + 4 * kernels.flag_words(5000) > first.nbytes
     assert kernels.survey_workspace(_HostArrays(), like, 1000) is larger
+
+
+@pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 127, 128, 129, 1000, 4097, 65537])
+@pytest.mark.parametrize("vec", [2, 4])
+def test_the_survey_column_bits_fit_their_words(n, vec):
+    """Column j's bit is bit (j % 32V) / V of word (j / 32V) V + j % V: every column its own
+    bit, all inside flag_words(n) words."""
+    places = {((j // (32 * vec)) * vec + j % vec, (j % (32 * vec)) // vec) for j in range(n)}
+    assert len(places) == n
+    assert max(word for word, _ in places) < kernels.flag_words(n)
+    assert all(0 <= bit < 32 for _, bit in places)
 
 
 def test_unsupported_names_a_reason_or_none():

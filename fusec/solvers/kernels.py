@@ -20,6 +20,7 @@ SOURCE = r"""
 #include <cuda_runtime.h>
 
 #define SURVEY_ROWS 64  // the most rows of A in a stripe of the survey: the bits of an unsigned long long
+#define SURVEY_BATCH 8  // rows of a stripe whose loads a thread has in flight at once
 
 // record: [0] squared tolerance, [1] most iterations, [2] iterations done, [3] why it stopped
 // (0 running, 1 converged, 2 not finite, 3 most iterations)
@@ -46,17 +47,20 @@ extern "C" __global__ void fusec_loop_test_float64(cudaGraphConditionalHandle lo
 // out: doubles [0] elements of b not finite, [1] of x0, [2] the sum of A, [3] ||b||^2; then
 // unsigned ints (at out + 4) [0] zero rows of A, [1] n - the first zero row (0: none), [2] zero
 // columns, [3] the first zero column (where [2] > 0), [4] blocks done. All start zeroed, as do
-// the n int flags of A's columns (1: a non-zero entry seen); the doubles and the rows are added to
+// the bits of A's columns (FLAG_WORDS(n) words; 1: a non-zero entry seen); the doubles and the rows are added to
 // by every block, the columns counted by the last block done (CUDA samples' threadFenceReduction).
 // A is read once: each block takes stripes of up to SURVEY_ROWS rows; its threads walk the
-// stripe's columns (a warp reads 32 consecutive entries of a row), keep whether their column
-// has a non-zero entry in the stripe (stored as the column's flag, a plain store of 1) and a bit
-// for each row of the stripe in which they saw one (OR-ed over the block: a zero row has none).
+// stripe's columns, a 16-byte piece of a row each (a warp reads 512 consecutive bytes), keep
+// whether their columns have a non-zero entry in the stripe (OR-ed into the columns' bits) and
+// a bit for each row of the stripe in which they saw one (OR-ed over the block: a zero row has
+// none).
 // A NaN is not 0: a NaN row is not zero (its sum is not finite, which the checks report first).
 template <typename real>
-__device__ void survey(const real *A, int n, int rows, const real *b, const real *x0, double *out,
+__device__ void survey(const real *A, int n, int rows, int vector, const real *b, const real *x0, double *out,
                        unsigned int *flags)
 {
+    constexpr int V = 16 / sizeof(real);  // the values of a 16-byte piece
+    struct __align__(16) pieces { real v[V]; };
     unsigned int *lines = (unsigned int *)(out + 4);
     __shared__ unsigned int row_bits[SURVEY_ROWS / 32];  // the stripe's rows with a non-zero entry
     __shared__ double partial[32][4];  // one row per warp, then the block's in row 0
@@ -70,20 +74,70 @@ __device__ void survey(const real *A, int n, int rows, const real *b, const real
             row_bits[threadIdx.x] = 0;
         __syncthreads();  // cleared before any warp of this stripe ORs in
         unsigned long long seen = 0;  // bit r: row top + r has a non-zero entry in my columns
-        for (int left = 0; left < n; left += blockDim.x) {  // the same trips for every thread
-            int j = left + threadIdx.x;
-            bool column = false;
-            if (j < n)
-#pragma unroll 8  // eight loads in flight per thread, not one: the sum waits for each
-                for (int r = 0; r < height; r++) {
-                    real v = A[(top + r) * n + j];
-                    sum += (double)v;
-                    bool nonzero = v != (real)0;  // true for NaN
-                    column |= nonzero;
-                    seen |= (unsigned long long)nonzero << r;
+        // V columns a thread: one 16-byte load a row where A allows (vector), else V guarded ones
+        for (long long left = 0; left < n; left += (long long)blockDim.x * V) {  // the same trips for all
+            long long j = left + (long long)threadIdx.x * V;
+            bool column[V];
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                column[k] = false;
+            if (j < n) {
+                const real *p = A + top * n + j;
+                auto take = [&](const pieces &v, int r) {
+                    bool any = false;
+#pragma unroll
+                    for (int k = 0; k < V; k++) {
+                        sum += (double)v.v[k];
+                        bool nonzero = v.v[k] != (real)0;  // true for NaN
+                        column[k] |= nonzero;
+                        any |= nonzero;
+                    }
+                    seen |= (unsigned long long)any << r;
+                };
+                auto load = [&](int r) {
+                    const real *row = p + (long long)r * n;
+                    pieces v;
+                    if (vector)
+                        v = *reinterpret_cast<const pieces *>(row);
+                    else
+#pragma unroll
+                        for (int k = 0; k < V; k++)
+                            v.v[k] = j + k < n ? row[k] : (real)0;
+                    return v;
+                };
+                // SURVEY_BATCH rows' loads leave before any is used (one branch a batch, not one
+                // a row: with the branch in the row loop each load waited for the one before)
+                int r = 0;
+                for (; r + SURVEY_BATCH <= height; r += SURVEY_BATCH) {
+                    pieces v[SURVEY_BATCH];
+                    if (vector) {
+#pragma unroll
+                        for (int u = 0; u < SURVEY_BATCH; u++)
+                            v[u] = *reinterpret_cast<const pieces *>(p + (long long)(r + u) * n);
+                    } else {
+#pragma unroll
+                        for (int u = 0; u < SURVEY_BATCH; u++)
+                            v[u] = load(r + u);
+                    }
+#pragma unroll
+                    for (int u = 0; u < SURVEY_BATCH; u++)
+                        take(v[u], r + u);
                 }
-            if (column)
-                flags[j] = 1;
+                for (; r < height; r++)
+                    take(load(r), r);
+            }
+            // the warp's columns, a bit each (lane l's column k: bit l of word k of the warp's
+            // 32 V columns), OR-ed in by one atomic a word, none where another block set them:
+            // a flag stored by every block was 16M stores to the same lines at n = 16384
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                unsigned int mine = __ballot_sync(0xffffffffu, column[k]);
+                if (lane == k && mine) {
+                    unsigned int *word = flags + (left / (32 * V) + warp) * V + k;
+                    if ((__ldcg(word) & mine) != mine)
+                        atomicOr(word, mine);
+                }
+            }
         }
         for (int offset = 16; offset > 0; offset /= 2)
             seen |= __shfl_xor_sync(0xffffffffu, seen, offset);
@@ -119,8 +173,7 @@ __device__ void survey(const real *A, int n, int rows, const real *b, const real
         if (lane == 0)
             partial[warp][k] = mine[k];
     }
-    __threadfence();  // this block's column flags visible to every block before it counts as done
-    __syncthreads();
+    __syncthreads();  // the block's column bits are in, then one fence by the thread taking the ticket
     if (threadIdx.x < 4) {  // one atomic per block and value, not one per warp
         double total = 0.0;
         for (int w = 0; w < (int)(blockDim.x / 32); w++)
@@ -130,17 +183,20 @@ __device__ void survey(const real *A, int n, int rows, const real *b, const real
     if (threadIdx.x == 0) {
         zeros = 0;
         first = (unsigned int)n;
+        __threadfence();  // this block's column bits visible to every block before it counts as done
         last = atomicAdd(lines + 4, 1u) == gridDim.x - 1;
     }
     __syncthreads();
     if (!last)
         return;
     unsigned int count = 0, lowest = (unsigned int)n;
-    for (int j = threadIdx.x; j < n; j += blockDim.x)
-        if (__ldcg(flags + j) == 0) {  // from L2, where the other blocks' stores are
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        unsigned int word = __ldcg(flags + (j / (32 * V)) * V + j % V);  // from L2, where the atomics are
+        if (!((word >> (j % (32 * V) / V)) & 1u)) {
             count++;
             lowest = min(lowest, (unsigned int)j);
         }
+    }
     if (count) {
         atomicAdd(&zeros, count);
         atomicMin(&first, lowest);
@@ -164,13 +220,13 @@ extern "C" __global__ void fusec_copy_arrays(fusec_copies copies, int count, lon
             copies.dst[k][i] = copies.src[k][i];
 }
 
-extern "C" __global__ void fusec_survey_float32(const float *A, int n, int rows, const float *b, const float *x0,
-                                                double *out, unsigned int *flags)
-{ survey<float>(A, n, rows, b, x0, out, flags); }
+extern "C" __global__ void fusec_survey_float32(const float *A, int n, int rows, int vector, const float *b,
+                                                const float *x0, double *out, unsigned int *flags)
+{ survey<float>(A, n, rows, vector, b, x0, out, flags); }
 
-extern "C" __global__ void fusec_survey_float64(const double *A, int n, int rows, const double *b, const double *x0,
-                                                double *out, unsigned int *flags)
-{ survey<double>(A, n, rows, b, x0, out, flags); }
+extern "C" __global__ void fusec_survey_float64(const double *A, int n, int rows, int vector, const double *b,
+                                                const double *x0, double *out, unsigned int *flags)
+{ survey<double>(A, n, rows, vector, b, x0, out, flags); }
 """
 
 THREADS, MOST_BLOCKS = 256, 1024  # a survey's and a copy's launch: enough in flight to stream A
@@ -212,11 +268,13 @@ def survey(arrays, A, b, x0, dtype: str) -> list[float]:
     n = int(A.shape[0])
     work = survey_workspace(arrays, b, n)
     stream = arrays.stream_handle()
-    while_graph.zero(arrays.address(work), HEADER_BYTES + 4 * n, stream)  # the output and the column flags
+    while_graph.zero(arrays.address(work), HEADER_BYTES + 4 * flag_words(n), stream)  # the output, the columns' bits
     rows, blocks = stripes(n)
     pointer = lambda a: ctypes.c_void_p(arrays.address(a) if a is not None else None)  # noqa: E731
-    loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_int(n), ctypes.c_int(rows), pointer(b),
-                                              pointer(x0), pointer(work),
+    # 16-byte loads where every row of A starts on 16 bytes
+    vector = arrays.address(A) % 16 == 0 and n % (16 // np.dtype(dtype).itemsize) == 0
+    loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_int(n), ctypes.c_int(rows), ctypes.c_int(vector),
+                                              pointer(b), pointer(x0), pointer(work),
                                               ctypes.c_void_p(arrays.address(work) + HEADER_BYTES)],
                     stream, threads=THREADS, blocks=blocks)
     header = arrays.download(work[:HEADER_BYTES // 8])
@@ -250,15 +308,20 @@ def copy_arrays(arrays, pairs, stream: int) -> None:
                         threads=THREADS, blocks=_blocks(words))
 
 
-HEADER_BYTES = 64  # a survey's output: 4 doubles, then 8 unsigned ints (5 used); the column flags follow
+HEADER_BYTES = 64  # a survey's output: 4 doubles, then 8 unsigned ints (5 used); the columns' bits follow
+
+
+def flag_words(n: int) -> int:
+    """32-bit words of the survey's column bits for n columns (a warp's 32 V columns in V words)."""
+    return -(-n // 32) + 4
 _WORK: dict = {}  # (framework, device, thread) -> a survey's output and flags, for the largest n yet
 
 
 def survey_workspace(arrays, like, n: int):
-    """A float64 array of ``like``'s device: the output (HEADER_BYTES) and n int flags; kept
-    per framework, device and thread, and replaced by a larger one when n outgrows it."""
+    """A float64 array of ``like``'s device: the output (HEADER_BYTES) and the columns' bits;
+    kept per framework, device and thread, and replaced by a larger one when n outgrows it."""
     key = (arrays.name, str(like.device), threading.get_ident())
-    doubles = HEADER_BYTES // 8 + -(-n // 2)
+    doubles = HEADER_BYTES // 8 + -(-flag_words(n) // 2)
     if key not in _WORK or _WORK[key].shape[0] < doubles:
         _WORK[key] = arrays.upload(np.zeros(doubles), like)
     return _WORK[key]
