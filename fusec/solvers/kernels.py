@@ -285,10 +285,12 @@ def survey(arrays, A, b, x0, dtype: str) -> list[float]:
 
 
 def stripes(n: int) -> tuple[int, int]:
-    """Rows of A a block of the survey takes at a time (SURVEY_ROWS at most) and the blocks:
-    about MOST_BLOCKS stripes where n allows, one stripe a block."""
-    rows = min(SURVEY_ROWS, -(-n // MOST_BLOCKS))
-    return rows, -(-n // rows)
+    """Rows of A a block of the survey takes at a time and the blocks (MOST_BLOCKS at most, each
+    then taking every gridDim-th stripe). Tall stripes: every block ORs its columns into every
+    word of the columns' bits, so thin ones (1 row a block at n = 1024) cost more in contended
+    atomics than their parallelism gains (experiments/survey_cost.py)."""
+    rows = min(SURVEY_ROWS, n)
+    return rows, min(MOST_BLOCKS, -(-n // rows))
 
 
 class _Copies(ctypes.Structure):  # struct fusec_copies

@@ -373,6 +373,23 @@ def test_the_survey_kernel_finds_zero_rows_and_columns_as_numpy_does(dtype, n, f
         assert got[3] == pytest.approx(b.astype(np.float64) @ b.astype(np.float64), rel=1e-12), what
 
 
+@pytest.mark.parametrize("blocks", (1, 3))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_survey_kernel_with_fewer_blocks_than_stripes_finds_what_numpy_does(dtype, blocks, monkeypatch):
+    # past MOST_BLOCKS stripes (n > 65536) each block takes every gridDim-th stripe: made here
+    # at n = 1000 (16 stripes) by a smaller cap
+    kernels, arrays, where = solver_kernels("cupy")
+    monkeypatch.setattr(kernels, "MOST_BLOCKS", blocks)
+    assert kernels.stripes(1000) == (kernels.SURVEY_ROWS, blocks)
+    b = np.linspace(-1, 1, 1000).astype(dtype)
+    for what, A in singular_cases(1000, dtype):
+        got = kernels.survey(arrays, device(where, A), device(where, b), None, dtype)
+        assert got[4:] == zero_lines(A), what
+        total = A.astype(np.float64).sum()
+        if np.isfinite(total):
+            assert got[2] == pytest.approx(total, rel=1e-9, abs=1e-9 * np.abs(A.astype(np.float64)).sum()), what
+
+
 @pytest.mark.parametrize("framework", ["cupy", "torch"])
 def test_the_survey_kernel_after_a_larger_one_finds_the_smaller_ones_zeros(framework):
     """The kept workspace (the largest n's) is zeroed again for each survey: flags a larger
