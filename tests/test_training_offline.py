@@ -221,3 +221,20 @@ def test_the_fit_command_recomputes_older_features_from_the_scripts_here(tmp_pat
     captured = capsys.readouterr()
     assert code != 0 and "not recomputed (no script scripts/sgemv.script)" in captured.out
     assert "holds no measured plan" in captured.err
+
+
+def test_the_model_study_scores_the_shipped_fit_as_the_fit_command_cross_validates_it():
+    """experiments.prediction_models measures what 'fusec perfdb fit --folds <points>' does:
+    its one-point-out scores of the shipped fit are fit.cross_validated's, and an added feature
+    that is 0 everywhere changes nothing."""
+    from experiments import prediction_models as study
+    samples, raw = study.load("h100")
+    data = {"h100": (samples, raw)}
+    points = len(samples.labels)
+    expected = fit.scores(samples, fit.cross_validated(samples, folds=points)).summary()
+    _, predicted = study.cross_validated(data, "h100", "point", {})
+    assert fit.scores(samples, predicted).summary() == pytest.approx(expected)
+    assert expected["first_gmean"] < fit.scores(samples, fit.log_predictions(samples, None)).summary()["first_gmean"]
+    raw = dict(raw, block=np.full_like(raw["block"], 256.0))  # neither 128 nor 1024 threads: two zero columns
+    _, padded = study.cross_validated({"h100": (samples, raw)}, "h100", "point", {"add": study.BLOCK})
+    np.testing.assert_allclose(padded, predicted, atol=1e-6)
