@@ -1,7 +1,7 @@
 """A small fake library for front-end tests: metadata only, no routines.
 
-``fake_library()`` returns an object with ``.functions``, which is all the
-script checker reads.
+``fake_library()`` returns an object with ``.functions`` and ``.composites`` (none),
+which is all the script checker reads.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from fusec.errors import Coord
-from fusec.library.model import Function, Hof, Kind, Param
+from fusec.library.model import Composite, Function, Hof, Kind, Param
 
 _COORD = Coord("fake.cu", 1, 1)
 
@@ -36,6 +36,7 @@ def function(name: str, params: list[str], result: str, *, nested: bool,
 @dataclasses.dataclass(frozen=True)
 class FakeLibrary:
     functions: Mapping[str, Function]
+    composites: Mapping[str, Composite] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
 
 def fake_library() -> FakeLibrary:

@@ -651,8 +651,8 @@ def test_files_are_hashed_one_by_one(tmp_path):
     """library.files holds a hash of each file the content hash covers (what a performance
     database records it timed): editing one function's file changes its entry alone."""
     lib = load_library(LIBRARY)
-    assert set(lib.files) == {"library.fusec", "prelude.cuh", "vector.cuh", "tile.cuh", "band.cuh",
-                              "triangle.fusec", "triangle.cuh"} | {Path(f.file).name for f in lib.functions.values()}
+    assert set(lib.files) == {"library.fusec", "prelude.cuh", "vector.cuh", "tile.cuh", "band.cuh", "triangle.fusec",
+                              "triangle.cuh", "symv.fusec"} | {Path(f.file).name for f in lib.functions.values()}
     copy = tmp_path / "copy"
     shutil.copytree(LIBRARY, copy)
     routine = copy / "sdot.cu"
@@ -662,12 +662,16 @@ def test_files_are_hashed_one_by_one(tmp_path):
 
 
 def test_readme_lists_every_blas_function_with_its_signature():
+    """And every composite, with the functions it calls."""
     rows = re.findall(r"^\| `(\w+)\((.*)\) -> (.*)` \| (.+?) \|", README.read_text(), re.M)
     lib = load_library(LIBRARY)
     listed = {name: (f"{name}({args}) -> {result}", hof) for name, args, result, hof in rows}
-    assert sorted(listed) == sorted(lib.functions)
+    assert sorted(listed) == sorted([*lib.functions, *lib.composites])
     for name, function in lib.functions.items():
         assert listed[name] == (function.signature(), str(function.hof)), name
+    for name, composite in lib.composites.items():  # the second column: the functions it calls
+        calls = ", ".join(dict.fromkeys(call.function for call in composite.calls))
+        assert listed[name] == (composite.signature(), calls), name
 
 
 # -- the worked example of docs/library-format.md ----------------------------------------

@@ -29,6 +29,6 @@ def call_text(dag: Dag, call: int) -> str:
     record = dag.call(call)
     args = ", ".join(a.text if isinstance(a, Constant) else dag.value(a).label for a in record.args)
     return (f"{Path(dag.file).name}:{record.coord.line}  "
-            f"{dag.value(record.result).label} = {record.function}({args})")
+            f"{dag.value(record.result).label} = {record.function}({args}){record.origin}")
 
 

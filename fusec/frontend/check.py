@@ -42,7 +42,8 @@ from ..errors import (
 )
 from ..ir import expr
 from ..ir.dag import Argument, Call, Constant, Dag, Expression, Value, without_dead_calls
-from ..library.model import Function, Kind, Param
+from ..library.composite import is_name
+from ..library.model import Composite, Function, Kind, Param, Signed
 from . import ast
 
 MAX_WARNINGS = 20  # warnings shown for one script; the rest are counted
@@ -55,6 +56,7 @@ MAX_EXPRESSION_DEPTH = 200
 
 class LibraryLike(Protocol):
     functions: Mapping[str, Function]
+    composites: Mapping[str, Composite]
 
 
 class _Sizes:
@@ -170,6 +172,7 @@ class _Checker:
     def __init__(self, script: ast.Script, library: LibraryLike):
         self.script = script
         self.functions = library.functions
+        self.composites = library.composites
         self.sizes = _Sizes()
         self.declared: dict[str, _Declared] = {}
         self.declared_on: dict[str, int] = {}  # first declaration line, for hints
@@ -211,9 +214,12 @@ class _Checker:
                       " computes with calls (scalar expressions of inputs alone are the caller's to compute)",
                       self.returned.coord)
         if dead:  # the lines whose result is never read were named above; these are all left out
-            lines = ", ".join(str(c.coord.line) for c in dead)
-            warnings.warn(ScriptWarning(f"{len(dead)} statement{'s' if len(dead) > 1 else ''} that no returned value"
-                                        f" depends on (line{'s' if len(dead) > 1 else ''} {lines}) left out",
+            # (the calls a composite expands to are one statement, at the script's call)
+            statements = list(dict.fromkeys(c.coord for c in dead))
+            lines = ", ".join(str(coord.line) for coord in statements)
+            many = len(statements) > 1
+            warnings.warn(ScriptWarning(f"{len(statements)} statement{'s' if many else ''} that no returned value"
+                                        f" depends on (line{'s' if many else ''} {lines}) left out",
                                         dead[0].coord, self.script.line(dead[0].coord.line)), stacklevel=3)
         return dag
 
@@ -266,10 +272,62 @@ class _Checker:
             self.fail(KindError, f"{function.name} returns a {result.kind}, "
                       f"but '{statement.target.text}' is a {target.kind}", statement.target.coord)
         self.unify(f"the result of {function.name}", result, fresh, target, statement.target)
-        call_id = len(self.calls)
-        value_id = self.new_value(statement.target, target, producer=call_id)
-        self.calls.append(Call(call_id, function.name, args, value_id, statement.coord,
-                               self.script.line(statement.coord.line)))
+
+        def make(producer: int) -> int:
+            return self.new_value(statement.target, target, producer=producer)
+        if isinstance(function, Composite):
+            self.expand(function, args, statement, (function.name,), make)
+        else:
+            self.calls.append(Call(len(self.calls), function.name, args, make(len(self.calls)), statement.coord,
+                                   self.script.line(statement.coord.line)))
+
+    def expand(self, composite: Composite, args: tuple[Argument, ...], statement: ast.Assignment,
+               via: tuple[str, ...], make) -> int:
+        """The calls of ``composite`` (called with ``args``, checked against its signature) in
+        place of the call ``statement``; ``make(producer)`` makes its result's value, and each
+        other call's a value of its own, named ``COMPOSITE_TARGET`` (fresh against every name
+        the script declares). The library checked the body (:mod:`fusec.library.composite`),
+        so its sizes unify; they are unified here to size the values it makes."""
+        local: dict[str, Argument] = {p.name: arg for p, arg in zip(composite.params, args)}
+        for body in composite.calls:
+            callee = self.functions.get(body.function) or self.composites[body.function]
+            inner = tuple(local[a] if is_name(a) else Constant(float(a), a, statement.coord) for a in body.args)
+            fresh = {var: self.sizes.variable(f"{callee.name}.{var}")
+                     for p in callee.params + (callee.result,) for var in p.dims}
+            for param, arg in zip(callee.params, inner):
+                if isinstance(arg, int):
+                    self.values[arg].read = True
+                    for var, node in zip(param.dims, self.values[arg].dims):
+                        self.sizes.unify(fresh[var], node)
+                if param.name in callee.square:
+                    self.sizes.unify(*(fresh[var] for var in param.dims))
+            if body.target == composite.result.name:
+                made = make
+            else:
+                dims = tuple(fresh[var] for var in callee.result.dims)
+
+                def made(producer: int, name=f"{composite.name}_{body.target}", kind=callee.result.kind,
+                         dims=dims) -> int:
+                    return self.intermediate(name, kind, dims, statement.coord, producer)
+            if isinstance(callee, Composite):
+                local[body.target] = self.expand(callee, inner, statement, via + (callee.name,), made)
+            else:
+                call_id = len(self.calls)
+                local[body.target] = made(call_id)
+                self.calls.append(Call(call_id, callee.name, inner, local[body.target], statement.coord,
+                                       self.script.line(statement.coord.line), via))
+        return local[composite.result.name]
+
+    def intermediate(self, name: str, kind: Kind, dims: tuple[int, ...], coord: Coord, producer: int) -> int:
+        """A value an expansion makes and reads: ``name``, or ``name_`` ... where the script
+        declares that name, so it never reads as (or is reassigned like) the user's."""
+        while name in self.declared_on:
+            name += "_"
+        previous = self.current.get(name)
+        version = 1 if previous is None else self.values[previous].version + 1
+        self.values.append(_Pending(name, version, kind, dims, coord, producer))
+        self.current[name] = len(self.values) - 1
+        return len(self.values) - 1
 
     def scalar_assignment(self, statement: ast.ScalarAssignment) -> None:
         """``t = <expression>;``: the target, then the expression from left to right."""
@@ -328,7 +386,7 @@ class _Checker:
             return expr.Binary(node.op, left, right, node.coord)
         function = node.function
         if function.text not in expr.FUNCTIONS:
-            if function.text in self.functions:
+            if function.text in self.functions or function.text in self.composites:
                 self.fail(NestedCallError, f"{function.text} is a library function: call it in an assignment"
                           f" of its own (t = {function.text}(...);) and use t here", function.coord)
             self.fail(UnknownFunctionError, f"unknown function '{function.text}' in an expression (its"
@@ -370,13 +428,13 @@ class _Checker:
         declared.used = True
         return declared
 
-    def function(self, statement: ast.Assignment) -> Function:
+    def function(self, statement: ast.Assignment) -> Signed:
+        """The function or composite the statement calls, given as many arguments as it takes."""
         name = statement.function
-        function = self.functions.get(name.text)
+        function = self.functions.get(name.text) or self.composites.get(name.text)
         if function is None:
-            self.fail(UnknownFunctionError,
-                      f"unknown function '{name.text}'{_suggest(name.text, [*self.functions, *expr.FUNCTIONS])}",
-                      name.coord)
+            known = [*self.functions, *self.composites, *expr.FUNCTIONS]
+            self.fail(UnknownFunctionError, f"unknown function '{name.text}'{_suggest(name.text, known)}", name.coord)
         wanted, given = len(function.params), len(statement.args)
         if wanted != given:
             plural = "s" if wanted != 1 else ""
@@ -384,7 +442,7 @@ class _Checker:
                       f"{function.signature()}", name.coord)
         return function
 
-    def argument(self, function: Function, index: int, param: Param,
+    def argument(self, function: Signed, index: int, param: Param,
                  arg: ast.Argument, fresh: dict[str, int]) -> Argument:
         where = f"argument {index} of {function.name}"
         if isinstance(arg, ast.Number):
@@ -404,7 +462,7 @@ class _Checker:
         self.values[value_id].read = True
         return value_id
 
-    def square(self, function: Function, index: int, param: Param, arg: ast.Name,
+    def square(self, function: Signed, index: int, param: Param, arg: ast.Name,
                fresh: dict[str, int]) -> None:
         """A matrix the function needs square (``square A``): its two sizes are one."""
         rows, cols = (fresh[var] for var in param.dims)

@@ -60,6 +60,14 @@ class Call:
     result: int  # value id
     coord: Coord = dataclasses.field(compare=False)
     source_line: str = dataclasses.field(default="", compare=False)
+    # the composites the script's call was expanded through, outermost first (``("ssymv",)``);
+    # () for a call the script writes itself. ``coord`` is then the script's call.
+    via: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        """What messages and comments add to a call's text: `` (in ssymv)``, or ""."""
+        return f"  (in {' in '.join(reversed(self.via))})" if self.via else ""
 
     def value_args(self) -> tuple[int, ...]:
         return tuple(a for a in self.args if isinstance(a, int))
@@ -188,7 +196,7 @@ class Dag:
                 a.text if isinstance(a, Constant) else self.values[a].label
                 for a in call.args)
             lines.append((call.result, f"{self.file}:{call.coord.line}: "
-                          f"{self.values[call.result].label} = {call.function}({args})"))
+                          f"{self.values[call.result].label} = {call.function}({args}){call.origin}"))
         for e in self.expressions:
             lines.append((e.value, f"{self.file}:{e.coord.line}: "
                           f"{self.values[e.value].label} = {self.expression_text(e.value)}"))

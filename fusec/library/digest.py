@@ -5,10 +5,11 @@ are generated from: the index (``library.fusec``), the prelude, the files of the
 functions the script calls, the routine files defining what those functions name
 (their routines, finish routines and macros, and in turn what those files name, as
 :func:`fusec.emit.kernel.library_sources` includes them), and the files declaring the
-thread mappings their implementations use. A tuned plan is keyed on the digest of those
-files (:func:`library_digest`), not on the whole library's content hash, so a library
-that only gains files the script does not read (a new function, a part index of new
-mappings) keeps its tuned plans. The files' digests are the loader's
+thread mappings their implementations use, and the parts defining the composites the
+script's calls were expanded from (they say which calls a composite makes). A tuned plan
+is keyed on the digest of those files (:func:`library_digest`), not on the whole
+library's content hash, so a library that only gains files the script does not read (a
+new function, a part index of new mappings) keeps its tuned plans. The files' digests are the loader's
 (:attr:`~fusec.library.model.Library.files`); nothing is read again.
 """
 
@@ -29,19 +30,21 @@ from .model import Function, Library
 _READ = Recent(64)
 
 
-def files_read(library: Library, functions: Iterable[str]) -> dict[str, str]:
+def files_read(library: Library, functions: Iterable[str], composites: Iterable[str] = ()) -> dict[str, str]:
     """The files (named relative to the library's folder, as ``Library.files`` names them)
-    that kernels of ``functions`` (names of the library's functions) are built from, each
-    with its digest, sorted by name."""
+    that kernels of ``functions`` (names of the library's functions) are built from, and
+    the files defining ``composites`` (names of its composites), each with its digest,
+    sorted by name."""
     names = tuple(sorted(set(functions)))
-    key = (id(library), names)
+    defined = tuple(sorted(set(composites)))
+    key = (id(library), names, defined)
     kept = _READ.get(key)
     if kept is not None:
         found = kept[1]
     else:
         called = [library.functions[name] for name in names]
         paths = {str(Path(library.path) / LIBRARY_FILE), *(source.path for source in library.prelude),
-                 *(function.file for function in called)}
+                 *(function.file for function in called), *(library.composites[name].file for name in defined)}
         paths |= {library.mappings[name].coord.file for name in _mappings(called) if name in library.mappings}
         paths |= _routine_files(library, called)
         found = tuple((name, file_digest(library, name)) for name in sorted(_relative(library, p) for p in paths))
@@ -63,9 +66,16 @@ def digest(files: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def dag_files(library: Library, dag) -> dict[str, str]:
+    """:func:`files_read` of the functions ``dag`` (a checked script) calls and the
+    composites its calls were expanded from."""
+    return files_read(library, (call.function for call in dag.calls),
+                      (name for call in dag.calls for name in call.via))
+
+
 def library_digest(library: Library, dag) -> str:
     """The digest of the library files the kernels of ``dag`` (a checked script) are built from."""
-    return digest(files_read(library, (call.function for call in dag.calls)))
+    return digest(dag_files(library, dag))
 
 
 def _relative(library: Library, path: str) -> str:

@@ -21,8 +21,11 @@ from ..cache import Recent
 from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
 from ..ir import geometry as geo
 from ..validate import printable, shown
+from .composite import check_composites
 from .model import (
     Access,
+    Composite,
+    CompositeCall,
     Finish,
     Function,
     Geometry,
@@ -40,7 +43,8 @@ from .model import (
 
 LIBRARY_FILE = "library.fusec"
 PART_SUFFIX = ".fusec"  # other files of the folder ending so are parts: mappings and routine files
-PART_KEYWORDS = ("mapping", "routines")
+PART_KEYWORDS = ("mapping", "routines", "composite", "square", "call")
+COMPOSITE_KEYWORDS = ("square", "call")  # lines that belong to the composite above them
 META_OPEN = "/*@fusec"
 META_CLOSE = "@*/"
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -196,6 +200,9 @@ def _parse_library(root: Path, header: dict, data: dict[Path, bytes], function_p
         _forbid_syncthreads(function.file, function.source)
         _validate_function(function, mappings, homes, shared, where[function.file])
 
+    composites = _composites(header["composites"])
+    check_composites(composites, functions)
+
     return Library(
         name=header["name"], path=str(root), summary=header["summary"],
         prelude=prelude, routine_files=routine_files,
@@ -203,24 +210,87 @@ def _parse_library(root: Path, header: dict, data: dict[Path, bytes], function_p
         functions=MappingProxyType(dict(sorted(functions.items()))),
         content_hash=content_hash,
         routine_homes=MappingProxyType(homes),
-        files=MappingProxyType(files))
+        files=MappingProxyType(files),
+        composites=MappingProxyType(dict(sorted(composites.items()))))
+
+
+def _composites(read: list[dict]) -> dict[str, Composite]:
+    """The composites of the parts (in the order read), each name once."""
+    out: dict[str, Composite] = {}
+    for head in read:
+        line = head["line"]
+        if head["name"] in out:
+            first = out[head["name"]].coord
+            raise line.error(f"composite {head['name']!r} is defined twice (first at {first.file}:{first.line})",
+                             0, LibraryValidationError)
+        out[head["name"]] = Composite(
+            name=head["name"], params=head["params"], result=head["result"], calls=tuple(head["calls"]),
+            summary=head["summary"], file=line.file, coord=line.coord(),
+            square=head["square"][0] if head["square"] else ())
+    return out
 
 
 def _parse_part(file: str, text: str, root: Path, header: dict) -> None:
     """A part file (any ``*.fusec`` of the folder but ``library.fusec``): more ``mapping``
-    lines and ``routines`` files, added to ``header`` (the index's, and earlier parts')."""
+    lines and ``routines`` files, added to ``header`` (the index's, and earlier parts'), and
+    composites, each a ``composite`` line and the ``square`` and ``call`` lines right after it."""
+    composite: dict | None = None  # the one being read: its square and call lines follow it
     for line in _lines(file, text):
         if line.keyword not in PART_KEYWORDS:
             where = (f"is for {LIBRARY_FILE} only" if line.keyword in ("library", "summary", "prelude")
                      else "is unknown")
             raise LibraryFormatError(
-                f"{line.keyword!r} {where}: a part file ({Path(file).name}) declares only mapping and"
-                " routines lines", line.keyword_coord, line.text)
-        _index_line(line, root, header)
+                f"{line.keyword!r} {where}: a part file ({Path(file).name}) declares only mapping,"
+                " routines and composite (with its square and call) lines", line.keyword_coord, line.text)
+        if line.keyword == "composite":
+            composite = _composite_head(line)
+            header["composites"].append(composite)
+        elif line.keyword in COMPOSITE_KEYWORDS:
+            if composite is None:
+                raise LibraryFormatError(f"a {line.keyword!r} line belongs to a composite: it follows a"
+                                         " 'composite NAME(...) -> ...' line", line.keyword_coord, line.text)
+            _composite_line(composite, line)
+        else:
+            composite = None
+            _index_line(line, root, header)
+
+
+def _composite_head(line: Line) -> dict:
+    """``composite NAME(PARAM: KIND[DIMS], ...) -> RESULT: KIND[DIMS]  # summary``."""
+    if not re.match(rf"\s*{IDENT}\s*\(", line.rest):
+        raise line.error("expected 'composite NAME(PARAM: KIND[DIMS], ...) -> RESULT: KIND[DIMS]'")
+    name, params, result = _parse_signature(line)
+    summary = line.text.split("#", 1)[1].strip() if "#" in line.text else ""
+    return dict(line=line, name=name, params=params, result=result, summary=summary, square=None, calls=[])
+
+
+_CALL = re.compile(rf"\s*({IDENT})\s*=\s*({IDENT})\s*\(([^()]*)\)\s*")
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _composite_line(composite: dict, line: Line) -> None:
+    """A ``square`` or ``call`` line of the composite read last."""
+    if line.keyword == "square":
+        if composite["square"] is not None:
+            raise line.error(f"'square' is given twice for composite {composite['name']!r} (first on line"
+                             f" {composite['square'][1].number})", 0, LibraryValidationError)
+        composite["square"] = (_parse_square(line, composite["params"]), line)
+        return
+    match = _CALL.fullmatch(line.rest)
+    if not match:
+        raise line.error("expected 'call TARGET = FUNCTION(ARG, ...)' (each ARG a name or a number)")
+    arguments = _arguments(match.group(3), match.start(3))
+    for arg, offset in arguments:
+        if not (re.fullmatch(IDENT, arg) or _NUMBER.fullmatch(arg)):
+            raise line.error(f"bad argument {arg!r}: a name or a number", offset)
+    composite["calls"].append(CompositeCall(
+        target=match.group(1), function=match.group(2), args=tuple(arg for arg, _ in arguments),
+        coord=line.coord(match.start(2)), arg_coords=tuple(line.coord(offset) for _, offset in arguments),
+        target_coord=line.coord(match.start(1))))
 
 
 def _parse_index(file: str, text: str, root: Path) -> dict:
-    header: dict = dict(name=None, summary=None, prelude=[], routines=[], mappings={})
+    header: dict = dict(name=None, summary=None, prelude=[], routines=[], mappings={}, composites=[])
     seen: dict[str, Line] = {}
     for line in _lines(file, text):
         if line.keyword in ("library", "summary"):

@@ -195,8 +195,46 @@ class Finish:
     coord: Coord = dataclasses.field(compare=False)
 
 
+class Signed:
+    """What a function and a composite share: a name, typed parameters, a result, and
+    ``square`` matrices; the script checker checks a call of either by these alone."""
+
+    name: str
+    params: tuple[Param, ...]
+    result: Param
+    square: tuple[str, ...]
+
+    def param(self, name: str) -> Param:
+        if name == self.result.name:
+            return self.result
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def dim(self, var: str) -> str:
+        """A dimension variable as a script calling this function must size it: a square
+        matrix's column variable is its row variable (``strmv``'s n is its m)."""
+        for p in self.params:
+            if p.name in self.square and var == p.dims[1]:
+                return p.dims[0]
+        return var
+
+    def dims_of(self, param: Param) -> tuple[str, ...]:
+        """``param``'s dimension variables, each as :meth:`dim` gives it (``A: matrix[m, n]``
+        of ``strmv`` is [m, m])."""
+        return tuple(self.dim(d) for d in param.dims)
+
+    def signature(self) -> str:
+        def show(p: Param) -> str:
+            dims = f"[{', '.join(p.dims)}]" if p.dims else ""
+            return f"{p.name}: {p.kind}{dims}"
+        args = ", ".join(show(p) for p in self.params)
+        return f"{self.name}({args}) -> {show(self.result)}"
+
+
 @dataclasses.dataclass(frozen=True)
-class Function:
+class Function(Signed):
     name: str
     params: tuple[Param, ...]  # in call order
     result: Param
@@ -226,14 +264,6 @@ class Function:
         """The geometry an implementation runs in: its own, else the function's."""
         return self.implementation(implementation).geometry or self.hof.geometry
 
-    def param(self, name: str) -> Param:
-        if name == self.result.name:
-            return self.result
-        for p in self.params:
-            if p.name == name:
-                return p
-        raise KeyError(name)
-
     @property
     def array_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.kind is not Kind.SCALAR)
@@ -261,25 +291,38 @@ class Function:
                 return p.dims[1]
         return None
 
-    def dim(self, var: str) -> str:
-        """A dimension variable as a script calling this function must size it: a square
-        matrix's column variable is its row variable (``strmv``'s n is its m)."""
-        for p in self.params:
-            if p.name in self.square and var == p.dims[1]:
-                return p.dims[0]
-        return var
 
-    def dims_of(self, param: Param) -> tuple[str, ...]:
-        """``param``'s dimension variables, each as :meth:`dim` gives it (``A: matrix[m, n]``
-        of ``strmv`` is [m, m])."""
-        return tuple(self.dim(d) for d in param.dims)
+@dataclasses.dataclass(frozen=True)
+class CompositeCall:
+    """One line of a composite's body, ``call y1 = strmv(A, x)``: ``args`` as written,
+    each a name (a parameter or an earlier call's target) or a number (for a scalar
+    parameter); ``coord`` is the callee's name, ``arg_coords`` each argument's."""
 
-    def signature(self) -> str:
-        def show(p: Param) -> str:
-            dims = f"[{', '.join(p.dims)}]" if p.dims else ""
-            return f"{p.name}: {p.kind}{dims}"
-        args = ", ".join(show(p) for p in self.params)
-        return f"{self.name}({args}) -> {show(self.result)}"
+    target: str
+    function: str
+    args: tuple[str, ...]
+    coord: Coord = dataclasses.field(compare=False)
+    arg_coords: tuple[Coord, ...] = dataclasses.field(default=(), compare=False)
+    target_coord: Coord = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Composite(Signed):
+    """A function a library defines by calls of its other functions (``composite`` in a
+    part file): typed like a :class:`Function`, checked at a call like one, and expanded
+    by the script checker into its calls, so the compiler sees only elementary calls.
+
+    ``calls`` run in order; each reads parameters and earlier targets, and the one whose
+    target is ``result.name`` makes the result."""
+
+    name: str
+    params: tuple[Param, ...]
+    result: Param
+    calls: tuple[CompositeCall, ...]
+    summary: str
+    file: str
+    coord: Coord = dataclasses.field(compare=False)
+    square: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +364,8 @@ class Library:
     # every file the content hash covers: what a performance database records it timed, so
     # that a library that only gained files keeps its database (fusec.cost.perfdb.store)
     files: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), compare=False)
+    composites: Mapping[str, Composite] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False)
 
     def function(self, name: str) -> Function | None:

@@ -47,8 +47,8 @@ from .. import validate as check
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
 from ..ir.plan import ProgramPlan
+from ..library.digest import dag_files, file_digest
 from ..library.digest import digest as files_digest
-from ..library.digest import file_digest, files_read
 from ..version import __version__
 
 FORMAT = 1  # of an entry file; another format is a miss
@@ -105,7 +105,7 @@ def shipped_root(library) -> Path:
 
 def key(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str) -> TuningKey:
     """The key of a script (its DAG), library, precision, sizes and GPU slug."""
-    files = files_read(library, (call.function for call in dag.calls))
+    files = dag_files(library, dag)
     return TuningKey(hashlib.sha256(dag.text.encode()).hexdigest(), files_digest(files),
                      tuple(sorted((str(k), int(v)) for k, v in sizes.items())), str(dtype), gpu,
                      __version__, MappingProxyType(files))

@@ -1,0 +1,208 @@
+"""Checks of a library's composites: functions defined by calls of its other functions.
+
+A composite (``composite`` in a part file, ``docs/library-format.md``) is checked once,
+when its library loads, the way the script checker checks a script: every call names a
+function or another composite, with as many arguments as that takes, each a parameter
+or an earlier call's target of the kind and sizes it needs, and the last call makes the
+result, of the declared kind and sizes. No composite calls itself, directly or through
+others. So the expansion of a call the script checker has checked against the signature
+cannot fail, and the calls it adds read and size exactly as the composite says.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import Coord, LibraryValidationError
+from ..ir import expr
+from .model import Composite, CompositeCall, Function, Kind, Param
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_name(arg: str) -> bool:
+    """Whether a composite's argument names a value (else it is a number)."""
+    return _NAME.fullmatch(arg) is not None
+
+
+def check_composites(composites: Mapping[str, Composite], functions: Mapping[str, Function]) -> None:
+    """Raise a located :class:`LibraryValidationError` at the first bad composite."""
+    for composite in composites.values():
+        clash = functions.get(composite.name)
+        if clash is not None:
+            _fail(f"composite {composite.name!r} has the name of a function (in {clash.file})", composite.coord)
+        if composite.name in expr.FUNCTIONS:
+            _fail(f"{composite.name!r} is a function of scalar expressions: a composite cannot take its name",
+                  composite.coord)
+        _check_body(composite, functions, composites)
+    _check_cycles(composites)
+
+
+class _Sizes:
+    """Union-find over dimensions: the composite's own (fixed names) and each call's
+    dimension variables (fresh, unnamed until unified with a fixed one)."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.fixed: list[str | None] = []
+        self.named: dict[str, int] = {}
+
+    def symbol(self, name: str) -> int:
+        if name not in self.named:
+            self.named[name] = self.variable(name)
+        return self.named[name]
+
+    def variable(self, name: str | None = None) -> int:
+        self.parent.append(len(self.parent))
+        self.fixed.append(name)
+        return len(self.parent) - 1
+
+    def find(self, node: int) -> int:
+        while self.parent[node] != node:
+            node = self.parent[node]
+        return node
+
+    def unify(self, a: int, b: int) -> tuple[str, str] | None:
+        """Merge two classes; their names when both are fixed and differ."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return None
+        if self.fixed[ra] is not None and self.fixed[rb] is not None:
+            return self.fixed[ra], self.fixed[rb]
+        if self.fixed[ra] is None:
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        return None
+
+    def name(self, node: int) -> str:
+        return self.fixed[self.find(node)] or "?"
+
+
+_AXES = {Kind.VECTOR: ("length",), Kind.MATRIX: ("rows", "columns")}
+
+
+def _phrase(kind: Kind, axis: int, size: str) -> str:
+    word = _AXES[kind][axis]
+    return f"length {size}" if word == "length" else f"{size} {word}"
+
+
+def _check_body(composite: Composite, functions: Mapping[str, Function],
+                composites: Mapping[str, Composite]) -> None:
+    if not composite.calls:
+        _fail(f"composite {composite.name!r} has no 'call' lines", composite.coord)
+    sizes = _Sizes()
+    values: dict[str, tuple[Kind, tuple[int, ...], Coord]] = {
+        p.name: (p.kind, tuple(sizes.symbol(d) for d in composite.dims_of(p)), p.coord) for p in composite.params}
+    read: set[str] = set()
+    for call in composite.calls:
+        callee = _callee(composite, call, functions, composites)
+        fresh = {var: sizes.variable() for p in (*callee.params, callee.result) for var in p.dims}
+        for index, (param, arg, coord) in enumerate(zip(callee.params, call.args, call.arg_coords), start=1):
+            _argument(callee, index, param, arg, coord, values, sizes, fresh)
+            read.add(arg)
+        for index, (param, arg, coord) in enumerate(zip(callee.params, call.args, call.arg_coords), start=1):
+            if param.name in callee.square and sizes.unify(*(fresh[v] for v in param.dims)) is not None:
+                shape = ", ".join(sizes.name(node) for node in values[arg][1])
+                _fail(f"argument {index} of {callee.name} must be a square matrix, but {arg!r} is [{shape}]:"
+                      f" say 'square {arg}' under the composite line", coord)
+        if call.target in values:
+            first = values[call.target][2]
+            what = "a parameter" if call.target in {p.name for p in composite.params} else "assigned"
+            _fail(f"{call.target!r} is {what} already (line {first.line}): each call makes a new value",
+                  call.target_coord)
+        values[call.target] = (callee.result.kind, tuple(fresh[d] for d in callee.result.dims), call.target_coord)
+    _check_result(composite, values, sizes)
+    for call in composite.calls[:-1]:
+        if call.target not in read:
+            _fail(f"{call.target!r} is read by no later call (only the last call's target, the result, is"
+                  " not read)", call.target_coord)
+    for p in composite.params:
+        if p.name not in read:
+            _fail(f"parameter {p.name!r} is passed to no call", p.coord)
+
+
+def _callee(composite: Composite, call: CompositeCall, functions: Mapping[str, Function],
+            composites: Mapping[str, Composite]) -> Function | Composite:
+    if call.function == composite.name:
+        _fail(f"composite {composite.name!r} calls itself", call.coord)
+    callee = functions.get(call.function) or composites.get(call.function)
+    if callee is None:
+        close = difflib.get_close_matches(call.function, [*functions, *composites], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        _fail(f"unknown function {call.function!r}: the library has no function or composite of that"
+              f" name{hint}", call.coord)
+    if len(call.args) != len(callee.params):
+        wanted = len(callee.params)
+        _fail(f"{callee.name} takes {wanted} argument{'s' if wanted != 1 else ''}, {len(call.args)} given:"
+              f" {callee.signature()}", call.coord)
+    return callee
+
+
+def _argument(callee, index: int, param: Param, arg: str, coord: Coord,
+              values: dict[str, tuple[Kind, tuple[int, ...], Coord]], sizes: _Sizes, fresh: dict[str, int]) -> None:
+    where = f"argument {index} of {callee.name}"
+    if not is_name(arg):
+        if param.kind is not Kind.SCALAR:
+            _fail(f"{where} must be a {param.kind}, but {arg} is a number", coord)
+        return
+    if arg not in values:
+        _fail(f"{arg!r} is neither a parameter of the composite nor the target of an earlier call", coord)
+    kind, dims, _ = values[arg]
+    if kind is not param.kind:
+        _fail(f"{where} must be a {param.kind}, but {arg!r} is a {kind}", coord)
+    for axis, (var, node) in enumerate(zip(param.dims, dims)):
+        conflict = sizes.unify(node, fresh[var])
+        if conflict is not None:
+            have, want = conflict
+            _fail(f"size mismatch in {where}: {arg!r} has {_phrase(kind, axis, have)}, but it must have"
+                  f" {_phrase(kind, axis, want)}", coord)
+
+
+def _check_result(composite: Composite, values, sizes: _Sizes) -> None:
+    last = composite.calls[-1]
+    result = composite.result
+    if last.target != result.name:
+        _fail(f"the last call makes the composite's result: its target must be {result.name!r}",
+              last.target_coord)
+    kind, dims, _ = values[result.name]
+    if kind is not result.kind:
+        _fail(f"{last.function} returns a {kind}, but the result {result.name!r} is a {result.kind}",
+              last.target_coord)
+    for axis, (var, node) in enumerate(zip(composite.dims_of(result), dims)):
+        conflict = sizes.unify(node, sizes.symbol(var))
+        if conflict is not None:
+            have, want = conflict
+            _fail(f"the result {result.name!r} is declared with {_phrase(kind, axis, want)}, but"
+                  f" {last.function} makes it with {_phrase(kind, axis, have)}", last.target_coord)
+
+
+def _check_cycles(composites: Mapping[str, Composite]) -> None:
+    """No composite reaches itself through the composites it calls (it could not be
+    expanded); reported at the call that closes the cycle."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        for call in composites[name].calls:
+            if call.function not in composites:
+                continue
+            if call.function in path:
+                cycle = path[path.index(call.function):] + [name, call.function]
+                _fail("composites call each other in a cycle: " + " -> ".join(cycle), call.coord)
+            if call.function not in done:
+                visit(call.function, path + [name])
+        done.add(name)
+
+    for name in composites:
+        if name not in done:
+            visit(name, [])
+
+
+def _fail(message: str, coord: Coord):
+    try:
+        line = Path(coord.file).read_text(encoding="utf-8").split("\n")[coord.line - 1]
+    except (OSError, IndexError):
+        line = None
+    raise LibraryValidationError(message, coord, line)
