@@ -262,3 +262,24 @@ def test_the_model_study_scores_the_shipped_fit_as_the_fit_command_cross_validat
     _, padded = study.cross_validated({"h100": (samples, raw)}, "h100", "point", {"add": study.BLOCK})
     np.testing.assert_allclose(padded, eleven, atol=1e-6)
 
+
+@pytest.mark.slow
+def test_a_fit_reproduces_the_shipped_h200_correction(tmp_path, monkeypatch, capsys):
+    """'fusec perfdb fit --gpu h200' on the bundled training data writes the shipped file (but
+    its date), its choice of features included."""
+    from fusec import cli, data
+    monkeypatch.chdir(ROOT)  # ./scripts, for the points of older features
+    monkeypatch.delenv("FUSEC_PERFDB", raising=False)
+    monkeypatch.delenv("FUSEC_TRAINING", raising=False)
+    out = tmp_path / "h200.json"
+    assert cli.main(["perfdb", "fit", "--gpu", "h200", "-o", str(out)]) == 0
+    assert "<- chosen" in capsys.readouterr().out
+    made, shipped = (json.loads(p.read_text()) for p in (out, correction.path_for("h200", data.PERFDB)))
+    numbers = [{(kind, field): entry.pop(field) for kind, entry in record["classes"].items()
+                for field in ("coefficients", "low", "high")} for record in (made, shipped)]
+    assert numbers[0].keys() == numbers[1].keys()
+    for key, values in numbers[0].items():
+        assert values.keys() == numbers[1][key].keys()
+        assert list(values.values()) == pytest.approx(list(numbers[1][key].values()), rel=1e-9, abs=1e-12)
+    made["fitted"].pop("when"), shipped["fitted"].pop("when")
+    assert made == shipped
