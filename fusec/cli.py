@@ -591,7 +591,8 @@ def _perfdb_plans(actions) -> None:
                     " perfdb/corrections/<gpu>.json, which predictions then use. It fits two sets of"
                     " features, without and with the block size's indicators (threads_1024, threads_128),"
                     " and keeps the one whose first choices are better cross-validated (the geometric"
-                    " mean; a tie keeps the set without). That choice is made on the same points it is"
+                    " mean; the set with them must be better by 0.5 %, else the set without stays)."
+                    " That choice is made on the same points it is"
                     " scored on, so the cross-validated score it reports is optimistic by that one"
                     " choice. Not written when the cross-validated first choice is worse than the"
                     " database's alone, unless --force.")

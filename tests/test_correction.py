@@ -124,6 +124,25 @@ def test_the_features_are_chosen_by_their_cross_validated_first_choices():
     assert used == BASE and tried[0]["first_gmean"] == tried[1]["first_gmean"] == pytest.approx(1.0, abs=1e-6)
 
 
+def test_a_larger_feature_set_must_win_by_the_margin(monkeypatch):
+    """Scores a hair apart keep the smaller set; past CHOICE_MARGIN the larger wins."""
+    gmeans = iter([])
+
+    class Scored:
+        def __init__(self, gmean):
+            self.gmean = gmean
+
+        def summary(self):
+            return {"first_gmean": self.gmean}
+
+    monkeypatch.setattr(fit, "cross_validated", lambda s, **kw: None)
+    monkeypatch.setattr(fit, "scores", lambda s, predicted: Scored(next(gmeans)))
+    for without, with_, chosen in ((1.053, 1.051, BASE), (1.066, 1.043, FEATURES),
+                                   (1.050, 1.050 / (1 + fit.CHOICE_MARGIN) - 1e-6, FEATURES)):
+        gmeans = iter([without, with_])
+        assert fit.choose(None)[0] == chosen, (without, with_)
+
+
 def test_spearman_of_ties_and_of_constants():
     assert fit.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert fit.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
