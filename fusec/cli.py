@@ -9,7 +9,7 @@
     fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
     fusec perfdb show [--gpu NAME] [--routine NAME]
     fusec perfdb measure-plans SCRIPT... [--budget SECONDS] [--seed N] [--top K] [--layouts L] [-o FILE]
-    fusec perfdb fit [--gpu NAME] [--training FILE] [--ridge R] [--absolute] [--force] [-o FILE]
+    fusec perfdb fit [--gpu NAME] [--training FILE] [--ridge R] [--absolute] [--folds K] [--force] [-o FILE]
 """
 
 from __future__ import annotations
@@ -588,8 +588,14 @@ def _perfdb_plans(actions) -> None:
                     " (least squares on log time; docs/design/performance-database.md), print how the"
                     " first choice and Spearman's rho among each point's measured plans compare with"
                     " the database alone (in sample and cross-validated by point), and write"
-                    " perfdb/corrections/<gpu>.json, which predictions then use. Not written when the"
-                    " cross-validated first choice is worse than the database's alone, unless --force.")
+                    " perfdb/corrections/<gpu>.json, which predictions then use. It fits two sets of"
+                    " features, without and with the block size's indicators (threads_1024, threads_128),"
+                    " and keeps the one whose first choices are better cross-validated (the geometric"
+                    " mean; the set with them must be better by 0.5 %, else the set without stays)."
+                    " That choice is made on the same points it is"
+                    " scored on, so the cross-validated score it reports is optimistic by that one"
+                    " choice. Not written when the cross-validated first choice is worse than the"
+                    " database's alone, unless --force.")
     fit.add_argument("--gpu", metavar="NAME", default=None,
                      help="the GPU whose database to correct (default: $FUSEC_GPU, else the GPU present)")
     fit.add_argument("--library", metavar="DIR", default=None,
@@ -601,7 +607,9 @@ def _perfdb_plans(actions) -> None:
                      help="weight pulling each coefficient towards 0, per point (default: fusec.cost.fit.RIDGE)")
     fit.add_argument("--absolute", action="store_true",
                      help="fit the level of each point's times too (default: only how its plans compare)")
-    fit.add_argument("--folds", type=int, default=None, help="folds of the cross-validation (default: 10)")
+    fit.add_argument("--folds", type=int, default=None,
+                     help="folds of the cross-validation, which scores the fit and chooses its features"
+                          " (default: 10)")
     fit.add_argument("--force", action="store_true", help="write the fit even when it scores worse than none")
     fit.add_argument("-o", "--output", metavar="FILE", default=None,
                      help="where to write (default: corrections/<gpu>.json beside the database)")

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from fusec.cost import correction, fit, training
-from fusec.cost.features import CLASSES, FEATURES, FEATURES_VERSION, features
+from fusec.cost.features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, features
 from tests.helpers import library, script_dag
 
 GPU = "h100-80gb-hbm3"  # the bundled performance database's
 SIZES = {"m": 3001, "n": 3001}
-KERNEL_VALUES = (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0, 1.0, 0, 0)  # a band kernel loading ahead
+KERNEL_VALUES = (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0, 1.0, 0, 0, 0, 0)  # a 256-thread band kernel loading ahead
 
 
 def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int = 1) -> fit.Samples:
@@ -34,9 +34,10 @@ def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int 
             for _ in range(1 + (i % 3 == 0)):
                 c = CLASSES.index(("band", "tile")[rng.integers(2)])
                 hint = rng.integers(3)  # none, evict-first loads, streaming stores
+                block = rng.integers(3)  # another size, 1024 threads, 128 threads
                 x = np.r_[1.0, rng.integers(2), rng.uniform(-2, 2), rng.uniform(-3, 5), rng.uniform(0, 1),
                           rng.uniform(0, 6), rng.uniform(-5, 3), rng.uniform(0, 1), rng.integers(2), hint == 1,
-                          hint == 2]
+                          hint == 2, block == 1, block == 2]
                 price = rng.normal(-10, 1)
                 plan_of.append(len(log_time))
                 kind_of.append(c)
@@ -51,8 +52,8 @@ def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int 
 
 def known_weights() -> np.ndarray:
     weights = np.zeros((len(CLASSES), len(FEATURES)))
-    weights[CLASSES.index("band")] = [0.2, 0.1, 0.15, -0.1, 0.3, -0.05, 0.02, -0.2, -0.1, 0.05, -0.04]
-    weights[CLASSES.index("tile")] = [-0.1, 0.05, -0.1, 0.08, 0.2, 0.1, -0.03, 0.1, 0.07, 0.03, -0.06]
+    weights[CLASSES.index("band")] = [0.2, 0.1, 0.15, -0.1, 0.3, -0.05, 0.02, -0.2, -0.1, 0.05, -0.04, 0.12, 0.06]
+    weights[CLASSES.index("tile")] = [-0.1, 0.05, -0.1, 0.08, 0.2, 0.1, -0.03, 0.1, 0.07, 0.03, -0.06, -0.05, 0.09]
     return weights
 
 
@@ -95,6 +96,51 @@ def test_cross_validation_predicts_each_point_by_a_fit_without_it():
     samples = synthetic(known_weights(), points=12)
     validated = fit.scores(samples, fit.cross_validated(samples, ridge=0.0, relative=False, folds=4)).summary()
     assert validated["points"] == 12 and validated["first_worst"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_fit_of_some_features_is_the_fit_of_their_columns_alone():
+    weights = known_weights()
+    weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]] = 0.0
+    samples = synthetic(weights)
+    found = fit.fit(samples, ridge=0.0, relative=False, used=BASE)
+    assert found.used == BASE and not found.weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]].any()
+    np.testing.assert_allclose(found.weights, weights, atol=1e-8)
+    with pytest.raises(ValueError, match="'threads_2048' is not a feature"):
+        fit.fit(samples, used=BASE + ("threads_2048",))
+
+
+def test_the_features_are_chosen_by_their_cross_validated_first_choices():
+    """The block size's indicators are kept where they predict better held out, and left out
+    where both sets predict alike (a tie keeps the smaller set)."""
+    weights = known_weights()
+    weights[CLASSES.index("band"), FEATURES.index("threads_1024")] = 0.8  # a bend the slope cannot follow
+    weights[CLASSES.index("band"), FEATURES.index("threads_128")] = -0.6
+    samples = synthetic(weights, points=16)
+    used, tried = fit.choose(samples, ridge=0.0, relative=False, folds=4)
+    assert used == FEATURES and tried[1]["first_gmean"] == pytest.approx(1.0, abs=1e-6)
+    assert tried[0]["first_gmean"] > 1.01  # without the indicators held-out first choices miss
+    weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]] = 0.0  # the indicators say nothing: a tie
+    used, tried = fit.choose(synthetic(weights, points=16), ridge=0.0, relative=False, folds=4)
+    assert used == BASE and tried[0]["first_gmean"] == tried[1]["first_gmean"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_larger_feature_set_must_win_by_the_margin(monkeypatch):
+    """Scores a hair apart keep the smaller set; past CHOICE_MARGIN the larger wins."""
+    gmeans = iter([])
+
+    class Scored:
+        def __init__(self, gmean):
+            self.gmean = gmean
+
+        def summary(self):
+            return {"first_gmean": self.gmean}
+
+    monkeypatch.setattr(fit, "cross_validated", lambda s, **kw: None)
+    monkeypatch.setattr(fit, "scores", lambda s, predicted: Scored(next(gmeans)))
+    for without, with_, chosen in ((1.053, 1.051, BASE), (1.066, 1.043, FEATURES),
+                                   (1.050, 1.050 / (1 + fit.CHOICE_MARGIN) - 1e-6, FEATURES)):
+        gmeans = iter([without, with_])
+        assert fit.choose(None)[0] == chosen, (without, with_)
 
 
 def test_spearman_of_ties_and_of_constants():
@@ -226,6 +272,11 @@ BAD_FILES = {
     "an unknown class": lambda d: _edited(d, lambda x: x["classes"].update(warp=x["classes"]["band"])),
     "low above high": lambda d: _edited(d, lambda x: x["classes"]["band"]["low"].update(waves=5e5)),
     "features of another version": lambda d: _edited(d, lambda x: x["features"].update(version=FEATURES_VERSION + 1)),
+    "features of version 1": lambda d: _edited(d, lambda x: x["features"].update(version=1)),
+    "an unknown feature used": lambda d: _edited(d, lambda x: x["features"].update(used=["bias", "warps"])),
+    "no features used": lambda d: _edited(d, lambda x: x["features"].pop("used")),
+    "a feature used without coefficients": lambda d: _edited(
+        d, lambda x: x["classes"]["band"]["coefficients"].pop("threads_128")),
     "no kernels": lambda d: _edited(d, lambda x: x["classes"]["band"].update(kernels=0)),
     "the device missing": lambda d: _edited(d, lambda x: x.pop("gpu")),
 }
@@ -240,6 +291,50 @@ def test_a_bad_fitted_file_is_a_warning_naming_it_and_the_database_stands(perfdb
         predictor = predictor_for(library(), GPU)
     assert str(path) in str(caught[0].message)
     assert type(predictor) is PerfdbPredictor
+
+
+def test_a_file_names_the_features_it_uses_and_applies_those_alone(perfdb):
+    from fusec.cost.features import KernelFeatures
+    database = base_predictor().database
+    data = json.loads(a_correction(database).to_json())
+    assert data["features"] == {"version": FEATURES_VERSION, "names": list(FEATURES), "used": list(FEATURES)}
+    data["features"]["used"] = list(BASE)
+    for field in ("coefficients", "low", "high"):
+        for name in BLOCK_SIZE:
+            data["classes"]["band"][field].pop(name)
+    fitted = correction.Correction.from_json(json.dumps(data))
+    assert fitted.used == BASE and json.loads(fitted.to_json()) == data
+    at_1024 = KernelFeatures("band", KERNEL_VALUES[:-2] + (1.0, 0.0))
+    assert fitted.factor(at_1024) == pytest.approx(10.0, rel=1e-12)
+
+
+def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
+    """Version 3 only adds the block size's indicators: a correction fitted with version 2's
+    eleven features predicts as it did, with a file of today's format using those eleven."""
+    from fusec.cost.perfdb import predictor_for
+    database = base_predictor().database
+    data = json.loads(a_correction(database, band_bias=0.3).to_json())
+    data["classes"]["band"]["coefficients"].update(waves=-0.2, threads=0.1)
+    today = dict(data, features=dict(data["features"], used=list(BASE)))
+    data["features"] = {"version": 2, "names": list(BASE)}
+    for entry in (data, today):
+        for field in ("coefficients", "low", "high"):
+            for name in BLOCK_SIZE:
+                entry["classes"]["band"][field].pop(name, None)
+    path = write(perfdb, json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predictor = predictor_for(library(), GPU)
+    assert predictor.correction.used == BASE and predictor.correction.path == str(path)
+    same = correction.Correction.from_json(json.dumps(today))
+    dag = script_dag("bicgk")
+    from fusec.space.combinations import build_space
+    options = build_space(dag, library(), "float32", SIZES, predictor.base).options
+    kernels = [kernel for found in options.values() for _, kernel, _ in found]
+    assert {k.block for k in kernels} >= {128, 1024} and {k.plan.family for k in kernels} >= {"band"}
+    for kernel in kernels:
+        found = features(kernel, dag, SIZES, predictor.target)
+        assert predictor.correction.factor(found) == same.factor(found)
 
 
 @pytest.mark.parametrize("field", ["gpu", "library", "perfdb_built"], ids=["device", "library", "built"])
@@ -288,7 +383,7 @@ def test_training_file_round_trips_and_a_damaged_one_names_the_field(tmp_path):
     raw = json.loads(path.read_text())
     raw["points"][0]["plans"][0]["kernels"][0]["features"] = [1.0, 2.0]
     path.write_text(json.dumps(raw))
-    with pytest.raises(FusecError, match=r"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of 11"):
+    with pytest.raises(FusecError, match=r"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of 13"):
         training.read(path)
 
 

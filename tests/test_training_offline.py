@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fusec.cost import correction, fit, training
-from fusec.cost.features import CLASSES, FEATURES, FEATURES_VERSION, features
+from fusec.cost.features import BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, features
 from fusec.emit.program import generate
 from fusec.errors import FusecError
 from fusec.ir.plan import L2_EVICT_LOADS, L2_PLAIN, L2_STREAM_STORES, ProgramPlan
@@ -79,6 +79,23 @@ def as_version_1(point: training.PointRecord) -> training.PointRecord:
     return dataclasses.replace(point, features_version=1, plans=tuple(
         dataclasses.replace(p, kernels=tuple(dataclasses.replace(k, values=k.values[:8]) for k in p.kernels))
         for p in point.plans))
+
+
+def test_the_block_size_is_a_category_beside_its_slope():
+    """threads is log2(threads / 256); threads_1024 and threads_128 mark the two ends, where
+    the database's bias bends (issue 49)."""
+    base = predictor()
+    dag, sizes = script_dag("sscal"), {"n": 4334000}
+    seen = {}
+    for c in candidates("sscal", "float32", sizes):
+        (kernel,) = generate(dag, library(), c.plan, "float32", base.target).kernels
+        seen.setdefault(kernel.block, features(kernel, dag, sizes, base.target))
+    assert {128, 256, 1024} <= set(seen)
+    as_block = {block: tuple(value(f, n) for n in ("threads", "threads_1024", "threads_128"))
+                for block, f in seen.items()}
+    assert as_block[128] == (-1.0, 0.0, 1.0) and as_block[256] == (0.0, 0.0, 0.0)
+    assert as_block[1024] == (2.0, 1.0, 0.0)
+    assert as_block.get(512, (1.0, 0.0, 0.0)) == (1.0, 0.0, 0.0)
 
 
 def test_points_of_older_features_are_read_left_out_and_recomputed_from_their_plans(tmp_path):
@@ -225,17 +242,44 @@ def test_the_fit_command_recomputes_older_features_from_the_scripts_here(tmp_pat
 
 def test_the_model_study_scores_the_shipped_fit_as_the_fit_command_cross_validates_it():
     """experiments.prediction_models measures what 'fusec perfdb fit --folds <points>' does:
-    its one-point-out scores of the shipped fit are fit.cross_validated's, and an added feature
-    that is 0 everywhere changes nothing."""
+    its one-point-out scores of the shipped fit are fit.cross_validated's with the shipped
+    correction's features, the block size's indicators it studied are fusec's, and an added
+    feature that is 0 everywhere changes nothing."""
     study = pytest.importorskip("experiments.prediction_models",
                                 reason="experiments/ is beside the source, not in the wheel")
     samples, raw = study.load("h100")
     data = {"h100": (samples, raw)}
     points = len(samples.labels)
-    expected = fit.scores(samples, fit.cross_validated(samples, folds=points)).summary()
-    _, predicted = study.cross_validated(data, "h100", "point", {})
+    used = study.shipped_features("h100")
+    expected = fit.scores(samples, fit.cross_validated(samples, folds=points, used=used)).summary()
+    _, predicted = study.cross_validated(data, "h100", "point", {"shipped": True})
     assert fit.scores(samples, predicted).summary() == pytest.approx(expected)
     assert expected["first_gmean"] < fit.scores(samples, fit.log_predictions(samples, None)).summary()["first_gmean"]
+    np.testing.assert_array_equal(samples.x[:, [FEATURES.index(f) for f in BLOCK_SIZE]],
+                                  study.extra_columns(raw, BLOCK_SIZE))
+    _, eleven = study.cross_validated(data, "h100", "point", {})
     raw = dict(raw, block=np.full_like(raw["block"], 256.0))  # neither 128 nor 1024 threads: two zero columns
     _, padded = study.cross_validated({"h100": (samples, raw)}, "h100", "point", {"add": study.BLOCK})
-    np.testing.assert_allclose(padded, predicted, atol=1e-6)
+    np.testing.assert_allclose(padded, eleven, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_fit_reproduces_the_shipped_h200_correction(tmp_path, monkeypatch, capsys):
+    """'fusec perfdb fit --gpu h200' on the bundled training data writes the shipped file (but
+    its date), its choice of features included."""
+    from fusec import cli, data
+    monkeypatch.chdir(ROOT)  # ./scripts, for the points of older features
+    monkeypatch.delenv("FUSEC_PERFDB", raising=False)
+    monkeypatch.delenv("FUSEC_TRAINING", raising=False)
+    out = tmp_path / "h200.json"
+    assert cli.main(["perfdb", "fit", "--gpu", "h200", "-o", str(out)]) == 0
+    assert "<- chosen" in capsys.readouterr().out
+    made, shipped = (json.loads(p.read_text()) for p in (out, correction.path_for("h200", data.PERFDB)))
+    numbers = [{(kind, field): entry.pop(field) for kind, entry in record["classes"].items()
+                for field in ("coefficients", "low", "high")} for record in (made, shipped)]
+    assert numbers[0].keys() == numbers[1].keys()
+    for key, values in numbers[0].items():
+        assert values.keys() == numbers[1][key].keys()
+        assert list(values.values()) == pytest.approx(list(numbers[1][key].values()), rel=1e-9, abs=1e-12)
+    made["fitted"].pop("when"), shipped["fitted"].pop("when")
+    assert made == shipped

@@ -10,8 +10,12 @@ fitted for its class to measured plan times (``fusec perfdb fit``,
 correction never extrapolates a power law past the data it came from.
 
 A fitted file lives beside its database, ``perfdb/corrections/<gpu>.json``, and
-names the database it corrects (GPU, library hash, the database's ``built`` stamp)
-and the features' version. A file that does not parse, has a field wrong, or was
+names the database it corrects (GPU, library hash, the database's ``built`` stamp),
+the features' version and the features it uses (``used``: a fit may leave the block
+size's indicators out); it holds coefficients for those alone, and the predictor
+applies those alone. A file of an older features' version whose features this version
+computes alike (``features.SAME_SINCE``: version 2's eleven) is used as it is, with
+those; one of any other version, or that does not parse, has a field wrong, or was
 fitted to another database is reported (:class:`CorrectionWarning`) and not used:
 the database's prices stand, as they do where no file exists.
 """
@@ -30,7 +34,7 @@ from .. import validate as check
 from ..cache import atomic_write_text
 from ..errors import FusecWarning
 from ..ir.dag import Dag
-from .features import CLASSES, FEATURES, FEATURES_VERSION, KernelFeatures, features
+from .features import CLASSES, FEATURES, FEATURES_VERSION, SAME_SINCE, KernelFeatures, features
 
 FORMAT = 1
 KIND = "fusec perfdb correction"
@@ -45,8 +49,8 @@ class CorrectionWarning(FusecWarning):
 
 @dataclasses.dataclass(frozen=True)
 class ClassFit:
-    """One class's coefficients (in the order of FEATURES) and the range of each feature
-    in its training data."""
+    """One class's coefficients (in the order of FEATURES; 0, with the range 0 to 0, for a
+    feature its correction does not use) and the range of each feature in its training data."""
 
     coefficients: tuple[float, ...]
     low: tuple[float, ...]
@@ -66,23 +70,26 @@ class Correction:
     classes: tuple[tuple[str, ClassFit], ...]  # a class left out is not corrected
     fitted: Mapping[str, object] = dataclasses.field(default_factory=dict, compare=False, hash=False)
     path: str = dataclasses.field(default="", compare=False)
+    used: tuple[str, ...] = FEATURES  # the features it applies, in the order of FEATURES
 
     def of(self, kind: str) -> ClassFit | None:
         return dict(self.classes).get(kind)
 
     def factor(self, kernel_features: KernelFeatures) -> float:
-        """What the database's price of a kernel with these features is multiplied by."""
+        """What the database's price of a kernel with these features is multiplied by: the
+        features used alone count (the others' coefficients are 0)."""
         fit = self.of(kernel_features.kind)
         return fit.factor(kernel_features.values) if fit is not None else 1.0
 
     def to_json(self) -> str:
+        def named(values):
+            return {f: v for f, v in zip(FEATURES, values) if f in self.used}
         data = {
             "format": FORMAT, "kind": KIND, "gpu": self.gpu, "library": self.library,
             "perfdb_built": self.perfdb_built,
-            "features": {"version": FEATURES_VERSION, "names": list(FEATURES)},
-            "classes": {kind: {"kernels": fit.kernels,
-                               "coefficients": dict(zip(FEATURES, fit.coefficients)),
-                               "low": dict(zip(FEATURES, fit.low)), "high": dict(zip(FEATURES, fit.high))}
+            "features": {"version": FEATURES_VERSION, "names": list(FEATURES), "used": list(self.used)},
+            "classes": {kind: {"kernels": fit.kernels, "coefficients": named(fit.coefficients),
+                               "low": named(fit.low), "high": named(fit.high)}
                         for kind, fit in self.classes},
             "fitted": dict(self.fitted),
         }
@@ -98,11 +105,7 @@ class Correction:
         gpu = check.text(data.get("gpu"), "gpu")
         library = check.text(data.get("library"), "library")
         built = check.text(data.get("perfdb_built"), "perfdb_built")
-        names = check.mapping(data.get("features"), "features")
-        version = check.number(names.get("version"), "features version", low=0, integer=True)
-        if version != FEATURES_VERSION or names.get("names") != list(FEATURES):
-            raise check.Invalid(f"features of version {version} ({names.get('names')}), not this fusec's"
-                                f" {FEATURES_VERSION} ({list(FEATURES)}): refit ('fusec perfdb fit')")
+        used = _used(check.mapping(data.get("features"), "features"))
         classes = []
         for kind, entry in check.mapping(data.get("classes"), "classes").items():
             if kind not in CLASSES:
@@ -111,12 +114,12 @@ class Correction:
             columns = []
             for field in ("coefficients", "low", "high"):
                 given = check.mapping(entry.get(field), f"class {kind} {field}")
-                if sorted(given) != sorted(FEATURES):
-                    raise check.Invalid(f"class {kind} {field} names {sorted(given)}, not the features"
-                                        f" {sorted(FEATURES)}")
+                if sorted(given) != sorted(used):
+                    raise check.Invalid(f"class {kind} {field} names {sorted(given)}, not the features used"
+                                        f" {sorted(used)}")
                 bound = COEFFICIENT_BOUND if field == "coefficients" else 1e6
                 columns.append(tuple(float(check.number(given[f], f"class {kind} {field} {f}", low=-bound,
-                                                        high=bound)) for f in FEATURES))
+                                                        high=bound)) if f in used else 0.0 for f in FEATURES))
             coefficients, low, high = columns
             wrong = [f for f, lo, hi in zip(FEATURES, low, high) if lo > hi]
             if wrong:
@@ -125,7 +128,28 @@ class Correction:
             classes.append((kind, ClassFit(coefficients, low, high, kernels)))
         fitted = data.get("fitted", {})
         return cls(gpu, library, built, tuple(sorted(classes)),
-                   fitted if isinstance(fitted, dict) else {}, path)
+                   fitted if isinstance(fitted, dict) else {}, path, used)
+
+
+def _used(names: dict) -> tuple[str, ...]:
+    """The features a file's ``features`` record says it uses, in the order of FEATURES: its
+    ``used`` (this version), or all of an older version's where this one computes them alike."""
+    version = check.number(names.get("version"), "features version", low=0, integer=True)
+    if version != FEATURES_VERSION:
+        same = SAME_SINCE.get(version)
+        if same is None or names.get("names") != list(same) or "used" in names:
+            raise check.Invalid(f"features of version {version} ({names.get('names')}), not this fusec's"
+                                f" {FEATURES_VERSION} ({list(FEATURES)}): refit ('fusec perfdb fit')")
+        return tuple(same)
+    if names.get("names") != list(FEATURES):
+        raise check.Invalid(f"features of version {version} named {names.get('names')}, not {list(FEATURES)}:"
+                            " refit ('fusec perfdb fit')")
+    used = names.get("used")
+    if not isinstance(used, list) or not used or not all(isinstance(f, str) for f in used):
+        raise check.Invalid("features used is not a list of feature names")
+    if len(set(used)) != len(used) or not set(used) <= set(FEATURES):
+        raise check.Invalid(f"features used {used}: not distinct features of {list(FEATURES)}")
+    return tuple(f for f in FEATURES if f in used)
 
 
 def path_for(gpu_slug: str, folder: Path) -> Path:

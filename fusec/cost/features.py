@@ -10,8 +10,18 @@ features, each on a log scale where it spans orders of magnitude, so that a
 coefficient is a power law (a correction ``exp(w . x)`` multiplies the database's
 price).
 
+The block size enters twice: ``threads`` is a slope over log2(threads per block),
+and ``threads_128`` and ``threads_1024`` are indicators of the two ends. The known
+bias is not a slope (issue 49): tile kernels with few iterations are priced slow and
+1024-thread bands fast, while 512 threads sit near 256; one slope cannot bend at both
+ends. A correction may leave the indicators out (``fusec perfdb fit`` keeps them only
+where they cross-validate better on the GPU's own points): ``BLOCK_SIZE`` names them,
+``BASE`` the features without them.
+
 ``FEATURES_VERSION`` changes whenever a feature's definition does: training data
 and fitted files record it, and one of another version is not used.
+``SAME_SINCE`` maps an older version to its features that this version computes
+alike (a fitted file of that version still applies; training data are recomputed).
 """
 
 from __future__ import annotations
@@ -28,10 +38,13 @@ from ..target import GpuTarget
 from .model import iterations, natural_blocks, traffic
 from .registers import estimate
 
-FEATURES_VERSION = 2  # 2: ahead, evict_loads, stream_stores
+FEATURES_VERSION = 3  # 2: ahead, evict_loads, stream_stores; 3: threads_1024, threads_128
 # the names of the values of KernelFeatures, in order
 FEATURES = ("bias", "fp64", "threads", "waves", "tail", "iterations", "bytes", "l2_fit",
-            "ahead", "evict_loads", "stream_stores")
+            "ahead", "evict_loads", "stream_stores", "threads_1024", "threads_128")
+BLOCK_SIZE = ("threads_1024", "threads_128")  # the block size as a category: optional in a correction
+BASE = tuple(f for f in FEATURES if f not in BLOCK_SIZE)  # a correction's features without them
+SAME_SINCE = {2: BASE}  # version 2's features, which version 3 computes alike (it only adds)
 # the classes a correction has coefficients for: the kernel families, tile and vector apart
 CLASSES = ("vector", "tile", "band", "horizontal", "striped", "held")
 
@@ -69,7 +82,8 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
     - ``l2_fit``: the share of its arrays L2 can hold (1 when all fit);
     - ``ahead``: the share of its band parts that load their next rows ahead;
     - ``evict_loads``, ``stream_stores``: the share of its parts whose 16-byte accesses
-      carry that L2 hint (vector kernels).
+      carry that L2 hint (vector kernels);
+    - ``threads_1024``, ``threads_128``: 1 for a block of 1024 (of 128) threads, else 0.
 
     The last three the database prices alike (its probes run neither), where the
     measured times differ by 5-20 % (``experiments/results/h100-prediction-offline.md``).
@@ -97,6 +111,8 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
         sum(1.0 for leaf in leaves if getattr(leaf.plan, "ahead", False)) / len(leaves),
         sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_EVICT_LOADS) / len(leaves),
         sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_STREAM_STORES) / len(leaves),
+        1.0 if kernel.block == 1024 else 0.0,
+        1.0 if kernel.block == 128 else 0.0,
     )
     return KernelFeatures(plan_class(kernel.plan), values)
 

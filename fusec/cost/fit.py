@@ -19,6 +19,11 @@ have a kernel of it; the others keep the database's prices. The report scores th
 first choice among each point's measured plans (the measured time of the plan
 predicted fastest over the fastest measured) and Spearman's rho, for the database
 alone and for the fit, in sample and under cross-validation by point.
+
+A fit uses a set of the features (``used``): :func:`choose` keeps the block size's
+indicators (``features.BLOCK_SIZE``) only where they cross-validate better on the
+points at hand. The choice is made on the points it is then scored on, so the chosen
+set's cross-validated score is optimistic by that one choice.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import math
 import numpy as np
 
 from .correction import ClassFit
-from .features import CLASSES, FEATURES, FEATURES_VERSION
+from .features import BASE, CLASSES, FEATURES, FEATURES_VERSION
 from .training import TrainingData
 
 MIN_PLANS = 12
@@ -37,6 +42,11 @@ NEAR = 1.5  # plans within this factor of their point's fastest weigh fully in t
 MIN_POINTS = 2
 RIDGE = 1e-4  # per point, whose weight is 1: its squared log errors are ~1e-3 (a few % of noise)
 FOLDS = 10
+FEATURE_SETS = (BASE, FEATURES)  # what choose() chooses from, smaller first
+# how much better (a share of the geometric mean) a larger set's cross-validated first choices
+# must be to be chosen: on the H100's 26 points two ways of cross-validating disagree by 0.2 %
+# on the block size's indicators (experiments/results/prediction-models.md), within noise
+CHOICE_MARGIN = 0.005
 WITHIN = 1.05  # the target: a first choice within 5 % of the best measured
 MAX_ITERATIONS = 200
 
@@ -108,11 +118,12 @@ class Fit:
     """Coefficients per class (rows of CLASSES; zeros where not fitted), which classes
     were fitted, and each feature's range per class in the data."""
 
-    weights: np.ndarray  # (classes, features)
+    weights: np.ndarray  # (classes, features): 0 for a feature not used
     fitted: tuple[str, ...]
     low: np.ndarray
     high: np.ndarray
     kernels: dict[str, int]
+    used: tuple[str, ...] = FEATURES  # the features fitted, in the order of FEATURES
 
     def classes(self) -> tuple[tuple[str, ClassFit], ...]:
         return tuple((kind, ClassFit(tuple(float(v) for v in self.weights[c]), tuple(float(v) for v in self.low[c]),
@@ -127,9 +138,18 @@ def log_predictions(s: Samples, fit: Fit | None) -> np.ndarray:
     (features clamped to its ranges, as at run time)."""
     u = s.log_price.copy()
     if fit is not None:
-        x = np.clip(s.x, fit.low[s.kind_of], fit.high[s.kind_of])
-        u += np.einsum("kf,kf->k", x, fit.weights[s.kind_of])
+        cols = _columns(fit.used)
+        x = np.clip(s.x[:, cols], fit.low[s.kind_of][:, cols], fit.high[s.kind_of][:, cols])
+        u += np.einsum("kf,kf->k", x, fit.weights[s.kind_of][:, cols])
     return _log_sums(u, s.plan_of, s.plans)
+
+
+def _columns(used) -> list[int]:
+    """The columns of FEATURES that ``used`` names; ValueError on a name that is not a feature."""
+    unknown = [f for f in used if f not in FEATURES]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a feature ({', '.join(FEATURES)})")
+    return [FEATURES.index(f) for f in FEATURES if f in used]
 
 
 def _log_sums(u: np.ndarray, plan_of: np.ndarray, plans: int) -> np.ndarray:
@@ -141,12 +161,29 @@ def _log_sums(u: np.ndarray, plan_of: np.ndarray, plans: int) -> np.ndarray:
     return top + np.log(sums)
 
 
-def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True, pool: float | None = None) -> Fit:
+def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True, pool: float | None = None,
+        used: tuple[str, ...] | None = None) -> Fit:
     """The coefficients that fit ``s`` (see the module's docstring). ``pool``: each class's
     coefficients are one set shared by every class (pulled to 0 by ``ridge``) plus the
     class's own departure from it (pulled to 0 by ``pool``, per point): a class with few
-    plans borrows the others' coefficients, and every class with kernels is corrected."""
-    n_classes, n_features = len(CLASSES), len(FEATURES)
+    plans borrows the others' coefficients, and every class with kernels is corrected.
+    ``used``: the features fitted (default all); the others' coefficients and ranges are 0,
+    and the fit is the one made on their columns alone."""
+    cols = _columns(FEATURES if used is None else used)
+    found = _fit(dataclasses.replace(s, x=s.x[:, cols]), ridge, relative, pool, [FEATURES[c] for c in cols])
+    if len(cols) == len(FEATURES):
+        return found
+    wide = []
+    for part in (found.weights, found.low, found.high):
+        full = np.zeros((len(CLASSES), len(FEATURES)))
+        full[:, cols] = part
+        wide.append(full)
+    return Fit(wide[0], found.fitted, wide[1], wide[2], found.kernels, tuple(FEATURES[c] for c in cols))
+
+
+def _fit(s: Samples, ridge: float, relative: bool, pool: float | None, names: list[str]) -> Fit:
+    """fit() on samples whose columns are the features ``names``."""
+    n_classes, n_features = len(CLASSES), len(names)
     points = int(s.point_of.max()) + 1 if s.plans else 0
     plans_with = np.zeros((s.plans, n_classes), bool)
     plans_with[s.plan_of, s.kind_of] = True
@@ -164,9 +201,9 @@ def fit(s: Samples, *, ridge: float = RIDGE, relative: bool = True, pool: float 
     weights = np.zeros((n_classes, n_features))
     if active:
         weights = _solve(s, active, points, ridge, relative, pool)
-        if relative:
-            weights[active, FEATURES.index("bias")] += _level(s, weights, active)
-    return Fit(weights, tuple(CLASSES[c] for c in active), low, high, kernels)
+        if relative and "bias" in names:
+            weights[active, names.index("bias")] += _level(s, weights, active)
+    return Fit(weights, tuple(CLASSES[c] for c in active), low, high, kernels, tuple(names))
 
 
 def _level(s: Samples, weights: np.ndarray, active: list[int]) -> float:
@@ -211,7 +248,7 @@ def plan_weights(s: Samples, points: int | None = None) -> np.ndarray:
 
 def _solve(s: Samples, active: list[int], points: int, ridge: float, relative: bool,
            pool: float | None = None) -> np.ndarray:
-    n_classes, n_features = len(CLASSES), len(FEATURES)
+    n_classes, n_features = len(CLASSES), s.x.shape[1]
     shared = n_features if pool is not None else 0  # the pooled coefficients, first in theta
     n_w = shared + len(active) * n_features
     n_b = points if relative else 0
@@ -336,7 +373,7 @@ def scores(s: Samples, log_predicted: np.ndarray) -> Scores:
 
 
 def cross_validated(s: Samples, *, ridge: float = RIDGE, relative: bool = True, folds: int = FOLDS,
-                    pool: float | None = None) -> np.ndarray:
+                    pool: float | None = None, used: tuple[str, ...] | None = None) -> np.ndarray:
     """Each plan's log prediction by a fit that did not see its point (points dealt to
     ``folds`` folds in turn)."""
     points = len(s.labels)
@@ -349,7 +386,23 @@ def cross_validated(s: Samples, *, ridge: float = RIDGE, relative: bool = True, 
             out[held] = log_predictions(s.select(held), None)
             continue
         # the training fold's points renumbered from 0, so that offsets stay one per point
-        used, renumbered = np.unique(train.point_of, return_inverse=True)
-        train = dataclasses.replace(train, point_of=renumbered, labels=tuple(s.labels[i] for i in used))
-        out[held] = log_predictions(s.select(held), fit(train, ridge=ridge, relative=relative, pool=pool))
+        kept, renumbered = np.unique(train.point_of, return_inverse=True)
+        train = dataclasses.replace(train, point_of=renumbered, labels=tuple(s.labels[i] for i in kept))
+        out[held] = log_predictions(s.select(held), fit(train, ridge=ridge, relative=relative, pool=pool, used=used))
     return out
+
+
+def choose(s: Samples, *, ridge: float = RIDGE, relative: bool = True, folds: int = FOLDS,
+           sets: tuple[tuple[str, ...], ...] = FEATURE_SETS) -> tuple[tuple[str, ...], dict]:
+    """The set of features (of ``sets``, smaller first) whose fit's first choices are best
+    cross-validated on ``s`` (the geometric mean), and per set (by its position) the
+    cross-validated scores' summary. A larger set must beat the best smaller one by
+    CHOICE_MARGIN of the geometric mean; short of that the smaller set stays. Chosen on the
+    points it is scored on: the chosen set's score is optimistic by that one choice."""
+    summaries = [scores(s, cross_validated(s, ridge=ridge, relative=relative, folds=folds, used=names)).summary()
+                 for names in sets]
+    best = 0
+    for i, summary in enumerate(summaries):
+        if summary["first_gmean"] < summaries[best]["first_gmean"] / (1.0 + CHOICE_MARGIN):
+            best = i
+    return sets[best], dict(enumerate(summaries))

@@ -42,8 +42,12 @@ class KernelRecord:
     values: tuple[float, ...]  # in the order of features.FEATURES
 
     def to_json(self) -> dict:
-        return {"class": self.kind, "predicted_us": self.predicted * 1e6,
-                "features": [round(v, 6) for v in self.values]}
+        return {"class": self.kind, "predicted_us": self.predicted * 1e6, "features": list(stored(self.values))}
+
+
+def stored(values) -> tuple[float, ...]:
+    """Feature values as a training file keeps them (6 decimals)."""
+    return tuple(round(v, 6) for v in values)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -388,7 +388,8 @@ def point_from_rows(dag, library, dtype: str, sizes: Mapping[str, int], base, ro
 
 def refeatured(point: training.PointRecord, dag, library, target) -> training.PointRecord:
     """``point`` with its kernels' features computed by this fusec (FEATURES_VERSION) from
-    each plan's JSON, regenerated at the point's sizes on ``target``; the database's
+    each plan's JSON, regenerated at the point's sizes on ``target`` (rounded as a training
+    file keeps them, so a fit of a point recomputed is the fit of it written and read); the database's
     prices and the measured times are kept (they do not depend on the features). A
     FusecError naming the point and plan when a plan no longer generates or has
     another number of kernels: its features cannot be told."""
@@ -406,7 +407,7 @@ def refeatured(point: training.PointRecord, dag, library, target) -> training.Po
         if len(generated.kernels) != len(record.kernels):
             raise FusecError(f"{where} generates {len(generated.kernels)} kernels, not the"
                              f" {len(record.kernels)} measured: measure the point again")
-        kernels = tuple(dataclasses.replace(k, kind=f.kind, values=f.values) for k, f in
+        kernels = tuple(dataclasses.replace(k, kind=f.kind, values=training.stored(f.values)) for k, f in
                         zip(record.kernels, (features(kernel, dag, sizes, target) for kernel in generated.kernels)))
         plans.append(dataclasses.replace(record, kernels=kernels))
     return dataclasses.replace(point, features_version=FEATURES_VERSION, plans=tuple(plans))

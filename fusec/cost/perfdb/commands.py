@@ -160,12 +160,13 @@ def fit_command(args) -> int:
         raise FusecError(f"{source} holds no measured plan priced by {path} as it is now")
     ridge = fit.RIDGE if args.ridge is None else args.ridge
     relative, folds = not args.absolute, args.folds or fit.FOLDS
-    fitted = fit.fit(samples, ridge=ridge, relative=relative)
+    used, tried = fit.choose(samples, ridge=ridge, relative=relative, folds=folds)
+    fitted = fit.fit(samples, ridge=ridge, relative=relative, used=used)
     results = {"database": fit.scores(samples, fit.log_predictions(samples, None)).summary(),
                "fit, in sample": fit.scores(samples, fit.log_predictions(samples, fitted)).summary(),
-               "fit, cross-validated": fit.scores(samples, fit.cross_validated(samples, ridge=ridge, relative=relative,
-                                                                               folds=folds)).summary()}
+               "fit, cross-validated": tried[fit.FEATURE_SETS.index(used)]}
     print(fit_report(samples, fitted, results, source))
+    print(choice_report(tried, used, folds))
     database_alone, validated = results["database"], results["fit, cross-validated"]
     if not fitted.fitted:
         print("no class has enough measured plans to fit: nothing written")
@@ -178,8 +179,11 @@ def fit_command(args) -> int:
         database.slug, str(database.library.get("hash")), database.built, fitted.classes(),
         {"fusec": __version__, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
          "training": source.name, "points": len(samples.labels), "plans": samples.plans, "ridge": ridge,
-         "relative": relative,
-         "scores": {name: {k: (v if math.isfinite(v) else None) for k, v in r.items()} for name, r in results.items()}})
+         "relative": relative, "folds": folds,
+         "scores": {name: {k: (v if math.isfinite(v) else None) for k, v in r.items()} for name, r in results.items()},
+         "features chosen": {"from": [list(s) for s in fit.FEATURE_SETS],
+                             "first_gmean": [tried[i]["first_gmean"] for i in range(len(fit.FEATURE_SETS))]}},
+        used=fitted.used)
     out = Path(args.output) if args.output else correction.path_for(database.slug, path.parent)
     correction.save(fitted_file, out)
     print(f"wrote {out}")
@@ -195,16 +199,32 @@ def _check_output_file(path: Path) -> None:
         raise FusecError(f"-o {path}: {blocker} is a file, not a folder")
 
 
+def choice_report(tried: dict, used: tuple, folds: int) -> str:
+    """The cross-validated first choices of each feature set ``fusec perfdb fit`` chose from,
+    and its choice."""
+    from ..features import BASE, BLOCK_SIZE
+    from ..fit import FEATURE_SETS
+    lines = [f"features: cross-validated first choice ({folds} folds; the same points choose and score,"
+             " so the score of the choice is optimistic by it):"]
+    for i, names in enumerate(FEATURE_SETS):
+        extra = [f for f in names if f not in BASE]
+        label = "with " + ", ".join(extra) if extra else "without " + ", ".join(BLOCK_SIZE)
+        mark = "  <- chosen" if names == used else ""
+        lines.append(f"  {label:<36} gmean {tried[i]['first_gmean']:.3f}  worst {tried[i]['first_worst']:.3f}{mark}")
+    return "\n".join(lines)
+
+
 def fit_report(samples, fitted, results: dict, source: Path) -> str:
     """The coefficients per class and the scores, as ``fusec perfdb fit`` prints them."""
     from ..features import CLASSES, FEATURES
     from ..fit import WITHIN
+    shown = [i for i, f in enumerate(FEATURES) if f in fitted.used]
     lines = [f"{source}: {len(samples.labels)} points, {samples.plans} measured plans", "",
-             f"{'class':<11} {'kernels':>7}  " + " ".join(f"{f:>10}" for f in FEATURES)]
+             f"{'class':<11} {'kernels':>7}  " + " ".join(f"{FEATURES[i]:>10}" for i in shown)]
     for c, kind in enumerate(CLASSES):
         count = fitted.kernels.get(kind, 0)
         if kind in fitted.fitted:
-            cells = " ".join(f"{w:>10.4f}" for w in fitted.weights[c])
+            cells = " ".join(f"{fitted.weights[c][i]:>10.4f}" for i in shown)
         else:
             cells = "not fitted (too few plans): the database's prices stand" if count else "no kernels"
         lines.append(f"{kind:<11} {count:>7}  {cells}")
