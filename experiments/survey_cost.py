@@ -8,6 +8,7 @@ one process: CUDA events around a whole ``survey`` call (the memset, the kernel
 and the read of its result: what a solve waits for), median of ``--repeat``.
 
     python -m experiments.survey_cost --revisions cbbbc2d,74970e2,HEAD
+    python -m experiments.survey_cost --revisions HEAD --rows 4,16,64   # stripe heights
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ def main() -> None:
                         help="git revisions whose fusec/solvers/kernels.py to time (comma-separated)")
     parser.add_argument("--n", default="1024,4096,16384")
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--rows", default="",
+                        help="stripe heights (rows a block takes, at most 64) to time each revision with"
+                             " (comma-separated; default: each revision's own kernels.stripes)")
     args = parser.parse_args()
+    heights = [int(v) for v in args.rows.split(",") if v]
+    if any(not 1 <= h <= 64 for h in heights):
+        parser.error(f"--rows {args.rows}: each height from 1 to 64 (the kernel's row bits)")
     import cupy
     import numpy as np
 
@@ -42,12 +49,17 @@ def main() -> None:
             modules[rev] = importlib.import_module(f"fusec.solvers.{name}")
         finally:
             path.unlink()
+        if heights and not hasattr(modules[rev], "stripes"):
+            parser.error(f"--rows: revision {rev}'s survey has no stripes (before the zero rows and columns)")
     arrays = CupyArrays()
     for dtype in ("float32", "float64"):
         for n in (int(v) for v in args.n.split(",")):
             A = cupy.random.random((n, n), dtype=dtype) + 0.5
             b = cupy.random.random(n, dtype=dtype)
-            for rev, module in modules.items():
+            for (rev, module), rows in ((m, r) for m in modules.items() for r in heights or [None]):
+                if rows is not None:  # the revision's stripes at this height, its grid capped as its own is
+                    module.stripes = lambda n, rows=rows, module=module: (
+                        min(rows, n), min(module.MOST_BLOCKS, -(-n // min(rows, n))))
                 for _ in range(3):
                     module.survey(arrays, A, b, None, dtype)
                 start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -59,7 +71,9 @@ def main() -> None:
                     end.synchronize()
                     times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
                 us = float(np.median(times))
-                print(f"{rev:8s} {dtype} n={n:5d}: {us:7.1f} us, {A.nbytes / us / 1e3:5.0f} GB/s over A", flush=True)
+                height = f" rows {rows:2d}" if rows is not None else ""
+                print(f"{rev:8s}{height} {dtype} n={n:5d}: {us:7.1f} us, {A.nbytes / us / 1e3:5.0f} GB/s over A",
+                      flush=True)
             del A, b
             cupy.get_default_memory_pool().free_all_blocks()
 
