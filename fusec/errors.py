@@ -11,6 +11,7 @@ import dataclasses
 import errno
 import os
 import warnings
+from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -154,6 +155,15 @@ class LibraryError(FusecError):
 
 class LibraryFormatError(LibraryError):
     """A metadata line that does not parse."""
+
+
+def source_line(file: str, line: int) -> str | None:
+    """Line ``line`` (from 1) of the UTF-8 text file ``file``, for an error to quote; None
+    where it cannot be read."""
+    try:
+        return Path(file).read_text(encoding="utf-8").split("\n")[line - 1]
+    except (OSError, IndexError):
+        return None
 
 
 class LibraryValidationError(LibraryError):

@@ -11,6 +11,7 @@ naming the argument.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import os
@@ -142,6 +143,12 @@ def scalar(name: str, value: float, dtype_name: str) -> float:
     if abs(value) > largest:
         raise ArgumentError(name, f"is {value:g}, outside the range of {dtype_name} (|x| <= {largest:g})")
     return value
+
+
+def did_you_mean(word: str, choices) -> str:
+    """``; did you mean 'x'?`` for the choice closest to ``word``, or "" where none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def printable(text: str) -> bool:

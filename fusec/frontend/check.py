@@ -20,7 +20,6 @@ whole script has checked clean, sorted by position.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import pathlib
 import warnings
 from typing import Mapping, Protocol
@@ -42,8 +41,10 @@ from ..errors import (
 )
 from ..ir import expr
 from ..ir.dag import Argument, Call, Constant, Dag, Expression, Value, without_dead_calls
+from ..ir.sizes import Sizes, size_phrase
 from ..library.composite import is_name
 from ..library.model import Composite, Function, Kind, Param, Signed
+from ..validate import did_you_mean
 from . import ast
 
 MAX_WARNINGS = 20  # warnings shown for one script; the rest are counted
@@ -57,79 +58,6 @@ MAX_EXPRESSION_DEPTH = 200
 class LibraryLike(Protocol):
     functions: Mapping[str, Function]
     composites: Mapping[str, Composite]
-
-
-class _Sizes:
-    """Union-find over dimensions, each node with a name it may give its class.
-
-    A class is named after its declared symbol if it has one, otherwise after
-    its best label: labels of declarations (``A.rows``) beat labels of call
-    variables (``sgemv.m``, never seen in practice: every call dimension is
-    unified with a declared array's), and earlier nodes beat later ones.
-    """
-
-    DECLARED, CALL = 0, 1
-
-    def __init__(self) -> None:
-        self._parent: list[int] = []
-        self._symbol: list[str | None] = []  # meaningful at roots
-        self._best: list[tuple[int, int, str]] = []  # (rank, node, label), at roots
-        self._symbols: dict[str, int] = {}
-        self._declared: list[int] = []  # nodes made by declarations, in order
-
-    def _new(self, symbol: str | None, rank: int, label: str) -> int:
-        node = len(self._parent)
-        self._parent.append(node)
-        self._symbol.append(symbol)
-        self._best.append((rank, node, label))
-        return node
-
-    def symbol(self, name: str) -> int:
-        """The node of declared size symbol ``name`` (one per name)."""
-        if name not in self._symbols:
-            self._symbols[name] = self._new(name, self.DECLARED, name)
-            self._declared.append(self._symbols[name])
-        return self._symbols[name]
-
-    def anonymous(self, label: str) -> int:
-        """A size a declaration leaves out, named ``label`` unless unified."""
-        node = self._new(None, self.DECLARED, label)
-        self._declared.append(node)
-        return node
-
-    def variable(self, label: str) -> int:
-        """A function's dimension variable, fresh for one call."""
-        return self._new(None, self.CALL, label)
-
-    def find(self, node: int) -> int:
-        root = node
-        while self._parent[root] != root:
-            root = self._parent[root]
-        while self._parent[node] != root:
-            self._parent[node], node = root, self._parent[node]
-        return root
-
-    def unify(self, a: int, b: int) -> tuple[str, str] | None:
-        """Merge the classes of ``a`` and ``b``; their names if both are declared and differ."""
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return None
-        sa, sb = self._symbol[ra], self._symbol[rb]
-        if sa is not None and sb is not None:
-            return sa, sb
-        self._parent[rb] = ra
-        self._symbol[ra] = sa if sa is not None else sb
-        self._best[ra] = min(self._best[ra], self._best[rb])
-        return None
-
-    def name(self, node: int) -> str:
-        root = self.find(node)
-        symbol = self._symbol[root]
-        return symbol if symbol is not None else self._best[root][2]
-
-    def declared_order(self) -> list[str]:
-        """Class names in order of their first appearance in a declaration."""
-        return list(dict.fromkeys(self.name(node) for node in self._declared))
 
 
 @dataclasses.dataclass
@@ -155,17 +83,6 @@ class _Pending:
     expression: bool = False  # made by a scalar expression (producer None)
 
 
-_AXES = {Kind.VECTOR: ("length",), Kind.MATRIX: ("rows", "columns")}
-
-
-def _size_phrase(kind: Kind, axis: int, size: str) -> str:
-    word = _AXES[kind][axis]
-    return f"length {size}" if word == "length" else f"{size} {word}"
-
-
-def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 class _Checker:
@@ -173,7 +90,7 @@ class _Checker:
         self.script = script
         self.functions = library.functions
         self.composites = library.composites
-        self.sizes = _Sizes()
+        self.sizes = Sizes()
         self.declared: dict[str, _Declared] = {}
         self.declared_on: dict[str, int] = {}  # first declaration line, for hints
         for statement in script.statements:
@@ -323,11 +240,7 @@ class _Checker:
         declares that name, so it never reads as (or is reassigned like) the user's."""
         while name in self.declared_on:
             name += "_"
-        previous = self.current.get(name)
-        version = 1 if previous is None else self.values[previous].version + 1
-        self.values.append(_Pending(name, version, kind, dims, coord, producer))
-        self.current[name] = len(self.values) - 1
-        return len(self.values) - 1
+        return self.push(name, kind, dims, coord, producer)
 
     def scalar_assignment(self, statement: ast.ScalarAssignment) -> None:
         """``t = <expression>;``: the target, then the expression from left to right."""
@@ -390,7 +303,7 @@ class _Checker:
                 self.fail(NestedCallError, f"{function.text} is a library function: call it in an assignment"
                           f" of its own (t = {function.text}(...);) and use t here", function.coord)
             self.fail(UnknownFunctionError, f"unknown function '{function.text}' in an expression (its"
-                      f" functions are {' and '.join(expr.FUNCTIONS)}){_suggest(function.text, expr.FUNCTIONS)}",
+                      f" functions are {' and '.join(expr.FUNCTIONS)}){did_you_mean(function.text, expr.FUNCTIONS)}",
                       function.coord)
         if len(node.args) != 1:
             self.fail(ArityError, f"{function.text} takes 1 argument, {len(node.args)} given", function.coord)
@@ -423,7 +336,7 @@ class _Checker:
         if declared is None:
             later = self.declared_on.get(name.text)
             hint = (f" (it is declared on line {later}, after this use)" if later
-                    else _suggest(name.text, self.declared))
+                    else did_you_mean(name.text, self.declared))
             self.fail(UndefinedNameError, f"'{name.text}' is not declared{hint}", name.coord)
         declared.used = True
         return declared
@@ -434,7 +347,8 @@ class _Checker:
         function = self.functions.get(name.text) or self.composites.get(name.text)
         if function is None:
             known = [*self.functions, *self.composites, *expr.FUNCTIONS]
-            self.fail(UnknownFunctionError, f"unknown function '{name.text}'{_suggest(name.text, known)}", name.coord)
+            self.fail(UnknownFunctionError, f"unknown function '{name.text}'{did_you_mean(name.text, known)}",
+                      name.coord)
         wanted, given = len(function.params), len(statement.args)
         if wanted != given:
             plural = "s" if wanted != 1 else ""
@@ -481,17 +395,19 @@ class _Checker:
                 want, have = conflict
                 self.fail(SizeMismatchError,
                           f"size mismatch in {where}: '{name.text}' has "
-                          f"{_size_phrase(declared.kind, axis, have)}, but it must have "
-                          f"{_size_phrase(declared.kind, axis, want)}", name.coord)
+                          f"{size_phrase(declared.kind, axis, have)}, but it must have "
+                          f"{size_phrase(declared.kind, axis, want)}", name.coord)
 
     def new_value(self, name: ast.Name, declared: _Declared, producer: int | None) -> int:
-        previous = self.current.get(name.text)
+        return self.push(name.text, declared.kind, declared.dims, name.coord, producer)
+
+    def push(self, name: str, kind: Kind, dims: tuple[int, ...], coord: Coord, producer: int | None) -> int:
+        """A new version of the value ``name``, current from here on."""
+        previous = self.current.get(name)
         version = 1 if previous is None else self.values[previous].version + 1
-        value_id = len(self.values)
-        self.values.append(_Pending(name.text, version, declared.kind, declared.dims,
-                                    name.coord, producer))
-        self.current[name.text] = value_id
-        return value_id
+        self.values.append(_Pending(name, version, kind, dims, coord, producer))
+        self.current[name] = len(self.values) - 1
+        return len(self.values) - 1
 
     # -- results --------------------------------------------------------------
 

@@ -11,13 +11,13 @@ cannot fail, and the calls it adds read and size exactly as the composite says.
 
 from __future__ import annotations
 
-import difflib
 import re
-from pathlib import Path
 from typing import Mapping
 
-from ..errors import Coord, LibraryValidationError
+from ..errors import Coord, LibraryValidationError, source_line
 from ..ir import expr
+from ..ir.sizes import Sizes, size_phrase
+from ..validate import did_you_mean
 from .model import Composite, CompositeCall, Function, Kind, Param
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -41,65 +41,17 @@ def check_composites(composites: Mapping[str, Composite], functions: Mapping[str
     _check_cycles(composites)
 
 
-class _Sizes:
-    """Union-find over dimensions: the composite's own (fixed names) and each call's
-    dimension variables (fresh, unnamed until unified with a fixed one)."""
-
-    def __init__(self) -> None:
-        self.parent: list[int] = []
-        self.fixed: list[str | None] = []
-        self.named: dict[str, int] = {}
-
-    def symbol(self, name: str) -> int:
-        if name not in self.named:
-            self.named[name] = self.variable(name)
-        return self.named[name]
-
-    def variable(self, name: str | None = None) -> int:
-        self.parent.append(len(self.parent))
-        self.fixed.append(name)
-        return len(self.parent) - 1
-
-    def find(self, node: int) -> int:
-        while self.parent[node] != node:
-            node = self.parent[node]
-        return node
-
-    def unify(self, a: int, b: int) -> tuple[str, str] | None:
-        """Merge two classes; their names when both are fixed and differ."""
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return None
-        if self.fixed[ra] is not None and self.fixed[rb] is not None:
-            return self.fixed[ra], self.fixed[rb]
-        if self.fixed[ra] is None:
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        return None
-
-    def name(self, node: int) -> str:
-        return self.fixed[self.find(node)] or "?"
-
-
-_AXES = {Kind.VECTOR: ("length",), Kind.MATRIX: ("rows", "columns")}
-
-
-def _phrase(kind: Kind, axis: int, size: str) -> str:
-    word = _AXES[kind][axis]
-    return f"length {size}" if word == "length" else f"{size} {word}"
-
-
 def _check_body(composite: Composite, functions: Mapping[str, Function],
                 composites: Mapping[str, Composite]) -> None:
     if not composite.calls:
         _fail(f"composite {composite.name!r} has no 'call' lines", composite.coord)
-    sizes = _Sizes()
+    sizes = Sizes()
     values: dict[str, tuple[Kind, tuple[int, ...], Coord]] = {
         p.name: (p.kind, tuple(sizes.symbol(d) for d in composite.dims_of(p)), p.coord) for p in composite.params}
     read: set[str] = set()
     for call in composite.calls:
         callee = _callee(composite, call, functions, composites)
-        fresh = {var: sizes.variable() for p in (*callee.params, callee.result) for var in p.dims}
+        fresh = {var: sizes.variable("?") for p in (*callee.params, callee.result) for var in p.dims}
         for index, (param, arg, coord) in enumerate(zip(callee.params, call.args, call.arg_coords), start=1):
             _argument(callee, index, param, arg, coord, values, sizes, fresh)
             read.add(arg)
@@ -130,10 +82,8 @@ def _callee(composite: Composite, call: CompositeCall, functions: Mapping[str, F
         _fail(f"composite {composite.name!r} calls itself", call.coord)
     callee = functions.get(call.function) or composites.get(call.function)
     if callee is None:
-        close = difflib.get_close_matches(call.function, [*functions, *composites], n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
         _fail(f"unknown function {call.function!r}: the library has no function or composite of that"
-              f" name{hint}", call.coord)
+              f" name{did_you_mean(call.function, [*functions, *composites])}", call.coord)
     if len(call.args) != len(callee.params):
         wanted = len(callee.params)
         _fail(f"{callee.name} takes {wanted} argument{'s' if wanted != 1 else ''}, {len(call.args)} given:"
@@ -142,7 +92,7 @@ def _callee(composite: Composite, call: CompositeCall, functions: Mapping[str, F
 
 
 def _argument(callee, index: int, param: Param, arg: str, coord: Coord,
-              values: dict[str, tuple[Kind, tuple[int, ...], Coord]], sizes: _Sizes, fresh: dict[str, int]) -> None:
+              values: dict[str, tuple[Kind, tuple[int, ...], Coord]], sizes: Sizes, fresh: dict[str, int]) -> None:
     where = f"argument {index} of {callee.name}"
     if not is_name(arg):
         if param.kind is not Kind.SCALAR:
@@ -157,11 +107,11 @@ def _argument(callee, index: int, param: Param, arg: str, coord: Coord,
         conflict = sizes.unify(node, fresh[var])
         if conflict is not None:
             have, want = conflict
-            _fail(f"size mismatch in {where}: {arg!r} has {_phrase(kind, axis, have)}, but it must have"
-                  f" {_phrase(kind, axis, want)}", coord)
+            _fail(f"size mismatch in {where}: {arg!r} has {size_phrase(kind, axis, have)}, but it must have"
+                  f" {size_phrase(kind, axis, want)}", coord)
 
 
-def _check_result(composite: Composite, values, sizes: _Sizes) -> None:
+def _check_result(composite: Composite, values, sizes: Sizes) -> None:
     last = composite.calls[-1]
     result = composite.result
     if last.target != result.name:
@@ -175,8 +125,8 @@ def _check_result(composite: Composite, values, sizes: _Sizes) -> None:
         conflict = sizes.unify(node, sizes.symbol(var))
         if conflict is not None:
             have, want = conflict
-            _fail(f"the result {result.name!r} is declared with {_phrase(kind, axis, want)}, but"
-                  f" {last.function} makes it with {_phrase(kind, axis, have)}", last.target_coord)
+            _fail(f"the result {result.name!r} is declared with {size_phrase(kind, axis, want)}, but"
+                  f" {last.function} makes it with {size_phrase(kind, axis, have)}", last.target_coord)
 
 
 def _check_cycles(composites: Mapping[str, Composite]) -> None:
@@ -201,8 +151,4 @@ def _check_cycles(composites: Mapping[str, Composite]) -> None:
 
 
 def _fail(message: str, coord: Coord):
-    try:
-        line = Path(coord.file).read_text(encoding="utf-8").split("\n")[coord.line - 1]
-    except (OSError, IndexError):
-        line = None
-    raise LibraryValidationError(message, coord, line)
+    raise LibraryValidationError(message, coord, source_line(coord.file, coord.line))

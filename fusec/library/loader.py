@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..cache import Recent
-from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at
+from ..errors import Coord, LibraryFormatError, LibraryValidationError, coord_at, source_line
 from ..ir import geometry as geo
 from ..validate import printable, shown
 from .composite import check_composites
@@ -189,7 +189,7 @@ def _parse_library(root: Path, header: dict, data: dict[Path, bytes], function_p
         if function.name in functions:
             raise LibraryValidationError(
                 f"function {function.name!r} is defined twice (also in {functions[function.name].file})",
-                function.coord, _source_line(function.file, function.coord.line))
+                function.coord, source_line(function.file, function.coord.line))
         functions[function.name] = function
 
     homes = _routine_homes(prelude + routine_files, list(functions.values()))
@@ -709,15 +709,8 @@ def _parse_routine(line: Line) -> Routine:
 
 # --------------------------------------------------------------------------- validation
 
-def _source_line(file: str, line: int) -> str | None:
-    try:
-        return Path(file).read_text(encoding="utf-8").split("\n")[line - 1]
-    except (OSError, IndexError):
-        return None
-
-
 def _fail(message: str, coord: Coord):
-    raise LibraryValidationError(message, coord, _source_line(coord.file, coord.line))
+    raise LibraryValidationError(message, coord, source_line(coord.file, coord.line))
 
 
 def _routine_homes(files: tuple[SourceFile, ...], functions: list[Function]) -> dict[str, str]:

@@ -8,8 +8,6 @@ import math
 import numbers
 from typing import Any
 
-import numpy as np
-
 from .. import validate
 from ..errors import ArgumentError
 from .arrays import dtype_name, framework_of
@@ -78,7 +76,7 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
     dtype = dtype_name(A)
     if dtype not in DTYPES:
         raise ArgumentError("A", f"has dtype {dtype}: pass float32 or float64")
-    if not _contiguous(A, framework):
+    if not arrays.contiguous(A):
         raise ArgumentError("A", "is not C-contiguous: pass a C-contiguous copy")
     n = int(A.shape[0])
     for name, v in (("b", b), ("x0", x0)):
@@ -118,11 +116,3 @@ def _zero_lines(survey) -> str:
         elif count:
             said.append(f"{line} {first} is the first of {count} zero {line}s")
     return "; ".join(said) + ": A is singular"
-
-
-def _contiguous(A, framework: str) -> bool:
-    if framework == "torch":
-        return bool(A.is_contiguous())
-    if framework == "numpy":
-        return bool(np.asarray(A).flags.c_contiguous)
-    return bool(A.flags.c_contiguous)

@@ -316,6 +316,8 @@ HEADER_BYTES = 64  # a survey's output: 4 doubles, then 8 unsigned ints (5 used)
 def flag_words(n: int) -> int:
     """32-bit words of the survey's column bits for n columns (a warp's 32 V columns in V words)."""
     return -(-n // 32) + 4
+
+
 _WORK: dict = {}  # (framework, device, thread) -> a survey's output and flags, for the largest n yet
 
 
