@@ -230,7 +230,8 @@ extern "C" __global__ void fusec_survey_float64(const double *A, int n, int rows
 """
 
 THREADS, MOST_BLOCKS = 256, 1024  # a survey's and a copy's launch: enough in flight to stream A
-SURVEY_ROWS = 64  # as SOURCE defines it
+SURVEY_ROWS = 64  # as SOURCE defines it: the tallest stripe
+STRIPE_ROWS = 16  # the stripe the survey takes
 COPIES = 8  # arrays one launch of fusec_copy_arrays copies
 
 
@@ -286,10 +287,11 @@ def survey(arrays, A, b, x0, dtype: str) -> list[float]:
 
 def stripes(n: int) -> tuple[int, int]:
     """Rows of A a block of the survey takes at a time and the blocks (MOST_BLOCKS at most, each
-    then taking every gridDim-th stripe). Tall stripes: every block ORs its columns into every
-    word of the columns' bits, so thin ones (1 row a block at n = 1024) cost more in contended
-    atomics than their parallelism gains (experiments/survey_cost.py)."""
-    rows = min(SURVEY_ROWS, n)
+    then taking every gridDim-th stripe). Every block ORs its columns into every word of the
+    columns' bits, so thin stripes cost contended atomics and tall ones leave blocks idle: of
+    4 to 64 rows, STRIPE_ROWS was fastest or within 2 % of it at n = 1024, 4096 and 16384 in
+    both precisions but fp64 n = 1024 (experiments/results/h200-survey-cost.md)."""
+    rows = min(STRIPE_ROWS, n)
     return rows, min(MOST_BLOCKS, -(-n // rows))
 
 
