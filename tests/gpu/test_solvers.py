@@ -325,7 +325,7 @@ def singular_cases(n: int, dtype: str):
     rng = np.random.default_rng([n, 11])
     full = (rng.uniform(0.5, 1.0, (n, n)) * rng.choice([-1.0, 1.0], (n, n))).astype(dtype)
     cases = [("no zero", full)]
-    picks = sorted({0, n // 2, n - 1} | {k for k in (63, 64, 255, 256, 257, 4095, 4096) if k < n})
+    picks = sorted({0, n // 2, n - 1} | {k for k in (15, 16, 63, 64, 255, 256, 257, 4095, 4096) if k < n})
     for k in picks:
         cases.append((f"row {k}", full.copy()))
         cases[-1][1][k, :] = 0
@@ -377,10 +377,10 @@ def test_the_survey_kernel_finds_zero_rows_and_columns_as_numpy_does(dtype, n, f
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_survey_kernel_with_fewer_blocks_than_stripes_finds_what_numpy_does(dtype, blocks, monkeypatch):
     # past MOST_BLOCKS stripes (n > 65536) each block takes every gridDim-th stripe: made here
-    # at n = 1000 (16 stripes) by a smaller cap
+    # at n = 1000 (63 stripes) by a smaller cap
     kernels, arrays, where = solver_kernels("cupy")
     monkeypatch.setattr(kernels, "MOST_BLOCKS", blocks)
-    assert kernels.stripes(1000) == (kernels.SURVEY_ROWS, blocks)
+    assert kernels.stripes(1000) == (kernels.STRIPE_ROWS, blocks)
     b = np.linspace(-1, 1, 1000).astype(dtype)
     for what, A in singular_cases(1000, dtype):
         got = kernels.survey(arrays, device(where, A), device(where, b), None, dtype)
