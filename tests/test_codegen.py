@@ -151,6 +151,8 @@ def test_generated_source(script, dtype, plan):
             bounds = f"__launch_bounds__(BLOCK, {kernel.plan.per_sm})"
         assert f'extern "C" __global__ void {bounds} {kernel.name}(' in source
         assert source_of(kernel) in source
+        # first of all, it waits for the kernel before it (launched while that one runs: support.cuh)
+        assert re.search(rf"{kernel.name}\([^)]*\)\n\{{\n  fusec_follow_previous\(\);\n", source), kernel.name
 
     # Comments name each call's script line and the routine behind every step.
     name = Path(dag.file).name

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import warnings
 
 import numpy as np
@@ -238,6 +239,7 @@ def test_a_returned_expression_is_stored_by_one_thread_after_every_kernel():
     assert (last.grid({"n": 10 ** 6}), last.block, last.leaves(), last.reductions) == (1, 1, (), ())
     source = generated.sources[-1]
     assert "__launch_bounds__(1) k2_scalars(" in source
+    assert re.search(r"k2_scalars\([^)]*\)\n\{\n  fusec_follow_previous\(\);\n", source)
     assert "const real v4_t = -(v2_a + real(2.5)) * fabs(v3_rho);  // t = -(a + 2.5) * abs(rho) (line 5)" in source
     assert source.rstrip().endswith("*g_v4_t = v4_t;\n  *g_v5_u = v5_u;\n}")
     assert "k2_scalars: the returned scalar expressions, stored by one thread" in generated.source

@@ -87,10 +87,11 @@ def fast_sgemv(extension, outputs, launched, scalar_names=("alpha", "beta"), res
 
 
 def test_native_kernel_names_each_changing_field_by_offset_kind_and_source():
-    function, grid, block, parameters, changes, shared = native_kernel(
+    function, grid, block, parameters, changes, shared, dependent = native_kernel(
         0xF00, 2, 256, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"))
     offsets = parameter_offsets(FORMAT)
-    assert (function, grid, block, shared) == (0xF00, 2, 256, 0)
+    assert (function, grid, block, shared, dependent) == (0xF00, 2, 256, 0, False)
+    assert native_kernel(0xF00, 2, 256, FORMAT, VALUES, CHANGING, SOURCES, ("alpha", "beta"), dependent=True)[6]
     assert parameters == struct.pack("@" + FORMAT, *VALUES)
     assert changes == ((offsets[3], "P", 0), (offsets[4], "f", 0), (offsets[5], "f", 1))
     doubles = native_kernel(1, 1, 32, "Pdd", (0, 1.0, 2.0), (0, 2), (0, "beta"), ("alpha", "beta"))

@@ -155,8 +155,8 @@ class _FakeLaunchKernel:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, function, grid, block, shared, stream, buffer):
-        self.calls.append(((function, grid, block, shared, stream), bytes(buffer)))
+    def __call__(self, function, grid, block, shared, stream, buffer, dependent):
+        self.calls.append(((function, grid, block, shared, stream, dependent), bytes(buffer)))
 
 
 def test_parameter_offsets_follow_native_alignment():
@@ -178,9 +178,11 @@ def test_a_bound_launch_rewrites_only_its_changing_parameters():
     launch([POINTER + 64, 0.25])
     launch([POINTER + 128, -3.0])
     (head, first), (_, second) = fake.calls
-    assert head == (0xF1, 33, 256, 0, 0x5000)
+    assert head == (0xF1, 33, 256, 0, 0x5000, False)
     assert first == struct.pack("@PPfiq", POINTER, POINTER + 64, 0.25, 1, 1 << 40)
     assert second == struct.pack("@PPfiq", POINTER, POINTER + 128, -3.0, 1, 1 << 40)
+    Launch(fake, 0xF1, 33, 256, "P", (POINTER,), changing=(), dependent=True)([])
+    assert fake.calls[-1][0][-1] is True  # a programmatic dependent launch
 
 
 def test_the_extension_is_built_with_the_package_and_needs_no_gpu_to_import():
@@ -205,7 +207,8 @@ def test_a_bound_launch_passes_its_dynamic_shared_bytes():
     fake = _FakeLaunchKernel()
     Launch(fake, 0xF1, 132, 512, "Pi", (POINTER, 1), changing=(0,), shared=HELD_SHARED)([POINTER + 64])
     Launch(fake, 0xF2, 2, 256, "Pi", (POINTER, 1), changing=(0,))([POINTER + 64])
-    assert [head for head, _ in fake.calls] == [(0xF1, 132, 512, HELD_SHARED, 0), (0xF2, 2, 256, 0, 0)]
+    assert [head for head, _ in fake.calls] == [(0xF1, 132, 512, HELD_SHARED, 0, False),
+                                                (0xF2, 2, 256, 0, 0, False)]
 
 
 def test_the_residency_check_passes_when_every_block_fits():
@@ -242,8 +245,11 @@ def _kernel(name, **held):
 class _FakeBinding:
     """The extension's module calls Loaded makes, in context 7."""
 
-    def __init__(self, per_sm=1):
-        self.per_sm, self.calls = per_sm, []
+    def __init__(self, per_sm=1, dependent=True):
+        self.per_sm, self.calls, self.dependent = per_sm, [], dependent
+
+    def dependent_launch(self):
+        return self.dependent
 
     def current_context(self):
         return 7
@@ -263,8 +269,8 @@ class _FakeBinding:
         self.calls.append(("occupancy", function, block, shared))
         return self.per_sm
 
-    def launch(self, function, grid, block, shared, stream, parameters):
-        self.calls.append(("launch", function, grid, block, shared, stream, bytes(parameters)))
+    def launch(self, function, grid, block, shared, stream, parameters, dependent=False):
+        self.calls.append(("launch", function, grid, block, shared, stream, bytes(parameters), dependent))
 
     def unload_module(self, module):
         self.calls.append(("unload", module))
@@ -288,8 +294,8 @@ def test_the_whole_way_launches_with_the_kernels_dynamic_shared_bytes(monkeypatc
     loaded.launch(held, 132, [POINTER], 0x5000)
     loaded.launch(plain, 3, [POINTER])
     packed = struct.pack("@P", POINTER)
-    assert fake.calls[-2:] == [("launch", function, 132, 512, HELD_SHARED, 0x5000, packed),
-                               ("launch", loaded.function(plain), 3, 512, 0, 0, packed)]
+    assert fake.calls[-2:] == [("launch", function, 132, 512, HELD_SHARED, 0x5000, packed, False),
+                               ("launch", loaded.function(plain), 3, 512, 0, 0, packed, False)]
     assert loaded.shared == {"held_0": HELD_SHARED, "k1": 0}
     assert loaded.resident_blocks(held) == 1
     assert fake.calls[-1] == ("occupancy", function, 512, HELD_SHARED)
@@ -394,3 +400,36 @@ def test_a_program_without_held_kernels_asks_nothing(monkeypatch):
     monkeypatch.setattr(cuda, "multiprocessor_count", unwanted)
     monkeypatch.setattr(plain, "_load", unwanted)
     assert plain._check_resident(SimpleNamespace(handle=1), {"m": 300, "n": 200}) is None
+
+
+# -- programmatic dependent launches ---------------------------------------------------
+
+@pytest.mark.parametrize(("asked", "driver_has", "launched"), [(True, True, True), (True, False, False),
+                                                               (False, True, False)])
+def test_kernels_are_dependent_launches_where_asked_and_the_driver_has_them(monkeypatch, asked, driver_has,
+                                                                           launched):
+    from fusec.runtime import cuda, native
+    fake = _FakeBinding(dependent=driver_has)
+    monkeypatch.setattr(native, "require", lambda: fake)
+    plain = _kernel("k1")
+    loaded = cuda.Loaded(b"cubin", [plain], dependent=asked)
+    loaded.launch(plain, 3, [POINTER])
+    assert loaded.dependent is launched and fake.calls[-1][-1] is launched
+
+
+def test_dependent_launches_from_sm_90_on():
+    from fusec.runtime.cuda import has_dependent_launch
+    assert [has_dependent_launch(a) for a in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120")] \
+        == [False, False, False, True, True, True, True]
+
+
+def test_a_program_takes_dependent_launch_as_a_bool():
+    from helpers import ROOT
+
+    from fusec import compile as fusec_compile
+    from fusec.runtime.program import Program
+    program = fusec_compile(ROOT / "scripts" / "bicgk.script", gpu="h100")
+    assert program.dependent_launch is True
+    assert Program(program.generated, dependent_launch=False).dependent_launch is False
+    with pytest.raises(TypeError, match="dependent_launch must be True or False"):
+        Program(program.generated, dependent_launch="no")

@@ -47,9 +47,7 @@ def emit_kernel(kernel: Kernel, dag: Dag, library: Library, probe: bool = False)
     w()
 
     params = ",\n    ".join(a.decl for a in kernel.args)
-    w(f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(\n    {params})')
-    w.open("")
-    w.lines[-1] = "{"
+    w.open_kernel("__launch_bounds__(BLOCK)", kernel.name, params)
     w(f"using namespace {namespace};")
     if kernel.turns:
         w("// the block's work item: launches alternate the direction (Kernel.turns), so each")

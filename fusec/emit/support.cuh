@@ -1,6 +1,19 @@
 // ---- fusec support: instance contexts and the cross-block finish of reductions ----
 // (`real` and `VEC` are defined above by the generator.)
 
+// Every generated kernel's first statement. fusec launches its kernels as programmatic
+// dependent launches where the GPU has them (sm_90 on): the driver may start a kernel
+// while the one before it in the stream still runs, so that its launch overlaps that
+// one's end. Here it waits until the kernel before has ended and its writes are visible
+// (a no-op for a plain launch), and then lets the kernel after it be launched in turn:
+// one kernel ahead at most, so the blocks it keeps waiting take little room.
+__device__ __forceinline__ void fusec_follow_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // VEC reals moved by one 16-byte access.
 struct __align__(16) fusec_vec { real v[VEC]; };
 

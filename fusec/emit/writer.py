@@ -24,6 +24,16 @@ class CudaWriter:
         self.depth -= 1
         self(text)
 
+    def open_kernel(self, bounds: str, name: str, params: str) -> None:
+        """A generated kernel's signature and first statement. Every fusec kernel may be
+        launched while the kernel before it in the stream still runs (a programmatic
+        dependent launch: fusec/runtime/fastcall.c), so before anything else it waits for
+        that one to end (support.cuh)."""
+        self(f'extern "C" __global__ void {bounds} {name}(\n    {params})')
+        self("{")
+        self.depth += 1
+        self("fusec_follow_previous();")
+
 
 def call_text(dag: Dag, call: int) -> str:
     record = dag.call(call)

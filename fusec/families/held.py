@@ -546,9 +546,7 @@ def emit_kernel(kernel: HeldKernel, dag: Dag, library: Library) -> str:
     params = ",\n    ".join(a.decl for a in kernel.args)
     w(f"#define BLOCK {kernel.block}")
     w(f"// {plan.per_sm} block{'s' if plan.per_sm > 1 else ''} on each SM at once: every block is resident")
-    w(f'extern "C" __global__ void __launch_bounds__(BLOCK, {plan.per_sm}) {kernel.name}(\n    {params})')
-    w("{")
-    w.depth += 1
+    w.open_kernel(f"__launch_bounds__(BLOCK, {plan.per_sm})", kernel.name, params)
     w(f"extern __shared__ __align__(16) unsigned char fusec_dynamic[];  // the {unit} held in shared memory")
     w(f"real held_registers[{rows}][{slots}];  // the {unit} held in registers: constant indices only")
     w("real* const held_shared = reinterpret_cast<real*>(fusec_dynamic);")

@@ -204,9 +204,7 @@ def emit_kernel(kernel: HorizontalKernel, dag: Dag, library: Library) -> str:
         bounds = f"__maxnreg__({plan.bound})"
     else:  # no register bound: one block per SM is enough, so ptxas gives the code what it needs
         bounds = "__launch_bounds__(BLOCK, 1)"
-    w(f'extern "C" __global__ void {bounds} {kernel.name}(\n    {params})')
-    w("{")
-    w.depth += 1
+    w.open_kernel(bounds, kernel.name, params)
     for p, (part, offset) in enumerate(zip(kernel.parts, kernel.offsets)):
         end = offset + part.block
         condition = f"threadIdx.x < {end}"

@@ -71,9 +71,7 @@ def emit_kernel(kernel: ScalarKernel, dag: Dag) -> str:
     w(f"// ==== kernel {kernel.index}: {kernel.name} " + "=" * max(0, 70 - len(kernel.name)))
     w("//   the scalar expressions the script returns, stored by one thread after every other kernel")
     params = ",\n    ".join(a.decl for a in kernel.args)
-    w(f'extern "C" __global__ void __launch_bounds__(1) {kernel.name}(\n    {params})')
-    w("{")
-    w.depth += 1
+    w.open_kernel("__launch_bounds__(1)", kernel.name, params)
     emit_scalars(w, kernel, dag)
     for value in kernel.plan.values:
         c = dag.value(value).c_name

@@ -285,9 +285,7 @@ def emit_kernel(kernel: StripedKernel, dag: Dag, library: Library) -> str:
                   helpers)
     params = ",\n    ".join(a.decl for a in kernel.args)
     w(f"#define BLOCK {kernel.block}")
-    w(f'extern "C" __global__ void __launch_bounds__(BLOCK) {kernel.name}(\n    {params})')
-    w("{")
-    w.depth += 1
+    w.open_kernel("__launch_bounds__(BLOCK)", kernel.name, params)
     first, second = (part.name for part in kernel.parts)
     w(f"const int stripes = {first}::stripes(rows_0, cols_0);")
     w(f"const int n0 = {first}::across(rows_0, cols_0), n1 = {second}::across(rows_1, cols_1);")

@@ -231,13 +231,21 @@ def multiprocessor_count(ctx) -> int:
     return ctx.get_device().get_attribute(driver().device_attribute.MULTIPROCESSOR_COUNT)
 
 
+def has_dependent_launch(arch: str) -> bool:
+    """Whether kernels built for ``arch`` (``sm_XY``) honour programmatic dependent launches."""
+    return int(arch.removeprefix("sm_").rstrip("abf")) >= 90
+
+
 class Loaded:
     """The program's kernels loaded into one context (once, by the extension:
-    :mod:`.native`), launched on any stream."""
+    :mod:`.native`), launched on any stream; with ``dependent``, as programmatic
+    dependent launches where the driver has them (every generated kernel waits
+    for the kernel before it first: support.cuh)."""
 
-    def __init__(self, cubin: bytes, kernels):
+    def __init__(self, cubin: bytes, kernels, *, dependent: bool = False):
         ext = native.require()
         self.binding = ext
+        self.dependent = bool(dependent) and ext.dependent_launch()
         self.context = ext.current_context()
         self.module = ext.load_module(cubin)
         self.functions: dict[str, int] = {}  # kernel name -> its CUfunction
@@ -269,7 +277,7 @@ class Loaded:
     def launch(self, kernel, grid: int, args: list, stream: int = 0) -> None:
         """One launch of ``kernel`` on ``stream`` (a CUstream as an int; 0 the legacy default stream)."""
         self.binding.launch(self.functions[kernel.name], grid, kernel.block, self.shared[kernel.name], stream,
-                            struct.pack(self.formats[kernel.name], *args))
+                            struct.pack(self.formats[kernel.name], *args), self.dependent)
 
 
 def parameter_format(kernel) -> str:

@@ -40,6 +40,14 @@
  * cuda.Loaded.own_function gives the function that leave before the FastCall
  * is made, and the program checks first that all its blocks fit at once).
  *
+ * A kernel may be launched as a programmatic dependent launch (sm_90 on, CUDA
+ * 12 drivers: cuLaunchKernelEx with PROGRAMMATIC_STREAM_SERIALIZATION; kernel
+ * tuple field 'dependent'): the driver starts it while the kernel before it in
+ * the stream still runs, so its launch overlaps that one's end. The kernel
+ * itself waits at its first statement until the one before has ended and its
+ * writes are visible (support.cuh: fusec_follow_previous); only fusec's
+ * generated kernels, which all do, are launched so.
+ *
  * Every launch goes on one stream: the FastCall's, the stream of the call that
  * prepared it (the caller's, or its framework's current one). A call passed
  * another stream returns None: the Python path prepares for that one.
@@ -71,6 +79,23 @@ typedef void *CUfunction;
 typedef void *CUstream;
 typedef void *CUevent;
 
+/* cuLaunchKernelEx's configuration (cuda.h, CUDA 12): one attribute at most here */
+#define LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef struct {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        int programmaticStreamSerializationAllowed;
+    } value;
+} CUlaunchAttribute;
+typedef struct {
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned numAttrs;
+} CUlaunchConfig;
+
 static CUresult (*cuCtxGetCurrent_)(CUcontext *);
 static CUresult (*cuModuleLoadData_)(CUmodule *, const void *);
 static CUresult (*cuModuleGetFunction_)(CUfunction *, CUmodule, const char *);
@@ -87,6 +112,7 @@ static CUresult (*cuEventRecord_)(CUevent, CUstream);
 static CUresult (*cuEventDestroy_)(CUevent);
 static CUresult (*cuStreamWaitEvent_)(CUstream, CUevent, unsigned);
 static CUresult (*cuStreamSynchronize_)(CUstream);
+static CUresult (*cuLaunchKernelEx_)(const CUlaunchConfig *, CUfunction, void **, void **);  /* NULL before CUDA 12 */
 
 static PyObject *driver_error;  /* fusec.errors.DriverError, handed over by set_error_class */
 
@@ -117,9 +143,25 @@ static int open_driver(void) {
     FIND(cuEventDestroy_, "cuEventDestroy_v2")
     FIND(cuStreamWaitEvent_, "cuStreamWaitEvent")
     FIND(cuStreamSynchronize_, "cuStreamSynchronize")
+    *(void **)(&cuLaunchKernelEx_) = dlsym(lib, "cuLaunchKernelEx");  /* optional */
     FIND(cuLaunchKernel_, "cuLaunchKernel")  /* last: it marks the table complete */
 #undef FIND
     return 0;
+}
+
+/* One launch of packed parameters; dependent: as a programmatic dependent launch (callers
+ * ask only where cuLaunchKernelEx exists: dependent_launch()). */
+static CUresult launch_one(CUfunction function, unsigned grid, unsigned block, unsigned shared, CUstream stream,
+                           void *parameters, size_t size, int dependent) {
+    void *extra[] = {(void *)1, parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
+    if (!dependent || !cuLaunchKernelEx_)
+        return cuLaunchKernel_(function, grid, 1, 1, block, 1, 1, shared, stream, NULL, extra);
+    CUlaunchAttribute attribute;
+    memset(&attribute, 0, sizeof attribute);
+    attribute.id = LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config = {grid, 1, 1, block, 1, 1, shared, stream, &attribute, 1};
+    return cuLaunchKernelEx_(&config, function, NULL, extra);
 }
 
 static PyObject *raise_driver(CUresult result, const char *call) {
@@ -206,24 +248,31 @@ static PyObject *resident_blocks(PyObject *self, PyObject *args) {
     return PyLong_FromLong(count);
 }
 
-/* launch(function, grid, block, shared, stream, parameters): one launch with its parameters
- * packed in a buffer (the kernel's ABI layout), on any stream of the current context. */
+/* launch(function, grid, block, shared, stream, parameters[, dependent]): one launch with its
+ * parameters packed in a buffer (the kernel's ABI layout), on any stream of the current context;
+ * dependent (default 0): as a programmatic dependent launch. */
 static PyObject *launch_packed(PyObject *self, PyObject *args) {
     PyObject *function, *stream;
     unsigned grid, block, shared;
+    int dependent = 0;
     Py_buffer parameters;
-    if (!PyArg_ParseTuple(args, "OIIIOy*", &function, &grid, &block, &shared, &stream, &parameters)) return NULL;
+    if (!PyArg_ParseTuple(args, "OIIIOy*|p", &function, &grid, &block, &shared, &stream, &parameters, &dependent))
+        return NULL;
     void *handle = PyLong_AsVoidPtr(function), *on = PyLong_AsVoidPtr(stream);
     if (PyErr_Occurred() || open_driver() < 0) {
         PyBuffer_Release(&parameters);
         return NULL;
     }
-    size_t size = (size_t)parameters.len;
-    void *extra[] = {(void *)1, parameters.buf, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
-    CUresult result = cuLaunchKernel_(handle, grid, 1, 1, block, 1, 1, shared, on, NULL, extra);
+    CUresult result = launch_one(handle, grid, block, shared, on, parameters.buf, (size_t)parameters.len, dependent);
     PyBuffer_Release(&parameters);
-    if (result) return raise_driver(result, "cuLaunchKernel");
+    if (result) return raise_driver(result, dependent ? "cuLaunchKernelEx" : "cuLaunchKernel");
     Py_RETURN_NONE;
+}
+
+/* dependent_launch(): whether the driver launches programmatic dependent launches (CUDA 12 on). */
+static PyObject *dependent_launch(PyObject *self, PyObject *unused) {
+    if (open_driver() < 0) return NULL;
+    return PyBool_FromLong(cuLaunchKernelEx_ != NULL);
 }
 
 #define EVENT_DISABLE_TIMING 2  /* CU_EVENT_DISABLE_TIMING */
@@ -325,6 +374,7 @@ typedef struct {
     CUfunction function;
     unsigned grid, block;
     unsigned shared;    /* bytes of dynamic shared memory each launch passes */
+    int dependent;      /* 1: a programmatic dependent launch */
     size_t size;
     char *parameters;   /* packed once; the changing fields are rewritten by each call */
     Py_ssize_t changes;
@@ -387,7 +437,8 @@ static void fastcall_dealloc(FastCall *self) {
 }
 
 /* kernels: tuple of (function: int, grid: int, block: int, parameters: bytes,
- * changes: tuple of (offset: int, kind: str, source: int)[, shared: int, default 0]) */
+ * changes: tuple of (offset: int, kind: str, source: int)[, shared: int, default 0
+ * [, dependent: bool, default False]]) */
 static int read_kernels(FastCall *self, PyObject *kernels) {
     if (!PyTuple_Check(kernels)) {
         PyErr_SetString(PyExc_TypeError, "kernels must be a tuple");
@@ -402,9 +453,14 @@ static int read_kernels(FastCall *self, PyObject *kernels) {
         PyObject *function, *changes;
         const char *parameters;
         Py_ssize_t size;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(kernels, k), "OIIy#O!|I", &function, &kernel->grid, &kernel->block,
-                              &parameters, &size, &PyTuple_Type, &changes, &kernel->shared))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(kernels, k), "OIIy#O!|Ip", &function, &kernel->grid, &kernel->block,
+                              &parameters, &size, &PyTuple_Type, &changes, &kernel->shared, &kernel->dependent))
             return -1;
+        if (kernel->dependent && (open_driver() < 0 || !cuLaunchKernelEx_)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "a dependent launch needs cuLaunchKernelEx (a CUDA 12 driver)");
+            return -1;
+        }
         kernel->function = PyLong_AsVoidPtr(function);
         if (PyErr_Occurred()) return -1;
         kernel->size = (size_t)size;
@@ -908,12 +964,10 @@ static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uin
         Py_XDECREF(result);
         status = result ? 0 : -1;
     } else {
-        size_t size = kernel->size;
-        void *extra[] = {(void *)1, parameters, (void *)2, &size, (void *)0};  /* BUFFER_POINTER, SIZE, END */
-        CUresult result = cuLaunchKernel_(kernel->function, kernel->grid, 1, 1, kernel->block, 1, 1,
-                                          kernel->shared, self->stream, NULL, extra);
+        CUresult result = launch_one(kernel->function, kernel->grid, kernel->block, kernel->shared, self->stream,
+                                     parameters, kernel->size, kernel->dependent);
         if (result) {
-            raise_driver(result, "cuLaunchKernel");
+            raise_driver(result, kernel->dependent ? "cuLaunchKernelEx" : "cuLaunchKernel");
             status = -1;
         }
     }
@@ -1004,7 +1058,10 @@ static PyMethodDef methods[] = {
     {"resident_blocks", resident_blocks, METH_VARARGS,
      "resident_blocks(function, block, shared): blocks one SM holds at once (the driver's occupancy)."},
     {"launch", launch_packed, METH_VARARGS,
-     "launch(function, grid, block, shared, stream, parameters): one launch, parameters packed."},
+     "launch(function, grid, block, shared, stream, parameters[, dependent]): one launch, parameters packed;"
+     " dependent: as a programmatic dependent launch."},
+    {"dependent_launch", dependent_launch, METH_NOARGS,
+     "Whether the driver has programmatic dependent launches (cuLaunchKernelEx)."},
     {"synchronize", synchronize, METH_O, "Wait on the host until a stream's work is done."},
     {"wait", wait_stream, METH_VARARGS, "wait(stream, producer): stream waits for what producer has queued."},
     {NULL, NULL, 0, NULL},

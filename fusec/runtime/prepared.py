@@ -168,13 +168,14 @@ class Launch:
     the buffer is free to rewrite for the next."""
 
     def __init__(self, launch: Callable, function: int, grid: int, block: int, parameter_format: str,
-                 values: Sequence, changing: Sequence[int], shared: int = 0, stream: int = 0):
+                 values: Sequence, changing: Sequence[int], shared: int = 0, stream: int = 0,
+                 dependent: bool = False):
         self.buffer = bytearray(struct.calcsize("@" + parameter_format))
         struct.pack_into("@" + parameter_format, self.buffer, 0, *values)
         offsets = parameter_offsets(parameter_format)
         # (offset, packer) of each field a call rewrites, in the order of its values
         self.changing = tuple((offsets[i], struct.Struct("@" + parameter_format[i]).pack_into) for i in changing)
-        self.launch = functools.partial(launch, function, grid, block, shared, stream, self.buffer)
+        self.launch = functools.partial(launch, function, grid, block, shared, stream, self.buffer, dependent)
 
     def __call__(self, values: Sequence) -> None:
         """Launch with ``values`` in the changing fields, in their order."""
@@ -186,14 +187,14 @@ class Launch:
 
 def native_kernel(function: int, grid: int, block: int, parameter_format: str, values: Sequence,
                   changing: Sequence[int], sources: Sequence[int | str], scalar_names: Sequence[str],
-                  shared: int = 0) -> tuple:
+                  shared: int = 0, dependent: bool = False) -> tuple:
     """One kernel as :mod:`fastcall.c` takes it: (CUfunction, grid, block, the
     parameters packed once, (offset, kind, source) of each changing field, and
     the bytes of dynamic shared memory each launch passes). A changing field's
     kind: 'P' an output's pointer (source: its position), 'f' or 'd' a scalar
     (source: its position in ``scalar_names``), 'D' the launch's direction, an
     int the FastCall alternates between the launches of a turn group (source:
-    the group, a :class:`Turn`'s)."""
+    the group, a :class:`Turn`'s); then whether it is a programmatic dependent launch."""
     offsets = parameter_offsets(parameter_format)
     changes = []
     for index, source in zip(changing, sources):
@@ -204,7 +205,8 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
             changes.append((offsets[index], code, list(scalar_names).index(source)))
         else:
             changes.append((offsets[index], "P", source))
-    return (function, grid, block, struct.pack("@" + parameter_format, *values), tuple(changes), shared)
+    return (function, grid, block, struct.pack("@" + parameter_format, *values), tuple(changes), shared,
+            dependent)
 
 
 def native_call(module, context: int, key: tuple, array_names: Sequence[str], kernels: Sequence[tuple],

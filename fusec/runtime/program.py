@@ -16,6 +16,12 @@ one launch to the next of their turn group (``Kernel.turns``, :func:`turn_groups
 the launch before ended on, while L2 still holds them. Results are the same
 bit for bit either way.
 
+On GPUs of sm_90 on, every kernel is a programmatic dependent launch
+(``Program(dependent_launch=False)``: plain launches): the driver starts it
+while the kernel before it in the stream still runs, and the kernel's first
+statement waits for that one to end (emit/support.cuh), so a launch's start-up
+overlaps the previous kernel's end. The kernels' work and results are the same.
+
 A kernel that waits at a grid barrier (``all_resident``) launches only where
 the GPU holds all its blocks at once: that is checked before anything runs at
 new sizes, and a :class:`~fusec.errors.ResidencyError` says so where it does not.
@@ -167,6 +173,7 @@ class Program:
     """The result of :func:`fusec.compile`."""
 
     def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True,
+                 dependent_launch: bool = True,
                  predicted: str | None = None, nearby: str | None = None,
                  replan: Callable[[dict[str, int]], "Program"] | None = None):
         self.generated = generated
@@ -176,6 +183,11 @@ class Program:
         if not isinstance(turning, bool):
             raise TypeError(f"turning must be True or False, not {turning!r}")
         self._turning = turning  # fixed: prepared calls take it in
+        if not isinstance(dependent_launch, bool):
+            raise TypeError(f"dependent_launch must be True or False, not {dependent_launch!r}")
+        # launch each kernel while the one before still runs, where the GPU can (sm_90 on):
+        # fixed, as the kernels are loaded with it
+        self.dependent_launch = dependent_launch
         self.turn_groups = turn_groups(generated)
         self._turns = tuple(Turns() for _ in set(self.turn_groups) - {None})
         self.dtype = geo.DTYPES[generated.dtype]
@@ -474,10 +486,11 @@ class Program:
                     sources.append(Turn(self.turn_groups[kernel.index]))
             parameter_format, shared = cuda.parameter_format(kernel), loaded.shared[kernel.name]
             launch = Launch(loaded.binding.launch, loaded.function(kernel), grid, kernel.block,
-                            parameter_format, args, changing, shared, stream)
+                            parameter_format, args, changing, shared, stream, loaded.dependent)
             prepared.append((launch, tuple(sources)))
             natives.append(native_kernel(loaded.function(kernel), grid, kernel.block,
-                                         parameter_format, args, changing, sources, scalar_names, shared))
+                                         parameter_format, args, changing, sources, scalar_names, shared,
+                                         loaded.dependent))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
@@ -511,8 +524,10 @@ class Program:
         from .. import nvcc
         key = cuda.context_key(ctx)
         if key not in self._loaded:
-            compiled = nvcc.compile_cubin(self.source, arch=cuda.arch_of(ctx))
-            self._loaded[key] = cuda.Loaded(compiled.cubin, self.kernels)
+            arch = cuda.arch_of(ctx)
+            compiled = nvcc.compile_cubin(self.source, arch=arch)
+            self._loaded[key] = cuda.Loaded(compiled.cubin, self.kernels,
+                                            dependent=self.dependent_launch and cuda.has_dependent_launch(arch))
         return self._loaded[key]
 
     def _buffers_for(self, ctx, sizes: dict[str, int]) -> _Buffers:

@@ -394,6 +394,51 @@ def test_calls_walking_either_way_give_the_same_bits(script, dtype, path, monkey
         prog.release()
 
 
+@pytest.mark.parametrize("path", ["C", "Python"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", script_names() + ["solvers/cg", "solvers/bicg", "solvers/bicgstab"])
+def test_dependent_launches_give_the_bits_of_plain_ones(script, dtype, path, monkeypatch):
+    """On sm_90 on, each kernel is launched while the one before it still runs (and waits for
+    it first: support.cuh); three calls (the whole way, then prepared, in C or in Python) give
+    the bits of the same program launched plainly (where the program is not reproducible,
+    each call against the oracle instead). The solvers' iterations have 4 to 7 kernels."""
+    cupy = pytest.importorskip("cupy")
+    from fusec.runtime import cuda
+    from fusec.runtime.program import Program
+    made = []
+
+    class Recorded(cuda.Loaded):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+    monkeypatch.setattr(cuda, "Loaded", Recorded)
+    if script.startswith("solvers/"):  # as the solvers compile them (their spaces are searched by runs)
+        from fusec.solvers.api import program_for
+        generated = program_for(script.removeprefix("solvers/"), dtype, 1000).generated
+    else:
+        generated = program(script, dtype).generated
+    prog, plain = Program(generated), Program(generated, dependent_launch=False)
+    matrix = any(v.kind.value == "matrix" for v in prog.dag.values)
+    sizes = {s: 1000 if matrix else 1_000_003 for s in prog.dag.sizes}
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(_seed(script, dtype, "pdl")))
+    def as_tuple(r):
+        return r if isinstance(r, tuple) else (r,)
+    with cuda.context() as ctx:
+        device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+        expected = [cupy.asnumpy(r) for r in as_tuple(plain(**device))]
+        for call in range(3):
+            results = prog(**device) if path == "C" else prog.run(device)
+            if not prog.generated.reproducible:
+                _check(prog, inputs, results)
+                continue
+            for name, got, want in zip(prog.outputs, as_tuple(results), expected):
+                np.testing.assert_array_equal(cupy.asnumpy(got), want, err_msg=f"{name}, call {call}")
+        dependent = cuda.has_dependent_launch(cuda.arch_of(ctx))
+        assert [loaded.dependent for loaded in made] == [False, dependent]  # plain's, then prog's
+        plain.release()
+        prog.release()
+
+
 @pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
 def test_prepared_calls_follow_the_arrays(kind):
     """New arrays or new sizes go the whole way once and are prepared in turn;
