@@ -344,3 +344,18 @@ def test_the_shipped_h100_table_puts_small_problems_on_fewer_gpus():
     assert (small.active, large.active) == (1, 2)
     assert shipped("a100") is None
     assert fd.plan(script, sizes={"n": 512}, ranks=2, gpu="a100", latency=None).active == 2
+
+
+def test_a_stage_text_names_the_script_file_not_its_path(tmp_path):
+    """A stage's tuned plan is found by the stage's text (tools/stage_scripts.py ships it so):
+    the text is the same whichever path, absolute or relative, the script is compiled from."""
+    import os
+    import shutil
+    copy = tmp_path / "elsewhere" / "bicgk.script"
+    copy.parent.mkdir()
+    shutil.copy(ROOT / "scripts" / "bicgk.script", copy)
+    texts = {fd.plan(path, ranks=2, sizes={"n": 4096}, dtype="float32").stages[0].source
+             for path in (ROOT / "scripts" / "bicgk.script", copy,
+                          os.path.relpath(ROOT / "scripts" / "bicgk.script"))}
+    assert len(texts) == 1
+    assert "of bicgk.script over 2 ranks" in texts.pop()

@@ -23,6 +23,7 @@ nothing is split (every value is whole) and any script plans.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -244,7 +245,9 @@ def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, loca
         internal = tuple(StageArg(names(v, layout[v]), v, layout[v]) for v in made)
         returned = tuple(a for a in internal if a.value in dag.outputs or a.value in converted
                          or later_reads.get(a.value, -1) > k)
-        title = (f"stage {k} of {count} of {dag.file} over {ranks} ranks ({active} holding rows);"
+        # the script's file name, not its path: a stage's tuned plan is found by its text, which
+        # must not change with the directory a program is compiled from
+        title = (f"stage {k} of {count} of {Path(dag.file).name} over {ranks} ranks ({active} holding rows);"
                  f" a size ending in _local is the rows of one rank")
         text = stage_text(dag, title, calls, needs, tuple(inputs.values()), internal, returned, local)
         used = {d for a in tuple(inputs.values()) + internal for d in dims_of(dag, a.value, a.layout, local)}

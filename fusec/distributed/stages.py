@@ -5,6 +5,7 @@ rows take a size of their own (``m_local``), so a square matrix split by rows
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping
 
 from ..ir.dag import Constant, Dag
@@ -89,7 +90,8 @@ def stage_text(dag: Dag, title: str, calls: tuple[int, ...], needs: Mapping[int,
                 args.append(arg.text)
             else:
                 args.append(reads[arg, needs[call_id][index]])
+        # the file's name, not its path: a stage's tuned plan is found by its text (planner._stages)
         lines.append(f"{made[call.result]} = {call.function}({', '.join(args)});"
-                     f"  # {call.coord.file}:{call.coord.line}")
+                     f"  # {Path(call.coord.file).name}:{call.coord.line}")
     lines.append(f"return {', '.join(a.name for a in outputs)};")
     return "\n".join(lines) + "\n"
