@@ -137,7 +137,9 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     a factor of 2) where the space at ``sizes`` offers that same plan
     (``program.nearby`` says so), else the combination of fusions the predictor ranks
     first (a size not given is taken as 8192); the program runs correctly at
-    any size. ``plan`` imposes a combination instead (a point of the space).
+    any size, and a call at sizes a plan was tuned for (other than ``sizes``)
+    runs that plan, compiled once at the first such call (``tuned=True``).
+    ``plan`` imposes a combination instead (a point of the space).
     ``gpu`` names the GPU to predict and look up tuning for (default:
     ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.target.target`).
     ``reproducible=True`` leaves out band kernels that add column sums with
@@ -179,9 +181,13 @@ def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, i
     """:func:`compile` for a script already checked into a DAG."""
     program = build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
                             gpu=gpu, tuned=tuned, reproducible=reproducible)[0]
-    if plan is None:  # sizes its plan cannot serve get the plan compile chooses for them
+    if plan is None:  # sizes its plan cannot serve, or tuned for, get the plan compile chooses for them
         program.replan = lambda other: compile_dag(dag, library, dtype, sizes=other, predictor=predictor, gpu=gpu,
                                                    tuned=tuned, reproducible=reproducible)
+        own = default_sizes(dag, sizes)
+        if tuned:
+            program.tuned_at = lambda other: (other != own and tuning.lookup(dag, library, dtype, other,
+                                                                             chosen_slug(gpu)) is not None)
     return program
 
 

@@ -318,6 +318,34 @@ def test_compile_uses_a_planted_entry_and_says_so(monkeypatch):
     assert fusec.compile(BICGK, library(), sizes={"m": 300, "n": 300}).tuned is None
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:no GPU here and none named")
+def test_a_call_at_sizes_a_plan_was_tuned_for_runs_that_plan(monkeypatch):
+    """A program compiled for other sizes, whose own plan could serve these, still runs the
+    plan tuned here (compile's choice at these sizes), compiled once; the lookup is asked
+    once per sizes; its own sizes, untuned sizes, tuned=False and an imposed plan keep it."""
+    from fusec.runtime.program import row_width_problem
+    entry = planted()
+    program = fusec.compile(BICGK, library(), sizes={"m": 1000, "n": 700}, gpu="h100")
+    assert program.tuned is None and row_width_problem(program.kernels, SIZES) is None
+    asked = []
+    lookup = program.tuned_at
+    monkeypatch.setattr(program, "tuned_at", lambda sizes: asked.append(dict(sizes)) or lookup(sizes))
+    there = program.plan_for(SIZES)
+    assert there is not program and there.generated.plan == entry.plan and there.tuned == entry.describe()
+    assert program.plan_for({"n": 200, "m": 300}) is there and asked == [SIZES]
+    assert "at these sizes this program runs the plan compiled for them: a plan was tuned for them" \
+        in program.describe(SIZES)
+    assert program.plan_for({"m": 1000, "n": 700}) is program  # its own sizes
+    assert program.plan_for({"m": 900, "n": 700}) is program  # nothing tuned there
+    assert asked == [SIZES, {"m": 1000, "n": 700}, {"m": 900, "n": 700}]
+    untuned = fusec.compile(BICGK, library(), sizes={"m": 1000, "n": 700}, gpu="h100", tuned=False)
+    assert untuned.tuned_at is None and untuned.plan_for(SIZES) is untuned
+    imposed = fusec.compile(BICGK, library(), sizes={"m": 1000, "n": 700}, gpu="h100",
+                            plan=program.generated.plan)
+    assert imposed.plan_for(SIZES) is imposed
+
+
 def test_compile_default_sizes_are_the_key_sizes():
     entry = planted(sizes={"m": 8192, "n": 8192})
     assert fusec.compile(BICGK, library(), gpu="h100").generated.plan == entry.plan
@@ -1096,13 +1124,21 @@ def test_the_bundled_librarys_shipped_plans_parse_and_list_in_order():
 
 def test_the_bundled_librarys_shipped_plans_are_current(monkeypatch, capsys, tmp_path):
     """Every plan the bundled library ships is keyed as fusec keys it now: a lookup for its own
-    script (the paper's sequences, and the solvers' iterations of scripts/solvers/) finds that
+    script (the paper's sequences, the solvers' iterations of scripts/solvers/, the distributed
+    programs' stages) finds that
     very file, and `fusec tunings` lists it as usable; `fusec compile` of GEMVER at n = 16384
     for the H100 says it runs the plan shipped for it."""
     monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
     blas = library()
     dags = {tuning.key(dag, blas, "float32", {}, "").script: dag
             for dag in (load_script(path, blas) for path in sorted((ROOT / "scripts").glob("**/*.script")))}
+    # and the local stages of the distributed programs over 2 ranks (tools/stage_scripts.py)
+    import fusec.distributed as fd
+    from fusec.api import script_dag
+    for path in sorted((ROOT / "scripts").glob("*.script")):
+        for stage in fd.plan(path, ranks=2, sizes={"n": 16384}, dtype="float32").stages:
+            dag = script_dag(None, stage.source, stage.name, blas)
+            dags[tuning.key(dag, blas, "float32", {}, "").script] = dag
     shipped = [e for e in tuning.filed(blas) if e.shipped]
     assert len(shipped) >= 66
     for entry in shipped:

@@ -64,7 +64,8 @@ from .plan_text import describe, minimum_bytes
 from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature
 
 PREPARED_CALLS = 16  # signatures remembered per program
-PLANS_FOR_SIZES = 8  # plans compiled for sizes the program's own plan cannot serve, kept per program
+PLANS_FOR_SIZES = 8  # plans compiled for other sizes (its own cannot serve them, or one was tuned there)
+TUNED_ANSWERS = 64  # sizes whose tuning lookup a program remembers
 
 
 class CallCache(NamedTuple):
@@ -175,10 +176,15 @@ class Program:
     def __init__(self, generated: GeneratedProgram, *, tuned: str | None = None, turning: bool = True,
                  dependent_launch: bool = True,
                  predicted: str | None = None, nearby: str | None = None,
-                 replan: Callable[[dict[str, int]], "Program"] | None = None):
+                 replan: Callable[[dict[str, int]], "Program"] | None = None,
+                 tuned_at: Callable[[dict[str, int]], bool] | None = None):
         self.generated = generated
         # sizes -> the program compiled for them (fusec.compile's choice); None: such sizes raise RowWidthError
         self.replan = replan
+        # sizes -> whether a plan was tuned for them, other than the sizes this program was
+        # compiled for: a call there runs replan's program (None: never asked)
+        self.tuned_at = tuned_at
+        self._tuned_answers: collections.OrderedDict = collections.OrderedDict()
         self._for_sizes: collections.OrderedDict = collections.OrderedDict()
         if not isinstance(turning, bool):
             raise TypeError(f"turning must be True or False, not {turning!r}")
@@ -249,22 +255,24 @@ class Program:
         plan cannot serve them, the plan that runs instead (:meth:`plan_for`)."""
         if sizes is not None:
             sizes = check.script_sizes(self.dag.sizes, sizes)
-            problem = row_width_problem(self.kernels, sizes)
-            if problem is not None and self.replan is not None:
-                other = self._plan_for(sizes)
-                return (f"# at these sizes this program runs the plan compiled for them: {problem}\n"
+            other = self._plan_for(sizes)
+            if other is not self:
+                problem = row_width_problem(self.kernels, sizes)
+                why = problem if problem is not None else "a plan was tuned for them"
+                return (f"# at these sizes this program runs the plan compiled for them: {why}\n"
                         + other.describe(sizes, resources))
         return describe(self.generated, sizes, resources, origin=self.origin, turning=self.turning)
 
     def plan_for(self, sizes: Mapping[str, int]) -> "Program":
         """The program that runs a call at ``sizes``: this one where its plan serves
-        them, else the one compiled for them (once; kept for the next calls)."""
+        them and no other plan was tuned for them, else the one compiled for them (once;
+        kept for the next calls): the plan ``fusec.compile`` chooses at those sizes."""
         return self._plan_for(check.script_sizes(self.dag.sizes, sizes))
 
     def _plan_for(self, sizes: dict[str, int]) -> "Program":
         """:meth:`plan_for` of sizes already checked (a call's, bound from its arrays)."""
         problem = row_width_problem(self.kernels, sizes)
-        if problem is None:
+        if problem is None and not self._tuned_there(sizes):
             return self
         if self.replan is None:
             raise RowWidthError(f"{problem}: compile the script for these sizes"
@@ -276,6 +284,18 @@ class Program:
                 self._for_sizes.popitem(last=False).release()
         self._for_sizes.move_to_end(key)
         return self._for_sizes[key]
+
+    def _tuned_there(self, sizes: dict[str, int]) -> bool:
+        """Whether a plan was tuned for ``sizes`` (not this program's own): asked once per
+        sizes, as a call's binding comes this way every time."""
+        if self.tuned_at is None:
+            return False
+        key = tuple(sorted(sizes.items()))
+        if key not in self._tuned_answers:
+            self._tuned_answers[key] = bool(self.tuned_at(sizes))
+            while len(self._tuned_answers) > TUNED_ANSWERS:
+                self._tuned_answers.popitem(last=False)
+        return self._tuned_answers[key]
 
     def cache_info(self) -> CallCache:
         """What the program keeps between calls (prepared calls, results made ahead,
