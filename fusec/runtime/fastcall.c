@@ -41,7 +41,7 @@
  * is made, and the program checks first that all its blocks fit at once).
  *
  * A kernel may be launched as a programmatic dependent launch (sm_90 on, CUDA
- * 12 drivers: cuLaunchKernelEx with PROGRAMMATIC_STREAM_SERIALIZATION; kernel
+ * 12.3 drivers: cuLaunchKernelEx with PROGRAMMATIC_STREAM_SERIALIZATION; kernel
  * tuple field 'dependent'): the driver starts it while the kernel before it in
  * the stream still runs, so its launch overlaps that one's end. The kernel
  * itself waits at its first statement until the one before has ended and its
@@ -113,6 +113,8 @@ static CUresult (*cuEventDestroy_)(CUevent);
 static CUresult (*cuStreamWaitEvent_)(CUstream, CUevent, unsigned);
 static CUresult (*cuStreamSynchronize_)(CUstream);
 static CUresult (*cuLaunchKernelEx_)(const CUlaunchConfig *, CUfunction, void **, void **);  /* NULL before CUDA 12 */
+static CUresult (*cuDriverGetVersion_)(int *);
+#define DEPENDENT_LAUNCH_DRIVER 12030  /* CUDA 12.3: dependent launches captured into graphs as programmatic edges */
 
 static PyObject *driver_error;  /* fusec.errors.DriverError, handed over by set_error_class */
 
@@ -144,6 +146,7 @@ static int open_driver(void) {
     FIND(cuStreamWaitEvent_, "cuStreamWaitEvent")
     FIND(cuStreamSynchronize_, "cuStreamSynchronize")
     *(void **)(&cuLaunchKernelEx_) = dlsym(lib, "cuLaunchKernelEx");  /* optional */
+    FIND(cuDriverGetVersion_, "cuDriverGetVersion")
     FIND(cuLaunchKernel_, "cuLaunchKernel")  /* last: it marks the table complete */
 #undef FIND
     return 0;
@@ -269,10 +272,13 @@ static PyObject *launch_packed(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* dependent_launch(): whether the driver launches programmatic dependent launches (CUDA 12 on). */
+/* dependent_launch(): whether the driver launches programmatic dependent launches and captures
+ * them into CUDA graphs (a caller's capture of a fusec call must not fail for them): CUDA 12.3 on. */
 static PyObject *dependent_launch(PyObject *self, PyObject *unused) {
+    int version = 0;
     if (open_driver() < 0) return NULL;
-    return PyBool_FromLong(cuLaunchKernelEx_ != NULL);
+    if (cuDriverGetVersion_(&version)) version = 0;
+    return PyBool_FromLong(cuLaunchKernelEx_ != NULL && version >= DEPENDENT_LAUNCH_DRIVER);
 }
 
 #define EVENT_DISABLE_TIMING 2  /* CU_EVENT_DISABLE_TIMING */
@@ -458,7 +464,7 @@ static int read_kernels(FastCall *self, PyObject *kernels) {
             return -1;
         if (kernel->dependent && (open_driver() < 0 || !cuLaunchKernelEx_)) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "a dependent launch needs cuLaunchKernelEx (a CUDA 12 driver)");
+                PyErr_SetString(PyExc_ValueError, "a dependent launch needs cuLaunchKernelEx (a CUDA 12.3 driver)");
             return -1;
         }
         kernel->function = PyLong_AsVoidPtr(function);
@@ -1061,7 +1067,7 @@ static PyMethodDef methods[] = {
      "launch(function, grid, block, shared, stream, parameters[, dependent]): one launch, parameters packed;"
      " dependent: as a programmatic dependent launch."},
     {"dependent_launch", dependent_launch, METH_NOARGS,
-     "Whether the driver has programmatic dependent launches (cuLaunchKernelEx)."},
+     "Whether the driver has programmatic dependent launches (cuLaunchKernelEx, CUDA 12.3 on)."},
     {"synchronize", synchronize, METH_O, "Wait on the host until a stream's work is done."},
     {"wait", wait_stream, METH_VARARGS, "wait(stream, producer): stream waits for what producer has queued."},
     {NULL, NULL, 0, NULL},
