@@ -24,6 +24,7 @@ import re
 import warnings
 from importlib import resources
 
+from . import validate as check
 from .errors import ArgumentError, FusecWarning
 
 
@@ -45,14 +46,21 @@ class GpuInfo:
         return slug(self.name)
 
 
+def device_index() -> int:
+    """``$FUSEC_DEVICE``, the device fusec runs on where no context is current (default 0);
+    anything but a whole number of at least 0 is an ArgumentError naming it."""
+    return check.environment_number("FUSEC_DEVICE", 0, integer=True, low=0)
+
+
 @functools.lru_cache(maxsize=1)
 def present() -> GpuInfo | None:
     """The GPU fusec would run on ($FUSEC_DEVICE, default 0), or None where there
     is no PyCUDA or no GPU. Asks the driver only; creates no context."""
+    index = device_index()  # a bad $FUSEC_DEVICE is an error, not "no GPU"
     try:
         import pycuda.driver as cuda
         cuda.init()
-        device = cuda.Device(int(os.environ.get("FUSEC_DEVICE", "0")))
+        device = cuda.Device(index)
         major, minor = device.compute_capability()
         version = cuda.get_driver_version()  # e.g. 13000
         return GpuInfo(device.name(), device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT),
@@ -134,10 +142,11 @@ def from_device() -> GpuTarget | None:
     or None on a machine without PyCUDA or a GPU. The copy bandwidth, which no
     attribute gives, is the known figure of that model, else 0.9 of the DRAM peak
     the memory clock and bus width give."""
+    index = device_index()  # a bad $FUSEC_DEVICE is an error, not "no GPU"
     try:
         import pycuda.driver as cuda
         cuda.init()
-        device = cuda.Device(int(os.environ.get("FUSEC_DEVICE", "0")))
+        device = cuda.Device(index)
         a = cuda.device_attribute
         get = device.get_attribute
         major, minor = device.compute_capability()

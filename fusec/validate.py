@@ -112,6 +112,35 @@ def count(argument: str, value: Any, low: int) -> int:
     return int(value)
 
 
+def environment_number(name: str, default: float | int, *, integer: bool = False, low: float | None = None,
+                       above: bool = False) -> float | int:
+    """The number the environment variable ``name`` holds, ``default`` where it is unset or
+    empty; an :class:`ArgumentError` naming ``$name`` where it holds anything else (never
+    Python's ValueError, and never quietly the default)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    what = "a whole number" if integer else "a number"
+    if low is not None:
+        what += f" {'above' if above else 'of at least'} {low}"
+    try:
+        value = int(raw) if integer else float(raw)
+        return number(value, name, low=low, above=above, integer=integer)
+    except ValueError:  # int()'s and float()'s, and number()'s Invalid
+        raise ArgumentError(f"${name}", f"is {raw!r}: set it to {what}, or unset it for {default}") from None
+
+
+def environment_flag(name: str, default: bool) -> bool:
+    """The yes-or-no environment variable ``name``: 1 or 0, ``default`` where unset or empty;
+    an :class:`ArgumentError` naming ``$name`` for anything else."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw not in ("0", "1"):
+        raise ArgumentError(f"${name}", f"is {raw!r}: set it to 1 or 0, or unset it for {int(default)}")
+    return raw == "1"
+
+
 def flag(argument: str, value: Any) -> bool:
     """A yes-or-no argument: True or False (NumPy's too), never a truthy string or None."""
     import numpy as np

@@ -768,3 +768,67 @@ def test_the_gpu_present_named_in_the_environment_is_known_though_fusec_has_no_f
     monkeypatch.setenv("FUSEC_GPU", "made-up-9000")
     assert main(["compile", SSCAL, "--no-nvcc", "-o", str(tmp_path)]) == 0  # read from the device
     assert "error" not in capsys.readouterr().err
+
+
+# -- environment variables ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("abc", r"is 'abc': set it to a whole number of at least 0, or unset it for 0"),
+    ("-1", r"is '-1'"), ("1.5", r"is '1.5'"), ("nan", r"is 'nan'")])
+def test_a_bad_fusec_device_is_an_argument_error_naming_it(monkeypatch, value, why):
+    """Not Python's ValueError from int(), and not quietly 'no GPU' (target.present caught
+    everything): the device a call runs on is asked for, so a typo must say so."""
+    from fusec import target
+    from fusec.errors import ArgumentError
+    from fusec.runtime import cuda
+    monkeypatch.setenv("FUSEC_DEVICE", value)
+    target.present.cache_clear()
+    target.from_device.cache_clear()
+    for read in (target.present, target.from_device, cuda.primary_context):
+        with pytest.raises(ArgumentError, match=r"argument '\$FUSEC_DEVICE': " + why):
+            read()
+    target.present.cache_clear()
+    target.from_device.cache_clear()
+    monkeypatch.setenv("FUSEC_DEVICE", " 3 ")
+    assert target.device_index() == 3
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "inf"])
+def test_a_bad_collective_timeout_is_an_argument_error_when_used_not_at_import(monkeypatch, value):
+    import os
+    import subprocess
+    import sys
+
+    import fusec.distributed.comm as comm
+    from fusec.errors import ArgumentError
+    monkeypatch.setenv("FUSEC_COLLECTIVE_TIMEOUT", value)
+    imported = subprocess.run([sys.executable, "-c", "import fusec.distributed"], capture_output=True, text=True,
+                              env=os.environ.copy())
+    assert imported.returncode == 0, imported.stderr  # importing reads nothing
+    with pytest.raises(ArgumentError, match=r"argument '\$FUSEC_COLLECTIVE_TIMEOUT': is .*: set it to a number"
+                                            r" above 0, or unset it for 120.0"):
+        comm.default_timeout()
+    with pytest.raises(ArgumentError, match=r"\$FUSEC_COLLECTIVE_TIMEOUT"):
+        comm.communicator(None)
+    monkeypatch.setenv("FUSEC_COLLECTIVE_TIMEOUT", "2.5")
+    assert comm.default_timeout() == 2.5
+    monkeypatch.delenv("FUSEC_COLLECTIVE_TIMEOUT")
+    assert comm.default_timeout() == comm.DEFAULT_TIMEOUT == 120.0
+
+
+def test_environment_flags_take_1_or_0():
+    import os
+
+    from fusec.errors import ArgumentError
+    from fusec.validate import environment_flag
+    name = "FUSEC_TEST_FLAG"
+    for value, default, expected in (("1", False, True), ("0", True, False), ("", True, True), (" 1 ", False, True)):
+        os.environ[name] = value
+        assert environment_flag(name, default) is expected
+    os.environ[name] = "yes"
+    try:
+        with pytest.raises(ArgumentError, match=r"argument '\$FUSEC_TEST_FLAG': is 'yes': set it to 1 or 0,"
+                                                r" or unset it for 1"):
+            environment_flag(name, True)
+    finally:
+        del os.environ[name]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from .. import validate
 from ..errors import ArgumentError
-from .comm import DEFAULT_TIMEOUT, Communicator, communicator
+from .comm import Communicator, communicator, default_timeout
 from .errors import CollectiveError, CollectiveTimeoutError, DistributionError
 from .layout import Layout, Op
 from .plan import DistributedPlan
@@ -136,7 +136,7 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     :func:`fusec_executor`; :func:`fusec.distributed.threads.oracle_executor`
     runs stages with the float64 oracle)."""
     from .comm import host_barrier
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    timeout = default_timeout() if timeout is None else timeout
     comm = communicator(comm, timeout=timeout)
     dag, lib = _dag(script, source, name, library)
     dtype = validate.dtype(dtype)
@@ -150,5 +150,5 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
         from .. import nvcc
         nvcc.compile_many(sources, arch)
     if comm is not None and ranks > 1:
-        host_barrier(comm, max(timeout, DEFAULT_TIMEOUT))  # every rank compiled: calls start together
+        host_barrier(comm, max(timeout, default_timeout()))  # every rank compiled: calls start together
     return program

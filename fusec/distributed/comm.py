@@ -25,13 +25,21 @@ from typing import Any
 
 import numpy as np
 
+from .. import validate as check
 from ..errors import ArgumentError
 from .errors import CollectiveError
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(MULTICAST_OFF)  # at import: before NCCL, PyTorch or NVSHMEM initialise
 
-DEFAULT_TIMEOUT = float(os.environ.get("FUSEC_COLLECTIVE_TIMEOUT", "120"))
+DEFAULT_TIMEOUT = 120.0  # seconds a collective may take where $FUSEC_COLLECTIVE_TIMEOUT does not say
+
+
+def default_timeout() -> float:
+    """$FUSEC_COLLECTIVE_TIMEOUT, else DEFAULT_TIMEOUT. Read when a communicator or a program is
+    made, so that a bad value is an ArgumentError naming the variable there (read at import, it
+    was a ValueError of ``import fusec.distributed``)."""
+    return float(check.environment_number("FUSEC_COLLECTIVE_TIMEOUT", DEFAULT_TIMEOUT, low=0, above=True))
 
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
@@ -276,10 +284,11 @@ def _local_device(local_rank: int) -> int:
     return local_rank % cupy.cuda.runtime.getDeviceCount()
 
 
-def from_mpi(mpi_comm, timeout: float = DEFAULT_TIMEOUT) -> NcclComm:
+def from_mpi(mpi_comm, timeout: float | None = None) -> NcclComm:
     """A NCCL communicator over the processes of an mpi4py communicator: the
     NCCL id is made on rank 0 and broadcast over MPI; each process takes the
     GPU of its rank on its node."""
+    timeout = default_timeout() if timeout is None else timeout
     import cupy
     from cupy.cuda import nccl
     from mpi4py import MPI
@@ -318,9 +327,10 @@ def _init_nccl(size: int, uid, rank: int, timeout: float):
         joining.joined = True
 
 
-def from_torchrun(timeout: float = DEFAULT_TIMEOUT) -> TorchComm:
+def from_torchrun(timeout: float | None = None) -> TorchComm:
     """torch.distributed's default group with the NCCL backend, from torchrun's
     environment (started here unless the caller started it)."""
+    timeout = default_timeout() if timeout is None else timeout
     import datetime
 
     import torch
@@ -375,7 +385,7 @@ def communicator(comm: Any = None, *, timeout: float | None = None) -> Communica
     process nobody launched (one rank: the plain program). What fusec makes
     from an environment or an mpi4py communicator is made once per process
     and handed out again."""
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    timeout = default_timeout() if timeout is None else timeout
     if isinstance(comm, Communicator):
         return comm
     if comm is None:

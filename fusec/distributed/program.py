@@ -29,7 +29,7 @@ from ..errors import ArgumentError
 from ..library.model import Kind
 from . import text, watchdog
 from .arrays import arrays_for, family
-from .comm import DEFAULT_TIMEOUT, Communicator
+from .comm import Communicator, default_timeout
 from .layout import Layout, Op
 from .plan import DistributedPlan
 
@@ -75,12 +75,13 @@ class DistributedProgram:
     """The result of :func:`fusec.distributed.compile` on one rank."""
 
     def __init__(self, plan: DistributedPlan, dag, comm: Communicator | None, compile_stage: Callable, *,
-                 timeout: float = DEFAULT_TIMEOUT, on_timeout: str = "exit"):
+                 timeout: float | None = None, on_timeout: str = "exit"):
         size = comm.size if comm is not None else 1
         if plan.ranks != size:
             raise ArgumentError("comm", f"has {size} rank(s), but the plan is for {plan.ranks}")
         if on_timeout not in POLICIES:
             raise ArgumentError("on_timeout", f"is {on_timeout!r}: pass 'exit' or 'raise'")
+        timeout = default_timeout() if timeout is None else timeout
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ArgumentError("timeout", f"is {timeout!r}: seconds, a number > 0")
         self.plan, self.dag, self.comm = plan, dag, comm

@@ -18,7 +18,6 @@ stack is not empty.)
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
 import struct
 import time
@@ -27,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import GPUUnavailableError, ResidencyError
+from ..target import device_index
 from . import native
 
 NAN_PATTERN = 0x7FF80000  # a NaN as float32, and (twice) as float64
@@ -66,7 +66,7 @@ _PRIMARY: dict = {}  # device index -> its primary context, retained once
 def primary_context():
     """The primary context of device ``$FUSEC_DEVICE``: retained once and kept
     (retaining and releasing it on every call cost tens of µs)."""
-    index = int(os.environ.get("FUSEC_DEVICE", "0"))
+    index = device_index()
     if index not in _PRIMARY:
         _PRIMARY[index] = driver().Device(index).retain_primary_context()
     return _PRIMARY[index]
@@ -78,7 +78,7 @@ _PRIMARY_HANDLES: dict = {}  # device index -> its primary context's CUcontext
 def primary_handle() -> int:
     """The primary context's CUcontext, as an int (a prepared call pushes it
     through the driver API when no context is current)."""
-    index = int(os.environ.get("FUSEC_DEVICE", "0"))
+    index = device_index()
     if index not in _PRIMARY_HANDLES:
         _PRIMARY_HANDLES[index] = int(primary_context().handle)
     return _PRIMARY_HANDLES[index]

@@ -17,10 +17,11 @@ the launch before ended on, while L2 still holds them. Results are the same
 bit for bit either way.
 
 On GPUs of sm_90 on, every kernel is a programmatic dependent launch
-(``Program(dependent_launch=False)``: plain launches): the driver starts it
-while the kernel before it in the stream still runs, and the kernel's first
-statement waits for that one to end (emit/support.cuh), so a launch's start-up
-overlaps the previous kernel's end. The kernels' work and results are the same.
+(``Program(dependent_launch=False)`` or ``$FUSEC_DEPENDENT_LAUNCH=0``: plain
+launches): the driver starts it while the kernel before it in the stream still
+runs, and the kernel's first statement waits for that one to end
+(emit/support.cuh), so a launch's start-up overlaps the previous kernel's end.
+The kernels' work and results are the same.
 
 A kernel that waits at a grid barrier (``all_resident``) launches only where
 the GPU holds all its blocks at once: that is checked before anything runs at
@@ -546,8 +547,9 @@ class Program:
         if key not in self._loaded:
             arch = cuda.arch_of(ctx)
             compiled = nvcc.compile_cubin(self.source, arch=arch)
-            self._loaded[key] = cuda.Loaded(compiled.cubin, self.kernels,
-                                            dependent=self.dependent_launch and cuda.has_dependent_launch(arch))
+            dependent = (self.dependent_launch and cuda.has_dependent_launch(arch)
+                         and check.environment_flag("FUSEC_DEPENDENT_LAUNCH", True))
+            self._loaded[key] = cuda.Loaded(compiled.cubin, self.kernels, dependent=dependent)
         return self._loaded[key]
 
     def _buffers_for(self, ctx, sizes: dict[str, int]) -> _Buffers:
