@@ -318,12 +318,17 @@ def _tunings(args) -> int:
             continue
         print()
         print("shipped with the library:" if shipped else "in the tuning cache:")
-        print(f"  {'gpu':18s} {'script':10s} {'dtype':8s} {'sizes':22s} {'measured':>11s}  {'date':10s}  usable?")
+        # columns as wide as their longest entry (the distributed stages' names are long)
+        gpu_w = max(18, *(len(e.gpu) for e in rows))
+        script_w = max(10, *(len(e.script.split(" ")[0]) for e in rows))
+        sizes_of = {id(e): ",".join(f"{k}={v}" for k, v in e.sizes) or "?" for e in rows}
+        sizes_w = max(22, *map(len, sizes_of.values()))
+        print(f"  {'gpu':{gpu_w}s} {'script':{script_w}s} {'dtype':8s} {'sizes':{sizes_w}s} {'measured':>11s}"
+              f"  {'date':10s}  usable?")
         for e in rows:
-            sizes = ",".join(f"{k}={v}" for k, v in e.sizes) or "?"
             measured = f"{e.measured_us:.1f} us" if e.measured_us is not None else "?"
-            print(f"  {e.gpu:18s} {e.script.split(' ')[0]:10s} {e.dtype:8s} {sizes:22s} {measured:>11s}"
-                  f"  {e.date[:10]:10s}  {'yes' if not e.why_unused else 'no: ' + e.why_unused}")
+            print(f"  {e.gpu:{gpu_w}s} {e.script.split(' ')[0]:{script_w}s} {e.dtype:8s} {sizes_of[id(e)]:{sizes_w}s}"
+                  f" {measured:>11s}  {e.date[:10]:10s}  {'yes' if not e.why_unused else 'no: ' + e.why_unused}")
     stale = [e for e in entries if e.stale]
     if gone:
         print(f"\npruned {len(gone)} stale file(s) from the library's tunings:")
