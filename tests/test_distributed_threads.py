@@ -84,6 +84,37 @@ def test_every_sequence_against_the_oracle(script, ranks, sizes):
     _check(script, inputs, _assemble(results, ranks), "float64")
 
 
+SOLVERS = ("solvers/cg", "solvers/bicg", "solvers/bicgstab")
+
+
+@pytest.mark.parametrize("ranks, sizes", [(2, {"n": 37}), (3, {"n": 38}), (8, {"n": 5})], ids=["P2", "P3", "P8-idle"])
+@pytest.mark.parametrize("script", SOLVERS)
+def test_the_solvers_iterations_against_the_oracle(script, ranks, sizes):
+    """One iteration of each solver: its scalar expressions (alpha = rr / pq) are evaluated on
+    every rank from whole operands, so the dots' partial sums are all-reduced first."""
+    inputs, results = _run_everywhere(script, ranks, sizes)
+    _check(script, inputs, _assemble(results, ranks), "float64")
+
+
+def test_a_stage_evaluates_the_expressions_its_calls_read():
+    plan = fd.plan(_path("solvers/cg"), ranks=2, sizes={"n": 4096}, dtype="float32")
+    text = "".join(stage.source for stage in plan.stages)
+    assert "alpha = rr_whole / pq;  # cg.script:" in text and "beta = rr1_whole / rr_whole;" in text
+    dag = script_dag("solvers/cg")
+    reduced = {dag.value(c.value).name for c in plan.conversions if c.op is fd.Op.ALL_REDUCE}
+    assert {"rr", "rr1"} <= reduced  # the dots' partial sums, before the stages dividing by them
+    from fusec.distributed.text import describe
+    shown = describe(plan, dag)
+    assert "cg.script:14  alpha = rr / pq  (every rank)\n          cg.script:15  x1 = saxpy(alpha, p, x)" in shown
+
+
+def test_a_returned_scalar_expression_is_a_distribution_error():
+    source = ("vector x[n], y[n];\nscalar d, s;\ninput x, y;\nd = sdot(x, y);\ns = sqrt(d);\nreturn s;\n")
+    with pytest.raises(fd.DistributionError, match=r"returns the scalar expression s") as caught:
+        fd.plan(source=source, name="norm.script", ranks=2, sizes={"n": 100}, dtype="float32")
+    assert caught.value.coord.line == 5
+
+
 @pytest.mark.parametrize("script", ["bicgk", "gemver", "axpydot"])
 def test_single_precision(script):
     inputs, results = _run_everywhere(script, 3, {"n": 40}, "float32")
@@ -241,7 +272,7 @@ def test_the_gpu_tests_cases_on_thread_ranks():
     def plain(script, dtype, sizes):
         (stage,) = fd.plan(**where(script), sizes=sizes, ranks=1, dtype=dtype).stages
         return oracle_executor(library(), dtype)(stage)
-    scripts = ["bicgk", "gemver", "axpydot", "overlap"]
+    scripts = ["bicgk", "gemver", "axpydot", "overlap", "solvers/cg"]
     results = run_ranks(2, lambda comm: run_cases(comm, scripts, [0, 2], (np.asarray, np.asarray), (executor, plain)),
                         timeout=120)
     records = [r for rank in results for r in rank]

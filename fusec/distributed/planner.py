@@ -14,6 +14,10 @@ and the collectives between them.
    needing none stays in its producer's stage, fused with it where fusec can.
 4. A partial result returned is all-reduced; with ranks that hold no rows, a
    whole result made by a stage is broadcast from rank 0 to them.
+5. A scalar expression (``alpha = rho / pq``) is whole: every rank evaluates it
+   from whole operands, in each stage whose calls read it (a single GPU's kernels
+   do the same). A call reading it reads the inputs and call results it is made
+   of (:meth:`Dag.leaves`) whole, so a dot's partial sums are all-reduced first.
 
 With one rank holding rows (P = 1, or the rule of :mod:`.scaling` said so) the
 plan is the script itself as one stage, unchanged. With one rank in all,
@@ -70,7 +74,8 @@ def check_sizes(dag: Dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
 def _wanted(dag: Dag, library) -> dict[int, set[Layout]]:
     """The layouts later calls read each value in, where they allow only one:
     a nested call's matrix and row vectors split, its column vectors and
-    scalars whole; an unnested map's arguments as its result is wanted."""
+    scalars whole; an unnested map's arguments as its result is wanted; what
+    a scalar expression is made of, whole."""
     wants: dict[int, set[Layout]] = {v.id: set() for v in dag.values}
     for call in reversed(dag.calls):
         function = library.function(call.function)
@@ -78,7 +83,10 @@ def _wanted(dag: Dag, library) -> dict[int, set[Layout]]:
         for param, arg in zip(function.params, call.args):
             if isinstance(arg, Constant):
                 continue
-            if shape.nested:
+            if dag.expression(arg) is not None:
+                for leaf in dag.leaves(arg):
+                    wants[leaf].add(Layout.WHOLE)
+            elif shape.nested:
                 split = param.kind is Kind.MATRIX or (param.kind is Kind.VECTOR and param.dims[0] == shape.rows)
                 wants[arg].add(Layout.SPLIT if split else Layout.WHOLE)
             elif not function.hof.reduce and param.kind is Kind.VECTOR:
@@ -103,6 +111,9 @@ def _choose(dag: Dag, library, call, layout: dict[int, Layout], wants, outputs) 
         for arg, need in zip(call.args, choice.args):
             if isinstance(arg, Constant):
                 cost += 0 if need is Layout.WHOLE else math.inf  # a literal is the same on every rank
+            elif dag.expression(arg) is not None:  # evaluated on every rank from whole operands
+                cost += sum(_cost(layout[leaf], Layout.WHOLE) for leaf in dag.leaves(arg)) \
+                    if need is Layout.WHOLE else math.inf
             else:
                 cost += _cost(layout[arg], need)
         cost += sum(_cost(choice.result, w) for w in wants[call.result])
@@ -130,24 +141,32 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
         whole = {v.id: Layout.WHOLE for v in dag.values}
         return _whole_plan(dag, library, ranks, sizes, dtype, whole, tuple((v, Layout.WHOLE) for v in dag.outputs),
                            itemsize)
+    returned = [e for e in dict.fromkeys(dag.outputs) if dag.expression(e) is not None]
+    if returned:
+        raise DistributionError(
+            f"the script returns the scalar expression {dag.value(returned[0]).label}: a distributed program"
+            " returns what its calls make; return the values it is made of and evaluate it on the host",
+            dag.expression(returned[0]).coord, None)
     wants = _wanted(dag, library)
     outputs = set(dag.outputs)
     layout: dict[int, Layout] = {v: _input_layout(dag, v, wants) for v in dag.inputs}
+    layout.update({e.value: Layout.WHOLE for e in dag.expressions})  # each rank evaluates it (5. above)
     stage_of: dict[int, int] = {v: -1 for v in dag.inputs}
     call_stage: dict[int, int] = {}
     needs: dict[int, tuple[Layout | None, ...]] = {}
     reads: dict[tuple[int, Layout], list[int]] = {}  # (value, layout) -> stages reading it
     for call in dag.calls:
         choice = _choose(dag, library, call, layout, wants, outputs)
+        # what the call reads, and how: an expression's operands whole, in its place
+        read = [(leaf, Layout.WHOLE) if dag.expression(arg) is not None else (arg, need)
+                for arg, need in zip(call.args, choice.args) if not isinstance(arg, Constant)
+                for leaf in (dag.leaves(arg) if dag.expression(arg) is not None else (arg,))]
         stage = 0
-        for arg, need in zip(call.args, choice.args):
-            if isinstance(arg, Constant):
-                continue
+        for arg, need in read:
             converted = need is not layout[arg]
             stage = max(stage, stage_of[arg] + 1 if converted else stage_of[arg])
-        for arg, need in zip(call.args, choice.args):
-            if not isinstance(arg, Constant):
-                reads.setdefault((arg, need), []).append(stage)
+        for arg, need in read:
+            reads.setdefault((arg, need), []).append(stage)
         call_stage[call.id] = stage
         needs[call.id] = tuple(None if isinstance(a, Constant) else n for a, n in zip(call.args, choice.args))
         layout[call.result] = choice.result
@@ -229,7 +248,8 @@ def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, loca
     later_reads = {}  # value -> the last stage reading it as made
     for call in dag.calls:
         for arg in call.value_args():
-            later_reads[arg] = max(later_reads.get(arg, -1), call_stage[call.id])
+            for read in dag.leaves(arg):  # through an expression, what it is made of
+                later_reads[read] = max(later_reads.get(read, -1), call_stage[call.id])
     converted = {c.value for c in conversions if c.source is layout[c.value]}
     stages = []
     for k in range(count):
@@ -238,9 +258,13 @@ def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, loca
         inputs: dict[tuple[int, Layout], StageArg] = {}
         for c in calls:
             for arg, need in zip(dag.call(c).args, needs[c]):
-                if isinstance(arg, Constant) or (arg in made and need is layout[arg]):
+                if isinstance(arg, Constant):
                     continue
-                inputs.setdefault((arg, need), StageArg(names(arg, need), arg, need))
+                # an expression is evaluated here from its operands, whole (5. above)
+                for leaf, how in ([(v, Layout.WHOLE) for v in dag.leaves(arg)] if dag.expression(arg) is not None
+                                  else [(arg, need)]):
+                    if not (leaf in made and how is layout[leaf]):
+                        inputs.setdefault((leaf, how), StageArg(names(leaf, how), leaf, how))
         inputs = dict(sorted(inputs.items(), key=lambda item: (item[0][0], item[0][1] is not layout[item[0][0]])))
         internal = tuple(StageArg(names(v, layout[v]), v, layout[v]) for v in made)
         returned = tuple(a for a in internal if a.value in dag.outputs or a.value in converted

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from ..ir import expr
 from ..ir.dag import Constant, Dag
 from ..library.model import Kind
 from .layout import Layout
@@ -71,25 +72,36 @@ def stage_text(dag: Dag, title: str, calls: tuple[int, ...], needs: Mapping[int,
     the layout they make them), ``inputs`` what it reads from outside;
     ``needs[call]`` the layout each argument of a call is read in."""
     lines = [f"# {title}"]
+    # the scalar expressions the calls read, each evaluated here from whole operands (planner, 5.)
+    evaluated = dag.needed_expressions(tuple(a for c in calls for a in dag.call(c).value_args()))
+    named = {(a.value, a.layout): a.name for a in inputs + internal}
+    named.update({(v, Layout.WHOLE): dag.value(v).name for v in evaluated})
     declared: dict[Kind, list[str]] = {Kind.MATRIX: [], Kind.VECTOR: [], Kind.SCALAR: []}
     for arg in inputs + internal:
         value = dag.value(arg.value)
         dims = dims_of(dag, arg.value, arg.layout, local)
         declared[value.kind].append(arg.name + (f"[{', '.join(dims)}]" if dims else ""))
+    declared[Kind.SCALAR] += [named[v, Layout.WHOLE] for v in evaluated]
     for kind in (Kind.MATRIX, Kind.VECTOR, Kind.SCALAR):
         if declared[kind]:
             lines.append(f"{kind} {', '.join(declared[kind])};")
     lines.append(f"input {', '.join(a.name for a in inputs)};")
-    reads = {(a.value, a.layout): a.name for a in inputs + internal}
     made = {a.value: a.name for a in internal}
+    written: set[int] = set()
     for call_id in calls:
         call = dag.call(call_id)
+        for v in dag.needed_expressions(call.value_args()):  # before the first call reading it
+            if v not in written:
+                written.add(v)
+                text = expr.text(dag.expression(v).tree, lambda ref: named[ref, Layout.WHOLE])
+                lines.append(f"{named[v, Layout.WHOLE]} = {text};"
+                             f"  # {Path(dag.expression(v).coord.file).name}:{dag.expression(v).coord.line}")
         args = []
         for index, arg in enumerate(call.args):
             if isinstance(arg, Constant):
                 args.append(arg.text)
             else:
-                args.append(reads[arg, needs[call_id][index]])
+                args.append(named[arg, needs[call_id][index]])
         # the file's name, not its path: a stage's tuned plan is found by its text (planner._stages)
         lines.append(f"{made[call.result]} = {call.function}({', '.join(args)});"
                      f"  # {Path(call.coord.file).name}:{call.coord.line}")

@@ -4,6 +4,8 @@ calls, collectives with their bytes and what could overlap them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..emit.writer import call_text
 from ..ir.dag import Dag
 from .layout import Layout, Op, blocks
@@ -53,7 +55,15 @@ def describe(plan: DistributedPlan, dag: Dag, *, sources: bool = False) -> str:
             stage = plan.stages[step.stage]
             compiled = ", ".join(f"{k}={v}" for k, v in stage.sizes)
             lines.append(f"step {number}  stage {stage.index} ({stage.name}), compiled for {compiled}:")
-            lines += [f"          {call_text(dag, c)}" for c in stage.calls]
+            shown: set[int] = set()
+            for c in stage.calls:  # each expression a call reads, evaluated on every rank before it
+                for v in dag.needed_expressions(dag.call(c).value_args()):
+                    if v not in shown:
+                        shown.add(v)
+                        coord = dag.expression(v).coord
+                        lines.append(f"          {Path(coord.file).name}:{coord.line}  {dag.value(v).label} ="
+                                     f" {dag.expression_text(v)}  (every rank)")
+                lines.append(f"          {call_text(dag, c)}")
             if sources:
                 lines += [f"          | {line}" for line in stage.source.rstrip("\n").split("\n")]
             continue

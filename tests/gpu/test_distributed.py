@@ -1,7 +1,7 @@
 """GPU tier: distributed programs on two GPUs (fusec.distributed), launched
 by the test with ``mpirun -n 2`` (or torchrun) in a subprocess with a timeout.
 
-Every sequence in both precisions at m = 1001, 4097 and a rectangular shape
+Every sequence (and the solvers' iterations) in both precisions at m = 1001, 4097 and a rectangular shape
 (m = 2049, n = 1001; none divides by 2, 4 or 8) against the float64 oracle,
 and against the one-GPU program, within the test ratio. A rank that raises
 ends the run promptly with its error. P = 1 (one process, no launcher) is the
@@ -182,9 +182,11 @@ def test_one_process_is_the_plain_program():
 
 
 def _sequences(names: str) -> list[str]:
-    """The scripts/ sequences named (all: every one, and "overlap", a chain whose
-    reduce-scatter runs on a second stream beside a stage)."""
-    every = sorted(p.stem for p in (ROOT / "scripts").glob("*.script")) + ["overlap"]
+    """The scripts/ sequences named (all: every one, "overlap", a chain whose
+    reduce-scatter runs on a second stream beside a stage, and the solvers' iterations,
+    whose scalar expressions every rank evaluates)."""
+    every = (sorted(p.stem for p in (ROOT / "scripts").glob("*.script")) + ["overlap"]
+             + ["solvers/cg", "solvers/bicg", "solvers/bicgstab"])
     return every if names == "all" else [n for n in names.split(",") if n]
 
 
