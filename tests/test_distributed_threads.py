@@ -99,10 +99,12 @@ def test_the_solvers_iterations_against_the_oracle(script, ranks, sizes):
 def test_a_stage_evaluates_the_expressions_its_calls_read():
     plan = fd.plan(_path("solvers/cg"), ranks=2, sizes={"n": 4096}, dtype="float32")
     text = "".join(stage.source for stage in plan.stages)
-    assert "alpha = rr_whole / pq;  # cg.script:" in text and "beta = rr1_whole / rr_whole;" in text
+    assert "alpha = rr_whole / pq_whole;  # cg.script:" in text and "beta = rr1_whole / rr_whole;" in text
     dag = script_dag("solvers/cg")
-    reduced = {dag.value(c.value).name for c in plan.conversions if c.op is fd.Op.ALL_REDUCE}
-    assert {"rr", "rr1"} <= reduced  # the dots' partial sums, before the stages dividing by them
+    # the dots' partial sums, before the stages dividing by them: three scalars, no vector (an
+    # all-gather of q would make pq whole too, at 4096 times the bytes)
+    assert [(c.op, dag.value(c.value).name, c.bytes) for c in plan.collectives] == \
+        [(fd.Op.ALL_REDUCE, "rr", 4), (fd.Op.ALL_REDUCE, "pq", 4), (fd.Op.ALL_REDUCE, "rr1", 4)]
     from fusec.distributed.text import describe
     shown = describe(plan, dag)
     assert "cg.script:14  alpha = rr / pq  (every rank)\n          cg.script:15  x1 = saxpy(alpha, p, x)" in shown

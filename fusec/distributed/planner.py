@@ -6,7 +6,9 @@ and the collectives between them.
 2. In script order, each call takes the choice of :mod:`.rules` that costs
    least: a collective (10) more than a rank's own step (1) more than none,
    counting what its arguments need and what its result will need (a result
-   some later call reads whole costs a collective unless it is made whole).
+   some later call reads whole costs a collective unless it is made whole);
+   between choices of equal cost, the one whose collectives move fewer
+   elements, then the one with fewer slices (views, which move nothing).
 3. A call runs in the first stage after everything it reads is there: a value
    in the layout it was made in is there in its own stage; one converted is
    there in the next. So the stages break exactly where a collective must
@@ -44,11 +46,21 @@ from .stages import Names, dims_of, local_sizes, stage_text
 COLLECTIVE_COST, LOCAL_COST = 10, 1
 
 
-def _cost(have: Layout, need: Layout) -> int:
+def _cost(have: Layout, need: Layout, elements: int = 0) -> tuple[float, int, int]:
+    """(steps, elements a collective moves, slices) of turning ``have`` into ``need``. Choices
+    compare on steps, then on elements (a collective of a scalar before one of a vector), then
+    on slices: a slice is a view of the rank's rows, which moves nothing, so it decides only
+    between choices otherwise equal (whole results of whole arguments stay whole)."""
     op = conversion(have, need)
     if op is None:
-        return 0
-    return COLLECTIVE_COST if op.collective else LOCAL_COST
+        return 0, 0, 0
+    if op is Op.SLICE:
+        return 0, 0, 1
+    return (COLLECTIVE_COST, elements, 0) if op.collective else (LOCAL_COST, 0, 0)
+
+
+def _plus(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b))
 
 
 def check_sizes(dag: Dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
@@ -103,22 +115,27 @@ def _input_layout(dag: Dag, value: int, wants: dict[int, set[Layout]]) -> Layout
     return Layout.SPLIT
 
 
-def _choose(dag: Dag, library, call, layout: dict[int, Layout], wants, outputs) -> rules.Choice:
+def _choose(dag: Dag, library, call, layout: dict[int, Layout], wants, outputs, sizes) -> rules.Choice:
     function = library.function(call.function)
-    best, best_cost = None, math.inf
+    best, best_cost = None, (math.inf, 0, 0)
     for choice in rules.valid_choices(function, library):
-        cost = 0
+        cost = (0, 0, 0)
         for arg, need in zip(call.args, choice.args):
             if isinstance(arg, Constant):
-                cost += 0 if need is Layout.WHOLE else math.inf  # a literal is the same on every rank
+                if need is not Layout.WHOLE:  # a literal is the same on every rank
+                    cost = (math.inf, 0, 0)
             elif dag.expression(arg) is not None:  # evaluated on every rank from whole operands
-                cost += sum(_cost(layout[leaf], Layout.WHOLE) for leaf in dag.leaves(arg)) \
-                    if need is Layout.WHOLE else math.inf
+                if need is not Layout.WHOLE:
+                    cost = (math.inf, 0, 0)
+                for leaf in dag.leaves(arg):
+                    cost = _plus(cost, _cost(layout[leaf], Layout.WHOLE, _count(dag, leaf, sizes)))
             else:
-                cost += _cost(layout[arg], need)
-        cost += sum(_cost(choice.result, w) for w in wants[call.result])
+                cost = _plus(cost, _cost(layout[arg], need, _count(dag, arg, sizes)))
+        made = _count(dag, call.result, sizes)
+        for w in wants[call.result]:
+            cost = _plus(cost, _cost(choice.result, w, made))
         if call.result in outputs and choice.result is Layout.PARTIAL:
-            cost += COLLECTIVE_COST
+            cost = _plus(cost, (COLLECTIVE_COST, made, 0))
         if cost < best_cost:
             best, best_cost = choice, cost
     if best is None:
@@ -156,7 +173,7 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
     needs: dict[int, tuple[Layout | None, ...]] = {}
     reads: dict[tuple[int, Layout], list[int]] = {}  # (value, layout) -> stages reading it
     for call in dag.calls:
-        choice = _choose(dag, library, call, layout, wants, outputs)
+        choice = _choose(dag, library, call, layout, wants, outputs, sizes)
         # what the call reads, and how: an expression's operands whole, in its place
         read = [(leaf, Layout.WHOLE) if dag.expression(arg) is not None else (arg, need)
                 for arg, need in zip(call.args, choice.args) if not isinstance(arg, Constant)
