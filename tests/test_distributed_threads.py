@@ -110,6 +110,40 @@ def test_a_stage_evaluates_the_expressions_its_calls_read():
     assert "cg.script:14  alpha = rr / pq  (every rank)\n          cg.script:15  x1 = saxpy(alpha, p, x)" in shown
 
 
+REASSIGNED = """\
+matrix A[n, n];
+vector x[n], r[n], q[n], y[n], z[n];
+scalar a, b, c;
+input A, x, r;
+q = sgemv(A, x);
+a = sdot(r, q);
+c = a / 2.0;
+y = saxpy(c, x, r);
+b = sdot(y, y);
+c = b * a;
+z = saxpy(c, y, x);
+return z;
+"""
+
+
+def test_a_scalar_expression_assigned_twice_is_two_values_over_ranks():
+    """The second c reads a dot of the first c's result: each stage evaluates its own version,
+    under a name of its own (c, then c_2), and the blocks agree with the oracle."""
+    plan = fd.plan(source=REASSIGNED, sizes={"n": 29}, ranks=3)
+    assert "c = a_whole / 2.0;" in plan.stages[1].source and "c_2 = b_whole * a_whole;" in plan.stages[2].source
+    from fusec.frontend import check, parse
+    dag = check(parse(REASSIGNED, "<string>"), library())
+    inputs = oracle.random_inputs(dag, {"n": 29}, "float64", 5)
+
+    def work(comm):
+        prog = fd.compile(source=REASSIGNED, dtype="float64", sizes={"n": 29}, comm=comm,
+                          executor=oracle_executor(library(), "float64"), latency=False)
+        return prog(**{k: prog.local(k, v) for k, v in inputs.items()})
+    whole = {"z": np.concatenate(run_ranks(3, work))}
+    checks = oracle.check_outputs(dag, library(), inputs, whole, "float64")
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
 def test_a_returned_scalar_expression_is_a_distribution_error():
     source = ("vector x[n], y[n];\nscalar d, s;\ninput x, y;\nd = sdot(x, y);\ns = sqrt(d);\nreturn s;\n")
     with pytest.raises(fd.DistributionError, match=r"returns the scalar expression s") as caught:

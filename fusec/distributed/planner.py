@@ -290,7 +290,9 @@ def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, loca
         # must not change with the directory a program is compiled from
         title = (f"stage {k} of {count} of {Path(dag.file).name} over {ranks} ranks ({active} holding rows);"
                  f" a size ending in _local is the rows of one rank")
-        text = stage_text(dag, title, calls, needs, tuple(inputs.values()), internal, returned, local)
+        evaluated = tuple(StageArg(names(v, Layout.WHOLE), v, Layout.WHOLE)
+                          for v in dag.needed_expressions(tuple(a for c in calls for a in dag.call(c).value_args())))
+        text = stage_text(dag, title, calls, needs, tuple(inputs.values()), internal, returned, local, evaluated)
         used = {d for a in tuple(inputs.values()) + internal for d in dims_of(dag, a.value, a.layout, local)}
         stage_sizes = tuple((d, sizes[d]) for d in dag.sizes if d in used)
         stage_sizes += tuple((local[s], largest_block(sizes[s], active)) for s in dag.sizes if local[s] in used)

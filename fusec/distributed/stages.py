@@ -67,21 +67,19 @@ def dims_of(dag: Dag, value: int, layout: Layout, local: dict[str, str]) -> tupl
 
 def stage_text(dag: Dag, title: str, calls: tuple[int, ...], needs: Mapping[int, tuple[Layout | None, ...]],
                inputs: tuple[StageArg, ...], internal: tuple[StageArg, ...], outputs: tuple[StageArg, ...],
-               local: dict[str, str]) -> str:
+               local: dict[str, str], evaluated: tuple[StageArg, ...] = ()) -> str:
     """The script of a stage. ``internal`` are the values its calls make (in
     the layout they make them), ``inputs`` what it reads from outside;
-    ``needs[call]`` the layout each argument of a call is read in."""
+    ``needs[call]`` the layout each argument of a call is read in; ``evaluated``
+    the scalar expressions its calls read, each evaluated here from whole
+    operands (planner, 5.), in script order."""
     lines = [f"# {title}"]
-    # the scalar expressions the calls read, each evaluated here from whole operands (planner, 5.)
-    evaluated = dag.needed_expressions(tuple(a for c in calls for a in dag.call(c).value_args()))
-    named = {(a.value, a.layout): a.name for a in inputs + internal}
-    named.update({(v, Layout.WHOLE): dag.value(v).name for v in evaluated})
+    named = {(a.value, a.layout): a.name for a in inputs + internal + evaluated}
     declared: dict[Kind, list[str]] = {Kind.MATRIX: [], Kind.VECTOR: [], Kind.SCALAR: []}
-    for arg in inputs + internal:
+    for arg in inputs + internal + evaluated:
         value = dag.value(arg.value)
         dims = dims_of(dag, arg.value, arg.layout, local)
         declared[value.kind].append(arg.name + (f"[{', '.join(dims)}]" if dims else ""))
-    declared[Kind.SCALAR] += [named[v, Layout.WHOLE] for v in evaluated]
     for kind in (Kind.MATRIX, Kind.VECTOR, Kind.SCALAR):
         if declared[kind]:
             lines.append(f"{kind} {', '.join(declared[kind])};")
