@@ -54,18 +54,19 @@ def _latency(latency, gpu) -> Latency | None:
 
 
 def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, active: int | None = None,
-             latency: Latency | None = None, gpu: str | None = None) -> DistributedPlan:
+             latency: Latency | None = None, gpu: str | None = None,
+             results: Mapping[str, str] | None = None) -> DistributedPlan:
     """The plan of a checked DAG; with a latency table and no ``active`` given,
     the count of ranks holding rows is the one :mod:`.scaling` predicts fastest."""
     from . import planner, scaling
     if active is not None or latency is None or ranks == 1:
-        return planner.plan(dag, library, ranks, sizes, dtype, active=active)
+        return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results)
     from ..target import resolve
     bandwidth = resolve(gpu).copy_bandwidth
     plans: dict[int, DistributedPlan] = {}
 
     def seconds(a: int) -> float:
-        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a)
+        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a, results=results)
         if plans[a].active != a:  # fewer rows than ranks: a cannot hold rows each
             return float("inf")
         return scaling.predicted_seconds(plans[a], dag, latency, bandwidth)
@@ -74,15 +75,15 @@ def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, 
 
 def plan(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
          sizes: Mapping[str, int], ranks: int, active: int | None = None, latency=False,
-         gpu: str | None = None) -> DistributedPlan:
+         gpu: str | None = None, results: Mapping[str, str] | None = None) -> DistributedPlan:
     """The distributed plan of a script (a path, or its text as ``source``) over
     ``ranks`` processes at ``sizes``, without a GPU or a communicator.
     ``latency``: a :class:`Latency` table (or its path) to choose how many
     ranks hold rows by; None looks for the one fusec ships for ``gpu``;
-    False (the default here) keeps every rank."""
+    False (the default here) keeps every rank. ``results``: see :func:`compile`."""
     dag, lib = _dag(script, source, name, library)
     return plan_dag(dag, lib, ranks, sizes, validate.dtype(dtype), active=active, latency=_latency(latency, gpu),
-                    gpu=gpu)
+                    gpu=gpu, results=results)
 
 
 def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool = True,
@@ -122,7 +123,7 @@ def _arch(comm: Communicator | None) -> str | None:
 def compile(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
             sizes: Mapping[str, int], comm: Any = None, active: int | None = None, latency=None,
             gpu: str | None = None, tuned: bool = True, timeout: float | None = None, on_timeout: str = "exit",
-            executor: Callable | None = None) -> DistributedProgram:
+            executor: Callable | None = None, results: Mapping[str, str] | None = None) -> DistributedProgram:
     """Compile a script for the ranks of ``comm`` (see :func:`communicator`;
     None: from mpirun's or torchrun's environment, or one process) at the global
     ``sizes``. Every rank calls this with the same arguments; ranks that hold
@@ -134,14 +135,18 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     "exit" ends the process with the error, "raise" raises it at the next call.
     ``executor``: how a stage becomes a callable (default
     :func:`fusec_executor`; :func:`fusec.distributed.threads.oracle_executor`
-    runs stages with the float64 oracle)."""
+    runs stages with the float64 oracle). ``results``: the layout a result is
+    returned in, by name (``{"p1": "whole"}``), where not the one it is made in
+    and a collective can make it (a split result gathered whole on every rank; a
+    partial one split by a reduce-scatter)."""
     from .comm import host_barrier
     timeout = default_timeout() if timeout is None else timeout
     comm = communicator(comm, timeout=timeout)
     dag, lib = _dag(script, source, name, library)
     dtype = validate.dtype(dtype)
     ranks = comm.size if comm is not None else 1
-    the_plan = plan_dag(dag, lib, ranks, sizes, dtype, active=active, latency=_latency(latency, gpu), gpu=gpu)
+    the_plan = plan_dag(dag, lib, ranks, sizes, dtype, active=active, latency=_latency(latency, gpu), gpu=gpu,
+                        results=results)
     executor = executor or fusec_executor(lib, dtype, gpu=gpu, tuned=tuned)
     program = DistributedProgram(the_plan, dag, comm, executor, timeout=timeout, on_timeout=on_timeout)
     arch = _arch(comm)

@@ -147,9 +147,13 @@ def _choose(dag: Dag, library, call, layout: dict[int, Layout], wants, outputs, 
 
 
 def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
-         active: int | None = None) -> DistributedPlan:
+         active: int | None = None, results: Mapping[str, Layout | str] | None = None) -> DistributedPlan:
     """The plan of ``dag`` over ``ranks`` processes, of which the first
-    ``active`` hold rows (default: all that can hold at least one row each)."""
+    ``active`` hold rows (default: all that can hold at least one row each).
+    ``results``: the layout a result is returned in, by name, where not the one
+    it is made in (a partial one: whole); a collective must make it (an
+    iteration's results in the layouts its next call reads them in)."""
+    requested = _requested(dag, results)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ArgumentError("ranks", f"is {ranks!r}: the number of processes, a whole number >= 1")
     sizes = check_sizes(dag, sizes)
@@ -188,7 +192,13 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
         needs[call.id] = tuple(None if isinstance(a, Constant) else n for a, n in zip(call.args, choice.args))
         layout[call.result] = choice.result
         stage_of[call.result] = stage
-    finals = tuple((v, Layout.WHOLE if layout[v] is Layout.PARTIAL else layout[v]) for v in dag.outputs)
+    finals = tuple((v, requested.get(v, Layout.WHOLE if layout[v] is Layout.PARTIAL else layout[v]))
+                   for v in dag.outputs)
+    for v, final in finals:
+        op = conversion(layout[v], final)
+        if op is not None and not op.collective:
+            raise ArgumentError("results", f"{dag.value(v).name} is made {layout[v]} here, so no collective returns"
+                                           f" it {final}: ask for {layout[v]}, or leave it out")
 
     lengths = [_length(dag, v, sizes) for v, lay in layout.items() if lay is Layout.SPLIT]
     most = min([ranks] + lengths)
@@ -206,6 +216,27 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
     return DistributedPlan(dag.file, dag.name, str(np.dtype(dtype)), ranks, active, tuple(sizes.items()), split,
                            tuple(sorted(layout.items())), finals, stages, conversions,
                            _steps(len(stages), conversions), itemsize)
+
+
+def _requested(dag: Dag, results: Mapping[str, Layout | str] | None) -> dict[int, Layout]:
+    """``results`` by value id, checked: names of results, layouts split or whole."""
+    if results is None:
+        return {}
+    if not isinstance(results, Mapping):
+        raise ArgumentError("results", f"is a {type(results).__name__}: pass a mapping of result names to"
+                                       " 'split' or 'whole'")
+    by_name = {dag.value(v).name: v for v in dag.outputs}
+    out = {}
+    for name, layout in results.items():
+        if name not in by_name:
+            raise ArgumentError("results", f"{name!r} is not a result of {dag.file} (its results:"
+                                           f" {', '.join(by_name)})")
+        if str(layout) not in (Layout.SPLIT.value, Layout.WHOLE.value):
+            raise ArgumentError("results", f"{name}: {layout!r} is no layout to return; pass 'split' or 'whole'")
+        if str(layout) == Layout.SPLIT.value and dag.value(by_name[name]).kind is Kind.SCALAR:
+            raise ArgumentError("results", f"{name} is a scalar: it is returned whole")
+        out[by_name[name]] = Layout(str(layout))
+    return out
 
 
 def _length(dag: Dag, value: int, sizes: Mapping[str, int]) -> int:

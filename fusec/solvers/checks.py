@@ -43,7 +43,8 @@ def _array(name: str, obj, framework: str | None = None):
     return found
 
 
-def _tolerance(name: str, value) -> float:
+def tolerance(name: str, value) -> float:
+    """``rtol`` or ``atol``: a finite real number >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(name, f"is {value!r}: pass a real number")
     value = float(value)
@@ -89,7 +90,7 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
             raise ArgumentError(name, f"has dtype {dtype_name(v)}, but A is {dtype}: pass {dtype}")
         if framework == "torch" and v.device != A.device:
             raise ArgumentError(name, f"is on {v.device}, but A is on {A.device}")
-    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    rtol, atol = tolerance("rtol", rtol), tolerance("atol", atol)
     if rtol >= 1:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)

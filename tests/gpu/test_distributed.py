@@ -1,9 +1,10 @@
 """GPU tier: distributed programs on two GPUs (fusec.distributed), launched
 by the test with ``mpirun -n 2`` (or torchrun) in a subprocess with a timeout.
 
-Every sequence (and the solvers' iterations) in both precisions at m = 1001, 4097 and a rectangular shape
-(m = 2049, n = 1001; none divides by 2, 4 or 8) against the float64 oracle,
-and against the one-GPU program, within the test ratio. A rank that raises
+Every sequence (and the solvers' iterations) in both precisions at m = 1001,
+4097 and a rectangular shape (m = 2049, n = 1001; none divides by 2, 4 or 8)
+against the float64 oracle, and against the one-GPU program, within the test
+ratio; fusec.distributed.solvers against the one-GPU solvers. A rank that raises
 ends the run promptly with its error. P = 1 (one process, no launcher) is the
 plain program, bit for bit.
 
@@ -13,7 +14,8 @@ Skips without two GPUs, mpirun, mpi4py or CuPy. FUSEC_TEST_DIST_SCRIPTS
 subprocess's limit in seconds (default 900).
 
 This file is also the worker the launcher starts:
-``mpirun -n 2 python -m mpi4py tests/gpu/test_distributed.py sequences OUT``.
+``mpirun -n 2 python -m mpi4py tests/gpu/test_distributed.py sequences OUT``
+(or ``solvers OUT``).
 """
 
 from __future__ import annotations
@@ -323,9 +325,71 @@ def _fail_worker(args) -> None:
     print("rank 0 was not stopped", flush=True)
 
 
+SOLVE_N = 1001  # no block of 2, 4 or 8 ranks equal
+
+
+def _solve_systems() -> tuple[dict, np.ndarray]:
+    """Each solver's A (SPD for CG, diagonally dominant otherwise) and b, the same every call."""
+    rng = np.random.default_rng(17)
+    spd = rng.standard_normal((SOLVE_N, SOLVE_N)) / np.sqrt(SOLVE_N)
+    general = 4 * np.eye(SOLVE_N) + rng.uniform(-0.5, 0.5, (SOLVE_N, SOLVE_N)) / np.sqrt(SOLVE_N)
+    return {"cg": spd @ spd.T + np.eye(SOLVE_N), "bicg": general, "bicgstab": general}, rng.standard_normal(SOLVE_N)
+
+
+def _solvers_worker(args) -> None:
+    """Each solver in both precisions over the ranks on CuPy blocks, and on one GPU
+    (fusec.solvers) for comparison; each rank writes its block of x."""
+    import cupy
+    from mpi4py import MPI
+
+    import fusec.distributed as fd
+    import fusec.distributed.solvers as ds
+    import fusec.solvers
+    comm = fd.communicator(MPI.COMM_WORLD, timeout=120)
+    systems, b = _solve_systems()
+    lo, hi = ds.rows(SOLVE_N, comm)
+    records = []
+    for name, A in systems.items():
+        for dtype in DTYPES:
+            rtol = 1e-4 if dtype == "float32" else 1e-10
+            whole_A, whole_b = cupy.asarray(A.astype(dtype)), cupy.asarray(b.astype(dtype))
+            x, info = getattr(ds, name)(cupy.ascontiguousarray(whole_A[lo:hi]), whole_b[lo:hi].copy(), comm=comm,
+                                        rtol=rtol)
+            one, one_info = getattr(fusec.solvers, name)(whole_A, whole_b, rtol=rtol)
+            records.append({"rank": comm.rank, "solver": name, "dtype": dtype, "lo": lo, "hi": hi, "info": info,
+                            "one_gpu_info": one_info, "x": cupy.asnumpy(x).tolist(),
+                            "one_gpu_x": cupy.asnumpy(one[lo:hi]).tolist(), "rtol": rtol})
+    Path(args.out, f"rank{comm.rank}.json").write_text(json.dumps(records))
+
+
+def test_the_solvers_over_several_gpus(tmp_path):
+    """fusec.distributed.solvers' cg, bicg and bicgstab on CuPy blocks: every rank stops with
+    info 0, the blocks put together meet the rule by their true residual (float64: within
+    1.01 rtol; float32: 2 rtol), and x is the one-GPU solver's to the precision's rounding."""
+    _needs_ranks()
+    launcher = _mpirun()
+    if launcher is None:
+        pytest.skip("needs mpirun and mpi4py")
+    done, _ = _launch(launcher + [sys.executable, "-m", "mpi4py", str(WORKER), "solvers", str(tmp_path)], LIMIT)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    records = _results(tmp_path)
+    systems, b = _solve_systems()
+    for name, A in systems.items():
+        for dtype in DTYPES:
+            mine = sorted((r for r in records if r["solver"] == name and r["dtype"] == dtype), key=lambda r: r["lo"])
+            assert [r["info"] for r in mine] == [0] * RANKS, (name, dtype)
+            x = np.concatenate([r["x"] for r in mine])
+            rtol = mine[0]["rtol"]
+            residual = np.linalg.norm(b - A @ x) / np.linalg.norm(b)
+            assert residual <= (1.01 if dtype == "float64" else 2.0) * rtol, (name, dtype, residual)
+            one = np.concatenate([r["one_gpu_x"] for r in mine])
+            scale = 1e-9 if dtype == "float64" else 1e-3
+            assert np.max(np.abs(x - one)) <= scale * np.max(np.abs(one)), (name, dtype)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["sequences", "fail"])
+    parser.add_argument("what", choices=["sequences", "fail", "solvers"])
     parser.add_argument("out")
     parser.add_argument("--scripts", default="all")
     parser.add_argument("--shapes", default="all", help="indices into SHAPES, e.g. 0,2")
@@ -333,7 +397,7 @@ def main(argv=None) -> None:
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    (_sequences_worker if args.what == "sequences" else _fail_worker)(args)
+    {"sequences": _sequences_worker, "fail": _fail_worker, "solvers": _solvers_worker}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""``cg``, ``bicg`` and ``bicgstab`` over several GPUs: the iterations of :mod:`fusec.solvers`,
+each a distributed program, and the solver loop of :mod:`fusec.solvers.driver` on the host.
+
+Each rank passes its block of rows of ``A`` (``A[lo:hi, :]``), of ``b`` and of ``x0``, the
+blocks :func:`rows` gives (every rank holds rows), and gets its block of ``x`` back; ``info``
+is the same on every rank (the stopping test reads the all-reduced squared residual norm, the
+same number everywhere, so every rank stops at the same iteration). The iteration is compiled
+with its results in the layouts its next call reads them in (``results=``), so the state
+passes from one call to the next with no step of the loop's own. The first residual
+``b - A x0`` and the norms the loop reads at the start (and BiCGStab's half step, on a
+breakdown) are small distributed programs of their own.
+
+Unlike one GPU's solvers, the loop stays on the host (no CUDA graph, no conditional node): an
+iteration's stages take the scalars the collectives sum as host numbers, so the host waits
+inside every iteration anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import validate
+from ..errors import ArgumentError
+from ..solvers import checks, driver
+from ..solvers.methods import BICG, BICGSTAB, CG, Method
+from . import communicator
+from . import compile as compile_distributed
+from .layout import Layout, block
+
+# the first residual r0 = b - A x0 (x0 whole, as the gemv reads it), and the squared norm of a
+# split vector, all-reduced whole; a split vector gathered whole on every rank
+RESIDUAL = """\
+matrix A[n, n];
+vector b[n], x[n], q[n], r[n];
+input A, b, x;
+q = sgemv(A, x);
+r = sxmay(b, 1.0, q);
+return r;
+"""
+NORM = """\
+vector v[n];
+scalar vv;
+input v;
+vv = sdot(v, v);
+return vv;
+"""
+GATHER = """\
+vector v[n], w[n];
+input v;
+w = scopy(v);
+return w;
+"""
+
+
+def rows(n: int, comm: Any = None) -> tuple[int, int]:
+    """[lo, hi) of the rows of an n x n system this rank passes (of ``comm``, as
+    :func:`fusec.distributed.communicator` takes it)."""
+    comm = communicator(comm)
+    ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
+    return block(n, rank, min(ranks, n))
+
+
+def cg(A, b, x0=None, **options):
+    """Conjugate gradients over the ranks; ``(x, info)`` as :func:`fusec.solvers.cg`, ``x`` this
+    rank's block. Options: ``rtol``, ``atol``, ``maxiter``, ``check_every`` (default 1),
+    ``comm``, ``timeout``, ``executor`` (see :func:`solve`)."""
+    return solve(CG, A, b, x0, **options)
+
+
+def bicg(A, b, x0=None, **options):
+    """Biconjugate gradients over the ranks (see :func:`cg`)."""
+    return solve(BICG, A, b, x0, **options)
+
+
+def bicgstab(A, b, x0=None, **options):
+    """BiCGStab over the ranks (see :func:`cg`)."""
+    return solve(BICGSTAB, A, b, x0, **options)
+
+
+def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=1, comm=None,
+          timeout=None, executor=None):
+    """``method`` over the ranks of ``comm``. ``A``, ``b``, ``x0``: this rank's rows of each
+    (:func:`rows`), NumPy arrays or those of the communicator's framework. The rule and
+    ``info`` are SciPy's (:mod:`fusec.solvers.driver`): stop when ``||r|| <= max(rtol ||b||,
+    atol)``; ``maxiter`` (default 10 n) iterations at most, the residual read every
+    ``check_every``. ``executor``: how a stage becomes a callable
+    (:func:`fusec.distributed.compile`; the tests run stages with the oracle)."""
+    comm = communicator(comm, timeout=timeout)
+    n = _check_system(A, b, x0)
+    ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
+    lo, hi = block(n, rank, min(ranks, n))
+    for name, array in (("A", A), ("b", b), ("x0", x0)):
+        if array is not None and array.shape[0] != hi - lo:
+            raise ArgumentError(name, f"has {array.shape[0]} rows, but rank {rank} of {ranks} holds rows {lo} to"
+                                      f" {hi} of {n} (fusec.distributed.solvers.rows)")
+    rtol, atol = checks.tolerance("rtol", rtol), checks.tolerance("atol", atol)
+    if rtol >= 1:
+        raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
+    maxiter = 10 * n if maxiter is None else validate.count("maxiter", maxiter, 1)
+    check_every = validate.count("check_every", check_every, 1)
+    dtype = str(A.dtype)
+
+    def distributed(script=None, source=None, name="<string>", results=None):
+        return compile_distributed(script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm,
+                                   latency=False, timeout=timeout, executor=executor, results=results)
+    iteration = distributed(method.script)
+    # the state's results in the layouts the next call reads them in: compiled again, asking so
+    wanted = {f"{v}1": str(iteration.plan.layout(_value(iteration, v))) for v in method.state}
+    iteration = distributed(method.script, results={k: v for k, v in wanted.items() if v != Layout.PARTIAL})
+    norm = distributed(source=NORM, name="norm.script")
+    gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
+    if x0 is None:
+        x0, r0 = _zeros_like(b), b  # r0 = b: no pass over A
+    else:
+        r0 = distributed(source=RESIDUAL, name="residual.script")(A=A, b=b, x=gather(v=x0))
+    stepper = DistributedStepper(method, iteration, norm, gather, A, x0, r0)
+    bb = float(norm(v=b))
+    tol = max(rtol * math.sqrt(bb), atol)
+    outcome = driver.run(stepper, float(norm(v=r0)), tol, maxiter, check_every)
+    return stepper.x(), outcome.info
+
+
+def _value(program, name: str) -> int:
+    return next(v for v in program.dag.inputs if program.dag.value(v).name == name)
+
+
+def _check_system(A, b, x0) -> int:
+    for name, array, dims in (("A", A, 2), ("b", b, 1), ("x0", x0, 1)):
+        if array is None:
+            continue
+        if not hasattr(array, "shape") or not hasattr(array, "dtype") or len(array.shape) != dims:
+            raise ArgumentError(name, f"is {type(array).__name__}{getattr(array, 'shape', '')}: pass this rank's"
+                                      f" rows of {'the matrix (a 2-D array)' if dims == 2 else 'a vector (1-D)'}")
+        if str(array.dtype) not in ("float32", "float64") or str(array.dtype) != str(A.dtype):
+            raise ArgumentError(name, f"has dtype {array.dtype}: pass float32 or float64, as A")
+    n = A.shape[1]
+    if n < 1:
+        raise ArgumentError("A", f"has shape {tuple(A.shape)}: an n x n system has n >= 1 columns")
+    return n
+
+
+def _zeros_like(v):
+    zeros = getattr(type(v), "zeros_like", None) or _module_of(v).zeros_like
+    return zeros(v)
+
+
+def _module_of(v):
+    name = type(v).__module__.split(".")[0]
+    if name == "cupy":
+        import cupy
+        return cupy
+    if name == "torch":
+        import torch
+        return torch
+    return np
+
+
+class DistributedStepper:
+    """What :func:`fusec.solvers.driver.run` drives: the state of one rank (its blocks, and the
+    whole vectors the gemvs read), the iteration's program, and a checkpoint to go back to."""
+
+    def __init__(self, method: Method, iteration, norm, gather, A, x0, r0):
+        self.method, self.iteration, self.norm, self.gather, self.A = method, iteration, norm, gather, A
+        split = {"x": x0, "r": r0}
+        self.state: dict[str, Any] = {}
+        for name in method.state + method.fixed:
+            start = split.get(name, r0)
+            whole = iteration.plan.layout(_value(iteration, name)) is Layout.WHOLE
+            self.state[name] = gather(v=start) if whole else _copy(start)
+        self.saved = dict(self.state)
+        self.last: dict[str, Any] = {}
+
+    def advance(self, iterations: int) -> None:
+        self.saved = dict(self.state)  # results are new arrays: the old ones stay as they were
+        for _ in range(iterations):
+            out = self.iteration(A=self.A, **self.state)
+            self.last = dict(zip(self.iteration.outputs, out))
+            for name in self.method.state:
+                self.state[name] = self.last[f"{name}1"]
+
+    def restore(self) -> None:
+        self.state = dict(self.saved)
+
+    def squared_norm(self) -> float:
+        return float(self.last["rr1"])
+
+    def x(self):
+        return self.state["x"]
+
+    def half_step_norm(self) -> float | None:
+        if self.method.half_step is None:
+            return None
+        return float(self.norm(v=self.last[self.method.half_step[1]]))
+
+    def finish_at_half_step(self) -> None:
+        self.state["x"] = self.last[self.method.half_step[0]]
+
+    def loops_on_device(self) -> bool:
+        return False
+
+
+def _copy(v):
+    return v.clone() if hasattr(v, "clone") else v.copy()

@@ -1,0 +1,124 @@
+"""CPU tier: fusec.distributed.solvers on thread ranks (fusec.distributed.threads), each stage
+of the iterations evaluated by the float64 oracle. A solve over the ranks stops where the
+NumPy iteration of the same method meets the rule, with the same x, and says so on every rank;
+bad arguments are located ArgumentErrors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fusec.distributed.solvers as ds
+from fusec.distributed.layout import block
+from fusec.distributed.threads import oracle_executor, run_ranks
+from fusec.errors import ArgumentError
+from fusec.solvers.methods import METHODS
+from tests.helpers import library
+
+
+def system(n: int, symmetric: bool, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    if symmetric:  # SPD, eigenvalues in [1, 10]
+        q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+        A = q @ np.diag(np.linspace(1.0, 10.0, n)) @ q.T
+    else:
+        A = 4.0 * np.eye(n) + rng.uniform(-0.5, 0.5, (n, n)) / math.sqrt(n)
+    return A, rng.standard_normal(n)
+
+
+def reference(method, A, b, x0, rtol, maxiter):
+    """(x, iterations) of the NumPy iteration stopped by the driver's rule, checked every iteration."""
+    values = method.start(x0, b - A @ x0, np.copy)
+    limit = (rtol * np.linalg.norm(b)) ** 2
+    for k in range(1, maxiter + 1):
+        state, rr = method.reference(A, values)
+        values.update(state)
+        if rr <= limit:
+            return values["x"], k
+    return values["x"], maxiter
+
+
+def solve_on(ranks: int, name: str, A, b, x0=None, **options):
+    n = len(b)
+
+    def work(comm):
+        lo, hi = ds.rows(n, comm)
+        return (lo, hi), getattr(ds, name)(A[lo:hi], b[lo:hi], None if x0 is None else x0[lo:hi], comm=comm,
+                                          executor=oracle_executor(library(), "float64"), **options)
+    return run_ranks(ranks, work, timeout=120)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("name", ["cg", "bicg", "bicgstab"])
+def test_a_solve_over_ranks_is_the_numpy_iteration(name, ranks):
+    A, b = system(37, symmetric=name == "cg")
+    results = solve_on(ranks, name, A, b, rtol=1e-8)
+    assert [info for _, (_, info) in results] == [0] * ranks
+    assert [rows for rows, _ in results] == [block(37, r, ranks) for r in range(ranks)]
+    x = np.concatenate([x for _, (x, _) in results])
+    want, _ = reference(METHODS[name], A, b, np.zeros(37), 1e-8, 370)
+    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    assert np.linalg.norm(b - A @ x) <= 1.001e-8 * np.linalg.norm(b)
+
+
+def test_a_start_other_than_zero_and_a_limit_of_iterations():
+    A, b = system(30, symmetric=True)
+    x0 = np.linspace(-1.0, 1.0, 30)
+    results = solve_on(3, "cg", A, b, x0, rtol=1e-12, maxiter=4)
+    assert [info for _, (_, info) in results] == [4, 4, 4]  # not converged in 4: info = iterations done
+    x = np.concatenate([x for _, (x, _) in results])
+    want, k = reference(METHODS["cg"], A, b, x0, 1e-12, 4)
+    assert k == 4
+    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+
+
+def test_check_every_reads_the_residual_less_often_and_stops_on_a_multiple():
+    A, b = system(25, symmetric=True)
+    _, k = reference(METHODS["cg"], A, b, np.zeros(25), 1e-6, 250)
+    results = solve_on(2, "cg", A, b, rtol=1e-6, check_every=4)
+    assert [info for _, (_, info) in results] == [0, 0]
+    x = np.concatenate([x for _, (x, _) in results])
+    want, _ = reference(METHODS["cg"], A, b, np.zeros(25), 0.0, -(-k // 4) * 4)  # the iterations run: a multiple of 4
+    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(("change", "argument", "why"), [
+    (lambda A, b: (A[1:], b), "A", r"has \d+ rows, but rank 0 of 2 holds rows 0 to 10 of 20"),
+    (lambda A, b: (A, b[:-1]), "b", r"has 9 rows, but rank 0 of 2 holds rows 0 to 10 of 20"),
+    (lambda A, b: (A.astype(np.int64), b), "A", r"has dtype int64: pass float32 or float64"),
+    (lambda A, b: (A, b.reshape(5, 2)), "b", r"is ndarray\(5, 2\): pass this rank's rows of a vector"),
+])
+def test_bad_blocks_are_argument_errors_naming_them(change, argument, why):
+    A, b = system(20, symmetric=True)
+
+    def work(comm):
+        lo, hi = ds.rows(20, comm)
+        A_, b_ = change(A[lo:hi], b[lo:hi])
+        return ds.cg(A_, b_, comm=comm, executor=oracle_executor(library(), "float64"))
+    with pytest.raises(ArgumentError, match=rf"argument '{argument}': {why}"):
+        run_ranks(2, work, timeout=60)
+
+
+@pytest.mark.parametrize(("option", "value", "why"), [
+    ("rtol", 1.0, "it must be below 1"), ("atol", -1.0, "finite and >= 0"), ("maxiter", 0, "at least 1"),
+    ("check_every", 1.5, "pass a whole number")])
+def test_bad_options_are_argument_errors(option, value, why):
+    A, b = system(8, symmetric=True)
+    with pytest.raises(ArgumentError, match=rf"argument '{option}': .*{why}"):
+        ds.cg(A, b, **{option: value}, executor=oracle_executor(library(), "float64"))
+
+
+def test_ranks_without_rows_and_one_process():
+    """More ranks than rows: the last hold none and get empty blocks; one process (no
+    communicator, nobody launched it): the plain iteration."""
+    A, b = system(3, symmetric=True)
+    results = solve_on(4, "cg", A, b, rtol=1e-10)
+    assert [rows for rows, _ in results] == [(0, 1), (1, 2), (2, 3), (3, 3)]
+    assert [info for _, (_, info) in results] == [0] * 4 and results[3][1][0].shape == (0,)
+    x = np.concatenate([x for _, (x, _) in results])
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-8)
+    x, info = ds.cg(A, b, rtol=1e-10, executor=oracle_executor(library(), "float64"))
+    assert info == 0 and ds.rows(3) == (0, 3)
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-8)
