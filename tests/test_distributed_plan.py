@@ -359,3 +359,26 @@ def test_a_stage_text_names_the_script_file_not_its_path(tmp_path):
                           os.path.relpath(ROOT / "scripts" / "bicgk.script"))}
     assert len(texts) == 1
     assert "of bicgk.script over 2 ranks" in texts.pop()
+
+
+def test_results_asked_in_another_layout():
+    """results=: a split result gathered whole after the stage making it; a partial one split;
+    what no collective makes, a scalar split, an unknown name or layout: ArgumentError."""
+    path = ROOT / "scripts" / "solvers" / "cg.script"
+    plan = fd.plan(path, ranks=3, sizes={"n": 50}, results={"p1": "whole"})
+    dag = script_dag("solvers/cg")
+    last = plan.collectives[-1]
+    assert (last.op, dag.value(last.value).name, last.first_use, last.after) == (Op.ALL_GATHER, "p1", None, 2)
+    assert dict((dag.value(v).name, str(lay)) for v, lay in plan.outputs)["p1"] == "whole"
+    atax = fd.plan(ROOT / "scripts" / "atax.script", ranks=2, sizes={"n": 40}, results={"y": "split"})
+    assert [c.op for c in atax.collectives] == [Op.REDUCE_SCATTER]
+    for results, why in (({"q": "whole"}, r"'q' is not a result of .*cg.script \(its results: x1, r1, p1, rr1\)"),
+                         ({"p1": "partial"}, r"p1: 'partial' is no layout to return; pass 'split' or 'whole'"),
+                         ({"rr1": "split"}, r"rr1 is a scalar: it is returned whole"),
+                         (["p1"], r"is a list: pass a mapping")):
+        with pytest.raises(ArgumentError, match=r"argument 'results': " + why):
+            fd.plan(path, ranks=2, sizes={"n": 50}, results=results)
+    axpydot = "vector w[n], v[n], u[n], z[n];\nscalar alpha, r;\ninput w, v, u, alpha;\n" \
+              "z = saxpy(alpha, v, w);\nr = sdot(z, u);\nreturn z, r;\n"
+    whole = fd.plan(source=axpydot, ranks=2, sizes={"n": 40}, results={"z": "whole"})
+    assert [c.op for c in whole.collectives] == [Op.ALL_GATHER, Op.ALL_REDUCE]
