@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from .. import validate
+from ..api import resolve_library, script_dag
 from ..errors import ArgumentError
 from ..solvers import checks, driver
 from ..solvers.methods import BICG, BICGSTAB, CG, Method
-from . import communicator
+from . import communicator, plan
 from . import compile as compile_distributed
 from .layout import Layout, block
 
@@ -106,10 +107,12 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     def distributed(script=None, source=None, name="<string>", results=None):
         return compile_distributed(script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm,
                                    latency=False, timeout=timeout, executor=executor, results=results)
-    iteration = distributed(method.script)
-    # the state's results in the layouts the next call reads them in: compiled again, asking so
-    wanted = {f"{v}1": str(iteration.plan.layout(_value(iteration, v))) for v in method.state}
-    iteration = distributed(method.script, results={k: v for k, v in wanted.items() if v != Layout.PARTIAL})
+    # the state's results in the layouts the next call reads them in (planned first: no GPU)
+    planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
+    dag = script_dag(method.script, None, None, resolve_library(None))
+    inputs = {dag.value(v).name: v for v in dag.inputs}
+    wanted = {f"{v}1": str(planned.layout(inputs[v])) for v in method.state}
+    iteration = distributed(method.script, results=wanted)
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
     if x0 is None:
