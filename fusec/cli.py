@@ -319,15 +319,15 @@ def _tunings(args) -> int:
         print()
         print("shipped with the library:" if shipped else "in the tuning cache:")
         # columns as wide as their longest entry (the distributed stages' names are long)
+        table = [(e, e.script.split(" ")[0], ",".join(f"{k}={v}" for k, v in e.sizes) or "?") for e in rows]
         gpu_w = max(18, *(len(e.gpu) for e in rows))
-        script_w = max(10, *(len(e.script.split(" ")[0]) for e in rows))
-        sizes_of = {id(e): ",".join(f"{k}={v}" for k, v in e.sizes) or "?" for e in rows}
-        sizes_w = max(22, *map(len, sizes_of.values()))
+        script_w = max(10, *(len(script) for _, script, _ in table))
+        sizes_w = max(22, *(len(sizes) for _, _, sizes in table))
         print(f"  {'gpu':{gpu_w}s} {'script':{script_w}s} {'dtype':8s} {'sizes':{sizes_w}s} {'measured':>11s}"
               f"  {'date':10s}  usable?")
-        for e in rows:
+        for e, script, sizes in table:
             measured = f"{e.measured_us:.1f} us" if e.measured_us is not None else "?"
-            print(f"  {e.gpu:{gpu_w}s} {e.script.split(' ')[0]:{script_w}s} {e.dtype:8s} {sizes_of[id(e)]:{sizes_w}s}"
+            print(f"  {e.gpu:{gpu_w}s} {script:{script_w}s} {e.dtype:8s} {sizes:{sizes_w}s}"
                   f" {measured:>11s}  {e.date[:10]:10s}  {'yes' if not e.why_unused else 'no: ' + e.why_unused}")
     stale = [e for e in entries if e.stale]
     if gone:

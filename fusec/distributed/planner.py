@@ -178,10 +178,7 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
     reads: dict[tuple[int, Layout], list[int]] = {}  # (value, layout) -> stages reading it
     for call in dag.calls:
         choice = _choose(dag, library, call, layout, wants, outputs, sizes)
-        # what the call reads, and how: an expression's operands whole, in its place
-        read = [(leaf, Layout.WHOLE) if dag.expression(arg) is not None else (arg, need)
-                for arg, need in zip(call.args, choice.args) if not isinstance(arg, Constant)
-                for leaf in (dag.leaves(arg) if dag.expression(arg) is not None else (arg,))]
+        read = _read(dag, call, choice.args)
         stage = 0
         for arg, need in read:
             converted = need is not layout[arg]
@@ -237,6 +234,13 @@ def _requested(dag: Dag, results: Mapping[str, Layout | str] | None) -> dict[int
             raise ArgumentError("results", f"{name} is a scalar: it is returned whole")
         out[by_name[name]] = Layout(str(layout))
     return out
+
+
+def _read(dag: Dag, call, needs: tuple[Layout | None, ...]) -> list[tuple[int, Layout]]:
+    """What ``call`` reads and in which layout: each argument as ``needs`` says, in place of an
+    expression the inputs and results it is made of (Dag.leaves), whole (5. above); no literal."""
+    return [(leaf, Layout.WHOLE if dag.expression(arg) is not None else need)
+            for arg, need in zip(call.args, needs) if not isinstance(arg, Constant) for leaf in dag.leaves(arg)]
 
 
 def _length(dag: Dag, value: int, sizes: Mapping[str, int]) -> int:
@@ -305,14 +309,9 @@ def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, loca
         made = [dag.call(c).result for c in calls]
         inputs: dict[tuple[int, Layout], StageArg] = {}
         for c in calls:
-            for arg, need in zip(dag.call(c).args, needs[c]):
-                if isinstance(arg, Constant):
-                    continue
-                # an expression is evaluated here from its operands, whole (5. above)
-                for leaf, how in ([(v, Layout.WHOLE) for v in dag.leaves(arg)] if dag.expression(arg) is not None
-                                  else [(arg, need)]):
-                    if not (leaf in made and how is layout[leaf]):
-                        inputs.setdefault((leaf, how), StageArg(names(leaf, how), leaf, how))
+            for leaf, how in _read(dag, dag.call(c), needs[c]):
+                if not (leaf in made and how is layout[leaf]):
+                    inputs.setdefault((leaf, how), StageArg(names(leaf, how), leaf, how))
         inputs = dict(sorted(inputs.items(), key=lambda item: (item[0][0], item[0][1] is not layout[item[0][0]])))
         internal = tuple(StageArg(names(v, layout[v]), v, layout[v]) for v in made)
         returned = tuple(a for a in internal if a.value in dag.outputs or a.value in converted

@@ -20,12 +20,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from .. import validate
 from ..api import resolve_library, script_dag
 from ..errors import ArgumentError
 from ..solvers import checks, driver
+from ..solvers.arrays import arrays_for, framework_of
 from ..solvers.methods import BICG, BICGSTAB, CG, Method
 from . import communicator, plan
 from . import compile as compile_distributed
@@ -110,24 +109,20 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     # the state's results in the layouts the next call reads them in (planned first: no GPU)
     planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
     dag = script_dag(method.script, None, None, resolve_library(None))
-    inputs = {dag.value(v).name: v for v in dag.inputs}
-    wanted = {f"{v}1": str(planned.layout(inputs[v])) for v in method.state}
-    iteration = distributed(method.script, results=wanted)
+    layouts = {dag.value(v).name: planned.layout(v) for v in dag.inputs}
+    iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state})
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
+    arrays = arrays_for(framework_of(b))
     if x0 is None:
-        x0, r0 = _zeros_like(b), b  # r0 = b: no pass over A
+        x0, r0 = arrays.zeros_like(b), b  # r0 = b: no pass over A
     else:
         r0 = distributed(source=RESIDUAL, name="residual.script")(A=A, b=b, x=gather(v=x0))
-    stepper = DistributedStepper(method, iteration, norm, gather, A, x0, r0)
-    bb = float(norm(v=b))
-    tol = max(rtol * math.sqrt(bb), atol)
-    outcome = driver.run(stepper, float(norm(v=r0)), tol, maxiter, check_every)
+    whole = {name for name in method.state + method.fixed if layouts[name] is Layout.WHOLE}
+    stepper = DistributedStepper(method, iteration, norm, gather, arrays, A, x0, r0, whole)
+    tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
+    outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
     return stepper.x(), outcome.info
-
-
-def _value(program, name: str) -> int:
-    return next(v for v in program.dag.inputs if program.dag.value(v).name == name)
 
 
 def _check_system(A, b, x0) -> int:
@@ -145,34 +140,16 @@ def _check_system(A, b, x0) -> int:
     return n
 
 
-def _zeros_like(v):
-    zeros = getattr(type(v), "zeros_like", None) or _module_of(v).zeros_like
-    return zeros(v)
-
-
-def _module_of(v):
-    name = type(v).__module__.split(".")[0]
-    if name == "cupy":
-        import cupy
-        return cupy
-    if name == "torch":
-        import torch
-        return torch
-    return np
-
-
 class DistributedStepper:
     """What :func:`fusec.solvers.driver.run` drives: the state of one rank (its blocks, and the
     whole vectors the gemvs read), the iteration's program, and a checkpoint to go back to."""
 
-    def __init__(self, method: Method, iteration, norm, gather, A, x0, r0):
-        self.method, self.iteration, self.norm, self.gather, self.A = method, iteration, norm, gather, A
-        split = {"x": x0, "r": r0}
+    def __init__(self, method: Method, iteration, norm, gather, arrays, A, x0, r0, whole: set[str]):
+        """``whole``: the inputs the iteration reads whole (gathered at the start)."""
+        self.method, self.iteration, self.norm, self.arrays, self.A = method, iteration, norm, arrays, A
         self.state: dict[str, Any] = {}
-        for name in method.state + method.fixed:
-            start = split.get(name, r0)
-            whole = iteration.plan.layout(_value(iteration, name)) is Layout.WHOLE
-            self.state[name] = gather(v=start) if whole else _copy(start)
+        for name, start in method.start(x0, r0, lambda v: v).items():
+            self.state[name] = gather(v=start) if name in whole else arrays.copy(start)
         self.saved = dict(self.state)
         self.last: dict[str, Any] = {}
 
@@ -188,7 +165,7 @@ class DistributedStepper:
         self.state = dict(self.saved)
 
     def squared_norm(self) -> float:
-        return float(self.last["rr1"])
+        return self.arrays.read(self.last["rr1"])
 
     def x(self):
         return self.state["x"]
@@ -196,7 +173,7 @@ class DistributedStepper:
     def half_step_norm(self) -> float | None:
         if self.method.half_step is None:
             return None
-        return float(self.norm(v=self.last[self.method.half_step[1]]))
+        return self.arrays.read(self.norm(v=self.last[self.method.half_step[1]]))
 
     def finish_at_half_step(self) -> None:
         self.state["x"] = self.last[self.method.half_step[0]]
@@ -204,6 +181,3 @@ class DistributedStepper:
     def loops_on_device(self) -> bool:
         return False
 
-
-def _copy(v):
-    return v.clone() if hasattr(v, "clone") else v.copy()

@@ -65,6 +65,16 @@ def dims_of(dag: Dag, value: int, layout: Layout, local: dict[str, str]) -> tupl
     return tuple(dims)
 
 
+def evaluated_before(dag: Dag, calls: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """For each of ``calls``, the scalar expressions evaluated just before it: those it reads
+    (through one another too) that no call before it in ``calls`` read, in script order."""
+    out, seen = {}, set()
+    for call in calls:
+        out[call] = tuple(v for v in dag.needed_expressions(dag.call(call).value_args()) if v not in seen)
+        seen.update(out[call])
+    return out
+
+
 def stage_text(dag: Dag, title: str, calls: tuple[int, ...], needs: Mapping[int, tuple[Layout | None, ...]],
                inputs: tuple[StageArg, ...], internal: tuple[StageArg, ...], outputs: tuple[StageArg, ...],
                local: dict[str, str], evaluated: tuple[StageArg, ...] = ()) -> str:
@@ -85,15 +95,12 @@ def stage_text(dag: Dag, title: str, calls: tuple[int, ...], needs: Mapping[int,
             lines.append(f"{kind} {', '.join(declared[kind])};")
     lines.append(f"input {', '.join(a.name for a in inputs)};")
     made = {a.value: a.name for a in internal}
-    written: set[int] = set()
-    for call_id in calls:
+    for call_id, before in evaluated_before(dag, calls).items():
         call = dag.call(call_id)
-        for v in dag.needed_expressions(call.value_args()):  # before the first call reading it
-            if v not in written:
-                written.add(v)
-                text = expr.text(dag.expression(v).tree, lambda ref: named[ref, Layout.WHOLE])
-                lines.append(f"{named[v, Layout.WHOLE]} = {text};"
-                             f"  # {Path(dag.expression(v).coord.file).name}:{dag.expression(v).coord.line}")
+        for v in before:
+            text = expr.text(dag.expression(v).tree, lambda ref: named[ref, Layout.WHOLE])
+            lines.append(f"{named[v, Layout.WHOLE]} = {text};"
+                         f"  # {Path(dag.expression(v).coord.file).name}:{dag.expression(v).coord.line}")
         args = []
         for index, arg in enumerate(call.args):
             if isinstance(arg, Constant):

@@ -10,6 +10,7 @@ from ..emit.writer import call_text
 from ..ir.dag import Dag
 from .layout import Layout, Op, blocks
 from .plan import DistributedPlan
+from .stages import evaluated_before
 
 WHAT = {
     Op.ALL_REDUCE: "the ranks' terms summed, whole on every rank",
@@ -55,14 +56,11 @@ def describe(plan: DistributedPlan, dag: Dag, *, sources: bool = False) -> str:
             stage = plan.stages[step.stage]
             compiled = ", ".join(f"{k}={v}" for k, v in stage.sizes)
             lines.append(f"step {number}  stage {stage.index} ({stage.name}), compiled for {compiled}:")
-            shown: set[int] = set()
-            for c in stage.calls:  # each expression a call reads, evaluated on every rank before it
-                for v in dag.needed_expressions(dag.call(c).value_args()):
-                    if v not in shown:
-                        shown.add(v)
-                        coord = dag.expression(v).coord
-                        lines.append(f"          {Path(coord.file).name}:{coord.line}  {dag.value(v).label} ="
-                                     f" {dag.expression_text(v)}  (every rank)")
+            for c, before in evaluated_before(dag, stage.calls).items():  # on every rank, before the call
+                for v in before:
+                    coord = dag.expression(v).coord
+                    lines.append(f"          {Path(coord.file).name}:{coord.line}  {dag.value(v).label} ="
+                                 f" {dag.expression_text(v)}  (every rank)")
                 lines.append(f"          {call_text(dag, c)}")
             if sources:
                 lines += [f"          | {line}" for line in stage.source.rstrip("\n").split("\n")]
