@@ -122,3 +122,16 @@ def test_ranks_without_rows_and_one_process():
     x, info = ds.cg(A, b, rtol=1e-10, executor=oracle_executor(library(), "float64"))
     assert info == 0 and ds.rows(3) == (0, 3)
     np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-8)
+
+
+@pytest.mark.parametrize(("call", "argument", "why"), [
+    (lambda A, b: ds.rows("abc"), "n", r"is 'abc': pass a whole number"),
+    (lambda A, b: ds.rows(0), "n", r"is 0: it must be at least 1"),
+    (lambda A, b: ds.cg(None, b), "A", r"is NoneType: pass this rank's rows of the matrix"),
+    (lambda A, b: ds.cg(A, list(b)), "b", r"is list: pass this rank's rows of a vector \(1-D\), a NumPy"),
+])
+def test_bad_sizes_and_arrays_are_argument_errors(call, argument, why):
+    A, b = system(6, symmetric=True)
+    with pytest.raises(ArgumentError, match=rf"argument '{argument}': {why}"):
+        call(A, b)
+

@@ -58,6 +58,7 @@ return w;
 def rows(n: int, comm: Any = None) -> tuple[int, int]:
     """[lo, hi) of the rows of an n x n system this rank passes (of ``comm``, as
     :func:`fusec.distributed.communicator` takes it)."""
+    n = validate.count("n", n, 1)
     comm = communicator(comm)
     ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
     return block(n, rank, min(ranks, n))
@@ -127,11 +128,15 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
 
 def _check_system(A, b, x0) -> int:
     for name, array, dims in (("A", A, 2), ("b", b, 1), ("x0", x0, 1)):
-        if array is None:
+        if array is None and name == "x0":
             continue
-        if not hasattr(array, "shape") or not hasattr(array, "dtype") or len(array.shape) != dims:
+        if framework_of(array) is None or len(array.shape) != dims:
             raise ArgumentError(name, f"is {type(array).__name__}{getattr(array, 'shape', '')}: pass this rank's"
-                                      f" rows of {'the matrix (a 2-D array)' if dims == 2 else 'a vector (1-D)'}")
+                                      f" rows of {'the matrix (a 2-D array)' if dims == 2 else 'a vector (1-D)'}"
+                                      ", a NumPy or CuPy array or a PyTorch tensor")
+        if framework_of(array) != framework_of(A):
+            raise ArgumentError(name, f"is a {framework_of(array)} array, but A is a {framework_of(A)} one: pass"
+                                      " arrays of one framework")
         if str(array.dtype) not in ("float32", "float64") or str(array.dtype) != str(A.dtype):
             raise ArgumentError(name, f"has dtype {array.dtype}: pass float32 or float64, as A")
     n = A.shape[1]
