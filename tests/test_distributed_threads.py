@@ -295,6 +295,45 @@ def test_a_collective_that_stages_can_overlap():
     assert all(c.passed for c in checks), [str(c) for c in checks]
 
 
+def test_a_programs_side_stream_lives_as_long_as_the_program(monkeypatch):
+    """The stream a program's overlapping collective runs on is made once and kept by the
+    program: a call's helper is gone after the call, and a stream kept only by it was destroyed
+    while the program went on using its handle (CuPy: a crash in cuStreamWaitEvent on the second
+    call, met by BiCGStab's iterations on two GPUs)."""
+    import gc
+    import weakref
+
+    from fusec.distributed import arrays, program
+    made: list = []
+
+    class Owner:  # stands for a framework's stream object
+        pass
+
+    class Helper(arrays.NumpyArrays):
+        def new_stream(self):
+            owner = Owner()
+            made.append(weakref.ref(owner))
+            return arrays.SideStream(len(made), owner)
+
+    monkeypatch.setattr(program, "arrays_for", lambda name, device: Helper())
+    from fusec.frontend import check, parse
+    dag = check(parse(OVERLAP, "<string>"), library())
+    inputs = oracle.random_inputs(dag, {"n": 23}, "float64", 3)
+
+    def work(comm):
+        prog = fd.compile(source=OVERLAP, dtype="float64", sizes={"n": 23}, comm=comm,
+                          executor=oracle_executor(library(), "float64"), latency=False)
+        local = {k: prog.local(k, v) for k, v in inputs.items()}
+        first = prog(**local)
+        gc.collect()
+        return prog, first, prog(**local)
+    results = run_ranks(3, work)
+    gc.collect()
+    assert len(made) == 3 and all(ref() is not None for ref in made)  # one a rank, alive
+    for _, first, second in results:
+        np.testing.assert_array_equal(first, second)
+
+
 @pytest.mark.slow  # the oracle on 1001 x 1001 and 2049 x 1001 matrices, both precisions
 def test_the_gpu_tests_cases_on_thread_ranks():
     """The cases tests/gpu/test_distributed.py runs on GPUs, here on thread ranks

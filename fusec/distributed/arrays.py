@@ -11,6 +11,7 @@ copies and NCCL's collectives.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,15 @@ def family(array: Any) -> str:
     if isinstance(array, np.ndarray):
         return "numpy"
     return "other"
+
+
+@dataclass(frozen=True)
+class SideStream:
+    """A stream of a program's own: its handle, and the framework's object that owns it (the
+    stream is destroyed with that object, so whoever keeps the handle keeps this)."""
+
+    handle: int
+    owner: Any
 
 
 class DoneEvent:
@@ -70,8 +80,8 @@ class NumpyArrays:
     def wait_event(self, stream: int, event) -> None:
         pass
 
-    def new_stream(self) -> int:
-        return 0
+    def new_stream(self) -> "SideStream":
+        return SideStream(0, None)
 
 
 class CupyArrays:
@@ -114,10 +124,10 @@ class CupyArrays:
     def wait_event(self, stream: int, event: "CupyEvent") -> None:
         self.stream(stream).wait_event(event.event)
 
-    def new_stream(self) -> int:
+    def new_stream(self) -> "SideStream":
         with self.cupy.cuda.Device(self.device):
-            self._side = self.cupy.cuda.Stream(non_blocking=True)  # kept: the handle must outlive its use
-        return int(self._side.ptr)
+            stream = self.cupy.cuda.Stream(non_blocking=True)
+        return SideStream(int(stream.ptr), stream)
 
 
 class CupyEvent:
@@ -185,9 +195,9 @@ class TorchArrays:
     def wait_event(self, stream: int, event: "TorchEvent") -> None:
         self.stream(stream).wait_event(event.event)
 
-    def new_stream(self) -> int:
-        self._side = self.torch.cuda.Stream(device=self.where)
-        return int(self._side.cuda_stream)
+    def new_stream(self) -> "SideStream":
+        stream = self.torch.cuda.Stream(device=self.where)
+        return SideStream(int(stream.cuda_stream), stream)
 
 
 class TorchEvent:

@@ -277,7 +277,9 @@ class DistributedProgram:
         whole = self._whole_shape(value)
         on = stream
         if c.overlaps:
-            on = self._side.get(helper.name) or self._side.setdefault(helper.name, helper.new_stream())
+            if helper.name not in self._side:  # kept for the program's life: a call's helper is not
+                self._side[helper.name] = helper.new_stream()
+            on = self._side[helper.name].handle
             helper.wait_event(on, helper.event().record(stream))
         if self._last_collective is not None and self._last_collective[0] != on:
             # one communicator's collectives run one after the other, in the order issued, whatever
