@@ -135,3 +135,36 @@ def test_bad_sizes_and_arrays_are_argument_errors(call, argument, why):
     with pytest.raises(ArgumentError, match=rf"argument '{argument}': {why}"):
         call(A, b)
 
+
+
+def test_solves_after_the_first_reuse_its_programs(monkeypatch):
+    """A solver loop solves again and again on one communicator: the programs of the first
+    solve (the iteration, the norm, the gather, the first residual) serve the next ones, and
+    another size or dtype compiles its own."""
+    compiled = []
+    real = ds.compile_distributed
+
+    def counting(*args, **kwargs):
+        compiled.append((kwargs.get("name"), kwargs["sizes"]["n"], kwargs["dtype"]))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ds, "compile_distributed", counting)
+    ds.forget_programs()
+    executor = oracle_executor(library(), "float64")
+    A, b = system(24, symmetric=True)
+    x0 = np.linspace(-1.0, 1.0, 24)
+    want, _ = reference(METHODS["cg"], A, b, x0, 1e-8, 240)
+
+    def work(comm):
+        lo, hi = ds.rows(24, comm)
+        answers = [ds.cg(A[lo:hi], b[lo:hi], x0[lo:hi], comm=comm, executor=executor, rtol=1e-8)
+                   for _ in range(3)]
+        return lo, hi, answers
+    for lo, hi, answers in run_ranks(2, work, timeout=120):
+        for x, info in answers:
+            assert info == 0
+            np.testing.assert_allclose(x, want[lo:hi], rtol=1e-10, atol=1e-12)
+    assert len(compiled) == 2 * 4  # two ranks, four programs each, once
+    run_ranks(2, lambda comm: ds.cg(A[slice(*ds.rows(24, comm))].astype(np.float32),
+                                    b[slice(*ds.rows(24, comm))].astype(np.float32), comm=comm,
+                                    executor=oracle_executor(library(), "float32"), rtol=1e-4), timeout=120)
+    assert len(compiled) == 2 * 4 + 2 * 3  # float32: its own (no first residual without x0)

@@ -18,7 +18,9 @@ inside every iteration anyway.
 from __future__ import annotations
 
 import math
-from typing import Any
+import threading
+import weakref
+from typing import Any, Callable
 
 from .. import validate
 from ..api import resolve_library, script_dag
@@ -105,8 +107,10 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     dtype = str(A.dtype)
 
     def distributed(script=None, source=None, name="<string>", results=None):
-        return compile_distributed(script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm,
-                                   latency=False, timeout=timeout, executor=executor, results=results)
+        key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())))
+        return _kept(comm, key, lambda: compile_distributed(
+            script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm, latency=False,
+            timeout=timeout, executor=executor, results=results))
     # the state's results in the layouts the next call reads them in (planned first: no GPU)
     planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
     dag = script_dag(method.script, None, None, resolve_library(None))
@@ -124,6 +128,37 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
     outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
     return stepper.x(), outcome.info
+
+
+# The programs of solves before, by communicator (None: one process), then by what they were
+# compiled from: a solve's programs take a plan and a compile each (about 0.15 s), and a solver
+# loop solves again and again on one communicator. Kept while the communicator lives.
+_PROGRAMS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_ONE_PROCESS: dict = {}
+_LOCK = threading.Lock()
+MOST_KEPT = 32  # programs kept a communicator, the oldest dropped first
+
+
+def _kept(comm, key, make: Callable[[], Any]):
+    """The program compiled for ``key`` on ``comm`` before, or ``make()``'s, kept. (Every rank
+    makes the same calls in the same order, so a rank never compiles where another does not.)"""
+    with _LOCK:
+        store = _ONE_PROCESS if comm is None else _PROGRAMS.setdefault(comm, {})
+        program = store.get(key)
+    if program is None:
+        program = make()
+        with _LOCK:
+            while len(store) >= MOST_KEPT:
+                del store[next(iter(store))]
+            store[key] = program
+    return program
+
+
+def forget_programs() -> None:
+    """Drop the programs kept between solves (the next solve compiles its own)."""
+    with _LOCK:
+        _PROGRAMS.clear()
+        _ONE_PROCESS.clear()
 
 
 def _check_system(A, b, x0) -> int:

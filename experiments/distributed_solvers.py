@@ -1,0 +1,105 @@
+"""What does an iteration of fusec.distributed.solvers cost over P GPUs, against one GPU?
+
+    mpirun -n 2 python -m mpi4py -m experiments.distributed_solvers [--n 16384,32768]
+        [--solvers cg,bicgstab] [--dtype float32] [--iterations 50] [--out experiments/results]
+
+Each rank builds bench.solvers' system that does not converge in 50 iterations (the same
+seed everywhere, so the blocks are one matrix), keeps its rows, and runs ``--iterations``
+iterations (maxiter, rtol 1e-30) of the distributed solver; wall time from a synchronised GPU
+to a synchronised GPU on every rank, the slowest rank's, median of three. Rank 0 then runs the
+one-GPU solver (fusec.solvers, its GPU loop) on the whole matrix the same way. µs an
+iteration = time / iterations (the start, a norm of b, is in both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", default="16384,32768")
+    parser.add_argument("--solvers", default="cg,bicgstab")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    args = parser.parse_args(argv)
+
+    import cupy
+    from mpi4py import MPI
+
+    import fusec.distributed as fd
+    import fusec.distributed.solvers as ds
+    import fusec.solvers as fs
+    from bench.solvers import systems
+    from fusec.target import resolve
+
+    world = MPI.COMM_WORLD
+    comm = fd.communicator(world, timeout=300)
+    gpu = resolve(unknown_ok=True).name
+    rows = []
+
+    def timed(run) -> float:
+        samples = []
+        for _ in range(4):  # the first compiles and warms
+            cupy.cuda.Device().synchronize()
+            world.Barrier()
+            start = time.perf_counter()
+            run()
+            cupy.cuda.Device().synchronize()
+            samples.append(world.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        return statistics.median(samples[1:])
+
+    for n in (int(v) for v in args.n.split(",")):
+        hard, easy, b = systems(cupy, n, args.dtype)
+        del easy
+        lo, hi = ds.rows(n, comm)
+        A_local, b_local = cupy.ascontiguousarray(hard[lo:hi]), b[lo:hi].copy()
+        for name in args.solvers.split(","):
+            solve = getattr(ds, name)
+            many = timed(lambda: solve(A_local, b_local, comm=comm, rtol=1e-30, maxiter=args.iterations))
+            one = None
+            if comm.rank == 0:
+                single = getattr(fs, name)
+                samples = []
+                for _ in range(4):
+                    cupy.cuda.Device().synchronize()
+                    start = time.perf_counter()
+                    single(hard, b, rtol=1e-30, maxiter=args.iterations)
+                    cupy.cuda.Device().synchronize()
+                    samples.append(time.perf_counter() - start)
+                one = statistics.median(samples[1:])
+            one = world.bcast(one, root=0)
+            row = {"solver": name, "n": n, "dtype": args.dtype, "ranks": comm.size,
+                   "one_gpu_us": one / args.iterations * 1e6, "ranks_us": many / args.iterations * 1e6}
+            row["speedup"] = row["one_gpu_us"] / row["ranks_us"]
+            rows.append(row)
+            if comm.rank == 0:
+                print(json.dumps(row), flush=True)
+        del hard, A_local
+        cupy.get_default_memory_pool().free_all_blocks()
+    if comm.rank == 0:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{gpu.lower()}-p{comm.size}-distributed-solvers"
+        (out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        lines = [f"# fusec.distributed.solvers over {comm.size} × {gpu}", "",
+                 f"`mpirun -n {comm.size} python -m mpi4py -m experiments.distributed_solvers --n {args.n}"
+                 f" --solvers {args.solvers} --dtype {args.dtype} --iterations {args.iterations}`: µs an iteration,"
+                 f" {args.iterations} iterations a solve, median of three, slowest rank.", "",
+                 f"| solver | dtype | n | 1 GPU µs | {comm.size} GPUs µs | speed-up |", "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['one_gpu_us']:.1f} | {r['ranks_us']:.1f} |"
+                  f" {r['speedup']:.2f}× |" for r in rows]
+        (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
