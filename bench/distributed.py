@@ -350,14 +350,23 @@ def plot(rows, path: Path, ranks: int) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scripts", default=",".join(SCRIPTS))
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    parser.add_argument("--dtypes", default="float32,float64")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--weak", choices=["auto", "on", "off"], default="auto")
-    parser.add_argument("--budget", type=float, default=480.0, help="seconds; cases past it are listed as not run")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="Run one process per GPU: mpirun -n 2 python -m mpi4py -m bench.distributed ...")
+    parser.add_argument("--scripts", default=",".join(SCRIPTS),
+                        help="sequences of scripts/, comma-separated (default: %(default)s)")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                        help="n of each n x n case, comma-separated (default: %(default)s)")
+    parser.add_argument("--dtypes", default="float32,float64", help="precisions (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=20, help="timed samples a case, after 3 warm-ups"
+                                                              " (default: %(default)s)")
+    parser.add_argument("--weak", choices=["auto", "on", "off"], default="auto",
+                        help="the weak case, BiCGK fp64 n = 100000 over the ranks: auto runs it where every GPU"
+                             " has the memory (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=480.0,
+                        help="seconds; cases not started by then are listed as not run (default: %(default)s)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"),
+                        help="folder of the tables, JSON and plot (default: bench/results)")
     parser.add_argument("--ship", action="store_true", help="merge the latency table into fusec/data/collectives")
     args = parser.parse_args(argv)
     started = time.monotonic()

@@ -866,10 +866,11 @@ def parse_size(items: list[str]) -> int | None:
 
 def add_common(parser: argparse.ArgumentParser, scripts: str, name: str) -> None:
     parser.add_argument("--scripts", default=scripts, help="comma-separated (default: %(default)s)")
-    parser.add_argument("--dtype", default="both", choices=("float32", "float64", "both"))
+    parser.add_argument("--dtype", default="both", choices=("float32", "float64", "both"),
+                        help="precision (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs a median is taken over (≥ 20)")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of %(default)s")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder of the table and JSON")
     parser.add_argument("--name", default=None, help=f"file name without extension (default: <gpu>-{name})")
 
 

@@ -419,14 +419,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", type=float, default=360.0, help="seconds; sizes not started by then are skipped")
-    parser.add_argument("--dtypes", default="float32,float64")
-    parser.add_argument("--n", default="1024,4096,16384")
+    parser.add_argument("--dtypes", default="float32,float64", help="precisions (default: %(default)s)")
+    parser.add_argument("--n", default="1024,4096,16384", help="sizes n of the n x n systems (default: %(default)s)")
     parser.add_argument("--n32", default="32768", help="sizes run in float32 only")
-    parser.add_argument("--solvers", default="cg,bicg,bicgstab")
-    parser.add_argument("--peers", default="cupy-hand,torch,jax,cupy,torch.compile")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    parser.add_argument("--name", default=None)
+    parser.add_argument("--solvers", default="cg,bicg,bicgstab", help="comma-separated (default: %(default)s)")
+    parser.add_argument("--peers", default="cupy-hand,torch,jax,cupy,torch.compile",
+                        help="comma-separated subset of %(default)s")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs a median is taken over (default: %(default)s)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder of the table, JSON and plot")
+    parser.add_argument("--name", default=None, help="file name without extension (default: <gpu>-solvers)")
     parser.add_argument("--iterations-on-cpu", action="store_true",
                         help="no GPU: print the iterations each solver needs on the to-tolerance systems")
     parser.add_argument("--seeds", default="0,1,2", help="with --iterations-on-cpu: the systems drawn")
