@@ -191,15 +191,18 @@ def main(argv=None) -> int:
         from bench import prediction_draw
         return prediction_draw.main(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"), help="precision (default: %(default)s)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                        help="precision (default: %(default)s)")
     parser.add_argument("--size", default="n=8192", help="n=VALUE: matrices n x n (default n=8192)")
     parser.add_argument("--vector-size", type=int, default=8192 * 8192,
                         help="n of the sequences without a matrix (default 8192^2 = 2^26: as many"
                              " bytes per vector as a matrix has)")
-    parser.add_argument("--top", type=int, default=20, help="best-predicted candidates measured a point (default: %(default)s)")
+    parser.add_argument("--top", type=int, default=20,
+                        help="best-predicted candidates measured a point (default: %(default)s)")
     parser.add_argument("--sample", type=int, default=20,
                         help="further candidates drawn from the rest of the space (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs a median is taken over (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=20,
+                        help="timed runs a median is taken over (default: %(default)s)")
     parser.add_argument("--scripts", default=",".join(SCRIPTS), help="comma-separated (default: %(default)s)")
     parser.add_argument("--gpu", default=None, help="database to predict with (default: the GPU present)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder of the table and JSON")

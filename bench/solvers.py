@@ -425,7 +425,8 @@ def main(argv=None) -> int:
     parser.add_argument("--solvers", default="cg,bicg,bicgstab", help="comma-separated (default: %(default)s)")
     parser.add_argument("--peers", default="cupy-hand,torch,jax,cupy,torch.compile",
                         help="comma-separated subset of %(default)s")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs a median is taken over (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=20,
+                        help="timed runs a median is taken over (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder of the table, JSON and plot")
     parser.add_argument("--name", default=None, help="file name without extension (default: <gpu>-solvers)")
     parser.add_argument("--iterations-on-cpu", action="store_true",

@@ -63,7 +63,8 @@ def main(argv=None) -> int:
         A_local, b_local = cupy.ascontiguousarray(hard[lo:hi]), b[lo:hi].copy()
         for name in args.solvers.split(","):
             solve = getattr(ds, name)
-            many = timed(lambda: solve(A_local, b_local, comm=comm, rtol=1e-30, maxiter=args.iterations))
+            many = timed(lambda solve=solve, A=A_local, b=b_local: solve(A, b, comm=comm, rtol=1e-30,
+                                                                           maxiter=args.iterations))
             one = None
             if comm.rank == 0:
                 single = getattr(fs, name)
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
             rows.append(row)
             if comm.rank == 0:
                 print(json.dumps(row), flush=True)
-        del hard, A_local
+        hard = A_local = None  # the next size's memory
         cupy.get_default_memory_pool().free_all_blocks()
     if comm.rank == 0:
         out = Path(args.out)
