@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     import fusec.distributed.solvers as ds
     import fusec.solvers as fs
     from bench.solvers import systems
-    from fusec.target import resolve
+    from fusec.target import resolve, slug
 
     world = MPI.COMM_WORLD
     comm = fd.communicator(world, timeout=300)
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     if comm.rank == 0:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = f"{gpu.lower()}-p{comm.size}-distributed-solvers"
+        stem = f"{slug(gpu)}-p{comm.size}-distributed-solvers"
         (out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
         lines = [f"# fusec.distributed.solvers over {comm.size} × {gpu}", "",
                  f"`mpirun -n {comm.size} python -m mpi4py -m experiments.distributed_solvers --n {args.n}"

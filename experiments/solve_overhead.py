@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     from bench.solvers import TOLERANCE, systems
     from fusec.solvers import api
     from fusec.solvers.methods import METHODS
-    from fusec.target import resolve
+    from fusec.target import resolve, slug
 
     gpu = resolve(unknown_ok=True).name
     spent: dict = collections.defaultdict(float)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{gpu.lower()}-solve-overhead"
+    stem = f"{slug(gpu)}-solve-overhead"
     (out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [f"# Where a solve's time goes ({gpu})", "",
              f"`python -m experiments.solve_overhead --n {args.n} --solvers {args.solvers} --dtype {args.dtype}"

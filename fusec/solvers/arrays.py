@@ -38,9 +38,16 @@ def framework_of(obj) -> str | None:
     return None
 
 
+_DTYPE_NAMES: dict = {}  # a dtype object -> its name (NumPy's str() of a dtype takes microseconds)
+
+
 def dtype_name(a) -> str:
     """``"float32"``, ``"float64"``...: NumPy's and CuPy's name of ``a``'s dtype (PyTorch's without ``torch.``)."""
-    return str(a.dtype).replace("torch.", "")
+    dtype = a.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 class NumpyArrays:
@@ -63,6 +70,11 @@ class NumpyArrays:
 
     def copy_into(self, dst, src) -> None:
         dst[...] = src
+
+    def copy_pairs(self, pairs) -> None:
+        """``dst[...] = src`` for each ``(dst, src)`` of ``pairs``."""
+        for dst, src in pairs:
+            self.copy_into(dst, src)
 
     def matvec(self, A, x):
         return A @ x
@@ -166,6 +178,18 @@ class _DeviceArrays(NumpyArrays):
         if self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None:
             return Survey(*kernels.survey(self, A, b, x0, dtype_name(b)))
         return super().survey(A, b, x0)
+
+
+    def copy_pairs(self, pairs) -> None:
+        """:meth:`NumpyArrays.copy_pairs` in one launch on the current stream where the arrays
+        are contiguous and of one size (a solve's state vectors), each copy costing the host
+        some microseconds otherwise."""
+        from . import kernels
+        if (len(pairs) > 1 and len({dst.nbytes for dst, _ in pairs}) == 1 and kernels.unsupported() is None
+                and all(self.contiguous(a) for pair in pairs for a in pair)):
+            kernels.copy_arrays(self, pairs, self.stream_handle())
+        else:
+            super().copy_pairs(pairs)
 
 
 class CupyArrays(_DeviceArrays):

@@ -50,15 +50,9 @@ class DeviceLoop:
             self.tests.launch(self.kernel, [ctypes.c_uint64(handle), ctypes.c_void_p(self.arrays.address(squared_norm)),
                                             record], self.stream)
 
-        def copy(pairs) -> None:
-            alike = len({dst.nbytes for dst, _ in pairs}) == 1
-            if alike and all(self.arrays.contiguous(a) for pair in pairs for a in pair):
-                kernels.copy_arrays(self.arrays, pairs, self.stream)
-            else:
-                for dst, src in pairs:
-                    self.arrays.copy_into(dst, src)
-
-        self.graphs[start] = while_graph.WhileGraph(self.stream, lambda handle: body(lambda rr: test(rr, handle), copy))
+        # captured on self.stream, the arrays' current stream (copy_pairs launches there)
+        self.graphs[start] = while_graph.WhileGraph(
+            self.stream, lambda handle: body(lambda rr: test(rr, handle), self.arrays.copy_pairs))
 
     def run(self, start: int, squared_tolerance: float, most: int) -> tuple[int, int]:
         """Launch the loop from set ``start``; ``(iterations done, why it stopped)`` (one read)."""

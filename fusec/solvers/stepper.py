@@ -67,10 +67,8 @@ class ProgramStepper:
             if self.gpu_loop is not None:
                 self.gpu_loop.forget()
         self.A, self.A_address = A, address
-        for name in self.method.fixed:
-            self.arrays.copy_into(self.fixed[name], start[name])
-        for name in self.method.state:
-            self.arrays.copy_into(self.sets[0][name], start[name])
+        self.arrays.copy_pairs([(self.fixed[name], start[name]) for name in self.method.fixed]
+                               + [(self.sets[0][name], start[name]) for name in self.method.state])
         self.current, self.saved_from = 0, None
         self.graphs_allowed = graphs and self.capture_works
         self.make_loop = make_loop or self.make_loop
