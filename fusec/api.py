@@ -113,7 +113,7 @@ def device_dag(dag: Dag, device_scalars) -> Dag:
     scalars = ", ".join(n for n, v in inputs.items() if v.kind is Kind.SCALAR) or "none"
     for name in device_scalars:
         if not isinstance(name, str):
-            raise ArgumentError("device_scalars", f"holds {name!r}, a {type(name).__name__}: pass the names (str)"
+            raise ArgumentError("device_scalars", f"holds {name!r} ({type(name).__name__}): pass the names (str)"
                                                   " of scalar inputs")
         if name not in inputs:
             raise ArgumentError("device_scalars", f"names {name!r}, which is not an input of {dag.file}"
