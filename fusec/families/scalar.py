@@ -8,7 +8,8 @@ own, launched last: every result of a call it reads is final by then (the
 kernel that makes one finishes it in whichever block arrives last, and two
 expressions may read results of different kernels), and the program's stream
 orders it after them. It reads call results from memory (``scalar_ptr``),
-inputs by value (those the caller passes on the device from memory too), evaluates the expressions as every other kernel does
+inputs by value (those the caller passes on the device from memory too),
+evaluates the expressions as every other kernel does
 (:mod:`fusec.emit.scalars`) and stores each returned one. It costs a launch
 (its time not measured) and is the same in every plan of the script, so it is
 not part of the space and prices at zero.
