@@ -19,10 +19,10 @@ from .frontend import check as check_script
 from .frontend import load_script
 from .frontend import parse as parse_script
 from .ir import expr
-from .ir.dag import Constant
+from .ir.dag import Constant, Dag
 from .ir.plan import ProgramPlan
 from .library.loader import load_library
-from .library.model import Library
+from .library.model import Kind, Library
 from .nvcc import DEFAULT_ARCH
 from .runtime.program import Program
 from .space.combinations import build_space
@@ -101,6 +101,30 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     return dtype
 
 
+def device_dag(dag: Dag, device_scalars) -> Dag:
+    """``dag`` with the scalar inputs ``device_scalars`` names read from device memory
+    (:meth:`~fusec.ir.dag.Dag.with_device_scalars`), once each name is checked: a
+    collection of str, each a scalar input (else an :class:`ArgumentError` naming
+    ``device_scalars``)."""
+    if isinstance(device_scalars, (str, bytes)) or not isinstance(device_scalars, (tuple, list, set, frozenset)):
+        raise ArgumentError("device_scalars", f"is a {type(device_scalars).__name__}: pass a tuple, list or set of"
+                                              " the names of scalar inputs, e.g. ('alpha',)")
+    inputs = {dag.value(v).name: dag.value(v) for v in dag.inputs}
+    scalars = ", ".join(n for n, v in inputs.items() if v.kind is Kind.SCALAR) or "none"
+    for name in device_scalars:
+        if not isinstance(name, str):
+            raise ArgumentError("device_scalars", f"holds {name!r} ({type(name).__name__}): pass the names (str)"
+                                                  " of scalar inputs")
+        if name not in inputs:
+            raise ArgumentError("device_scalars", f"names {name!r}, which is not an input of {dag.file}"
+                                                  f" (its scalar inputs: {scalars})")
+        if inputs[name].kind is not Kind.SCALAR:
+            raise ArgumentError("device_scalars", f"names {name!r}, a {inputs[name].kind} input of {dag.file}: only"
+                                                  f" scalars are read from a device array (its scalar inputs:"
+                                                  f" {scalars})")
+    return dag.with_device_scalars(device_scalars)
+
+
 def check_plan(dag, library: Library, plan: ProgramPlan) -> None:
     """An imposed plan covers each call of ``dag`` once, and names implementations its
     functions have (else an :class:`ArgumentError` naming ``plan``: one made for another
@@ -123,7 +147,7 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
             dtype="float32", *, sizes: Mapping[str, int] | None = None,
             plan: ProgramPlan | None = None, predictor: Predictor | None = None,
             gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
-            source: str | None = None, name: str = "<string>") -> Program:
+            source: str | None = None, name: str = "<string>", device_scalars=()) -> Program:
     """Compile a script into a :class:`Program`.
 
     The script is the file at ``script``, or the text ``source`` (errors then
@@ -145,10 +169,16 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     ``reproducible=True`` leaves out band kernels that add column sums with
     atomics, so that every run gives the same bits (a plan given is taken as it is;
     ``program.generated.reproducible`` says).
+    ``device_scalars`` names scalar inputs that each call passes as a device array of one
+    element (shape ``()`` or ``(1,)``, the program's dtype, the framework of the other
+    arrays) instead of a host number: the kernels read them from device memory, so a
+    scalar the GPU computed reaches the program with no wait on the host, and a call
+    captured in a CUDA graph reads the array's value at each replay. The plan, and
+    the tuning it is looked up by, are the same.
     """
     lib = resolve_library(library)
     return compile_dag(script_dag(script, source, name, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
-                       gpu=gpu, tuned=tuned, reproducible=reproducible)
+                       gpu=gpu, tuned=tuned, reproducible=reproducible, device_scalars=device_scalars)
 
 
 def script_dag(script, source, name, library: Library):
@@ -177,8 +207,10 @@ def script_dag(script, source, name, library: Library):
 
 def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                 plan: ProgramPlan | None = None, predictor: Predictor | None = None,
-                gpu: str | None = None, tuned: bool = True, reproducible: bool = False) -> Program:
+                gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
+                device_scalars=()) -> Program:
     """:func:`compile` for a script already checked into a DAG."""
+    dag = device_dag(dag, device_scalars)  # marked on the DAG: replan's programs read them so too
     program = build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
                             gpu=gpu, tuned=tuned, reproducible=reproducible)[0]
     if plan is None:  # sizes its plan cannot serve, or tuned for, get the plan compile chooses for them
@@ -194,12 +226,13 @@ def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, i
 def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                   plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                   gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
-                  spill_arch: str | None = DEFAULT_ARCH) -> tuple[Program, TuningEntry | None]:
+                  spill_arch: str | None = DEFAULT_ARCH, device_scalars=()) -> tuple[Program, TuningEntry | None]:
     """:func:`compile_dag`, and the tuning-cache entry its plan came from, of these
     sizes or nearby ones (None when the plan was imposed or predicted). A predicted plan's kernels are
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
+    dag = device_dag(dag, device_scalars)
     tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
     sizes = default_sizes(dag, sizes)  # checked even where a plan imposed makes no use of them
     if plan is not None:

@@ -88,18 +88,24 @@ def plan(script=None, *, source: str | None = None, name: str = "<string>", libr
 
 def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool = True,
                    cache: dict | None = None) -> Callable:
-    """Stages compiled by :func:`fusec.compile` for their sizes. With ``cache``
-    (a dict the caller keeps) a stage of the same text is compiled once and
+    """Stages compiled by :func:`fusec.compile` for their sizes, each reading the scalars
+    that stages and collectives make from device memory (``stage.device_scalars``).
+    With ``cache`` (a dict the caller keeps) a stage of the same text is compiled once and
     serves every size (a fusec program runs at any size): programs of one
-    script planned for several sizes share their stages."""
+    script planned for several sizes share their stages.
+
+    An executor (this one, :func:`fusec.distributed.threads.oracle_executor`, or the
+    caller's) turns a :class:`~fusec.distributed.plan.Stage` into a callable taking the
+    stage's inputs by name: arrays of the call's framework, host numbers for the scalars
+    the caller passed, and one-element arrays for those in ``stage.device_scalars``."""
     import fusec
 
     def compile_stage(stage):
-        key = (stage.source, dtype)
+        key = (stage.source, stage.device_scalars, dtype)
         if cache is not None and key in cache:
             return cache[key]
         program = fusec.compile(source=stage.source, name=stage.name, library=library, dtype=dtype,
-                                sizes=dict(stage.sizes), gpu=gpu, tuned=tuned)
+                                sizes=dict(stage.sizes), gpu=gpu, tuned=tuned, device_scalars=stage.device_scalars)
         if cache is not None:
             cache[key] = program
         return program

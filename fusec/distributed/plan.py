@@ -35,6 +35,9 @@ class Stage:
     inputs: tuple[StageArg, ...]  # in the order of its input statement
     outputs: tuple[StageArg, ...]  # in the order of its return statement
     sizes: tuple[tuple[str, int], ...]  # the sizes it is compiled for: a split size is rank 0's block
+    # its scalar inputs that arrive as one-element device arrays (made by a stage or a
+    # collective, never copied to the host): compiled as fusec.compile's device_scalars
+    device_scalars: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

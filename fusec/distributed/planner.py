@@ -326,7 +326,10 @@ def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, loca
         used = {d for a in tuple(inputs.values()) + internal for d in dims_of(dag, a.value, a.layout, local)}
         stage_sizes = tuple((d, sizes[d]) for d in dag.sizes if d in used)
         stage_sizes += tuple((local[s], largest_block(sizes[s], active)) for s in dag.sizes if local[s] in used)
-        stages.append(Stage(k, f"{dag.file}#{k}", calls, text, tuple(inputs.values()), returned, stage_sizes))
+        on_device = tuple(a.name for a in inputs.values()  # a scalar the caller passes stays a host number
+                          if dag.value(a.value).kind is Kind.SCALAR and not dag.is_input(a.value))
+        stages.append(Stage(k, f"{dag.file}#{k}", calls, text, tuple(inputs.values()), returned, stage_sizes,
+                            on_device))
     return tuple(stages)
 
 

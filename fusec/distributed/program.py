@@ -5,9 +5,9 @@ A call queues, in the plan's order, each stage (an ordinary fusec program on
 the rank's rows, on the call's stream), each collective (on the same stream,
 watched by :mod:`.watchdog`) and each step a rank takes alone (a view of its
 rows, zeros for a term rank 0 carries, its block set into zeros). Nothing
-waits on the host, except for a scalar that a stage makes, a collective sums
-and a later stage reads: fusec programs take scalars as host numbers, so that
-one is copied back (with the collective's deadline). A collective that some
+waits on the host: a scalar that a stage makes (a collective sums it) and a
+later stage reads stays a one-element device array, which that stage's
+kernels read from device memory (``Stage.device_scalars``). A collective that some
 stages could overlap (the plan says which) runs on a second stream, joined by
 an event before the stage that reads it.
 
@@ -242,7 +242,7 @@ class DistributedProgram:
 
     def _stage(self, index: int, env, helper, stream, marks) -> None:
         stage, program = self.plan.stages[index], self.programs[index]
-        args = {a.name: self._stage_value(env, a, helper, stream) for a in stage.inputs}
+        args = {a.name: env[a.value, a.layout] for a in stage.inputs}  # device scalars too: no host wait
         start = self._mark(helper, stream, marks)
         results = program.run(args, stream=stream) if self._streams else program(**args)
         results = results if isinstance(results, tuple) else (results,)
@@ -250,16 +250,6 @@ class DistributedProgram:
             env[arg.value, arg.layout] = result
         if marks is not None:
             marks.append((f"stage {index}", "local", start, helper.event().record(stream)))
-
-    def _stage_value(self, env, arg, helper, stream):
-        value = env[arg.value, arg.layout]
-        if self.dag.value(arg.value).kind is Kind.SCALAR and not _is_number(value):
-            # a scalar made on the device: fusec programs take scalars as host numbers
-            event = helper.event().record(stream)
-            watchdog.wait(event, f"the scalar {self.dag.value(arg.value).label} for stage",
-                          self.comm, self.timeout, self.on_timeout)
-            value = float(helper.host(value))
-        return value
 
     def _counts(self, value: int) -> list[int]:
         shape = self._whole_shape(value)

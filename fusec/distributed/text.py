@@ -56,6 +56,8 @@ def describe(plan: DistributedPlan, dag: Dag, *, sources: bool = False) -> str:
             stage = plan.stages[step.stage]
             compiled = ", ".join(f"{k}={v}" for k, v in stage.sizes)
             lines.append(f"step {number}  stage {stage.index} ({stage.name}), compiled for {compiled}:")
+            if stage.device_scalars:
+                lines.append(f"          reads {', '.join(stage.device_scalars)} from device memory (no host wait)")
             for c, before in evaluated_before(dag, stage.calls).items():  # on every rank, before the call
                 for v in before:
                     coord = dag.expression(v).coord

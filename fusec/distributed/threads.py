@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import oracle
+from ..errors import ArgumentError
 from ..frontend import check, parse
 from .comm import Communicator
 from .errors import CollectiveError, CollectiveTimeoutError
@@ -124,13 +125,21 @@ def run_ranks(size: int, work: Callable[[ThreadComm], Any], timeout: float = 30.
 
 
 def oracle_executor(library, dtype) -> Callable:
-    """Stage programs evaluated by the float64 oracle, their results rounded to ``dtype``."""
+    """Stage programs evaluated by the float64 oracle, their results rounded to ``dtype``.
+    A scalar of ``stage.device_scalars`` must come as a one-element array, as a compiled
+    stage takes it (a host number there is an :class:`~fusec.errors.ArgumentError`)."""
     dtype = np.dtype(dtype)
 
     def compile_stage(stage) -> Callable:
         dag = check(parse(stage.source, stage.name), library)
 
         def run(**arrays):
+            for name in stage.device_scalars:
+                given = arrays.get(name)
+                if not isinstance(given, np.ndarray) or given.size != 1:
+                    raise ArgumentError(name, f"is read from device memory by {stage.name}: pass an array of one"
+                                              f" element, not {type(given).__name__}")
+                arrays[name] = given.reshape(())
             values = oracle.evaluate(dag, library, arrays)
             out = tuple(np.asarray(values[v]).astype(dtype) for v in dag.outputs)
             return out[0] if len(out) == 1 else out

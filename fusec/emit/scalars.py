@@ -1,5 +1,5 @@
-"""Printing the scalars a kernel body starts with: those earlier kernels left in
-device memory, and the script's scalar expressions (:mod:`fusec.ir.expr`)
+"""Printing the scalars a kernel body starts with: those in device memory (left
+there by earlier kernels, or passed there by the caller), and the script's scalar expressions (:mod:`fusec.ir.expr`)
 evaluated from them.
 
 An expression is printed in ``real`` (float or double, the program's
@@ -33,11 +33,13 @@ def expression_line(dag: Dag, value: int) -> str:
 
 
 def emit_scalars(w: CudaWriter, kernel, dag: Dag) -> None:
-    """The kernel's scalars from earlier kernels (its ``scalar_ptr`` arguments), read
-    once, then its expressions (``kernel.expressions``), each after those it reads."""
+    """The kernel's scalars in device memory (its ``scalar_ptr`` arguments: made by earlier
+    kernels, or passed by the caller as device arrays), read once, then its expressions
+    (``kernel.expressions``), each after those it reads."""
     for arg in kernel.args:
         if arg.role == "scalar_ptr":
-            c = dag.value(arg.value).c_name
-            w(f"const real {c} = *g_{c};  // computed by an earlier kernel")
+            value = dag.value(arg.value)
+            why = "the caller's device array (device_scalars)" if value.on_device else "computed by an earlier kernel"
+            w(f"const real {value.c_name} = *g_{value.c_name};  // {why}")
     for value in kernel.expressions:
         w(expression_line(dag, value))

@@ -8,7 +8,8 @@ own, launched last: every result of a call it reads is final by then (the
 kernel that makes one finishes it in whichever block arrives last, and two
 expressions may read results of different kernels), and the program's stream
 orders it after them. It reads call results from memory (``scalar_ptr``),
-inputs by value, evaluates the expressions as every other kernel does
+inputs by value (those the caller passes on the device from memory too),
+evaluates the expressions as every other kernel does
 (:mod:`fusec.emit.scalars`) and stores each returned one. It costs a launch
 (its time not measured) and is the same in every plan of the script, so it is
 not part of the space and prices at zero.
@@ -24,7 +25,7 @@ from ..emit.scalars import emit_scalars
 from ..emit.writer import CudaWriter
 from ..ir import geometry as geo
 from ..ir.dag import Dag
-from ..ir.kernel import Arg, LaunchNeeds
+from ..ir.kernel import Arg, LaunchNeeds, scalar_arg
 from ..ir.plan import ScalarPlan
 from ..library.model import Library
 from ..target import GpuTarget
@@ -60,9 +61,7 @@ def build_scalar(dag: Dag, plan: ScalarPlan, dtype: str, index: int) -> ScalarKe
     expressions = dag.needed_expressions(plan.values)
     outs = [Arg("out", f"real* __restrict__ g_{dag.value(v).c_name}", v) for v in plan.values]
     operands = dict.fromkeys(leaf for v in plan.values for leaf in dag.leaves(v))
-    scalars = [Arg("scalar", f"const real {dag.value(v).c_name}", v) if dag.is_input(v)
-               else Arg("scalar_ptr", f"const real* __restrict__ g_{dag.value(v).c_name}", v)
-               for v in operands]
+    scalars = [scalar_arg(dag.value(v)) for v in operands]
     return ScalarKernel(index, f"k{index}_scalars", plan, geo.dtype_name(dtype), tuple(outs + scalars), expressions)
 
 

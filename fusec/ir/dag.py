@@ -37,6 +37,9 @@ class Value:
     dims: tuple[str, ...]  # size symbols, e.g. ("m", "n")
     coord: Coord = dataclasses.field(compare=False)  # declaration or assignment
     producer: int | None = None  # id of the call that assigns it; None for inputs and expressions
+    # a scalar input the caller passes as a one-element device array (Dag.with_device_scalars):
+    # kernels read it through a pointer, as they read a scalar an earlier kernel made
+    on_device: bool = False
 
     @property
     def label(self) -> str:
@@ -95,6 +98,21 @@ class Dag:
     def expression(self, value_id: int) -> Expression | None:
         """The expression that makes the value; None for inputs and call results."""
         return self._expressions.get(value_id)
+
+    def with_device_scalars(self, names) -> Dag:
+        """This DAG with the scalar inputs ``names`` read from device memory
+        (:attr:`Value.on_device`); those it marks already stay marked. The names
+        must be scalar inputs (``fusec.api`` checks what a caller passes)."""
+        wanted = frozenset(names)
+        marked = tuple(dataclasses.replace(v, on_device=True)
+                       if v.name in wanted and self.is_input(v.id) and v.kind is Kind.SCALAR else v
+                       for v in self.values)
+        return self if marked == self.values else dataclasses.replace(self, values=marked)
+
+    @property
+    def device_scalars(self) -> tuple[int, ...]:
+        """The scalar inputs read from device memory, in input order."""
+        return tuple(v for v in self.inputs if self.values[v].on_device)
 
     def is_input(self, value_id: int) -> bool:
         value = self.values[value_id]

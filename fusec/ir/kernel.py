@@ -53,6 +53,16 @@ class Arg:
         return self.decl.split()[-1]
 
 
+def scalar_arg(value) -> Arg:
+    """How a kernel takes a scalar it reads (a :class:`~fusec.ir.dag.Value`, an input or
+    a call's result): by value where the caller passes a host number, through a pointer
+    where it lives in device memory (an earlier kernel made it, or the caller passes a
+    one-element device array: ``Value.on_device``), so that no call waits on the host for it."""
+    if value.producer is None and not value.on_device:
+        return Arg("scalar", f"const real {value.c_name}", value.id)
+    return Arg("scalar_ptr", f"const real* __restrict__ g_{value.c_name}", value.id)
+
+
 @dataclasses.dataclass(frozen=True)
 class Reduction:
     """Buffers of a reduction finished across blocks."""

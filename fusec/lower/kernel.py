@@ -26,7 +26,7 @@ from ..errors import PlanError
 from ..ir import geometry as geo
 from ..ir.barriers import LOOP, POST, PRE, Event, Mode, Touch, allocate, place_barriers
 from ..ir.dag import Dag
-from ..ir.kernel import CLEAR_MAPPING, MAX_STATIC_SHARED, TURN_ARG, Arg, Element, Kernel, Op, Reduction
+from ..ir.kernel import CLEAR_MAPPING, MAX_STATIC_SHARED, TURN_ARG, Arg, Element, Kernel, Op, Reduction, scalar_arg
 from ..ir.plan import COLS, ROWS, KernelPlan, Step
 from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
 from ..library.model import Access, Function, Geometry, Kind, Library, Routine, RoutineKind, Storage
@@ -331,11 +331,7 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
                     if leaf != arg and leaf in seen:  # an operand passed already (arg itself was not)
                         continue
                     seen.add(leaf)
-                    operand = dag.value(leaf)
-                    if operand.producer is None:
-                        scalars.append(Arg("scalar", f"const real {operand.c_name}", leaf))
-                    else:  # computed by an earlier kernel: it stays on the device
-                        scalars.append(Arg("scalar_ptr", f"const real* __restrict__ g_{operand.c_name}", leaf))
+                    scalars.append(scalar_arg(dag.value(leaf)))
             elif dag.producer(arg) not in kernel_calls:
                 seen.add(arg)
                 axis = (axis_of(function, param.dims[0])

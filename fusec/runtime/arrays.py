@@ -3,8 +3,9 @@
 Accepted: NumPy arrays (copied to the GPU and back), any device array
 with ``__cuda_array_interface__`` (PyCUDA ``GPUArray``, CuPy, PyTorch), used
 in place, and device arrays that offer only ``__dlpack__``, read
-through CuPy (or PyTorch) without a copy. Scalars are host numbers. Every
-mistake raises :class:`~fusec.errors.ArgumentError` naming the argument.
+through CuPy (or PyTorch) without a copy. Scalars are host numbers, but those
+a program reads from device memory (``device_scalars``): device arrays of one
+element. Every mistake raises :class:`~fusec.errors.ArgumentError` naming the argument.
 """
 
 from __future__ import annotations
@@ -130,6 +131,43 @@ def array_arg(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> A
 def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> ArrayArg:
     ndim = {Kind.MATRIX: 2, Kind.VECTOR: 1}.get(kind, 0)
     what = {Kind.MATRIX: "a matrix (2-D array)", Kind.VECTOR: "a vector (1-D array)"}.get(kind, "a 0-d array")
+    return _checked_array(name, value, obj, dtype, what, (ndim,))
+
+
+DEVICE_SCALAR = "a device array of one element (shape () or (1,))"
+
+
+def device_scalar_arg(name: str, value: int, obj: Any, dtype: np.dtype) -> ArrayArg:
+    """A scalar input the program reads from device memory (``Value.on_device``): a
+    device array of one element of the program's dtype, never a host number or a
+    NumPy array (a copy to the device would make the host wait, which is what
+    passing it on the device avoids)."""
+    if isinstance(obj, np.ndarray) or isinstance(obj, (numbers.Number, np.generic)):
+        got = "a NumPy array" if isinstance(obj, np.ndarray) else f"the host number {obj!r}"
+        raise ArgumentError(name, f"is read from device memory (compiled with device_scalars): pass {DEVICE_SCALAR},"
+                                  f" not {got}")
+    on_host = not hasattr(obj, "__cuda_array_interface__") and not _dlpack_on_gpu(obj)  # a CPU tensor too
+    if on_host:
+        raise ArgumentError(name, f"is read from device memory (compiled with device_scalars): pass {DEVICE_SCALAR},"
+                                  f" got {_describe(obj)}")
+    array = _checked_array(name, value, obj, dtype, DEVICE_SCALAR, (0, 1))
+    if array.shape not in ((), (1,)):
+        raise ArgumentError(name, f"is read from device memory (compiled with device_scalars): pass {DEVICE_SCALAR},"
+                                  f" got shape {array.shape}")
+    return array
+
+
+def _dlpack_on_gpu(obj: Any) -> bool:
+    try:
+        device = obj.__dlpack_device__()
+    except Exception:  # noqa: BLE001 - no DLPack, or a foreign method that fails: not a GPU array
+        return False
+    return isinstance(device, tuple) and len(device) == 2 and device[0] in (DLPACK_CUDA, DLPACK_MANAGED)
+
+
+def _checked_array(name: str, value: int, obj: Any, dtype: np.dtype, what: str, ndims: tuple[int, ...]) -> ArrayArg:
+    """An array argument of ``dtype`` with one of ``ndims`` dimensions, C-contiguous and not
+    empty (``what`` says what was wanted, in messages)."""
     stream = None
     if not isinstance(obj, np.ndarray) and not hasattr(obj, "__cuda_array_interface__") and hasattr(obj, "__dlpack__"):
         obj = from_dlpack(name, obj)
@@ -155,7 +193,7 @@ def _array(name: str, value: int, kind: Kind, obj: Any, dtype: np.dtype) -> Arra
     else:
         raise ArgumentError(name, f"must be {what}: a NumPy array or a device array with"
                                   f" __cuda_array_interface__, got {_describe(obj)}")
-    if len(shape) != ndim:
+    if len(shape) not in ndims:
         raise ArgumentError(name, f"must be {what}, got {len(shape)} dimension(s) {tuple(shape)}")
     if got_dtype != dtype:
         advice = (f"convert it, or compile with dtype={got_dtype.name!r}"
@@ -237,6 +275,9 @@ def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
     scalars: dict[int, float] = {}
     for name, value in inputs.items():
         obj = arguments[name]
+        if value.on_device:
+            arrays[value.id] = device_scalar_arg(name, value.id, obj, dtype)
+            continue
         if value.kind is Kind.SCALAR:
             scalars[value.id] = scalar_checker(dtype)(name, obj)
             continue
@@ -248,8 +289,24 @@ def bind(dag: Dag, dtype: np.dtype, arguments: Mapping[str, Any]) -> Binding:
             if symbol not in sizes:
                 sizes[symbol], source[symbol] = extent, f"{name!r} (axis {axis})"
         arrays[value.id] = array
+    _check_device_scalar_families(dag, arrays)
     for symbol in dag.sizes:
         if symbol in sizes and sizes[symbol] >= 2 ** 31:
             raise ArgumentError(source[symbol].split("'")[1],
                                 f"size {symbol} = {sizes[symbol]} is too large (limit 2**31 - 1)")
     return Binding(sizes, arrays, scalars)
+
+
+def _check_device_scalar_families(dag: Dag, arrays: dict[int, ArrayArg]) -> None:
+    """A scalar read from device memory is an array of the framework of the call's other
+    arrays: results go to that framework, and it runs on that framework's stream."""
+    others = {a.family for v, a in arrays.items() if not dag.value(v).on_device}
+    for value in dag.device_scalars:
+        array = arrays[value]
+        if others == {"numpy"}:
+            raise ArgumentError(array.name, "is read from device memory (compiled with device_scalars), but the"
+                                            " other arrays are NumPy arrays: pass them as device arrays too, or"
+                                            " compile without device_scalars")
+        if others and array.family not in others:
+            raise ArgumentError(array.name, f"is a {array.family} array, but the other arrays are"
+                                            f" {' and '.join(sorted(others))} arrays: pass one of those")

@@ -27,6 +27,9 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
         return f"{v.name}: {v.kind}" + (f"[{', '.join(v.dims)}]" if v.dims else "")
     lines.append("inputs:  " + ", ".join(show(v) for v in dag.inputs))
     lines.append("outputs: " + ", ".join(show(v) for v in dag.outputs))
+    if dag.device_scalars:  # how they arrive, not what the kernels do: the plan is the same
+        lines.append("device:  " + ", ".join(dag.value(v).name for v in dag.device_scalars)
+                     + " read from device memory (each call passes a one-element device array)")
     if sizes:
         lines.append("sizes:   " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
     for kernel in generated.kernels:

@@ -213,8 +213,9 @@ class Program:
         self._hot = None  # the C FastCall of the prepared call used last: tried first
         self._hot_stream = None  # the current stream of its arrays' framework, asked on each call
         inputs = [dag.value(v) for v in dag.inputs]
-        self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR)
-        self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR)
+        # a scalar read from device memory is an array to the call: its address is packed once
+        self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR or v.on_device)
+        self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR and not v.on_device)
         # out= and stream= are the call's options, unless the script has inputs of those names
         self._call_options = not {"out", "stream"} & {v.name for v in inputs}
         # for out= arrays over inputs: the kernel writing each result, the last kernel reading each input
@@ -222,7 +223,7 @@ class Program:
         self._last_reader: dict[int, int] = {}
         for kernel in generated.kernels:
             for arg in kernel.args:
-                if arg.role == "in":
+                if arg.role in ("in", "scalar_ptr"):
                     self._last_reader[arg.value] = kernel.index
 
     # ------------------------------------------------------------------ description
@@ -645,7 +646,7 @@ class Program:
         may then move in 16-byte accesses (the kernel works out itself, from the row
         width, whether its matrices' rows may too: ``c.vec_ok``)."""
         return all(pointers[a.value] % geo.VEC_BYTES == 0 for a in kernel.args
-                   if a.role in ("in", "out", "scalar_ptr"))
+                   if a.role in ("in", "out"))  # a scalar_ptr is read alone: its alignment does not matter
 
     def _launches(self, buffers: _Buffers, pointers, binding: Binding) -> list[tuple]:
         """(kernel, grid, arguments) of every launch, in order: worked out once
