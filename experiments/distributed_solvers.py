@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     parser.add_argument("--solvers", default="cg,bicgstab")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--check-every", default="1,default",
+                        help="the distributed solves' check_every, each timed (default: 1 and the solver's own)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = parser.parse_args(argv)
 
@@ -63,8 +65,11 @@ def main(argv=None) -> int:
         A_local, b_local = cupy.ascontiguousarray(hard[lo:hi]), b[lo:hi].copy()
         for name in args.solvers.split(","):
             solve = getattr(ds, name)
-            many = timed(lambda solve=solve, A=A_local, b=b_local: solve(A, b, comm=comm, rtol=1e-30,
-                                                                           maxiter=args.iterations))
+            many = {}
+            for every in args.check_every.split(","):
+                check = None if every == "default" else int(every)
+                many[every] = timed(lambda solve=solve, A=A_local, b=b_local, check=check: solve(
+                    A, b, comm=comm, rtol=1e-30, maxiter=args.iterations, check_every=check))
             one = None
             if comm.rank == 0:
                 single = getattr(fs, name)
@@ -77,12 +82,13 @@ def main(argv=None) -> int:
                     samples.append(time.perf_counter() - start)
                 one = statistics.median(samples[1:])
             one = world.bcast(one, root=0)
-            row = {"solver": name, "n": n, "dtype": args.dtype, "ranks": comm.size,
-                   "one_gpu_us": one / args.iterations * 1e6, "ranks_us": many / args.iterations * 1e6}
-            row["speedup"] = row["one_gpu_us"] / row["ranks_us"]
-            rows.append(row)
-            if comm.rank == 0:
-                print(json.dumps(row), flush=True)
+            for every, seconds in many.items():
+                row = {"solver": name, "n": n, "dtype": args.dtype, "ranks": comm.size, "check_every": every,
+                       "one_gpu_us": one / args.iterations * 1e6, "ranks_us": seconds / args.iterations * 1e6}
+                row["speedup"] = row["one_gpu_us"] / row["ranks_us"]
+                rows.append(row)
+                if comm.rank == 0:
+                    print(json.dumps(row), flush=True)
         hard = A_local = None  # the next size's memory
         cupy.get_default_memory_pool().free_all_blocks()
     if comm.rank == 0:
@@ -92,10 +98,13 @@ def main(argv=None) -> int:
         (out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
         lines = [f"# fusec.distributed.solvers over {comm.size} × {gpu}", "",
                  f"`mpirun -n {comm.size} python -m mpi4py -m experiments.distributed_solvers --n {args.n}"
-                 f" --solvers {args.solvers} --dtype {args.dtype} --iterations {args.iterations}`: µs an iteration,"
+                 f" --solvers {args.solvers} --dtype {args.dtype} --iterations {args.iterations}"
+                 f" --check-every {args.check_every}`: µs an iteration,"
                  f" {args.iterations} iterations a solve, median of three, slowest rank.", "",
-                 f"| solver | dtype | n | 1 GPU µs | {comm.size} GPUs µs | speed-up |", "|---|---|---:|---:|---:|---:|"]
-        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['one_gpu_us']:.1f} | {r['ranks_us']:.1f} |"
+                 f"| solver | dtype | n | check_every | 1 GPU µs | {comm.size} GPUs µs | speed-up |",
+                 "|---|---|---:|---|---:|---:|---:|"]
+        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['check_every']} | {r['one_gpu_us']:.1f} |"
+                  f" {r['ranks_us']:.1f} |"
                   f" {r['speedup']:.2f}× |" for r in rows]
         (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
