@@ -165,6 +165,10 @@ def _capture(framework: str, call):
         graph = stream.end_capture()
 
     def replay():
+        # the test writes the scalar and w on the current (null) stream, which a non-blocking
+        # stream does not wait for: finish them first (compute-sanitizer's slower kernels let
+        # the replay read w's NaN before the write of alpha landed otherwise)
+        cupy.cuda.get_current_stream().synchronize()
         graph.launch(stream)
         stream.synchronize()
     return replay
