@@ -54,7 +54,7 @@ def solve_on(ranks: int, name: str, A, b, x0=None, **options):
 @pytest.mark.parametrize("name", ["cg", "bicg", "bicgstab"])
 def test_a_solve_over_ranks_is_the_numpy_iteration(name, ranks):
     A, b = system(37, symmetric=name == "cg")
-    results = solve_on(ranks, name, A, b, rtol=1e-8, check_every=1)  # the rule after every iteration
+    results = solve_on(ranks, name, A, b, rtol=1e-8)
     assert [info for _, (_, info) in results] == [0] * ranks
     assert [rows for rows, _ in results] == [block(37, r, ranks) for r in range(ranks)]
     x = np.concatenate([x for _, (x, _) in results])
@@ -156,7 +156,7 @@ def test_solves_after_the_first_reuse_its_programs(monkeypatch):
 
     def work(comm):
         lo, hi = ds.rows(24, comm)
-        answers = [ds.cg(A[lo:hi], b[lo:hi], x0[lo:hi], comm=comm, executor=executor, rtol=1e-8, check_every=1)
+        answers = [ds.cg(A[lo:hi], b[lo:hi], x0[lo:hi], comm=comm, executor=executor, rtol=1e-8)
                    for _ in range(3)]
         return lo, hi, answers
     for lo, hi, answers in run_ranks(2, work, timeout=120):
@@ -168,21 +168,3 @@ def test_solves_after_the_first_reuse_its_programs(monkeypatch):
                                     b[slice(*ds.rows(24, comm))].astype(np.float32), comm=comm,
                                     executor=oracle_executor(library(), "float32"), rtol=1e-4), timeout=120)
     assert len(compiled) == 2 * 4 + 2 * 3  # float32: its own (no first residual without x0)
-
-
-def test_by_default_the_residual_is_read_every_few_iterations():
-    """Nothing in an iteration waits on the host, so by default the host queues several (as one
-    GPU's solvers choose them: a power of two up to 16 whose passes over this rank's rows take
-    at most 1 ms) and reads the residual after them: the answer is the iterate after the first
-    such multiple that meets the rule."""
-    from fusec.solvers import driver
-    A, b = system(40, symmetric=True)
-    _, k = reference(METHODS["cg"], A, b, np.zeros(40), 1e-8, 400)
-    every = driver.MOST_PER_CHECK  # a 20 x 40 block takes microseconds
-    assert k % every  # the test means something: the rule is met inside a chunk
-    ran = -(-k // every) * every
-    want, _ = reference(METHODS["cg"], A, b, np.zeros(40), 0.0, ran)
-    results = solve_on(2, "cg", A, b, rtol=1e-8)
-    assert [info for _, (_, info) in results] == [0, 0]
-    x = np.concatenate([x for _, (x, _) in results])
-    np.testing.assert_allclose(x, want, rtol=1e-9, atol=1e-12)

@@ -10,10 +10,11 @@ passes from one call to the next with no step of the loop's own. The first resid
 ``b - A x0`` and the norms the loop reads at the start (and BiCGStab's half step, on a
 breakdown) are small distributed programs of their own.
 
-Unlike one GPU's solvers, the loop stays on the host (no CUDA graph, no conditional node: a
-graph cannot hold another process's collectives here). Nothing in an iteration waits on the
-host (its stages read the summed scalars from device memory), so the host queues
-``check_every`` iterations between two reads of the residual.
+Unlike one GPU's solvers, the loop stays on the host (no CUDA graph, no conditional node).
+Nothing inside an iteration waits on the host (its stages read the summed scalars from device
+memory), yet reading the residual after every iteration (``check_every=1``, the default)
+measured faster (docs/distributed.md): with several iterations queued, each iteration's arrays
+are new memory, and the stages' prepared calls, kept by array address, were made again.
 """
 
 from __future__ import annotations
@@ -23,15 +24,12 @@ import threading
 import weakref
 from typing import Any, Callable
 
-import numpy as np
-
 from .. import validate
 from ..api import resolve_library, script_dag
 from ..errors import ArgumentError
 from ..solvers import checks, driver
 from ..solvers.arrays import arrays_for, framework_of
 from ..solvers.methods import BICG, BICGSTAB, CG, Method
-from ..target import resolve
 from . import communicator, plan
 from . import compile as compile_distributed
 from .layout import Layout, block
@@ -72,8 +70,8 @@ def rows(n: int, comm: Any = None) -> tuple[int, int]:
 
 def cg(A, b, x0=None, **options):
     """Conjugate gradients over the ranks; ``(x, info)`` as :func:`fusec.solvers.cg`, ``x`` this
-    rank's block. Options: ``rtol``, ``atol``, ``maxiter``, ``check_every``, ``comm``,
-    ``timeout``, ``executor`` (see :func:`solve`)."""
+    rank's block. Options: ``rtol``, ``atol``, ``maxiter``, ``check_every`` (default 1),
+    ``comm``, ``timeout``, ``executor`` (see :func:`solve`)."""
     return solve(CG, A, b, x0, **options)
 
 
@@ -87,14 +85,14 @@ def bicgstab(A, b, x0=None, **options):
     return solve(BICGSTAB, A, b, x0, **options)
 
 
-def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, comm=None,
+def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=1, comm=None,
           timeout=None, executor=None):
     """``method`` over the ranks of ``comm``. ``A``, ``b``, ``x0``: this rank's rows of each
     (:func:`rows`), NumPy arrays or those of the communicator's framework. The rule and
     ``info`` are SciPy's (:mod:`fusec.solvers.driver`): stop when ``||r|| <= max(rtol ||b||,
     atol)``; ``maxiter`` (default 10 n) iterations at most, the residual read every
-    ``check_every`` (default as one GPU's solvers choose it, from the time of this rank's passes
-    over its rows: a power of two up to 16). ``executor``: how a stage becomes a callable
+    ``check_every`` (default 1: the first iteration meeting the rule; see the module's
+    docstring for why more are not faster yet). ``executor``: how a stage becomes a callable
     (:func:`fusec.distributed.compile`; the tests run stages with the oracle)."""
     comm = communicator(comm, timeout=timeout)
     n = _check_system(A, b, x0)
@@ -109,10 +107,6 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = 10 * n if maxiter is None else validate.count("maxiter", maxiter, 1)
     dtype = str(A.dtype)
-    if check_every is None:
-        matrix_bytes = method.matrix_passes * (hi - lo) * n * np.dtype(dtype).itemsize
-        seconds = matrix_bytes / resolve(unknown_ok=True).copy_bandwidth
-        check_every = driver.default_check_every(seconds)
     check_every = validate.count("check_every", check_every, 1)
 
     def distributed(script=None, source=None, name="<string>", results=None):
@@ -120,10 +114,9 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
         return _kept(comm, key, lambda: compile_distributed(
             script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm, latency=False,
             timeout=timeout, executor=executor, results=results))
-    # the state's results in the layouts the next call reads them in (planned first: no GPU)
-    planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
-    dag = script_dag(method.script, None, None, resolve_library(None))
-    layouts = {dag.value(v).name: planned.layout(v) for v in dag.inputs}
+    # the state's results in the layouts the next call reads them in (planned first: no GPU; a
+    # plan and the script's DAG take tens of ms, so they are kept beside the programs)
+    layouts = _kept(comm, ("layouts", method.name, dtype, n, ranks), lambda: _input_layouts(method, dtype, n, ranks))
     iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state})
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
@@ -168,6 +161,13 @@ def forget_programs() -> None:
     with _LOCK:
         _PROGRAMS.clear()
         _ONE_PROCESS.clear()
+
+
+def _input_layouts(method: Method, dtype: str, n: int, ranks: int) -> dict[str, Layout]:
+    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name."""
+    planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
+    dag = script_dag(method.script, None, None, resolve_library(None))
+    return {dag.value(v).name: planned.layout(v) for v in dag.inputs}
 
 
 def _check_system(A, b, x0) -> int:
