@@ -168,3 +168,17 @@ def test_solves_after_the_first_reuse_its_programs(monkeypatch):
                                     b[slice(*ds.rows(24, comm))].astype(np.float32), comm=comm,
                                     executor=oracle_executor(library(), "float32"), rtol=1e-4), timeout=120)
     assert len(compiled) == 2 * 4 + 2 * 3  # float32: its own (no first residual without x0)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning", "ignore:invalid value:RuntimeWarning")  # the oracle
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_a_breakdown_is_reported_with_the_iterate_before(check_every):
+    """p . A p = 0 in the first iteration (a skew A): alpha is infinite, the residual's norm not
+    finite; every rank reports info -1 and gets x0 back (the state restored from before the
+    chunk, then redone one iteration at a time)."""
+    A = np.array([[0.0, 1.0, 0.0, 0.0], [-1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, -1.0, 0.0]])
+    b = np.array([1.0, 0.0, 1.0, 0.0])
+    x0 = np.array([0.5, -0.5, 0.25, 0.0])
+    results = solve_on(2, "cg", A, b + A @ x0, x0, rtol=1e-8, check_every=check_every)
+    assert [info for _, (_, info) in results] == [-1, -1]
+    np.testing.assert_array_equal(np.concatenate([x for _, (x, _) in results]), x0)

@@ -334,6 +334,55 @@ def test_a_programs_side_stream_lives_as_long_as_the_program(monkeypatch):
         np.testing.assert_array_equal(first, second)
 
 
+def test_out_arrays_take_the_results_and_stages_keep_their_own_arrays():
+    """``out=`` arrays get the results and are returned as them; what a call makes and does not
+    return (the collectives' sums, the stages' results the next stage reads) goes to arrays the
+    program keeps, so its stages get the same arrays call after call; the results of one call
+    are the caller's and stay as they were through the next call."""
+    source = _path("solvers/cg")
+    dag = script_dag("solvers/cg")
+    seen: dict = {}  # (rank, stage) -> the ids of each call's arguments
+
+    def recording(dtype, rank_of):
+        inner = oracle_executor(library(), dtype)
+
+        def compile_stage(stage):
+            run = inner(stage)
+
+            def call(**arrays):
+                seen.setdefault((rank_of(), stage.index), []).append(
+                    {k: id(v) for k, v in arrays.items() if not isinstance(v, float)})
+                return run(**arrays)
+            return call
+        return compile_stage
+
+    inputs = oracle.random_inputs(dag, {"n": 23}, "float64", 5)
+
+    def work(comm):
+        prog = fd.compile(source, dtype="float64", sizes={"n": 23}, comm=comm, latency=False,
+                          executor=recording("float64", lambda: comm.rank), results={"p1": "whole"})
+        local = {k: prog.local(k, v) for k, v in inputs.items()}
+        out = {name: np.full(prog.local_shape(name), np.nan) for name in prog.outputs}
+        first = prog(**local, out=out)
+        assert all(a is out[name] for a, name in zip(first, prog.outputs))
+        kept = [np.copy(a) for a in first]
+        second = prog(**dict(local, x=local["x"] + 1.0))  # new arrays for results, given none
+        assert all(a is not out[name] for a, name in zip(second, prog.outputs))
+        for a, b in zip(first, kept):
+            np.testing.assert_array_equal(a, b)
+        with pytest.raises(ArgumentError, match="argument 'out': names 'q'"):
+            prog(**local, out={"q": out["x1"]})
+        with pytest.raises(ArgumentError, match=r"argument 'x1': \(out=\) has shape"):
+            prog(**local, out={"x1": np.zeros(40)})
+        return prog
+    run_ranks(2, work)
+    internal = {"q", "rr_whole", "pq_whole"}  # made and read inside a call (rr1 is a result: the caller's)
+    for calls in seen.values():
+        first, second = calls[0], calls[1]
+        for name in internal & first.keys():
+            assert first[name] == second[name], name
+
+
 @pytest.mark.slow  # the oracle on 1001 x 1001 and 2049 x 1001 matrices, both precisions
 def test_the_gpu_tests_cases_on_thread_ranks():
     """The cases tests/gpu/test_distributed.py runs on GPUs, here on thread ranks

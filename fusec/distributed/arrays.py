@@ -60,6 +60,9 @@ class NumpyArrays:
     def zeros(self, shape, dtype):
         return np.zeros(shape, dtype)
 
+    def copy_into(self, dst, src) -> None:
+        dst[...] = src
+
     def embed(self, block, lo: int, length: int):
         out = np.zeros((length,) + block.shape[1:], block.dtype)
         out[lo:lo + block.shape[0]] = block
@@ -100,6 +103,9 @@ class CupyArrays:
     def zeros(self, shape, dtype):
         with self.cupy.cuda.Device(self.device):
             return self.cupy.zeros(shape, dtype)
+
+    def copy_into(self, dst, src) -> None:
+        dst[...] = src  # on the current stream (the call's: see on())
 
     def embed(self, block, lo: int, length: int):
         out = self.zeros((length,) + tuple(block.shape[1:]), block.dtype)
@@ -169,6 +175,12 @@ class TorchArrays:
 
     def zeros(self, shape, dtype):
         return self.torch.zeros(shape, dtype=self._dtype(dtype), device=self.where)
+
+    def copy_into(self, dst, src) -> None:
+        if self.torch.is_tensor(src):
+            dst.copy_(src)
+        else:  # a host number
+            dst.fill_(src)
 
     def embed(self, block, lo: int, length: int):
         out = self.torch.zeros((length,) + tuple(block.shape[1:]), dtype=block.dtype, device=self.where)

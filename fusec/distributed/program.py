@@ -92,6 +92,8 @@ class DistributedProgram:
         self._streams = all(_takes_stream(p) for p in self.programs)
         self._names = {dag.value(v).name: v for v in dag.inputs}
         self._outputs = {dag.value(v).name: (v, layout) for v, layout in plan.outputs}
+        self._returned = frozenset(v for v, _ in plan.outputs)
+        self._kept: dict = {}  # (framework, value, layout) -> the array a call writes a value into (see _target)
         self._zeros: dict = {}
         self._side: dict = {}
         self._last_collective = None
@@ -142,20 +144,26 @@ class DistributedProgram:
 
     # ------------------------------------------------------------------ running
     def __call__(self, **arrays):
-        """Run on this rank's keyword arrays and scalars; ``stream=`` as for a
-        fusec program (unless the script has an input of that name: then use ``run``)."""
+        """Run on this rank's keyword arrays and scalars; ``stream=`` and ``out=`` as for a
+        fusec program (unless the script has inputs of those names: then use ``run``)."""
         stream = None if "stream" in self._names else arrays.pop("stream", None)
-        return self.run(arrays, stream=stream)
+        out = None if "out" in self._names else arrays.pop("out", None)
+        return self.run(arrays, stream=stream, out=out)
 
-    def run(self, arrays: Mapping[str, Any], *, stream: Any = None, timings: bool = False):
+    def run(self, arrays: Mapping[str, Any], *, stream: Any = None, timings: bool = False,
+            out: Mapping[str, Any] | None = None):
         """Run on this rank's blocks. ``stream`` is a raw CUDA stream handle
         (default: the current stream of the arrays' framework); with
-        ``timings`` the steps are timed with events (``last_timings``)."""
+        ``timings`` the steps are timed with events (``last_timings``). ``out``
+        maps result names to arrays of this rank's shape of each (:meth:`local_shape`)
+        that the results are written into and returned as (a loop passing two sets in turn
+        gives the stages the same arrays call after call, and their prepared calls with them)."""
         if self.comm is not None:
             self.comm.check()
         if self.plan.ranks == 1:
-            return self._plain(arrays, stream)
+            return self._plain(arrays, stream, out)
         helper, env = self._bind(arrays)
+        out = self._check_out(out, helper)
         stream = self._stream(helper, stream)
         marks: list = []
         joins: dict[int, list] = {}
@@ -166,27 +174,71 @@ class DistributedProgram:
                     for event in joins.pop(step.stage, []):
                         helper.wait_event(stream, event)
                     if self.holds_rows:
-                        self._stage(step.stage, env, helper, stream, marks if timings else None)
+                        self._stage(step.stage, env, helper, stream, out, marks if timings else None)
                     continue
                 conversion = self.plan.conversions[step.conversion]
                 if conversion.collective:
-                    self._collective(conversion, env, helper, stream, joins, marks if timings else None)
+                    self._collective(conversion, env, helper, stream, out, joins, marks if timings else None)
                 elif self.holds_rows:
                     self._local(conversion, env, helper)
             for events in joins.values():  # collectives only the return reads
                 for event in events:
                     helper.wait_event(stream, event)
-            results = tuple(self._result(value, layout, env, helper) for value, layout in self.plan.outputs)
+            results = tuple(self._result(value, layout, env, helper, out) for value, layout in self.plan.outputs)
         if timings:
             self.last_timings = self._timings(marks, helper, stream)
         return results[0] if len(results) == 1 else results
 
-    def _plain(self, arrays, stream):
+    def _plain(self, arrays, stream, out):
         """One rank: the script's own program, as fusec.compile makes it."""
         program = self.programs[0]
-        if stream is not None and self._streams:
-            return program.run(arrays, stream=stream)
-        return program(**arrays)
+        if (stream is not None or out is not None) and self._streams:
+            return program.run(arrays, stream=stream, out=out)
+        results = program(**arrays)
+        if not out:
+            return results
+        many = isinstance(results, tuple)  # an executor without run(out=) (the oracle's): copied
+        placed = []
+        for name, result in zip(self.outputs, results if many else (results,)):
+            if name in out:
+                arrays_for(family(out[name]), self.comm.device if self.comm else None).copy_into(out[name], result)
+                result = out[name]
+            placed.append(result)
+        return tuple(placed) if many else placed[0]
+
+    def _check_out(self, out, helper) -> dict:
+        """``out=`` checked, by (value, layout)."""
+        if out is None:
+            return {}
+        if not isinstance(out, Mapping):
+            raise ArgumentError("out", f"is a {type(out).__name__}: pass a mapping of result names to arrays")
+        checked = {}
+        for name, array in out.items():
+            if name not in self._outputs:
+                raise ArgumentError("out", f"names {name!r}, not a result of {self.dag.file}"
+                                           f" (its results: {', '.join(self._outputs)})")
+            if family(array) != helper.name:
+                raise ArgumentError(name, f"(out=) is a {family(array)} array, but the inputs are {helper.name} ones")
+            dtype = str(array.dtype).replace("torch.", "")
+            if tuple(array.shape) != self.local_shape(name) or dtype != self.plan.dtype:
+                raise ArgumentError(name, f"(out=) has shape {tuple(array.shape)} and dtype {array.dtype}: this rank's"
+                                          f" {name} is {self.local_shape(name)} of {self.plan.dtype}")
+            checked[self._outputs[name]] = array
+        return checked
+
+    def _target(self, helper, value: int, layout: Layout, out: dict):
+        """The array a step writes ``value`` in ``layout`` into: the caller's ``out=`` array for a
+        result; for a value no result is made from, a buffer of the program's own, kept from
+        call to call (stream order keeps a call's writes after the last call's reads, and the
+        stages' prepared calls find the same arrays); None: a new array (a result's arrays are
+        the caller's to keep, and a view of a kept buffer would change under them)."""
+        if value in self._returned:
+            return out.get((value, layout))
+        key = (helper.name, value, layout)
+        if key not in self._kept:
+            shape = self.local_shape_of(value) if layout is Layout.SPLIT else self._whole_shape(value)
+            self._kept[key] = helper.empty(shape, self.plan.dtype)
+        return self._kept[key]
 
     def _stream(self, helper, stream) -> int:
         """The handle of ``stream=`` (a CuPy, PyTorch or PyCUDA stream, or a raw
@@ -240,13 +292,18 @@ class DistributedProgram:
     def _mark(self, helper, stream, marks):
         return helper.event().record(stream) if marks is not None else None
 
-    def _stage(self, index: int, env, helper, stream, marks) -> None:
+    def _stage(self, index: int, env, helper, stream, out, marks) -> None:
         stage, program = self.plan.stages[index], self.programs[index]
         args = {a.name: env[a.value, a.layout] for a in stage.inputs}  # device scalars too: no host wait
+        targets = {a.name: t for a in stage.outputs if (t := self._target(helper, a.value, a.layout, out)) is not None}
         start = self._mark(helper, stream, marks)
-        results = program.run(args, stream=stream) if self._streams else program(**args)
+        results = program.run(args, stream=stream, out=targets or None) if self._streams else program(**args)
         results = results if isinstance(results, tuple) else (results,)
         for arg, result in zip(stage.outputs, results):
+            target = targets.get(arg.name)
+            if target is not None and result is not target:  # an executor without out= (the oracle's)
+                helper.copy_into(target, result)
+                result = target
             env[arg.value, arg.layout] = result
         if marks is not None:
             marks.append((f"stage {index}", "local", start, helper.event().record(stream)))
@@ -262,7 +319,7 @@ class DistributedProgram:
             self._zeros[key] = helper.zeros(shape, self.plan.dtype)
         return self._zeros[key]
 
-    def _collective(self, c, env, helper, stream, joins, marks) -> None:
+    def _collective(self, c, env, helper, stream, out, joins, marks) -> None:
         value, comm = c.value, self.comm
         whole = self._whole_shape(value)
         on = stream
@@ -278,22 +335,22 @@ class DistributedProgram:
         start = self._mark(helper, on, marks)
         if c.op is Op.ALL_REDUCE:
             send = env[value, Layout.PARTIAL] if self.holds_rows else self._zero(helper, whole)
-            recv = helper.empty(whole, self.plan.dtype)
+            recv = self._receive(helper, value, Layout.WHOLE, out)
             comm.all_reduce(_flat(send), _flat(recv), on)
             env[value, Layout.WHOLE] = recv
         elif c.op is Op.REDUCE_SCATTER:
             send = env[value, Layout.PARTIAL] if self.holds_rows else self._zero(helper, whole)
-            recv = helper.empty(self.local_shape_of(value), self.plan.dtype)
+            recv = self._receive(helper, value, Layout.SPLIT, out)
             comm.reduce_scatter(_flat(send), _flat(recv), self._counts(value), on)
             env[value, Layout.SPLIT] = recv
         elif c.op is Op.ALL_GATHER:
             send = (env[value, Layout.SPLIT] if self.holds_rows
                     else helper.empty(self.local_shape_of(value), self.plan.dtype))
-            recv = helper.empty(whole, self.plan.dtype)
+            recv = self._receive(helper, value, Layout.WHOLE, out)
             comm.all_gather(_flat(send), _flat(recv), self._counts(value), on)
             env[value, Layout.WHOLE] = recv
         else:  # BROADCAST from rank 0, which holds rows
-            buffer = env[value, Layout.WHOLE] if self.rank == 0 else helper.empty(whole, self.plan.dtype)
+            buffer = env[value, Layout.WHOLE] if self.rank == 0 else self._receive(helper, value, Layout.WHOLE, out)
             comm.broadcast(_flat(buffer), 0, on)
             env[value, Layout.WHOLE] = buffer
         done = helper.event().record(on)
@@ -304,6 +361,13 @@ class DistributedProgram:
             marks.append((f"{c.op} {self.dag.value(value).label}", "collective", start, done))
         if on != stream:
             joins.setdefault(c.first_use, []).append(done)
+
+    def _receive(self, helper, value: int, layout: Layout, out: dict):
+        target = self._target(helper, value, layout, out)
+        if target is not None:
+            return target
+        shape = self.local_shape_of(value) if layout is Layout.SPLIT else self._whole_shape(value)
+        return helper.empty(shape, self.plan.dtype)
 
     def local_shape_of(self, value: int) -> tuple[int, ...]:
         shape = self._whole_shape(value)
@@ -326,10 +390,15 @@ class DistributedProgram:
             lo, _ = self.plan.rows(length, self.rank)
             env[value, Layout.PARTIAL] = helper.embed(env[value, Layout.SPLIT], lo, length)
 
-    def _result(self, value: int, layout: Layout, env, helper):
+    def _result(self, value: int, layout: Layout, env, helper, out: dict):
+        given = out.get((value, layout))
         if self.holds_rows or layout is not Layout.SPLIT:
-            return env[value, layout]
-        return helper.empty(self.local_shape_of(value), self.plan.dtype)
+            made = env[value, layout]
+            if given is None or made is given:
+                return made
+            helper.copy_into(given, made)  # made by a step of a rank's own (a view, zeros), or a host number
+            return given
+        return given if given is not None else helper.empty(self.local_shape_of(value), self.plan.dtype)
 
     def _timings(self, marks, helper, stream) -> Timings:
         if marks:

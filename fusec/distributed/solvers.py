@@ -201,12 +201,24 @@ class DistributedStepper:
             self.state[name] = gather(v=start) if name in whole else arrays.copy(start)
         self.saved = dict(self.state)
         self.last: dict[str, Any] = {}
+        # the iteration's results go to two sets of arrays in turn (the first call's own, and
+        # arrays like them): the stages then get the same arrays call after call, and find
+        # the calls they prepared for them (new arrays every call had them prepared again)
+        self.sets: list[dict[str, Any]] = []
+        self.turn = 0
 
     def advance(self, iterations: int) -> None:
-        self.saved = dict(self.state)  # results are new arrays: the old ones stay as they were
+        # the state before, to go back to: the arrays the next call reads and does not write,
+        # unless a later call of this advance writes them (the sets alternate)
+        self.saved = (dict(self.state) if iterations == 1
+                      else {name: self.arrays.copy(value) for name, value in self.state.items()})
         for _ in range(iterations):
-            out = self.iteration(A=self.A, **self.state)
-            self.last = dict(zip(self.iteration.outputs, out))
+            out = {"out": self.sets[self.turn]} if self.sets else {}
+            results = self.iteration(A=self.A, **self.state, **out)
+            self.last = dict(zip(self.iteration.outputs, results if isinstance(results, tuple) else (results,)))
+            if not self.sets:
+                self.sets = [self.last, {name: self.arrays.empty_like(a) for name, a in self.last.items()}]
+            self.turn = 1 - self.turn
             for name in self.method.state:
                 self.state[name] = self.last[f"{name}1"]
 
