@@ -95,6 +95,7 @@ class CupyArrays:
     def __init__(self, device: int):
         import cupy
         self.cupy, self.device = cupy, device
+        self._streams: dict = {}  # handle -> its ExternalStream (made once: every event and wait asks)
 
     def empty(self, shape, dtype):
         with self.cupy.cuda.Device(self.device):
@@ -119,7 +120,12 @@ class CupyArrays:
         return int(self.cupy.cuda.get_current_stream().ptr)
 
     def stream(self, handle: int):
-        return self.cupy.cuda.ExternalStream(handle, self.device) if handle else self.cupy.cuda.Stream.null
+        if not handle:
+            return self.cupy.cuda.Stream.null
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = self.cupy.cuda.ExternalStream(handle, self.device)
+        return stream
 
     def on(self, stream: int):
         return self.stream(stream)

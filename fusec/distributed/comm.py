@@ -46,7 +46,11 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
 
 
 def _interface(array) -> tuple[int, int, np.dtype]:
-    """(device pointer, elements, dtype) of a contiguous device array."""
+    """(device pointer, elements, dtype) of a contiguous device array (CuPy's read directly: the
+    interface's dictionary is made anew on every ask, four times a collective)."""
+    data = getattr(array, "data", None)
+    if hasattr(data, "ptr"):  # cupy.ndarray
+        return int(data.ptr), int(array.size), array.dtype
     cai = array.__cuda_array_interface__
     count = int(np.prod(cai["shape"], dtype=np.int64))
     return int(cai["data"][0]), count, np.dtype(cai["typestr"])

@@ -95,6 +95,10 @@ class DistributedProgram:
         self._returned = frozenset(v for v, _ in plan.outputs)
         self._kept: dict = {}  # (framework, value, layout) -> the array a call writes a value into (see _target)
         self._zeros: dict = {}
+        self._helpers: dict = {}  # framework -> its helper, kept (its streams with it): a call is host work
+        self._shapes = {v.id: tuple(plan.size(d) for d in v.dims) for v in dag.values}
+        self._watch_text = {id(c): f"the {c.op} of {dag.value(c.value).label} ({c.bytes} bytes)"
+                            for c in plan.conversions if c.collective}
         self._side: dict = {}
         self._last_collective = None
         self.last_timings: Timings | None = None
@@ -121,7 +125,7 @@ class DistributedProgram:
                                   f" (inputs: {', '.join(self._names)}; results: {', '.join(self._outputs)})")
 
     def _whole_shape(self, value: int) -> tuple[int, ...]:
-        return tuple(self.plan.size(d) for d in self.dag.value(value).dims)
+        return self._shapes[value]
 
     def rows(self, name: str, rank: int | None = None) -> tuple[int, int] | None:
         """[lo, hi) of the rows of ``name`` that ``rank`` (default: this one) holds; None where it is whole."""
@@ -283,7 +287,7 @@ class DistributedProgram:
         if chosen == "other" or (chosen == "numpy" and self.comm is not None and self.comm.arrays_family != "numpy"):
             raise ArgumentError(next(iter(self._names)), f"is a {chosen} array: a distributed program takes device"
                                                          " arrays (CuPy, PyTorch)")
-        helper = arrays_for(chosen, self.comm.device if self.comm else None)
+        helper = self._helper(chosen)
         for key, obj in env.items():
             if obj is None:
                 env[key] = helper.empty(self.local_shape(self.dag.value(key[0]).name), self.plan.dtype)
@@ -355,8 +359,7 @@ class DistributedProgram:
             env[value, Layout.WHOLE] = buffer
         done = helper.event().record(on)
         self._last_collective = (on, done)
-        what = f"the {c.op} of {self.dag.value(value).label} ({c.bytes} bytes)"
-        watchdog.WATCHDOG.watch(done, what, comm, self.timeout, self.on_timeout)
+        watchdog.WATCHDOG.watch(done, self._watch_text[id(c)], comm, self.timeout, self.on_timeout)
         if marks is not None:
             marks.append((f"{c.op} {self.dag.value(value).label}", "collective", start, done))
         if on != stream:
@@ -460,8 +463,12 @@ class DistributedProgram:
         return out
 
     def _helper_for(self, array):
-        chosen = family(array) if array is not None else (self.comm.arrays_family if self.comm else "numpy")
-        return arrays_for(chosen, self.comm.device if self.comm else None)
+        return self._helper(family(array) if array is not None else (self.comm.arrays_family if self.comm else "numpy"))
+
+    def _helper(self, name: str):
+        if name not in self._helpers:
+            self._helpers[name] = arrays_for(name, self.comm.device if self.comm else None)
+        return self._helpers[name]
 
     def synchronize(self, stream: int | None = None) -> None:
         """Wait on the host until the work queued on ``stream`` so far is done,
