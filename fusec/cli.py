@@ -1,7 +1,7 @@
 """The ``fusec`` command line.
 
     fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
-                  [--reproducible]
+                  [--reproducible] [--device-scalar NAME]...
     fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
     fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20] [--reproducible]
     fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60] [--ship]
@@ -134,11 +134,16 @@ def _load(args):
 
 def _compile(args) -> int:
     from . import nvcc
-    from .api import build_program
+    from .api import build_program, device_dag
     from .tune import store as tuning
     nvcc.check_arch(args.arch)  # a bad one is an error before any work, with nvcc on PATH or not
     _known_gpu(args)
     library, dag = _load(args)
+    if args.device_scalar:
+        try:
+            dag = device_dag(dag, tuple(args.device_scalar))
+        except ArgumentError as exc:
+            raise FusecError(f"--device-scalar: {exc.message.split(': ', 1)[1]}") from None
     sizes = _script_sizes(args, dag, given=False)
     predictor = _predictor(args, library) if getattr(args, "analytic", False) else None
     program, entry = build_program(dag, library, args.dtype, sizes=sizes, gpu=args.gpu, predictor=predictor,
@@ -393,6 +398,10 @@ def parser() -> argparse.ArgumentParser:
                            " best-predicted combination even where 'fusec tune' measured another faster,"
                            " at these sizes or at the nearest tuned ones (within a factor of 2)")
     reproducible(comp)
+    comp.add_argument("--device-scalar", metavar="NAME", action="append", default=[],
+                      help="a scalar input the program's callers pass as a one-element device array, read"
+                           " by the kernels from device memory (fusec.compile's device_scalars;"
+                           " repeatable)")
     gpu(comp)
     sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"
                 " n=VALUE sets every size; default 8192)")

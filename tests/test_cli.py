@@ -421,3 +421,22 @@ def test_a_reader_that_stops_early_gets_no_error_on_stderr():
     assert proc.stdout.startswith("library blas at ")
     assert proc.stdout.count("\n") == 1
     assert proc.stderr == ""
+
+
+def test_compile_reads_a_device_scalar_from_memory(capsys, tmp_path):
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "waxpby.script", tmp_path, "--no-nvcc",
+                                               "--device-scalar", "alpha"))
+    assert (code, err) == (0, "")
+    source = (tmp_path / "waxpby.float32.cu").read_text()
+    assert "const real* __restrict__ g_v2_alpha" in source and "const real v3_beta" in source
+    assert "device:  alpha read from device memory" in (tmp_path / "waxpby.float32.plan.txt").read_text()
+
+
+@pytest.mark.parametrize("name, why", [
+    ("x", "names 'x', a vector input of"),
+    ("gamma", "names 'gamma', which is not an input of")])
+def test_compile_refuses_a_device_scalar_that_is_no_scalar_input(capsys, tmp_path, name, why):
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "waxpby.script", tmp_path, "--no-nvcc",
+                                               "--device-scalar", name))
+    assert code != 0 and f"fusec: error: --device-scalar: {why}" in err
+    assert not list(tmp_path.iterdir())  # nothing written
