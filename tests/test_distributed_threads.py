@@ -383,6 +383,32 @@ def test_out_arrays_take_the_results_and_stages_keep_their_own_arrays():
             assert first[name] == second[name], name
 
 
+def test_packed_scalars_are_one_all_reduce_and_the_same_sums(monkeypatch):
+    """CG's rr and pq, after stage 0, go in one all-reduce (two a call with rr1, not three);
+    the results are the oracle's, on ranks holding rows and on one that holds none."""
+    from fusec.distributed.threads import ThreadComm
+    issued: dict = {}
+    real = ThreadComm.all_reduce
+
+    def counting(self, send, recv, stream=None):
+        issued.setdefault(self.rank, []).append(int(np.size(send)))
+        return real(self, send, recv, stream)
+    monkeypatch.setattr(ThreadComm, "all_reduce", counting)
+    dag = script_dag("solvers/cg")
+    inputs = oracle.random_inputs(dag, {"n": 11}, "float64", np.random.default_rng(11))
+    for ranks, active in ((2, 2), (3, 2)):
+        def work(comm):
+            prog = _compile("solvers/cg", comm, {"n": 11}, active=active)
+            local = {k: prog.local(k, v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+            issued.pop(comm.rank, None)  # what compiling sent
+            out = prog(**local)
+            return prog, dict(zip(prog.outputs, out))
+        results = run_ranks(ranks, work)
+        assert issued == {r: [2, 1] for r in range(ranks)}  # rr and pq packed, then rr1
+        checks = oracle.check_outputs(dag, library(), inputs, _assemble(results, ranks), "float64")
+        assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
 @pytest.mark.slow  # the oracle on 1001 x 1001 and 2049 x 1001 matrices, both precisions
 def test_the_gpu_tests_cases_on_thread_ranks():
     """The cases tests/gpu/test_distributed.py runs on GPUs, here on thread ranks

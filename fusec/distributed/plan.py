@@ -68,10 +68,17 @@ class Conversion:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One step of a call: a stage (``stage`` set) or a conversion (``conversion`` set)."""
+    """One step of a call: a stage (``stage`` set) or a conversion (``conversion`` set).
+    ``together``: further conversions done by the same collective (all-reduces of scalars
+    after one stage, packed into one buffer: one collective's latency, not one each)."""
 
     stage: int | None = None
     conversion: int | None = None
+    together: tuple[int, ...] = ()
+
+    @property
+    def conversions(self) -> tuple[int, ...]:
+        return () if self.conversion is None else (self.conversion,) + self.together
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +105,14 @@ class DistributedPlan:
 
     @property
     def collectives(self) -> tuple[Conversion, ...]:
+        """Every conversion a collective does (one a value; see :attr:`launches`)."""
         return tuple(c for c in self.conversions if c.collective)
+
+    @property
+    def launches(self) -> tuple[tuple[Conversion, ...], ...]:
+        """The collectives a call issues, in order, each with the conversions it does."""
+        return tuple(tuple(self.conversions[i] for i in step.conversions) for step in self.steps
+                     if step.conversion is not None and self.conversions[step.conversion].collective)
 
     def rows(self, length: int, rank: int) -> tuple[int, int]:
         """[lo, hi) of a split value of ``length`` rows that ``rank`` holds."""

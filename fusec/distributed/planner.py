@@ -287,11 +287,25 @@ def _conversions(dag, layout, stage_of, reads, finals, ranks, active, sizes, ite
 
 
 def _steps(stages: int, conversions: tuple[Conversion, ...]) -> tuple[Step, ...]:
-    steps = [Step(conversion=i) for i, c in enumerate(conversions) if c.after == -1]
-    for k in range(stages):
-        steps.append(Step(stage=k))
-        steps.extend(Step(conversion=i) for i, c in enumerate(conversions) if c.after == k)
+    steps = []
+    for k in range(-1, stages):
+        if k >= 0:
+            steps.append(Step(stage=k))
+        mine = [i for i, c in enumerate(conversions) if c.after == k]
+        # the scalars' all-reduces after a stage go together, packed: one collective's latency
+        packed = [i for i in mine if _packable(conversions[i])]
+        for i in mine:
+            if len(packed) > 1 and i == packed[0]:
+                steps.append(Step(conversion=i, together=tuple(packed[1:])))
+            elif len(packed) < 2 or i not in packed:
+                steps.append(Step(conversion=i))
     return tuple(steps)
+
+
+def _packable(c: Conversion) -> bool:
+    """An all-reduce of a scalar that no stage overlaps (its sum read by the next stage, or
+    only returned): it may share one collective with the others after its stage."""
+    return c.op is Op.ALL_REDUCE and c.count == 1 and not c.overlaps
 
 
 def _stages(dag, library, call_stage, needs, layout, stage_of, conversions, local, sizes, ranks, active):

@@ -99,6 +99,18 @@ class DistributedProgram:
         self._shapes = {v.id: tuple(plan.size(d) for d in v.dims) for v in dag.values}
         self._watch_text = {id(c): f"the {c.op} of {dag.value(c.value).label} ({c.bytes} bytes)"
                             for c in plan.conversions if c.collective}
+        for step in plan.steps:  # a packed all-reduce is watched as one
+            if step.together:
+                first, *rest = (plan.conversions[i] for i in step.conversions)
+                names = ", ".join(dag.value(c.value).label for c in (first, *rest))
+                self._watch_text[id(first)] = f"the all-reduce of {names} ({first.bytes * (1 + len(rest))} bytes)"
+        # the scalars all-reduced together (Step.together): each one's place in the step's buffers
+        self._packed_at = {}
+        for number, step in enumerate(plan.steps):
+            for slot, index in enumerate(step.conversions if step.together else ()):
+                value = plan.conversions[index].value
+                self._packed_at[value, Layout.PARTIAL] = (number, "terms", slot)
+                self._packed_at[value, Layout.WHOLE] = (number, "sums", slot)
         self._side: dict = {}
         self._last_collective = None
         self.last_timings: Timings | None = None
@@ -173,7 +185,7 @@ class DistributedProgram:
         joins: dict[int, list] = {}
         self._last_collective = None  # (stream, event) of the collective issued last
         with helper.on(stream):
-            for step in self.plan.steps:
+            for number, step in enumerate(self.plan.steps):
                 if step.stage is not None:
                     for event in joins.pop(step.stage, []):
                         helper.wait_event(stream, event)
@@ -181,7 +193,9 @@ class DistributedProgram:
                         self._stage(step.stage, env, helper, stream, out, marks if timings else None)
                     continue
                 conversion = self.plan.conversions[step.conversion]
-                if conversion.collective:
+                if step.together:
+                    self._packed_all_reduce(number, env, helper, stream, out, marks if timings else None)
+                elif conversion.collective:
                     self._collective(conversion, env, helper, stream, out, joins, marks if timings else None)
                 elif self.holds_rows:
                     self._local(conversion, env, helper)
@@ -238,6 +252,9 @@ class DistributedProgram:
         the caller's to keep, and a view of a kept buffer would change under them)."""
         if value in self._returned:
             return out.get((value, layout))
+        if (value, layout) in self._packed_at:
+            number, side, slot = self._packed_at[value, layout]
+            return self._packed(helper, number, side)[1][slot]
         key = (helper.name, value, layout)
         if key not in self._kept:
             shape = self.local_shape_of(value) if layout is Layout.SPLIT else self._whole_shape(value)
@@ -365,6 +382,46 @@ class DistributedProgram:
         if on != stream:
             joins.setdefault(c.first_use, []).append(done)
 
+    def _packed(self, helper, number: int, side: str):
+        """Step ``number``'s buffer of the scalars it all-reduces together ("terms" or "sums"),
+        kept, and a one-element view of it for each (made once: the stages see the same ones)."""
+        key = (helper.name, "packed", number, side)
+        if key not in self._kept:
+            count = len(self.plan.steps[number].conversions)
+            buffer = helper.zeros((count,), self.plan.dtype)  # zeros: the terms of a rank holding no rows
+            self._kept[key] = (buffer, tuple(buffer[slot:slot + 1].reshape(()) for slot in range(count)))
+        return self._kept[key]
+
+    def _packed_all_reduce(self, number: int, env, helper, stream, out, marks) -> None:
+        """The scalars of step ``number`` summed by one all-reduce of their packed terms. A stage wrote
+        its terms in place (:meth:`_target`); a term made otherwise is copied in. Sums no result
+        is made from stay views of the step's buffer; a returned one is copied out."""
+        members = [self.plan.conversions[i] for i in self.plan.steps[number].conversions]
+        terms, term_views = self._packed(helper, number, "terms")
+        sums, sum_views = self._packed(helper, number, "sums")
+        if self.holds_rows:
+            for c, view in zip(members, term_views):
+                made = env[c.value, Layout.PARTIAL]
+                if made is not view:
+                    helper.copy_into(view, made)
+        if self._last_collective is not None and self._last_collective[0] != stream:
+            helper.wait_event(stream, self._last_collective[1])  # one communicator's collectives in order
+        start = self._mark(helper, stream, marks)
+        self.comm.all_reduce(terms, sums, stream)
+        for c, view in zip(members, sum_views):
+            if c.value in self._returned:
+                given = out.get((c.value, Layout.WHOLE))
+                target = given if given is not None else helper.empty((), self.plan.dtype)
+                helper.copy_into(target, view)
+                view = target
+            env[c.value, Layout.WHOLE] = view
+        done = helper.event().record(stream)
+        self._last_collective = (stream, done)
+        watchdog.WATCHDOG.watch(done, self._watch_text[id(members[0])], self.comm, self.timeout, self.on_timeout)
+        if marks is not None:
+            names = ", ".join(self.dag.value(c.value).label for c in members)
+            marks.append((f"all-reduce {names}", "collective", start, done))
+
     def _receive(self, helper, value: int, layout: Layout, out: dict):
         target = self._target(helper, value, layout, out)
         if target is not None:
@@ -481,4 +538,4 @@ class DistributedProgram:
 
     def __repr__(self) -> str:
         return (f"<fusec.distributed.DistributedProgram {self.dag.file} {self.plan.dtype}: rank {self.rank} of"
-                f" {self.plan.ranks}, {len(self.plan.stages)} stage(s), {len(self.plan.collectives)} collective(s)>")
+                f" {self.plan.ranks}, {len(self.plan.stages)} stage(s), {len(self.plan.launches)} collective(s)>")

@@ -119,10 +119,11 @@ def predicted_seconds(plan: DistributedPlan, dag: Dag, latency: Latency, bandwid
     ranks holding no rows were not there (no broadcasts to them)."""
     local = sum(b / bandwidth + latency.launch_seconds for b in stage_bytes(plan, dag))
     collectives = 0.0
-    for c in plan.collectives:
+    for launch in plan.launches:  # scalars packed into one all-reduce: one latency
+        c = launch[0]
         if not idle_results and c.op is Op.BROADCAST:
             continue
-        measured = latency.seconds(str(c.op), plan.ranks, c.bytes)
+        measured = latency.seconds(str(c.op), plan.ranks, sum(t.bytes for t in launch))
         collectives += measured if measured is not None else 0.0
     return local + collectives
 

@@ -67,18 +67,24 @@ def describe(plan: DistributedPlan, dag: Dag, *, sources: bool = False) -> str:
             if sources:
                 lines += [f"          | {line}" for line in stage.source.rstrip("\n").split("\n")]
             continue
-        c = plan.conversions[step.conversion]
-        v = dag.value(c.value)
-        name = v.label + (f"[{', '.join(v.dims)}]" if v.dims else "")
+        together = [plan.conversions[i] for i in step.conversions]
+        c = together[0]
+        name = ", ".join(dag.value(t.value).label + (f"[{', '.join(dag.value(t.value).dims)}]"
+                                                      if dag.value(t.value).dims else "") for t in together)
         where = "before stage 0" if c.after < 0 else f"after stage {c.after}"
-        reader = "the return" if c.first_use is None else f"stage {c.first_use}"
+        readers = sorted({t.first_use for t in together if t.first_use is not None})
+        reader = ", ".join(f"stage {r}" for r in readers) or "the return"
         line = f"step {number}  {c.op} {name} ({c.source} -> {c.target}): {WHAT[c.op]}"
-        if c.collective:
+        if len(together) > 1:
+            line += f"; one collective of {sum(t.bytes for t in together)} bytes (the {len(together)} packed)"
+            line += f", {where}, for {reader}"
+        elif c.collective:
             line += f"; {c.bytes} bytes, {where}, for {reader}"
             line += (f"; overlaps stage(s) {', '.join(map(str, c.overlaps))}" if c.overlaps
                      else "; nothing to overlap (the next step needs it, or nothing follows)")
         lines.append(line)
     total = sum(c.bytes for c in plan.collectives)
     lines.append("")
-    lines.append(f"collectives: {len(plan.collectives)} a call, {total} bytes of payload")
+    packed = f" ({len(plan.collectives)} values)" if len(plan.launches) != len(plan.collectives) else ""
+    lines.append(f"collectives: {len(plan.launches)} a call{packed}, {total} bytes of payload")
     return "\n".join(lines)
