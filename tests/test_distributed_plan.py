@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -392,9 +391,8 @@ def test_the_scalars_all_reduced_after_a_stage_go_in_one_collective(solver, laun
     """A solver iteration's dots after one stage are all-reduced together, packed into one
     buffer (a collective's latency, 20-25 us on two H200s, once, not once a dot); a value
     keeps its own conversion, and the plan text says what is packed."""
-    path = str(ROOT / "fusec" / "data" / "solvers" / f"{solver}.script")
-    plan = fd.plan(path, sizes={"n": 1000}, ranks=2)
-    dag = check(parse(Path(path).read_text(), path), library())
+    plan = fd.plan(str(ROOT / "scripts" / "solvers" / f"{solver}.script"), sizes={"n": 1000}, ranks=2)
+    dag = script_dag(f"solvers/{solver}")
     named = [tuple(dag.value(c.value).name for c in launch) for launch in plan.launches]
     assert named == launches
     assert len(plan.collectives) == sum(map(len, launches))
