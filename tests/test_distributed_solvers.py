@@ -182,3 +182,36 @@ def test_a_breakdown_is_reported_with_the_iterate_before(check_every):
     results = solve_on(2, "cg", A, b + A @ x0, x0, rtol=1e-8, check_every=check_every)
     assert [info for _, (_, info) in results] == [-1, -1]
     np.testing.assert_array_equal(np.concatenate([x for _, (x, _) in results]), x0)
+
+
+def test_going_back_never_writes_the_state_it_goes_back_to():
+    """The iteration's results go to two sets of arrays in turn; after going back to the state
+    before an iteration (a breakdown), the next call must not write the set that state lies in
+    (on a GPU that is an out= array over an input the stages still read)."""
+    from fusec.distributed.solvers import DistributedStepper
+    from fusec.solvers.arrays import NumpyArrays
+
+    class Iteration:  # x1 = x + 1, ...: records that no out= array is an input
+        outputs = ("x1", "r1", "p1", "rr1")
+
+        def __call__(self, A, out=None, **state):
+            for array in (out or {}).values():
+                assert not any(np.shares_memory(array, v) for v in state.values())
+            results = {f"{k}1": v + 1.0 for k, v in state.items()}
+            results["rr1"] = np.array(1.0)
+            for name, value in results.items():
+                if out:
+                    out[name][...] = value
+                    results[name] = out[name]
+            return tuple(results[name] for name in self.outputs)
+
+    zeros = np.zeros(3)
+    stepper = DistributedStepper(METHODS["cg"], Iteration(), None, np.copy, NumpyArrays(), np.eye(3), zeros, zeros,
+                                 set())
+    for chunk in (1, 1, 2, 1):
+        stepper.advance(chunk)
+    before = stepper.saved["x"].copy()
+    stepper.restore()
+    np.testing.assert_array_equal(stepper.x(), before)
+    stepper.advance(1)  # from the state gone back to
+    np.testing.assert_array_equal(stepper.x(), before + 1.0)

@@ -12,9 +12,9 @@ breakdown) are small distributed programs of their own.
 
 Unlike one GPU's solvers, the loop stays on the host (no CUDA graph, no conditional node).
 Nothing inside an iteration waits on the host (its stages read the summed scalars from device
-memory), yet reading the residual after every iteration (``check_every=1``, the default)
-measured faster (docs/distributed.md): with several iterations queued, each iteration's arrays
-are new memory, and the stages' prepared calls, kept by array address, were made again.
+memory), yet reading the residual only every few iterations measured no faster
+(docs/distributed.md): the host's own work for a call sets the pace, so the default is
+``check_every=1``, which stops at the first iteration meeting the rule.
 """
 
 from __future__ import annotations
@@ -205,13 +205,14 @@ class DistributedStepper:
         # arrays like them): the stages then get the same arrays call after call, and find
         # the calls they prepared for them (new arrays every call had them prepared again)
         self.sets: list[dict[str, Any]] = []
-        self.turn = 0
+        self.turn = self.saved_turn = 0
 
     def advance(self, iterations: int) -> None:
         # the state before, to go back to: the arrays the next call reads and does not write,
         # unless a later call of this advance writes them (the sets alternate)
         self.saved = (dict(self.state) if iterations == 1
                       else {name: self.arrays.copy(value) for name, value in self.state.items()})
+        self.saved_turn = self.turn  # after going back, the next call writes the set it wrote then
         for _ in range(iterations):
             out = {"out": self.sets[self.turn]} if self.sets else {}
             results = self.iteration(A=self.A, **self.state, **out)
@@ -224,6 +225,7 @@ class DistributedStepper:
 
     def restore(self) -> None:
         self.state = dict(self.saved)
+        self.turn = self.saved_turn  # not the set the saved state lies in
 
     def squared_norm(self) -> float:
         return self.arrays.read(self.last["rr1"])
