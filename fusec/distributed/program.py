@@ -99,18 +99,18 @@ class DistributedProgram:
         self._shapes = {v.id: tuple(plan.size(d) for d in v.dims) for v in dag.values}
         self._watch_text = {id(c): f"the {c.op} of {dag.value(c.value).label} ({c.bytes} bytes)"
                             for c in plan.conversions if c.collective}
-        for step in plan.steps:  # a packed all-reduce is watched as one
-            if step.together:
-                first, *rest = (plan.conversions[i] for i in step.conversions)
-                names = ", ".join(dag.value(c.value).label for c in (first, *rest))
-                self._watch_text[id(first)] = f"the all-reduce of {names} ({first.bytes * (1 + len(rest))} bytes)"
-        # the scalars all-reduced together (Step.together): each one's place in the step's buffers
+        # the scalars all-reduced together (Step.together): each one's place in the step's
+        # buffers, and the collective watched as one
         self._packed_at = {}
         for number, step in enumerate(plan.steps):
-            for slot, index in enumerate(step.conversions if step.together else ()):
-                value = plan.conversions[index].value
-                self._packed_at[value, Layout.PARTIAL] = (number, "terms", slot)
-                self._packed_at[value, Layout.WHOLE] = (number, "sums", slot)
+            if not step.together:
+                continue
+            members = [plan.conversions[i] for i in step.conversions]
+            for slot, c in enumerate(members):
+                self._packed_at[c.value, Layout.PARTIAL] = (number, "terms", slot)
+                self._packed_at[c.value, Layout.WHOLE] = (number, "sums", slot)
+            names = ", ".join(dag.value(c.value).label for c in members)
+            self._watch_text[id(members[0])] = f"the all-reduce of {names} ({sum(c.bytes for c in members)} bytes)"
         self._side: dict = {}
         self._last_collective = None
         self.last_timings: Timings | None = None
@@ -219,7 +219,7 @@ class DistributedProgram:
         placed = []
         for name, result in zip(self.outputs, results if many else (results,)):
             if name in out:
-                arrays_for(family(out[name]), self.comm.device if self.comm else None).copy_into(out[name], result)
+                self._helper_for(out[name]).copy_into(out[name], result)
                 result = out[name]
             placed.append(result)
         return tuple(placed) if many else placed[0]
@@ -257,9 +257,12 @@ class DistributedProgram:
             return self._packed(helper, number, side)[1][slot]
         key = (helper.name, value, layout)
         if key not in self._kept:
-            shape = self.local_shape_of(value) if layout is Layout.SPLIT else self._whole_shape(value)
-            self._kept[key] = helper.empty(shape, self.plan.dtype)
+            self._kept[key] = helper.empty(self._shape_in(value, layout), self.plan.dtype)
         return self._kept[key]
+
+    def _shape_in(self, value: int, layout: Layout) -> tuple[int, ...]:
+        """This rank's shape of ``value`` in ``layout``: its rows where split, else the whole."""
+        return self.local_shape_of(value) if layout is Layout.SPLIT else self._whole_shape(value)
 
     def _stream(self, helper, stream) -> int:
         """The handle of ``stream=`` (a CuPy, PyTorch or PyCUDA stream, or a raw
@@ -349,11 +352,7 @@ class DistributedProgram:
                 self._side[helper.name] = helper.new_stream()
             on = self._side[helper.name].handle
             helper.wait_event(on, helper.event().record(stream))
-        if self._last_collective is not None and self._last_collective[0] != on:
-            # one communicator's collectives run one after the other, in the order issued, whatever
-            # their streams: two in flight at once on two streams could each hold the GPU the other needs
-            helper.wait_event(on, self._last_collective[1])
-        start = self._mark(helper, on, marks)
+        start = self._begin_collective(helper, on, marks)
         if c.op is Op.ALL_REDUCE:
             send = env[value, Layout.PARTIAL] if self.holds_rows else self._zero(helper, whole)
             recv = self._receive(helper, value, Layout.WHOLE, out)
@@ -374,11 +373,8 @@ class DistributedProgram:
             buffer = env[value, Layout.WHOLE] if self.rank == 0 else self._receive(helper, value, Layout.WHOLE, out)
             comm.broadcast(_flat(buffer), 0, on)
             env[value, Layout.WHOLE] = buffer
-        done = helper.event().record(on)
-        self._last_collective = (on, done)
-        watchdog.WATCHDOG.watch(done, self._watch_text[id(c)], comm, self.timeout, self.on_timeout)
-        if marks is not None:
-            marks.append((f"{c.op} {self.dag.value(value).label}", "collective", start, done))
+        label = f"{c.op} {self.dag.value(value).label}" if marks is not None else ""
+        done = self._end_collective(helper, on, c, label, start, marks)
         if on != stream:
             joins.setdefault(c.first_use, []).append(done)
 
@@ -404,9 +400,7 @@ class DistributedProgram:
                 made = env[c.value, Layout.PARTIAL]
                 if made is not view:
                     helper.copy_into(view, made)
-        if self._last_collective is not None and self._last_collective[0] != stream:
-            helper.wait_event(stream, self._last_collective[1])  # one communicator's collectives in order
-        start = self._mark(helper, stream, marks)
+        start = self._begin_collective(helper, stream, marks)
         self.comm.all_reduce(terms, sums, stream)
         for c, view in zip(members, sum_views):
             if c.value in self._returned:
@@ -415,19 +409,29 @@ class DistributedProgram:
                 helper.copy_into(target, view)
                 view = target
             env[c.value, Layout.WHOLE] = view
-        done = helper.event().record(stream)
-        self._last_collective = (stream, done)
-        watchdog.WATCHDOG.watch(done, self._watch_text[id(members[0])], self.comm, self.timeout, self.on_timeout)
+        label = "all-reduce " + ", ".join(self.dag.value(c.value).label for c in members) if marks is not None else ""
+        self._end_collective(helper, stream, members[0], label, start, marks)
+
+    def _begin_collective(self, helper, on: int, marks):
+        """Before a collective on stream ``on``: after the one issued last, whatever its stream (one
+        communicator's collectives run one after the other, in the order issued: two in flight on
+        two streams could each hold the GPU the other needs); its start event where timed."""
+        if self._last_collective is not None and self._last_collective[0] != on:
+            helper.wait_event(on, self._last_collective[1])
+        return self._mark(helper, on, marks)
+
+    def _end_collective(self, helper, on: int, c, label: str, start, marks):
+        """After a collective (``c``, the first it does) on ``on``: its event, watched to its deadline."""
+        done = helper.event().record(on)
+        self._last_collective = (on, done)
+        watchdog.WATCHDOG.watch(done, self._watch_text[id(c)], self.comm, self.timeout, self.on_timeout)
         if marks is not None:
-            names = ", ".join(self.dag.value(c.value).label for c in members)
-            marks.append((f"all-reduce {names}", "collective", start, done))
+            marks.append((label, "collective", start, done))
+        return done
 
     def _receive(self, helper, value: int, layout: Layout, out: dict):
         target = self._target(helper, value, layout, out)
-        if target is not None:
-            return target
-        shape = self.local_shape_of(value) if layout is Layout.SPLIT else self._whole_shape(value)
-        return helper.empty(shape, self.plan.dtype)
+        return target if target is not None else helper.empty(self._shape_in(value, layout), self.plan.dtype)
 
     def local_shape_of(self, value: int) -> tuple[int, ...]:
         shape = self._whole_shape(value)
