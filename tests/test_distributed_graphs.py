@@ -17,6 +17,8 @@ Without the fakes (thread ranks cannot capture), ``graphs=True`` is the plain so
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 
 import numpy as np
@@ -30,7 +32,9 @@ from fusec.distributed import program as dist_program
 from fusec.distributed import watchdog
 from fusec.distributed.comm import Communicator, NcclComm, TorchComm
 from fusec.distributed.threads import ThreadComm, oracle_executor, run_ranks
+from fusec.errors import ArgumentError, FusecWarning
 from tests.helpers import ROOT, library, script_dag
+from tests.test_distributed_solvers import system
 
 CG = str(ROOT / "scripts" / "solvers" / "cg.script")
 
@@ -176,6 +180,28 @@ def test_plans_and_calls_that_would_allocate_inside_a_capture_are_not_captured(r
     assert running.captures == {0: 1}  # rank 1's capture raised: not counted
 
 
+def test_graphs_on_ranks_that_cannot_capture_are_the_plain_solve(monkeypatch):
+    A, b = system(21, symmetric=True)
+    plain = _solve(2, "cg", A, b, rtol=1e-8)
+    monkeypatch.setenv(ds.GRAPHS_VARIABLE, "1")
+    asked = _solve(2, "cg", A, b, rtol=1e-8)
+    np.testing.assert_array_equal(asked[0], plain[0])
+    assert asked[1] == plain[1] == [0, 0]
+
+
+@pytest.mark.parametrize(("set_to", "given", "argument", "why"), [
+    ("yes", None, "$FUSEC_DISTRIBUTED_GRAPHS", "set it to 1 or 0"),
+    (None, "yes", "graphs", "pass True or False"),
+])
+def test_a_bad_switch_is_an_argument_error(monkeypatch, set_to, given, argument, why):
+    if set_to is not None:
+        monkeypatch.setenv(ds.GRAPHS_VARIABLE, set_to)
+    A, b = system(6, symmetric=True)
+    options = {} if given is None else {"graphs": given}
+    with pytest.raises(ArgumentError, match=rf"argument '{re.escape(argument)}': .*{why}"):
+        ds.cg(A, b, executor=oracle_executor(library(), "float64"), **options)
+
+
 # ---------------------------------------------------------------------------------------------- capturing
 
 
@@ -225,3 +251,139 @@ def test_nothing_waits_on_the_host_inside_a_capture_and_a_launch_is_watched_once
         assert agreed == ["the ranks' agreement on a captured graph"] * 2  # one per capture, the refused one too
 
 
+def test_a_rank_whose_capture_fails_makes_every_rank_run_plainly(recording, monkeypatch):
+    """Rank 1's capture is refused (a CUDA error): both ranks get None (a collective is captured on
+    all ranks or none), rank 1 warns, and the solve goes on with plain calls, the same bits."""
+    real = dist_arrays.NumpyArrays.capture
+
+    def refusing(helper, stream, issue):
+        if _rank() == 1:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported")
+        return real(helper, stream, issue)
+    monkeypatch.setattr(dist_arrays.NumpyArrays, "capture", refusing)
+    A, b = system(23, symmetric=True)
+    plain = _solve(2, "cg", A, b, rtol=1e-8, graphs=False)
+    with pytest.warns(FusecWarning, match="rank 1: the calls are not captured in a CUDA graph"):
+        graphs = _solve(2, "cg", A, b, rtol=1e-8, graphs=True)
+    np.testing.assert_array_equal(graphs[0], plain[0])
+    assert graphs[1] == plain[1] == [0, 0]
+    assert recording.launches == {}
+
+
+# ---------------------------------------------------------------------------------------------- replaying
+
+
+@pytest.mark.parametrize("check_every", [1, 2, 3])
+@pytest.mark.parametrize("name", ["cg", "bicg", "bicgstab"])
+def test_a_solve_replaying_graphs_is_the_plain_solve_bit_for_bit(recording, name, check_every):
+    A, b = system(29, symmetric=True, seed=5)  # eigenvalues 1 to 10: a score of iterations at least
+    x0 = np.linspace(-1.0, 1.0, 29)
+    plain = _solve(2, name, A, b, x0, rtol=1e-12, check_every=check_every, graphs=False)
+    assert recording.launches == {}
+    graphs = _solve(2, name, A, b, x0, rtol=1e-12, check_every=check_every, graphs=True)
+    np.testing.assert_array_equal(graphs[0], plain[0])
+    assert graphs[1] == plain[1] == [0, 0]
+    # a graph from each turn the reads fall on (one for an even check_every), launched again and again
+    graphs_made = 1 if check_every % 2 == 0 else 2
+    assert recording.captures == {0: graphs_made, 1: graphs_made}
+    assert recording.launches[0] == recording.launches[1] >= 2
+
+
+def test_the_iterations_a_solve_stops_at_are_the_same(recording):
+    A, b = system(25, symmetric=True)
+    plain = _solve(3, "cg", A, b, rtol=1e-12, maxiter=7, graphs=False)
+    graphs = _solve(3, "cg", A, b, rtol=1e-12, maxiter=7, graphs=True)
+    assert graphs[1] == plain[1] == [7, 7, 7]
+    np.testing.assert_array_equal(graphs[0], plain[0])
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning", "ignore:invalid value:RuntimeWarning",
+                            "ignore:overflow:RuntimeWarning")  # the oracle
+@pytest.mark.parametrize("check_every", [1, 2])
+def test_a_breakdown_after_replays_goes_back_and_reports_the_iterate_before(recording, check_every):
+    """CG on diag(1, 12, 15, 0) from b = (2, 2, 2, 1): exact sums, the part of r in A's range is
+    exactly zero after three iterations' worth of rounding, and p . A p = 0 at iteration 7. That
+    iteration is a replay; the solve goes back (to the set before it, or to copies of the state
+    before two calls, whose next call is plain) and reports info -7 and the iterate before, on
+    every rank, as without graphs."""
+    A, b = np.diag([1.0, 12.0, 15.0, 0.0]), np.array([2.0, 2.0, 2.0, 1.0])
+    plain = _solve(2, "cg", A, b, rtol=1e-12, check_every=check_every, graphs=False)
+    graphs = _solve(2, "cg", A, b, rtol=1e-12, check_every=check_every, graphs=True)
+    assert graphs[1] == plain[1] and plain[1][0] == plain[1][1] < -4  # broke down after graphs were replayed
+    np.testing.assert_array_equal(graphs[0], plain[0])
+    assert all(math.isfinite(v) for v in graphs[0]) and recording.launches[0] >= 1
+
+
+def test_going_back_replays_only_from_the_set_it_was_captured_on():
+    """The stepper with a fake iteration: a graph is captured for (turn, calls) once both turns
+    have run plainly from the sets, replayed only where the state lies in the set it reads; after
+    going back to copies (an advance of several calls) the next call is plain."""
+    from fusec.distributed.solvers import DistributedStepper
+    from fusec.solvers.arrays import NumpyArrays
+    from fusec.solvers.methods import METHODS
+
+    class Iteration:  # x1 = x + 1, ...; capture records the calls, launch replays them
+        outputs = ("x1", "r1", "p1", "rr1")
+        capturable = True
+
+        def __init__(self):
+            self.recording, self.plain, self.captured = None, 0, []
+
+        def __call__(self, A, out=None, **state):
+            if self.recording is not None:
+                self.recording.append((dict(state), out))
+                return tuple(out[name] for name in self.outputs)
+            self.plain += 1
+            for array in (out or {}).values():
+                assert not any(np.shares_memory(array, v) for v in state.values())
+            results = {f"{k}1": v + 1.0 for k, v in state.items()}
+            results["rr1"] = np.array(1.0)
+            for name, value in results.items():
+                if out:
+                    out[name][...] = value
+                    results[name] = out[name]
+            return tuple(results[name] for name in self.outputs)
+
+        def capture(self, issue):
+            self.recording = []
+            issue()
+            calls, self.recording = self.recording, None
+            self.captured.append(len(calls))
+            iteration = self
+
+            class Graph:
+                def launch(self):
+                    for state, out in calls:
+                        iteration.plain -= 1  # counted as replayed, not plain
+                        iteration(None, out=out, **state)
+            return Graph()
+
+    zeros = np.zeros(3)
+    iteration = Iteration()
+    stepper = DistributedStepper(METHODS["cg"], iteration, None, np.copy, NumpyArrays(), np.eye(3), zeros, zeros,
+                                 set(), graphs=True)
+    for _ in range(3):  # from the start (plain), then each turn from the sets (plain: warming)
+        stepper.advance(1)
+    assert iteration.plain == 3 and iteration.captured == []
+    stepper.advance(1)  # turn 1: captured and launched
+    stepper.advance(1)  # turn 0: captured and launched
+    stepper.advance(1)  # turn 1: replayed
+    assert iteration.captured == [1, 1] and iteration.plain == 3
+    np.testing.assert_array_equal(stepper.x(), np.full(3, 6.0))
+    stepper.advance(2)  # captured: two calls
+    assert iteration.captured == [1, 1, 2]
+    np.testing.assert_array_equal(stepper.x(), np.full(3, 8.0))
+    stepper.restore()  # back to copies of the state before the two calls
+    np.testing.assert_array_equal(stepper.x(), np.full(3, 6.0))
+    stepper.advance(1)  # from copies: plain
+    assert iteration.plain == 4
+    np.testing.assert_array_equal(stepper.x(), np.full(3, 7.0))
+    stepper.advance(1)  # back in the sets: the graph of this turn replays
+    assert iteration.plain == 4 and iteration.captured == [1, 1, 2]
+    np.testing.assert_array_equal(stepper.x(), np.full(3, 8.0))
+    before = stepper.x().copy()
+    stepper.restore()  # one call back: the state still lies in a set, so a replay serves
+    np.testing.assert_array_equal(stepper.x(), before - 1.0)
+    stepper.advance(1)
+    assert iteration.plain == 4
+    np.testing.assert_array_equal(stepper.x(), before)
