@@ -1,14 +1,18 @@
 """What does an iteration of fusec.distributed.solvers cost over P GPUs, against one GPU?
 
     mpirun -n 2 python -m mpi4py -m experiments.distributed_solvers [--n 16384,32768]
-        [--solvers cg,bicgstab] [--dtype float32] [--iterations 50] [--out experiments/results]
+        [--solvers cg,bicgstab] [--dtype float32] [--iterations 50] [--check-every 1,4]
+        [--graphs 0,1] [--out experiments/results]
 
 Each rank builds bench.solvers' system that does not converge in 50 iterations (the same
 seed everywhere, so the blocks are one matrix), keeps its rows, and runs ``--iterations``
 iterations (maxiter, rtol 1e-30) of the distributed solver; wall time from a synchronised GPU
 to a synchronised GPU on every rank, the slowest rank's, median of three. Rank 0 then runs the
 one-GPU solver (fusec.solvers, its GPU loop) on the whole matrix the same way. µs an
-iteration = time / iterations (the start, a norm of b, is in both).
+iteration = time / iterations (the start, a norm of b, is in both). ``--graphs 0,1`` times each
+distributed solve with plain calls and with its calls captured in CUDA graphs and replayed
+(``graphs=True``: each solve captures its own after its first plain calls, and that capture is in
+its time).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--check-every", default="1,4",
                         help="the distributed solves' check_every values, each timed (default: %(default)s)")
+    parser.add_argument("--graphs", default="0,1",
+                        help="the distributed solves' graphs values (0 plain calls, 1 CUDA graphs), each timed"
+                             " (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = parser.parse_args(argv)
 
@@ -41,6 +48,15 @@ def main(argv=None) -> int:
     import fusec.solvers as fs
     from bench.solvers import systems
     from fusec.target import resolve, slug
+
+    captures: list[bool] = []  # whether each capture worked: a graphs row that captured nothing timed plain calls
+    real_capture = fd.DistributedProgram.capture
+
+    def counting(self, issue, **options):
+        graph = real_capture(self, issue, **options)
+        captures.append(graph is not None)
+        return graph
+    fd.DistributedProgram.capture = counting
 
     world = MPI.COMM_WORLD
     comm = fd.communicator(world, timeout=300)
@@ -65,11 +81,14 @@ def main(argv=None) -> int:
         A_local, b_local = cupy.ascontiguousarray(hard[lo:hi]), b[lo:hi].copy()
         for name in args.solvers.split(","):
             solve = getattr(ds, name)
-            many = {}
+            many, captured = {}, {}
             for every in args.check_every.split(","):
-                check = int(every)
-                many[every] = timed(lambda solve=solve, A=A_local, b=b_local, check=check: solve(
-                    A, b, comm=comm, rtol=1e-30, maxiter=args.iterations, check_every=check))
+                for graphs in args.graphs.split(","):
+                    del captures[:]
+                    many[every, graphs] = timed(
+                        lambda solve=solve, A=A_local, b=b_local, check=int(every), graphs=graphs == "1": solve(
+                            A, b, comm=comm, rtol=1e-30, maxiter=args.iterations, check_every=check, graphs=graphs))
+                    captured[every, graphs] = f"{sum(captures)}/{len(captures)}"
             one = None
             if comm.rank == 0:
                 single = getattr(fs, name)
@@ -82,9 +101,10 @@ def main(argv=None) -> int:
                     samples.append(time.perf_counter() - start)
                 one = statistics.median(samples[1:])
             one = world.bcast(one, root=0)
-            for every, seconds in many.items():
+            for (every, graphs), seconds in many.items():
                 row = {"solver": name, "n": n, "dtype": args.dtype, "ranks": comm.size, "check_every": every,
-                       "one_gpu_us": one / args.iterations * 1e6, "ranks_us": seconds / args.iterations * 1e6}
+                       "graphs": graphs, "captures": captured[every, graphs], "one_gpu_us": one / args.iterations * 1e6,
+                       "ranks_us": seconds / args.iterations * 1e6}
                 row["speedup"] = row["one_gpu_us"] / row["ranks_us"]
                 rows.append(row)
                 if comm.rank == 0:
@@ -99,12 +119,15 @@ def main(argv=None) -> int:
         lines = [f"# fusec.distributed.solvers over {comm.size} × {gpu}", "",
                  f"`mpirun -n {comm.size} python -m mpi4py -m experiments.distributed_solvers --n {args.n}"
                  f" --solvers {args.solvers} --dtype {args.dtype} --iterations {args.iterations}"
-                 f" --check-every {args.check_every}`: µs an iteration,"
-                 f" {args.iterations} iterations a solve, median of three, slowest rank.", "",
-                 f"| solver | dtype | n | check_every | 1 GPU µs | {comm.size} GPUs µs | speed-up |",
-                 "|---|---|---:|---|---:|---:|---:|"]
-        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['check_every']} | {r['one_gpu_us']:.1f} |"
-                  f" {r['ranks_us']:.1f} |"
+                 f" --check-every {args.check_every} --graphs {args.graphs}`: µs an iteration,"
+                 f" {args.iterations} iterations a solve, median of three, slowest rank; graphs 1: the distributed"
+                 " calls captured in CUDA graphs and replayed (captures: those that worked / made, over the four"
+                 " solves, on rank 0).", "",
+                 "| solver | dtype | n | check_every | graphs | captures | 1 GPU µs"
+                 f" | {comm.size} GPUs µs | speed-up |",
+                 "|---|---|---:|---|---|---|---:|---:|---:|"]
+        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['check_every']} | {r['graphs']} | {r['captures']} |"
+                  f" {r['one_gpu_us']:.1f} | {r['ranks_us']:.1f} |"
                   f" {r['speedup']:.2f}× |" for r in rows]
         (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))

@@ -86,6 +86,12 @@ class NumpyArrays:
     def new_stream(self) -> "SideStream":
         return SideStream(0, None)
 
+    def capture(self, stream: int, issue):
+        """The work ``issue()`` queues on ``stream`` captured in a CUDA graph: what launches it
+        (``launch(stream)``), or None where this framework does not capture (NumPy runs everything
+        at once; PyTorch's streams are left alone)."""
+        return None
+
 
 class CupyArrays:
     """CuPy arrays on one device."""
@@ -141,6 +147,24 @@ class CupyArrays:
             stream = self.cupy.cuda.Stream(non_blocking=True)
         return SideStream(int(stream.ptr), stream)
 
+    def capture(self, stream: int, issue):
+        """:meth:`NumpyArrays.capture` by CuPy's stream capture (relaxed mode: the watchdog's
+        thread keeps polling its events meanwhile); None on the legacy default stream, which
+        cannot capture. A capture that fails raises once it has ended (the stream is usable again)."""
+        if not stream:
+            return None
+        on = self.stream(stream)
+        on.begin_capture()
+        try:
+            issue()
+        except BaseException:
+            try:
+                on.end_capture()
+            except Exception:  # the capture was invalidated by the error raised below: nothing to add
+                pass
+            raise
+        return CupyGraph(on.end_capture(), self)
+
 
 class CupyEvent:
     def __init__(self, arrays: CupyArrays):
@@ -161,6 +185,16 @@ class CupyEvent:
 
     def ms_since(self, start: "CupyEvent") -> float:
         return float(self.arrays.cupy.cuda.get_elapsed_time(start.event, self.event))
+
+
+class CupyGraph:
+    """A captured graph; ``launch(stream)`` queues it on a raw stream handle."""
+
+    def __init__(self, graph, arrays: CupyArrays):
+        self.graph, self.arrays = graph, arrays
+
+    def launch(self, stream: int) -> None:
+        self.graph.launch(self.arrays.stream(stream))
 
 
 class TorchArrays:
@@ -216,6 +250,9 @@ class TorchArrays:
     def new_stream(self) -> "SideStream":
         stream = self.torch.cuda.Stream(device=self.where)
         return SideStream(int(stream.cuda_stream), stream)
+
+    def capture(self, stream: int, issue):
+        return None  # torch.distributed's collectives are not captured here (see program.capture)
 
 
 class TorchEvent:

@@ -68,6 +68,7 @@ class Communicator:
     """What a distributed program needs of a communicator; see the backends."""
 
     backend = "none"
+    capturable = False  # its collectives on a capturing stream go into the CUDA graph (program.capture)
     rank: int = 0
     size: int = 1
     device: int | None = None
@@ -92,6 +93,7 @@ class NcclComm(Communicator):
 
     backend = "nccl"
     arrays_family = "cupy"
+    capturable = True  # NCCL 2.9 on: collectives, groups and P2P on a capturing stream are captured
 
     def __init__(self, nccl_comm, device: int):
         super().__init__()

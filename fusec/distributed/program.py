@@ -11,6 +11,10 @@ kernels read from device memory (``Stage.device_scalars``). A collective that so
 stages could overlap (the plan says which) runs on a second stream, joined by
 an event before the stage that reads it.
 
+Calls can be captured in a CUDA graph and replayed (:meth:`DistributedProgram.capture`):
+their stages, collectives and the events between streams go into the graph; the watchdog
+then watches one event after each launch instead of one after each collective.
+
 Ranks past ``plan.active`` hold no rows: they run no stage, pass empty blocks
 (or None) for split inputs, add zeros to the sums, and get the whole results
 and empty blocks of the split ones.
@@ -21,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import numbers
+import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, FusecError, FusecWarning
 from ..library.model import Kind
 from . import text, watchdog
 from .arrays import arrays_for, family
@@ -113,6 +118,7 @@ class DistributedProgram:
             self._watch_text[id(members[0])] = f"the all-reduce of {names} ({sum(c.bytes for c in members)} bytes)"
         self._side: dict = {}
         self._last_collective = None
+        self._unwatched: list[str] | None = None  # while capturing: the collectives captured, not watched
         self.last_timings: Timings | None = None
 
     # ------------------------------------------------------------------ description
@@ -176,6 +182,8 @@ class DistributedProgram:
         gives the stages the same arrays call after call, and their prepared calls with them)."""
         if self.comm is not None:
             self.comm.check()
+        if self._unwatched is not None:
+            self._check_capturable(timings, out)
         if self.plan.ranks == 1:
             return self._plain(arrays, stream, out)
         helper, env = self._bind(arrays)
@@ -424,7 +432,10 @@ class DistributedProgram:
         """After a collective (``c``, the first it does) on ``on``: its event, watched to its deadline."""
         done = helper.event().record(on)
         self._last_collective = (on, done)
-        watchdog.WATCHDOG.watch(done, self._watch_text[id(c)], self.comm, self.timeout, self.on_timeout)
+        if self._unwatched is not None:  # captured: the launch of the graph is watched (CapturedCalls)
+            self._unwatched.append(self._watch_text[id(c)])
+        else:
+            watchdog.WATCHDOG.watch(done, self._watch_text[id(c)], self.comm, self.timeout, self.on_timeout)
         if marks is not None:
             marks.append((label, "collective", start, done))
         return done
@@ -531,6 +542,73 @@ class DistributedProgram:
             self._helpers[name] = arrays_for(name, self.comm.device if self.comm else None)
         return self._helpers[name]
 
+    # ------------------------------------------------------------------ CUDA graphs
+    @property
+    def capturable(self) -> bool:
+        """Whether :meth:`capture` may capture calls: several ranks, on a communicator whose
+        collectives a CUDA graph captures (NCCL through CuPy; not torch.distributed, not thread
+        ranks), and a plan whose warm calls allocate nothing: every rank holds rows (a rank
+        without makes its blocks anew) and no rank sets its block into zeros (EMBED makes the
+        zeros anew). An array made inside a capture is freed after it, and the graph would
+        write memory that is another's by then. The same on every rank: it reads the plan."""
+        return (self.comm is not None and self.plan.ranks > 1 and self.comm.capturable
+                and self.plan.active == self.plan.ranks
+                and not any(c.op is Op.EMBED for c in self.plan.conversions))
+
+    def capture(self, issue: Callable[[], Any], *, stream: Any = None) -> "CapturedCalls | None":
+        """The calls of this program that ``issue()`` makes, on ``stream`` (default: the current
+        stream of the communicator's framework; the calls must run on it), captured in a CUDA
+        graph instead of run: a :class:`CapturedCalls` to launch, or None where this program does
+        not capture (:attr:`capturable`, the legacy default stream) or a rank's capture failed
+        (every rank then gets None: a collective is captured on all ranks or on none).
+
+        Every rank captures the same calls, in the same order. Nothing in a call waits on the host,
+        allocates or loads code once it has run on the same arrays before (``out=`` for every
+        result): make each call plainly first. A graph holds the addresses it was captured with
+        and reads whatever they hold when launched; the host's part of a call (its argument
+        checks) is not redone. Inside ``issue()`` the collectives are not watched; the
+        launch is, by one event after it. Every rank meets the others once here (an all-reduce
+        of whether its capture worked, waited for on the host), never in a launch."""
+        if not self.capturable:
+            return None
+        self.comm.check()
+        helper = self._helper(self.comm.arrays_family)
+        handle = self._stream(helper, stream)
+        self._unwatched = []
+        failure = None
+        try:
+            graph = helper.capture(handle, issue)
+        except (FusecError, RuntimeError, OSError) as exc:  # refused (CuPy's CUDA errors are RuntimeErrors)
+            graph, failure = None, exc
+        finally:
+            captured, self._unwatched = self._unwatched, None
+        if not self._everyone(graph is not None, helper, handle):
+            if failure is not None:
+                warnings.warn(FusecWarning(f"rank {self.rank}: the calls are not captured in a CUDA graph ({failure})"))
+            return None
+        return CapturedCalls(self, graph, handle, tuple(captured))
+
+    def _check_capturable(self, timings: bool, out) -> None:
+        """A call inside a capture is untimed (its events would be read on the host) and writes every
+        result into ``out=`` (an array made for a result inside the capture is freed after it)."""
+        if timings:
+            raise ArgumentError("timings", "is True inside a capture: a captured call cannot be timed")
+        missing = [name for name in self.outputs if not out or name not in out]
+        if missing:
+            raise ArgumentError("out", f"lacks {', '.join(missing)}: a call inside a capture writes every result"
+                                       " into an array of out=")
+
+    def _everyone(self, ok: bool, helper, stream: int) -> bool:
+        """Whether ``ok`` on every rank: one all-reduce of a flag, read on the host (at most the timeout)."""
+        with helper.on(stream):
+            failed = helper.zeros((1,), self.plan.dtype)
+            if not ok:
+                failed[...] = 1
+            self.comm.all_reduce(failed, failed, stream)
+        watchdog.wait(helper.event().record(stream), "the ranks' agreement on a captured graph", self.comm,
+                      self.timeout, self.on_timeout)
+        return float(helper.host(failed)[0]) == 0
+
     def synchronize(self, stream: int | None = None) -> None:
         """Wait on the host until the work queued on ``stream`` so far is done,
         at most the timeout (then :class:`~fusec.distributed.errors.CollectiveTimeoutError`)."""
@@ -543,3 +621,23 @@ class DistributedProgram:
     def __repr__(self) -> str:
         return (f"<fusec.distributed.DistributedProgram {self.dag.file} {self.plan.dtype}: rank {self.rank} of"
                 f" {self.plan.ranks}, {len(self.plan.stages)} stage(s), {len(self.plan.launches)} collective(s)>")
+
+
+class CapturedCalls:
+    """Calls of a :class:`DistributedProgram` captured in a CUDA graph (:meth:`DistributedProgram.capture`)."""
+
+    def __init__(self, program: DistributedProgram, graph, stream: int, collectives: tuple[str, ...]):
+        self.program, self.graph, self.stream = program, graph, stream
+        self.collectives = collectives  # what each captured collective is, in the order issued
+        first = f": {collectives[0]} first" if collectives else ""
+        self._what = f"a CUDA graph of {len(collectives)} collective(s){first}"
+
+    def launch(self) -> None:
+        """Queue the graph on the stream it was captured on, watched by one event after it (a
+        launch is a collective of every rank that captured it: every rank launches its own)."""
+        program = self.program
+        program.comm.check()
+        helper = program._helper(program.comm.arrays_family)
+        self.graph.launch(self.stream)
+        watchdog.WATCHDOG.watch(helper.event().record(self.stream), self._what, program.comm, program.timeout,
+                                program.on_timeout)

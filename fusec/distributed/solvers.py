@@ -10,15 +10,21 @@ passes from one call to the next with no step of the loop's own. The first resid
 ``b - A x0`` and the norms the loop reads at the start (and BiCGStab's half step, on a
 breakdown) are small distributed programs of their own.
 
-Unlike one GPU's solvers, the loop stays on the host (no CUDA graph, no conditional node).
-Nothing inside an iteration waits on the host (its stages read the summed scalars from device
-memory), yet reading the residual only every few iterations measured no faster
-(docs/distributed.md): the host's own work for a call sets the pace, so the default is
-``check_every=1``, which stops at the first iteration meeting the rule.
+The loop stays on the host (no conditional node, as one GPU's solvers have). Nothing inside
+an iteration waits on the host (its stages read the summed scalars from device memory), yet
+the host's own work for a call (its stages' launches, collectives, events and watches) set the
+pace, so reading the residual only every few iterations measured no faster
+(docs/distributed.md), and the default is ``check_every=1``, which stops at the first iteration
+meeting the rule. ``graphs=True`` (or ``$FUSEC_DISTRIBUTED_GRAPHS=1``) captures the
+``check_every`` calls between two reads in a CUDA graph, NCCL collectives included, and replays
+it (:class:`DistributedStepper`): the host's work for them is one graph launch and one watched
+event. Off by default until measured on GPUs; where the communicator cannot be captured
+(torch.distributed, thread ranks) the calls are plain either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import weakref
@@ -86,14 +92,16 @@ def bicgstab(A, b, x0=None, **options):
 
 
 def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=1, comm=None,
-          timeout=None, executor=None):
+          timeout=None, executor=None, graphs=None):
     """``method`` over the ranks of ``comm``. ``A``, ``b``, ``x0``: this rank's rows of each
     (:func:`rows`), NumPy arrays or those of the communicator's framework. The rule and
     ``info`` are SciPy's (:mod:`fusec.solvers.driver`): stop when ``||r|| <= max(rtol ||b||,
     atol)``; ``maxiter`` (default 10 n) iterations at most, the residual read every
     ``check_every`` (default 1: the first iteration meeting the rule; see the module's
     docstring for why more are not faster yet). ``executor``: how a stage becomes a callable
-    (:func:`fusec.distributed.compile`; the tests run stages with the oracle)."""
+    (:func:`fusec.distributed.compile`; the tests run stages with the oracle). ``graphs``: capture
+    the iterations in CUDA graphs and replay them (see the module's docstring); default
+    ``$FUSEC_DISTRIBUTED_GRAPHS`` (1 or 0), else off. The same on every rank."""
     comm = communicator(comm, timeout=timeout)
     n = _check_system(A, b, x0)
     ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
@@ -108,6 +116,8 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     maxiter = 10 * n if maxiter is None else validate.count("maxiter", maxiter, 1)
     dtype = str(A.dtype)
     check_every = validate.count("check_every", check_every, 1)
+    graphs = (validate.environment_flag(GRAPHS_VARIABLE, False) if graphs is None
+              else validate.flag("graphs", graphs))
 
     def distributed(script=None, source=None, name="<string>", results=None):
         key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())))
@@ -126,10 +136,16 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     else:
         r0 = distributed(source=RESIDUAL, name="residual.script")(A=A, b=b, x=gather(v=x0))
     whole = {name for name in method.state + method.fixed if layouts[name] is Layout.WHOLE}
-    stepper = DistributedStepper(method, iteration, norm, gather, arrays, A, x0, r0, whole)
-    tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
-    outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
+    graphs = graphs and iteration.capturable
+    # a capture needs a stream other than the legacy default one: the solve's own, where it captures
+    with arrays.stream() if graphs else contextlib.nullcontext():
+        stepper = DistributedStepper(method, iteration, norm, gather, arrays, A, x0, r0, whole, graphs=graphs)
+        tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
+        outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
     return stepper.x(), outcome.info
+
+
+GRAPHS_VARIABLE = "FUSEC_DISTRIBUTED_GRAPHS"  # solve()'s graphs= where not given
 
 
 # The programs of solves before, by communicator (None: one process), then by what they were
@@ -191,9 +207,17 @@ def _check_system(A, b, x0) -> int:
 
 class DistributedStepper:
     """What :func:`fusec.solvers.driver.run` drives: the state of one rank (its blocks, and the
-    whole vectors the gemvs read), the iteration's program, and a checkpoint to go back to."""
+    whole vectors the gemvs read), the iteration's program, and a checkpoint to go back to.
 
-    def __init__(self, method: Method, iteration, norm, gather, arrays, A, x0, r0, whole: set[str]):
+    With ``graphs``, ``k`` calls from a turn (below) are captured in a CUDA graph the first time
+    they come, once each of their calls has run plainly on the same arrays, and replayed after
+    that (:meth:`fusec.distributed.DistributedProgram.capture`; an iteration that cannot be
+    captured makes plain calls for good). A graph reads the set of arrays its first call reads
+    (the other set than its turn's): the state must lie there, so the first call (from the
+    starting arrays) and the first after going back to copies are plain."""
+
+    def __init__(self, method: Method, iteration, norm, gather, arrays, A, x0, r0, whole: set[str], *,
+                 graphs: bool = False):
         """``whole``: the inputs the iteration reads whole (gathered at the start)."""
         self.method, self.iteration, self.norm, self.arrays, self.A = method, iteration, norm, arrays, A
         self.state: dict[str, Any] = {}
@@ -206,6 +230,9 @@ class DistributedStepper:
         # the calls they prepared for them (new arrays every call had them prepared again)
         self.sets: list[dict[str, Any]] = []
         self.turn = self.saved_turn = 0
+        self.graphs_allowed = graphs and getattr(iteration, "capturable", False)
+        self.graphs: dict[tuple[int, int], Any] = {}  # (turn, calls) -> CapturedCalls
+        self.warm: set[int] = set()  # turns whose call ran plainly from the other set
 
     def advance(self, iterations: int) -> None:
         # the state before, to go back to: the arrays the next call reads and does not write,
@@ -213,12 +240,49 @@ class DistributedStepper:
         self.saved = (dict(self.state) if iterations == 1
                       else {name: self.arrays.copy(value) for name, value in self.state.items()})
         self.saved_turn = self.turn  # after going back, the next call writes the set it wrote then
+        graph = self._graph(iterations)
+        if graph is None:
+            self._calls(iterations)
+            return
+        graph.launch()
+        last = self.sets[(self.turn + iterations - 1) % 2]
+        self.last, self.turn = last, (self.turn + iterations) % 2
+        for name in self.method.state:
+            self.state[name] = last[f"{name}1"]
+
+    def _in_sets(self) -> bool:
+        """Whether the state lies in the set the next call reads (not the starting arrays, not copies)."""
+        return bool(self.sets) and all(self.state[name] is self.sets[1 - self.turn][f"{name}1"]
+                                       for name in self.method.state)
+
+    def _graph(self, iterations: int):
+        """The graph of ``iterations`` calls from here: kept, or captured now where every call of it
+        has run plainly before from where it reads; None where it cannot be replayed here."""
+        if not self.graphs_allowed or not self._in_sets():
+            return None
+        key = (self.turn, iterations)
+        graph = self.graphs.get(key)
+        if graph is None and self.warm >= ({0, 1} if iterations > 1 else {self.turn}):
+            state, turn, last = dict(self.state), self.turn, self.last
+            graph = self.iteration.capture(lambda: self._calls(iterations))
+            self.state, self.turn, self.last = state, turn, last  # the calls were captured, not run
+            if graph is None:
+                self.graphs_allowed = False  # refused here, or on another rank: plain calls from now on
+            else:
+                self.graphs[key] = graph
+        return graph
+
+    def _calls(self, iterations: int) -> None:
+        """``iterations`` calls of the iteration, each writing its turn's set."""
         for _ in range(iterations):
+            warming = self._in_sets()
             out = {"out": self.sets[self.turn]} if self.sets else {}
             results = self.iteration(A=self.A, **self.state, **out)
             self.last = dict(zip(self.iteration.outputs, results if isinstance(results, tuple) else (results,)))
             if not self.sets:
                 self.sets = [self.last, {name: self.arrays.empty_like(a) for name, a in self.last.items()}]
+            if warming:
+                self.warm.add(self.turn)
             self.turn = 1 - self.turn
             for name in self.method.state:
                 self.state[name] = self.last[f"{name}1"]
@@ -243,4 +307,3 @@ class DistributedStepper:
 
     def loops_on_device(self) -> bool:
         return False
-

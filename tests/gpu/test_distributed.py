@@ -15,7 +15,7 @@ subprocess's limit in seconds (default 900).
 
 This file is also the worker the launcher starts:
 ``mpirun -n 2 python -m mpi4py tests/gpu/test_distributed.py sequences OUT``
-(or ``solvers OUT``).
+(or ``solvers OUT``, or ``graphs OUT``: the solvers with their calls captured in CUDA graphs).
 """
 
 from __future__ import annotations
@@ -387,9 +387,87 @@ def test_the_solvers_over_several_gpus(tmp_path):
             assert np.max(np.abs(x - one)) <= scale * np.max(np.abs(one)), (name, dtype)
 
 
+GRAPH_ITERATIONS = 7  # the fixed-length solves compared plain against replayed
+
+
+def _graphs_worker(args) -> None:
+    """Each solver in both precisions with graphs=True (its calls captured in CUDA graphs and
+    replayed) and without: to convergence, and GRAPH_ITERATIONS iterations at check_every 1
+    and 3; each rank writes its blocks of x and whether its captures worked."""
+    import cupy
+    from mpi4py import MPI
+
+    import fusec.distributed as fd
+    import fusec.distributed.solvers as ds
+    comm = fd.communicator(MPI.COMM_WORLD, timeout=120)
+    captured: list[bool] = []
+    real_capture = fd.DistributedProgram.capture
+
+    def counting(self, issue, **options):
+        graph = real_capture(self, issue, **options)
+        captured.append(graph is not None)
+        return graph
+    fd.DistributedProgram.capture = counting
+    systems, b = _solve_systems()
+    lo, hi = ds.rows(SOLVE_N, comm)
+    records = []
+    for name, A in systems.items():
+        for dtype in DTYPES:
+            rtol = 1e-4 if dtype == "float32" else 1e-10
+            A_rows = cupy.asarray(np.ascontiguousarray(A[lo:hi]).astype(dtype))
+            b_rows = cupy.asarray(b[lo:hi].astype(dtype))
+            solve = getattr(ds, name)
+            record = {"rank": comm.rank, "solver": name, "dtype": dtype, "lo": lo, "hi": hi, "rtol": rtol}
+            del captured[:]
+            x, record["info"] = solve(A_rows, b_rows, comm=comm, rtol=rtol, graphs=True)
+            record["x"], record["captured"] = cupy.asnumpy(x).tolist(), list(captured)
+            for every in (1, 3):
+                fixed = {}
+                for graphs in (False, True):
+                    x, info = solve(A_rows, b_rows, comm=comm, rtol=1e-30, maxiter=GRAPH_ITERATIONS,
+                                    check_every=every, graphs=graphs)
+                    fixed[graphs] = {"x": cupy.asnumpy(x).tolist(), "info": info}
+                record[f"fixed{every}"] = fixed[False], fixed[True]
+            records.append(record)
+    Path(args.out, f"rank{comm.rank}.json").write_text(json.dumps(records))
+
+
+def test_the_solvers_replaying_cuda_graphs(tmp_path):
+    """graphs=True over the ranks: every capture works on every rank (none falls back to plain
+    calls), the solve converges (info 0 and the rule by the true residual, as without graphs),
+    and GRAPH_ITERATIONS iterations replayed give the iterates of the same iterations made
+    plainly, within the test ratio of sums of n terms (16 sqrt(n) eps of the largest entry)."""
+    _needs_ranks()
+    launcher = _mpirun()
+    if launcher is None:
+        pytest.skip("needs mpirun and mpi4py")
+    done, _ = _launch(launcher + [sys.executable, "-m", "mpi4py", str(WORKER), "graphs", str(tmp_path)], LIMIT)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    records = _results(tmp_path)
+    systems, b = _solve_systems()
+    for name, A in systems.items():
+        for dtype in DTYPES:
+            mine = sorted((r for r in records if r["solver"] == name and r["dtype"] == dtype), key=lambda r: r["lo"])
+            assert len(mine) == RANKS, (name, dtype)
+            assert all(r["captured"] and all(r["captured"]) for r in mine), (name, dtype, [r["captured"] for r in mine])
+            assert [r["info"] for r in mine] == [0] * RANKS, (name, dtype)
+            x = np.concatenate([r["x"] for r in mine])
+            residual = np.linalg.norm(b - A @ x) / np.linalg.norm(b)
+            assert residual <= (1.01 if dtype == "float64" else 2.0) * mine[0]["rtol"], (name, dtype, residual)
+            limit = 16 * np.sqrt(SOLVE_N) * np.finfo(dtype).eps
+            for every in (1, 3):
+                plain = np.concatenate([r[f"fixed{every}"][0]["x"] for r in mine])
+                replayed = np.concatenate([r[f"fixed{every}"][1]["x"] for r in mine])
+                infos = [(r[f"fixed{every}"][0]["info"], r[f"fixed{every}"][1]["info"]) for r in mine]
+                assert infos == [(GRAPH_ITERATIONS, GRAPH_ITERATIONS)] * RANKS, (name, dtype, every, infos)
+                assert np.isfinite(replayed).all(), (name, dtype, every)
+                apart = np.max(np.abs(replayed - plain))
+                assert apart <= limit * np.max(np.abs(plain)), (name, dtype, every, apart)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["sequences", "fail", "solvers"])
+    parser.add_argument("what", choices=["sequences", "fail", "solvers", "graphs"])
     parser.add_argument("out")
     parser.add_argument("--scripts", default="all")
     parser.add_argument("--shapes", default="all", help="indices into SHAPES, e.g. 0,2")
@@ -397,7 +475,8 @@ def main(argv=None) -> None:
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    {"sequences": _sequences_worker, "fail": _fail_worker, "solvers": _solvers_worker}[args.what](args)
+    {"sequences": _sequences_worker, "fail": _fail_worker, "solvers": _solvers_worker,
+     "graphs": _graphs_worker}[args.what](args)
 
 
 if __name__ == "__main__":
