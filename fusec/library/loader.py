@@ -863,12 +863,12 @@ def _validate_function(function: Function, mappings: dict[str, ThreadMapping],
     for impl in function.implementations:
         _validate_implementation(function, impl, mappings, homes, shared, finish_args)
 
+    _validate_stored(function, where)
     from .. import oracle  # the reference must be something the oracle can evaluate
     try:
         oracle.check_reference(function)
     except LibraryValidationError as exc:  # the oracle knows the function, not the line
         _fail(exc.message, where["reference"])
-    _validate_stored(function, where)
     for name in function.stored:
         if name != result.name and not oracle.reads_one_triangle(function, name):
             _fail(f"'stored {name} triu' says {function.name} reads only {name}'s upper triangle, but its"
