@@ -298,6 +298,24 @@ def test_every_plan_stores_b_through_the_triangle_store(name, dtype):
         assert all(value.endswith("_B") for value in stores), stores
 
 
+@pytest.mark.nvcc
+def test_plans_storing_one_triangle_compile_for_sm_90():
+    """The unfused plan and ten layouts of each script whose kernels store B through
+    triu_tile_store (ssyr alone, ssyr2 alone, ssyr fused with symv's products), both
+    precisions, under nvcc for sm_90: every kernel is built. (The first choices and the
+    unfused plans also compile without spills: tests/test_triangle.py.)"""
+    from fusec import nvcc
+    programs = []
+    for name in ("syr2", "syr_symv"):
+        dag = _dag(name)
+        for dtype in ("float32", "float64"):
+            space = build_space(dag, library(), dtype, {"n": 4097}, DEFAULT)
+            for plan in [unfused_plan(dag, library())] + [c.plan for c in space.layouts(10)]:
+                programs.append(generate(dag, library(), plan, dtype))
+    for program, compiled in zip(programs, nvcc.compile_many([p.source for p in programs], "sm_90")):
+        assert set(compiled.resources) == {k.name for k in program.kernels}
+
+
 def test_the_store_routine_writes_nothing_below_the_diagonal():
     """The one routine every such store goes through: a tile wholly below the diagonal
     returns before any write, a crossing tile writes values with column >= row only (the
