@@ -121,6 +121,12 @@ class KindError(ScriptSemanticError):
     """A vector where a matrix is expected, and the like."""
 
 
+class TriangleError(KindError):
+    """A matrix of which one triangle is stored (a result its function declares ``stored B
+    triu``) passed where the callee reads the whole matrix: below its diagonal it holds
+    whatever its array held, never values the script computed."""
+
+
 class ArityError(ScriptSemanticError):
     pass
 

@@ -45,7 +45,7 @@ from .library.model import Function, Kind
 
 __all__ = [
     "Expected", "OutputCheck", "check_outputs", "check_reference", "evaluate", "expect", "gauge",
-    "random_inputs", "sum_lengths", "test_ratio", "threshold",
+    "random_inputs", "reads_one_triangle", "stored_triangle", "sum_lengths", "test_ratio", "threshold",
 ]
 
 # name -> number of positional arguments
@@ -308,6 +308,25 @@ def _checked(function: Function, shapes: bool = True) -> ast.expr:
             checker.check_hof()
         _CACHE[key] = tree
     return tree
+
+
+def reads_one_triangle(function: Function, name: str, size: int = 6) -> bool:
+    """Whether ``function``'s reference leaves ``name`` (a square matrix parameter) below its
+    diagonal out: evaluated on random values at ``size`` with NaN there, the result (its
+    stored triangle where it declares one) holds no NaN. What a ``stored A triu`` line of
+    the library promises (:func:`fusec.library.loader.load_library` checks it)."""
+    rng = np.random.default_rng(0)
+    env: dict[str, np.ndarray] = {}
+    for param in function.params:
+        shape = (size,) * len(param.dims)
+        env[param.name] = np.asarray(rng.uniform(0.5, 1.0, shape) if shape else 0.7)
+    env[name] = env[name].copy()
+    env[name][np.tril_indices(size, -1)] = np.nan
+    with np.errstate(invalid="ignore"):
+        result = np.asarray(_walk(_checked(function), env, None)[0])
+    if function.result.name in function.stored:
+        result = np.triu(result)
+    return not np.isnan(result).any()
 
 
 # ---------------------------------------------------------------------------
@@ -658,13 +677,15 @@ def sum_lengths(dag: Dag, library: Any, sizes: Mapping[str, int]) -> dict[int, i
 # ---------------------------------------------------------------------------
 
 
-def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any) -> float:
+def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any, *, upper: bool = False) -> float:
     """``max_i |computed_i - reference_i| / (eps * gauge_i)`` (SMVCH's ratio).
 
     ``eps = numpy.finfo(dtype).eps`` of the compiled precision. Where
     ``gauge_i == 0`` the element contributes 0 if it is exact and ``inf``
     otherwise. NaN anywhere in ``computed`` (or in the reference or gauge)
-    gives ``inf``: NaN never passes. The three shapes must match.
+    gives ``inf``: NaN never passes. The three shapes must match. With
+    ``upper`` (a matrix of which only the upper triangle is stored) only the
+    elements on and above the diagonal count: what lies below is not written.
     """
     computed = np.asarray(computed)
     reference = np.asarray(reference, dtype=np.float64)
@@ -672,17 +693,47 @@ def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any) -> float:
     if not computed.shape == reference.shape == gauge.shape:
         raise ValueError(f"shapes differ: computed {computed.shape}, reference "
                          f"{reference.shape}, gauge {gauge.shape}")
+    if upper and computed.ndim != 2:
+        raise ValueError(f"only a matrix has an upper triangle, not an array of shape {computed.shape}")
     eps = float(np.finfo(np.dtype(dtype)).eps)
+    cols = computed.shape[-1] if upper else 0
     computed, reference, gauge = computed.reshape(-1), reference.reshape(-1), gauge.reshape(-1)
     worst = 0.0
     # in slices, so the float64 temporaries of a large matrix stay in cache (a
     # tuner judges many programs on one 8192 x 8192 output)
     for start in range(0, computed.size, _SLICE):
         part = slice(start, start + _SLICE)
-        worst = max(worst, _ratio(computed[part].astype(np.float64), reference[part], gauge[part], eps))
+        a, b, g = computed[part], reference[part], gauge[part]
+        if upper:  # the flat indices of the slice on or above the diagonal: column >= row
+            index = np.arange(start, start + a.size)
+            keep = index % cols >= index // cols
+            a, b, g = a[keep], b[keep], g[keep]
+        worst = max(worst, _ratio(a.astype(np.float64), b, g, eps))
         if worst == math.inf:
             break
     return worst
+
+
+def _upper_nonzero(a: np.ndarray) -> bool:
+    """Whether a matrix has a value other than 0 on or above its diagonal (by bands of rows:
+    no copy of a large matrix)."""
+    return any(np.count_nonzero(np.triu(a[r:r + 256], r)) for r in range(0, a.shape[0], 256))
+
+
+def _upper_nan(a: np.ndarray) -> bool:
+    """Whether a matrix holds NaN on or above its diagonal."""
+    return any(np.isnan(np.triu(a[r:r + 256].astype(np.float64), r)).any() for r in range(0, a.shape[0], 256))
+
+
+def stored_triangle(dag: Dag, library: Any, value: int) -> bool:
+    """Whether the value ``value`` of ``dag`` holds only its upper triangle: the result of a
+    call whose function says ``stored RESULT triu`` (below the diagonal it holds whatever its
+    array held)."""
+    made = dag.value(value)
+    if made.producer is None:
+        return False
+    function = library.functions.get(dag.call(made.producer).function)
+    return function is not None and function.result.name in function.stored
 
 
 _SLICE = 1 << 16  # elements
@@ -771,19 +822,20 @@ def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],
             checks.append(OutputCheck(name, math.inf, limit, False, "no output of this name"))
             continue
         computed = np.asarray(outputs[name])
+        upper = stored_triangle(dag, library, vid)
         try:
-            ratio = test_ratio(computed, reference[vid], magnitudes[vid], dtype)
+            ratio = test_ratio(computed, reference[vid], magnitudes[vid], dtype, upper=upper)
         except ValueError:
             checks.append(OutputCheck(name, math.inf, limit, False,
                                       f"shape {computed.shape}, expected "
                                       f"{reference[vid].shape}"))
             continue
-        if not np.count_nonzero(reference[vid]):
+        if not (_upper_nonzero(reference[vid]) if upper else np.count_nonzero(reference[vid])):
             reason = "the reference is all zeros: a broken test, not a pass"
         elif ratio < limit:
             reason = ""
-        elif np.isnan(computed.astype(np.float64, copy=False)).any():
-            reason = "the output contains NaN"
+        elif (_upper_nan(computed) if upper else np.isnan(computed.astype(np.float64, copy=False)).any()):
+            reason = "the output contains NaN" + (" on or above the diagonal" if upper else "")
         else:
             reason = f"ratio {ratio:.4g} >= threshold {limit:.4g} (k = {k[vid]})"
         checks.append(OutputCheck(name, ratio, limit, not reason, reason))

@@ -127,11 +127,12 @@ SCRIPTS = {**ALONE, **FUSED, **CHAINED}
 # reference is finite and well conditioned.
 DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}
 
-# The routines of the triangle part (fusec/data/blas/triangle.fusec, triangle.cuh) and of the
-# functions on it (strmv, strmtv_strict, ssyr, ssyr2) that no database timed before them, which
+# The routines of the triangle parts (fusec/data/blas/triangle.fusec, triangle.cuh; the store of
+# one stored triangle, triangle_store.fusec, triangle_store.cuh) and of the functions on them
+# (strmv, strmtv_strict, ssyr, ssyr2) that no database timed before them, which
 # `fusec perfdb build --missing` adds.
 TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "syr2_compute", "syr_compute", "tri_x_load",
-                     "triu_tile_load", "trmv_x_compute")
+                     "triu_tile_load", "triu_tile_store", "trmv_x_compute")
 
 # The functions on that part: a performance database built before them lacks their probes
 # (their own routines, and the vector loads they make in every iteration of the loop).

@@ -58,9 +58,11 @@ def test_the_bundled_library_has_the_triangle_part():
     lib = library()
     for name in ("triu_tile", "tri_x", "tri_x_all"):
         assert Path(lib.mappings[name].coord.file).name == "triangle.fusec"
-    assert [Path(f.path).name for f in lib.routine_files][-1] == "triangle.cuh"
-    assert {"triangle.fusec", "triangle.cuh", "strmv.cu", "strmtv_strict.cu"} <= set(lib.files)
+    assert [Path(f.path).name for f in lib.routine_files][-2:] == ["triangle.cuh", "triangle_store.cuh"]
+    assert {"triangle.fusec", "triangle.cuh", "triangle_store.fusec", "triangle_store.cuh", "strmv.cu",
+            "strmtv_strict.cu"} <= set(lib.files)
     assert Path(lib.routine_homes["triu_tile_load"]).name == "triangle.cuh"
+    assert Path(lib.routine_homes["triu_tile_store"]).name == "triangle_store.cuh"
 
 
 def test_parts_load_in_sorted_order_and_the_hash_covers_them(mylib):
@@ -73,7 +75,7 @@ def test_parts_load_in_sorted_order_and_the_hash_covers_them(mylib):
     order = list(lib.mappings)
     assert order.index("first") < order.index("second") < order.index("triu_tile")  # a, b, triangle
     assert lib.mappings["second"].doc == "from b"
-    assert [Path(f.path).name for f in lib.routine_files][-2:] == ["extra.cuh", "triangle.cuh"]
+    assert [Path(f.path).name for f in lib.routine_files][-3:] == ["extra.cuh", "triangle.cuh", "triangle_store.cuh"]
     assert {"a.fusec", "b.fusec", "extra.cuh"} <= set(lib.files)
     assert lib.content_hash != before.content_hash
     (mylib / "extra.cuh").write_text("__device__ __forceinline__ void extra_routine() { }\n", encoding="utf-8")
@@ -135,15 +137,20 @@ def test_a_part_that_is_not_utf8_is_located(mylib):
 @pytest.mark.parametrize("path", [data.PERFDB / "h100-80gb-hbm3.json", data.PERFDB / "h200.json"],
                          ids=lambda p: p.stem)  # the installed package's (a wheel has no tree)
 def test_the_shipped_databases_still_time_the_library(path):
-    """The triangle part only adds files: every file a shipped database timed is unchanged,
-    so it stays the library's. A database built before the part lacks only probes of the
-    triangle's functions (their routines, and the vector loads they make in every iteration
-    of the loop), for `fusec perfdb build --missing` to time; one built since lacks none."""
+    """The triangle parts only add files: every shared file a shipped database timed is
+    unchanged, so it stays the library's. A database built before the part lacks only probes
+    of the triangle's functions (their routines, and the vector loads they make in every
+    iteration of the loop), for `fusec perfdb build --missing` to time. One built since timed
+    ssyr.cu and ssyr2.cu before their results became one stored triangle ('stored B triu'
+    and the store triu_tile_store): it serves the library less their own routines
+    (syr_compute, syr2_compute), which it lacks with the new store's probes."""
     database = store.load(path, library())
     assert database is not None and store.timed(database, library())
     lacking = [p for p in P.probes(library()) if p.key not in database.timings]
     if "triangle.fusec" in database.library["files"]:
-        assert not lacking
+        assert store.stale_routines(store.Database.from_json(path.read_text(encoding="utf-8")), library()) \
+            == {"syr_compute", "syr2_compute"}
+        assert {p.key.routine for p in lacking} == {"syr_compute", "syr2_compute", "triu_tile_store"}
     else:
         assert set(TRIANGLE_ROUTINES) <= {p.key.routine for p in lacking}
         assert {p.function for p in lacking} <= set(TRIANGLE_FUNCTIONS)
@@ -222,7 +229,7 @@ def test_bad_triangles_in_a_reference_are_located(mylib, reference, phrase):
     path.write_text(path.read_text(encoding="utf-8").replace("triu(A) @ x", reference), encoding="utf-8")
     with pytest.raises(LibraryValidationError) as caught:
         load_library(mylib)
-    assert _where(caught.value) == ("strmv.cu", 10, 12)
+    assert _where(caught.value) == ("strmv.cu", 11, 12)
     assert phrase in caught.value.message
 
 
@@ -234,8 +241,9 @@ def test_bad_triangles_in_a_reference_are_located(mylib, reference, phrase):
     ("max(triu(A), 0.1) @ sqrt(abs(x))", lambda A, x: np.maximum(np.triu(A), 0.1) @ np.sqrt(np.abs(x))),
 ])
 def test_a_user_reference_with_triangles_is_numpys(mylib, reference, numpy):
-    path = mylib / "strmv.cu"
-    path.write_text(path.read_text(encoding="utf-8").replace("triu(A) @ x", reference), encoding="utf-8")
+    path = mylib / "strmv.cu"  # without its 'stored A triu': some of these read A below the diagonal
+    text = path.read_text(encoding="utf-8").replace("triu(A) @ x", reference).replace("stored     A triu\n", "")
+    path.write_text(text, encoding="utf-8")
     lib = load_library(mylib)
     text = SCRIPTS["trmv"].read_text(encoding="utf-8")
     dag = script_dag(None, text, "trmv.script", lib)
@@ -468,9 +476,10 @@ def _host_run(exe: Path, n: int, aligned: bool):
 def test_the_triangle_routines_on_the_host(tmp_path, real, rows, block_y):
     """triangle.cuh's routines, ssyr's and ssyr2's, run thread by thread on the host over an
     n x n matrix whose lower triangle is NaN: strmv and strmtv_strict (both implementations),
-    ssyr and ssyr2 equal double sums; every value on or above the diagonal is loaded once and
-    no 16-byte piece wholly below it is loaded (about half of A), with aligned rows, rows off
-    16 bytes (n % VEC != 0) and a matrix off 16 bytes."""
+    ssyr and ssyr2 equal double sums on and above the diagonal and write nothing below it
+    (triu_tile_store: B starts NaN and stays so there); every value on or above the diagonal is
+    loaded once and no 16-byte piece wholly below it is loaded (about half of A), with aligned
+    rows, rows off 16 bytes (n % VEC != 0) and a matrix off 16 bytes."""
     exe = _host_build(LIBRARY, real, rows, block_y, tmp_path)
     for n in (1, 2, 31, 33, 257, 260):
         for aligned in (True, False):
@@ -492,14 +501,22 @@ def test_the_triangle_routines_on_the_host(tmp_path, real, rows, block_y):
      "strmtv_strict (registers)"),
     (("for (int t = c.ty * BLOCK_X + c.tx; t < TILE_COLS + TILE_ROWS; t += BLOCK)",
       "for (int t = c.ty * BLOCK_X + c.tx; t < TILE_COLS; t += BLOCK)"), "strmtv_strict (shared_x)"),
+    (("if (col + j >= row && col + j < c.cols) p[col + j]", "if (col + j < c.cols) p[col + j]"),
+     "ssyr wrote below the diagonal"),
+    (("if (triu_tile_below(c)) return;\n  if (triu_tile_above(c)) {", "if (true) {"),
+     "ssyr2 wrote below the diagonal"),
+    (("if (col >= row) {\n      store_values", "if (col + VEC - 1 >= row) {\n      store_values"),
+     "ssyr wrote below the diagonal"),
 ])
 def test_the_host_run_finds_a_broken_routine(tmp_path, edit, phrase):
-    """The host run is no formality: each of these edits of triangle.cuh fails it."""
+    """The host run is no formality: each of these edits of triangle.cuh or triangle_store.cuh
+    (a store that writes below the diagonal) fails it."""
     blas = tmp_path / "blas"
     shutil.copytree(LIBRARY, blas, ignore=shutil.ignore_patterns("tunings"))
-    text = (blas / "triangle.cuh").read_text(encoding="utf-8")
-    assert edit[0] in text
-    (blas / "triangle.cuh").write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    file = next(blas / name for name in ("triangle.cuh", "triangle_store.cuh")
+                if edit[0] in (blas / name).read_text(encoding="utf-8"))
+    text = file.read_text(encoding="utf-8")
+    file.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
     exe = _host_build(blas, "float", 64, 8, tmp_path)
     run = _host_run(exe, 257, True)
     assert run.returncode == 1 and f"failed: {phrase} (" in run.stdout, run.stdout

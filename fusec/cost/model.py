@@ -46,7 +46,9 @@ class Predictor(Protocol):
 def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int], l2_bytes: int) -> int:
     """Bytes the kernel moves through DRAM.
 
-    Matrices and the vectors of the vector geometry move once. In the tile
+    Matrices and the vectors of the vector geometry move once; a square matrix
+    the kernel reads or writes one triangle of (``Arg.triangle``) n(n+1)/2 of its
+    values. In the tile
     geometry a vector indexed by rows is read by every block along the
     columns (and vice versa); while it fits in L2 (``l2_bytes``) those re-reads cost L2
     bandwidth, counted as a quarter of a DRAM byte each. Reductions write and
@@ -55,13 +57,17 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int], l2_bytes: int) -
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     grid_rows, grid_cols = kernel.grid_extent(dict(sizes))
 
-    def elements(value: int) -> int:
-        return math.prod(sizes[d] for d in dag.value(value).dims)
+    def elements(value: int, triangle: bool = False) -> int:
+        count = math.prod(sizes[d] for d in dag.value(value).dims)
+        if triangle:  # n(n+1)/2 of the n*n
+            n = sizes[dag.value(value).dims[0]]
+            count = count * (n + 1) // (2 * n) if n else 0
+        return count
 
     total = 0
     for arg in kernel.args:
         if arg.role == "in":
-            count = elements(arg.value)
+            count = elements(arg.value, arg.triangle)
             rereads = 0
             if arg.axis == ROWS:  # every block along the columns reads its rows
                 rereads = count * (grid_cols - 1)
@@ -71,7 +77,7 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int], l2_bytes: int) -
                 count, rereads = count + rereads, 0
             total += count * itemsize + rereads * itemsize * L2_REREAD_COST
         elif arg.role == "out":
-            total += max(elements(arg.value), 1) * itemsize
+            total += max(elements(arg.value, arg.triangle), 1) * itemsize
     for reduction in kernel.reductions:
         tiles, arrivals, width = kernel.reduction_tiles(reduction, dict(sizes))
         if kernel.plan.geometry is Geometry.BAND:  # atomics in L2, then one pass over the accumulator

@@ -39,6 +39,47 @@ def check_composites(composites: Mapping[str, Composite], functions: Mapping[str
                   composite.coord)
         _check_body(composite, functions, composites)
     _check_cycles(composites)
+    for composite in composites.values():  # once no cycle can make these walks endless
+        _check_triangles(composite, functions, composites)
+
+
+def reads_one_triangle(callee: Function | Composite, param: str, functions: Mapping[str, Function],
+                       composites: Mapping[str, Composite]) -> bool:
+    """Whether ``callee`` reads only the upper triangle of its matrix parameter ``param``: a
+    function says so (``stored A triu``), a composite when every call it passes ``param``
+    to does."""
+    if isinstance(callee, Function):
+        return param in callee.stored
+    return all(reads_one_triangle(functions.get(call.function) or composites[call.function], inner.name,
+                                  functions, composites)
+               for call in callee.calls
+               for inner, arg in zip((functions.get(call.function) or composites[call.function]).params, call.args)
+               if arg == param)
+
+
+def makes_one_triangle(callee: Function | Composite, functions: Mapping[str, Function],
+                       composites: Mapping[str, Composite]) -> bool:
+    """Whether ``callee``'s result holds only its upper triangle: a function's that says
+    ``stored RESULT triu``, a composite's whose last call makes one."""
+    if isinstance(callee, Function):
+        return callee.result.name in callee.stored
+    last = callee.calls[-1].function
+    return makes_one_triangle(functions.get(last) or composites[last], functions, composites)
+
+
+def _check_triangles(composite: Composite, functions: Mapping[str, Function],
+                     composites: Mapping[str, Composite]) -> None:
+    """No call of the body reads the whole of a target that holds one stored triangle."""
+    triangles: dict[str, str] = {}  # target -> the function that made it
+    for call in composite.calls:
+        callee = functions.get(call.function) or composites[call.function]
+        for index, (param, arg, coord) in enumerate(zip(callee.params, call.args, call.arg_coords), start=1):
+            if arg in triangles and not reads_one_triangle(callee, param.name, functions, composites):
+                _fail(f"argument {index} of {callee.name} reads the whole matrix, but {arg!r} holds only its upper"
+                      f" triangle (made by {triangles[arg]}): below the diagonal it holds whatever its array held",
+                      coord)
+        if makes_one_triangle(callee, functions, composites):
+            triangles[call.target] = callee.name
 
 
 def _check_body(composite: Composite, functions: Mapping[str, Function],

@@ -250,6 +250,10 @@ class Function(Signed):
     # matrices whose two dimensions must be one size (``square A``): a triangle of a
     # matrix[m, n] is a triangle only when m == n; the script checker enforces it at a call
     square: tuple[str, ...] = ()
+    # matrices of which one triangle is stored (``stored A triu``, only the upper one
+    # yet): a parameter the function reads on and above its diagonal alone, a result it
+    # writes there alone (what lies below is not written)
+    stored: tuple[str, ...] = ()
 
     def implementation(self, name: str) -> Implementation:
         """The implementation of that name (a KeyError if none)."""

@@ -314,6 +314,15 @@ def _matrix_bytes_per_block(kernel: Kernel, dag: Dag) -> int:
     return max(1, int(reals * iters * geo.DTYPES[kernel.dtype].itemsize))
 
 
+def _one_triangle_read(dag: Dag, library: Library, plan: KernelPlan, value: int) -> bool:
+    """Whether every call of the kernel that reads ``value`` reads only its upper triangle
+    (the parameter it is passed to says ``stored A triu``)."""
+    reads = [(function, param) for call in plan.calls
+             for function in (function_of(dag, library, call),)
+             for param, arg in zip(function.params, dag.call(call).args) if arg == value]
+    return bool(reads) and all(param.name in function.stored for function, param in reads)
+
+
 def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_calls, dims) -> tuple[Arg, ...]:
     ins, outs, scalars = [], [], []
     seen: set[int] = set()
@@ -336,10 +345,12 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
                 seen.add(arg)
                 axis = (axis_of(function, param.dims[0])
                         if plan.geometry is not Geometry.VECTOR and param.kind is Kind.VECTOR else None)
-                ins.append(Arg("in", f"const real* __restrict__ g_{value.c_name}", arg, axis=axis))
+                ins.append(Arg("in", f"const real* __restrict__ g_{value.c_name}", arg, axis=axis,
+                               triangle=_one_triangle_read(dag, library, plan, arg)))
         if leaves_kernel(dag, library, call, kernel_calls):
             value = dag.value(record.result)
-            outs.append(Arg("out", f"real* __restrict__ g_{value.c_name}", value.id))
+            outs.append(Arg("out", f"real* __restrict__ g_{value.c_name}", value.id,
+                            triangle=function.result.name in function.stored))
             if function.hof.reduce and not whole_in_block(function, plan):
                 outs.append(Arg("workspace", f"real* __restrict__ ws_{value.c_name}", value.id))
                 outs.append(Arg("counters", f"unsigned* __restrict__ cnt_{value.c_name}", value.id))

@@ -1,7 +1,8 @@
-// The triangle routines of fusec/data/blas (triangle.cuh, ssyr.cu, ssyr2.cu, with tile.cuh's),
-// run on the host by tests/test_triangle.py: every thread of every tile of an n x n matrix in
-// turn, as a block runs them, with every global load recorded. Checks the results against
-// double sums and that no load touches a 16-byte piece wholly below the diagonal.
+// The triangle routines of fusec/data/blas (triangle.cuh, triangle_store.cuh, ssyr.cu, ssyr2.cu,
+// with tile.cuh's), run on the host by tests/test_triangle.py: every thread of every tile of an
+// n x n matrix in turn, as a block runs them, with every global load recorded. Checks the results
+// against double sums, that no load touches a 16-byte piece wholly below the diagonal, and that
+// ssyr's and ssyr2's store (triu_tile_store) writes nothing below it.
 // Build: g++ -std=c++17 -DREAL=float|double -DTILE_ROWS=R -DBLOCK_Y=Y -I fusec/data/blas
 // Run:   a.out N ALIGNED   (exit 0 and "ok" when right; the first problems on stdout otherwise)
 
@@ -81,6 +82,7 @@ real warp_sum_scatter(real* v, int) { return v[0]; }  // for tile.cuh's rows_par
 
 #include "tile.cuh"
 #include "triangle.cuh"
+#include "triangle_store.cuh"
 #include "ssyr.cu"
 #include "ssyr2.cu"
 
@@ -151,9 +153,9 @@ int main(int argc, char** argv) {
           if (col < n) atx[col] += c1[v], atx_shared[col] += c2[v];
         }
         syr_compute(alpha, a, sx.data(), b, c);
-        tile_store(b, B.data(), c);
+        triu_tile_store(b, B.data(), c);
         syr2_compute(alpha, a, sx.data(), sy.data(), b, c);
-        tile_store(b, B2.data(), c);
+        triu_tile_store(b, B2.data(), c);
       }
     }
   }
@@ -171,10 +173,16 @@ int main(int argc, char** argv) {
       if (!piece_below) upper_pieces += 1;
       expect(!(piece_below && g_reads[ij]), "read below the diagonal", i, j, g_reads[ij], 0);
       expect(below || g_reads[ij] == 1, "upper element read other than once", i, j, g_reads[ij], 1);
-      const double syr = below ? 0 : A[ij] + double(alpha) * x[i] * x[j];
-      const double syr2 = below ? 0 : A[ij] + double(alpha) * (double(x[i]) * y[j] + double(y[i]) * x[j]);
-      expect(std::fabs(B[ij] - syr) <= tol, "ssyr", i, j, B[ij], syr);
-      expect(std::fabs(B2[ij] - syr2) <= tol, "ssyr2", i, j, B2[ij], syr2);
+      // B and B2 start NaN: below the diagonal the store writes nothing, so they stay NaN
+      if (below) {
+        expect(std::isnan(B[ij]), "ssyr wrote below the diagonal", i, j, B[ij], NAN);
+        expect(std::isnan(B2[ij]), "ssyr2 wrote below the diagonal", i, j, B2[ij], NAN);
+      } else {
+        const double syr = A[ij] + double(alpha) * x[i] * x[j];
+        const double syr2 = A[ij] + double(alpha) * (double(x[i]) * y[j] + double(y[i]) * x[j]);
+        expect(std::fabs(B[ij] - syr) <= tol, "ssyr", i, j, B[ij], syr);
+        expect(std::fabs(B2[ij] - syr2) <= tol, "ssyr2", i, j, B2[ij], syr2);
+      }
     }
     expect(std::fabs(ax[i] - want_ax) <= tol * n, "strmv (registers)", i, 0, ax[i], want_ax);
     expect(std::fabs(ax_shared[i] - want_ax) <= tol * n, "strmv (shared_x)", i, 0, ax_shared[i], want_ax);

@@ -12,7 +12,11 @@ A library that only gained files since (a new function) is the version timed:
 every routine the database holds is defined and compiled as it was, since a
 routine name is defined once in a library and the shared files are among those
 recorded. Kernels that call a new routine are priced by the analytic model
-until ``fusec perfdb build --missing`` times it.
+until ``fusec perfdb build --missing`` times it. A library in which function
+files changed too (their metadata, their routines), and no shared file, is
+served the same way less the routines those files define: their timings are
+left out (:func:`stale_routines`), so they are priced as new ones until
+``--missing`` times them again.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from types import MappingProxyType
 from typing import Mapping
 
 from ... import data
@@ -198,23 +203,52 @@ def load(path: Path, library: Library | None = None) -> Database | None:
         warnings.warn(PerfdbWarning(f"performance database {path} is damaged ({exc}); not used"
                                     " (run 'fusec perfdb build' to replace it)"))
         return None
-    if library is not None and not timed(database, library):
+    if library is None:
+        return database
+    stale = stale_routines(database, library)
+    if stale is None:
         warnings.warn(PerfdbWarning(
             f"performance database {path} timed library {database.library.get('name')!r} with hash"
             f" {database.library.get('hash')}, not {library.name!r} as it is now ({library.content_hash});"
             " not used (run 'fusec perfdb build' to re-time it)"))
         return None
+    if stale:
+        kept = {key: timing for key, timing in database.timings.items() if key.routine not in stale}
+        database = dataclasses.replace(database, timings=MappingProxyType(kept))
     return database
 
 
 def timed(database: Database, library: Library) -> bool:
-    """Whether ``database`` timed ``library`` as it is: the same content hash, or every
-    file the database recorded is in the library unchanged (the library only gained
-    files: new functions, whose routines the database lacks)."""
+    """Whether ``database`` serves ``library`` as it is, wholly or less the routines of
+    function files that changed (:func:`stale_routines`)."""
+    return stale_routines(database, library) is not None
+
+
+def stale_routines(database: Database, library: Library) -> frozenset[str] | None:
+    """The routines whose timings in ``database`` no longer time ``library``: none when it
+    has the same content hash, or when every file the database recorded is in the library
+    unchanged (the library only gained files: new functions, whose routines the database
+    lacks); the routines defined in the function files that changed, when only function
+    files did (a routine name is defined once in a library, so the others are compiled
+    from the files they were). None when the database does not time the library at all: a
+    shared file (``library.fusec``, a part, the prelude, a routine file) changed or went, a
+    function file went, or the database recorded no files."""
     if database.library.get("hash") == library.content_hash:
-        return True
+        return frozenset()
     files = database.library.get("files")
-    return bool(files) and all(library.files.get(name) == digest for name, digest in files.items())
+    if not files:
+        return None
+    function_files = {_relative(library, function.file) for function in library.functions.values()}
+    changed = {name for name, digest in files.items() if library.files.get(name) != digest}
+    if not changed <= function_files:
+        return None
+    return frozenset(routine for routine, home in library.routine_homes.items()
+                     if _relative(library, home) in changed)
+
+
+def _relative(library: Library, path: str) -> str:
+    """A file of the library named as :attr:`Library.files` names it: relative to its folder."""
+    return str(Path(path).relative_to(library.path))
 
 
 def save(database: Database, path: Path) -> None:

@@ -1,8 +1,10 @@
 /*@fusec
 function   ssyr(alpha: scalar, A: matrix[m, n], x: vector[n]) -> B: matrix[m, n]
-summary    B = triu(A + alpha x x^T): BLAS ssyr on the upper triangle of a square A, out of place; A's lower triangle is not read, B's is written as 0
+summary    B = triu(A + alpha x x^T): BLAS ssyr on the upper triangle of a square A, out of place; A's lower triangle is not read, B's is not written (stored B triu): it keeps what the array held
 hof        nested map
 square     A
+stored     A triu
+stored     B triu
 element    A tile(TILE_ROWS, TILE_COLS)
 element    x subvector(TILE_COLS)
 element    B tile(TILE_ROWS, TILE_COLS)
@@ -12,10 +14,11 @@ reference  triu(A + alpha * outer(x, x))
 load       A triu_tile_load as triu_tile
 load       x tri_x_load as tri_x
 compute    syr_compute(alpha, A:triu_tile, x:tri_x_all) -> B:triu_tile
-store      B tile_store as triu_tile
+store      B triu_tile_store as triu_tile
 @*/
 
-// b = a + alpha x_row x_col on and above the diagonal, 0 below it (mapping `triu_tile`);
+// b = a + alpha x_row x_col on and above the diagonal, 0 below it (mapping `triu_tile`, as a
+// later call of the kernel reads it; triu_tile_store writes none of the zeros);
 // x's two pieces from `tri_x` (columns at word 0, rows at word TILE_COLS).
 __device__ __forceinline__ void syr_compute(real alpha, const real* a, const real* s, real* b,
                                             const fusec_tile& c) {

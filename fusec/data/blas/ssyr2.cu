@@ -1,8 +1,10 @@
 /*@fusec
 function   ssyr2(alpha: scalar, A: matrix[m, n], x: vector[n], y: vector[n]) -> B: matrix[m, n]
-summary    B = triu(A + alpha (x y^T + y x^T)): BLAS ssyr2 on the upper triangle of a square A, out of place; A's lower triangle is not read, B's is written as 0
+summary    B = triu(A + alpha (x y^T + y x^T)): BLAS ssyr2 on the upper triangle of a square A, out of place; A's lower triangle is not read, B's is not written (stored B triu): it keeps what the array held
 hof        nested map
 square     A
+stored     A triu
+stored     B triu
 element    A tile(TILE_ROWS, TILE_COLS)
 element    x subvector(TILE_COLS)
 element    y subvector(TILE_COLS)
@@ -14,10 +16,10 @@ load       A triu_tile_load as triu_tile
 load       x tri_x_load as tri_x
 load       y tri_x_load as tri_x
 compute    syr2_compute(alpha, A:triu_tile, x:tri_x_all, y:tri_x_all) -> B:triu_tile
-store      B tile_store as triu_tile
+store      B triu_tile_store as triu_tile
 @*/
 
-// b = a + alpha (x_row y_col + y_row x_col) on and above the diagonal, 0 below it; x's and
+// b = a + alpha (x_row y_col + y_row x_col) on and above the diagonal, 0 below it (as ssyr's); x's and
 // y's two pieces from `tri_x` (columns at word 0, rows at word TILE_COLS).
 __device__ __forceinline__ void syr2_compute(real alpha, const real* a, const real* sx, const real* sy,
                                              real* b, const fusec_tile& c) {

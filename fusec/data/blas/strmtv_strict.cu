@@ -3,6 +3,7 @@ function   strmtv_strict(A: matrix[m, n], x: vector[m]) -> y: vector[n]
 summary    y = triu(A, 1)^T x: the strict upper triangle of a square A, transposed, times x (symv's other half)
 hof        nested reduce(+) over m
 square     A
+stored     A triu
 element    A tile(TILE_ROWS, TILE_COLS)
 element    x subvector(TILE_ROWS)
 element    y subvector(TILE_COLS)

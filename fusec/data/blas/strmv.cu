@@ -3,6 +3,7 @@ function   strmv(A: matrix[m, n], x: vector[n]) -> y: vector[m]
 summary    y = triu(A) x: the upper triangle of a square A (its diagonal too) times x; A's lower triangle is not read
 hof        nested reduce(+) over n
 square     A
+stored     A triu
 element    A tile(TILE_ROWS, TILE_COLS)
 element    x subvector(TILE_COLS)
 element    y subvector(TILE_ROWS)
