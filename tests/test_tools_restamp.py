@@ -67,6 +67,23 @@ def test_a_changed_timing_refuses_everything():
                 ROOT / "scripts")
 
 
+def test_timings_of_routines_the_library_redefined_may_change():
+    """Function files (here ssyr.cu and ssyr2.cu) changed since the database at --was timed
+    them: their routines' timings (timed again by --missing) are not the ones compared."""
+    from fusec.cost.perfdb import store
+    now = _now()
+    was = _before(now)
+    was["library"] = {**was["library"], "files": {**was["library"]["files"], "ssyr.cu": "0" * 16, "ssyr2.cu": "0" * 16}}
+    stale = store.stale_routines(store.Database.from_json(json.dumps(was)), library())
+    assert {"syr_compute", "syr2_compute"} <= stale
+    retimed = [dict(e, seconds={k: v * 2 for k, v in e["seconds"].items()}) if e["routine"] in stale else e
+               for e in now["routines"]]
+    assert retimed != now["routines"]
+    training = _stamped_before(read(TRAINING), was)
+    _, moved, left = restamp(GPU, was, {**now, "routines": retimed}, training, library(), ROOT / "scripts")
+    assert moved == len(training.points) and not left
+
+
 def test_a_gpu_without_a_database_or_a_revision_git_lacks_is_named():
     with pytest.raises(SystemExit, match="--gpu no-such-gpu: no fusec/data/perfdb/no-such-gpu.json"):
         main(["--gpu", "no-such-gpu", "--was", "HEAD"])

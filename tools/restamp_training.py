@@ -9,7 +9,9 @@ keys the database lacked and keeps every other timing, but stamps the file anew,
 point falls out of the fit although its prices need not have changed. This moves a point
 stamped as the database at git revision REV to the database's stamp now when:
 
-- every timing of the database at REV is in the database now, unchanged, on the same GPU; and
+- every timing of the database at REV is in the database now, unchanged, on the same GPU —
+  but those of routines whose function files changed since (``store.stale_routines``: the
+  database at REV no longer serves them, and ``--missing`` timed them again); and
 - each of the point's plans, generated again from its JSON, has as many kernels as recorded,
   and the database now prices each kernel as recorded (within the relative PRICE_TOLERANCE
   the training data is matched by).
@@ -31,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fusec.cost.perfdb import predictor_for  # noqa: E402
+from fusec.cost.perfdb import predictor_for, store  # noqa: E402
 from fusec.cost.training import read, write  # noqa: E402
 from fusec.frontend import load_script  # noqa: E402
 from fusec.ir.plan import ProgramPlan  # noqa: E402
@@ -50,7 +52,10 @@ def restamp(gpu: str, was: dict, now: dict, training, library, scripts: Path):
     prices are the same; the number moved, and a line for each point left."""
     if not was["device"]["slug"] == now["device"]["slug"] == gpu:
         raise SystemExit(f"the databases are of {was['device']['slug']} and {now['device']['slug']}, not {gpu}")
-    before = {_timing_key(e): e["seconds"] for e in was["routines"]}
+    stale = store.stale_routines(store.Database.from_json(json.dumps(was)), library)
+    if stale is None:
+        raise SystemExit("the database at --was does not serve the library as it is now (a shared file changed)")
+    before = {_timing_key(e): e["seconds"] for e in was["routines"] if e["routine"] not in stale}
     after = {_timing_key(e): e["seconds"] for e in now["routines"]}
     changed = [k for k, seconds in before.items() if after.get(k) != seconds]
     if changed:
