@@ -79,6 +79,14 @@ def top_k(s, log_predicted: np.ndarray, k: int) -> np.ndarray:
     return np.asarray(out)
 
 
+def write_report(path: Path, lines: list[str]) -> int:
+    """Write the report's lines to ``path`` and show them; 0, the exit status."""
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True, metavar="REV", help="revision whose training points fit")
@@ -112,11 +120,7 @@ def main(argv=None) -> int:
             r = top_k(s, predicted, k)
             lines.append(f"| {name} | {k} | {math.exp(np.log(r).mean()):.3f} | {r.max():.3f} | "
                          f"{100 * np.mean(r <= F.WITHIN):.0f} % |")
-    out = Path(args.out) / f"{args.gpu}-prediction-holdout.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {out}")
-    return 0
+    return write_report(Path(args.out) / f"{args.gpu}-prediction-holdout.md", lines)
 
 
 if __name__ == "__main__":

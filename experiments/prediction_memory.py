@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.prediction_holdout import ROOT, earlier_keys, load, row, subset
+from experiments.prediction_holdout import ROOT, earlier_keys, load, row, subset, write_report
 
 BANDWIDTHS = (0.5, 1.0, 2.0)
 SHRINKS = (0.1, 0.5)
@@ -144,11 +144,7 @@ def main(argv=None) -> int:
                     memory = remembered(s, summaries, residual, earlier, ~earlier, key, bandwidth, shrink)
                     lines.append(row(f"+ memory, {name}, bandwidth {bandwidth:g}, shrink {shrink:g}",
                                      F.scores(later, (predicted + memory)[keep]).summary()))
-    out = Path(args.out) / f"{args.gpu}-prediction-memory.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {out}")
-    return 0
+    return write_report(Path(args.out) / f"{args.gpu}-prediction-memory.md", lines)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,18 @@ def _needs_ranks():
         pytest.skip("needs CuPy (NCCL through cupy.cuda.nccl)")
 
 
+def _worker_records(kind: str, folder: Path) -> list[dict]:
+    """Run the worker's ``kind`` over the ranks (skipped without enough GPUs, mpirun or mpi4py)
+    and read back what every rank wrote into ``folder``."""
+    _needs_ranks()
+    launcher = _mpirun()
+    if launcher is None:
+        pytest.skip("needs mpirun and mpi4py")
+    done, _ = _launch(launcher + [sys.executable, "-m", "mpi4py", str(WORKER), kind, str(folder)], LIMIT)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    return _results(folder)
+
+
 def _results(folder: Path) -> list[dict]:
     out = []
     for path in sorted(folder.glob("rank*.json")):
@@ -366,13 +378,7 @@ def test_the_solvers_over_several_gpus(tmp_path):
     """fusec.distributed.solvers' cg, bicg and bicgstab on CuPy blocks: every rank stops with
     info 0, the blocks put together meet the rule by their true residual (float64: within
     1.01 rtol; float32: 2 rtol), and x is the one-GPU solver's to the precision's rounding."""
-    _needs_ranks()
-    launcher = _mpirun()
-    if launcher is None:
-        pytest.skip("needs mpirun and mpi4py")
-    done, _ = _launch(launcher + [sys.executable, "-m", "mpi4py", str(WORKER), "solvers", str(tmp_path)], LIMIT)
-    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-    records = _results(tmp_path)
+    records = _worker_records("solvers", tmp_path)
     systems, b = _solve_systems()
     for name, A in systems.items():
         for dtype in DTYPES:
@@ -437,13 +443,7 @@ def test_the_solvers_replaying_cuda_graphs(tmp_path):
     calls), the solve converges (info 0 and the rule by the true residual, as without graphs),
     and GRAPH_ITERATIONS iterations replayed give the iterates of the same iterations made
     plainly, within the test ratio of sums of n terms (16 sqrt(n) eps of the largest entry)."""
-    _needs_ranks()
-    launcher = _mpirun()
-    if launcher is None:
-        pytest.skip("needs mpirun and mpi4py")
-    done, _ = _launch(launcher + [sys.executable, "-m", "mpi4py", str(WORKER), "graphs", str(tmp_path)], LIMIT)
-    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-    records = _results(tmp_path)
+    records = _worker_records("graphs", tmp_path)
     systems, b = _solve_systems()
     for name, A in systems.items():
         for dtype in DTYPES:
