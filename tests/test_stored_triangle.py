@@ -406,3 +406,21 @@ def test_a_database_of_a_library_that_lost_a_function_is_not_used(mylib):
     database = _database(load_library(mylib))
     (mylib / "sxmay.cu").unlink()
     assert store.stale_routines(database, load_library(mylib)) is None
+
+
+def test_a_numpy_out_array_keeps_its_values_below_the_diagonal():
+    """NumPy results come back from a device buffer: for a result stored as one triangle only
+    its values on and above the diagonal are copied into an out= array, so what it held below
+    stays, as it does in an out= device array (the copy itself: the GPU tier runs the call)."""
+    from fusec.runtime.program import Program, copy_upper_triangle
+    triangles = {}
+    for name in ("syr2", "syr_symv", "symv"):
+        dag = script_dag(ROOT / "scripts" / "triangle" / f"{name}.script", None, "<test>", library())
+        program = Program(generate(dag, library(), unfused_plan(dag, library()), "float32"))
+        triangles[name] = {dag.value(v).name for v in program.triangle_results}
+    assert triangles == {"syr2": {"B"}, "syr_symv": {"B"}, "symv": set()}
+    for rows, cols in ((1, 1), (5, 5), (3, 6), (6, 3)):
+        target, source = np.full((rows, cols), 7.0), np.arange(rows * cols, dtype=float).reshape(rows, cols)
+        copy_upper_triangle(target, source)
+        upper = np.triu(np.ones((rows, cols), bool))
+        assert (target[upper] == source[upper]).all() and (target[~upper] == 7.0).all()

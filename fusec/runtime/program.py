@@ -171,6 +171,12 @@ def turn_groups(generated: GeneratedProgram) -> tuple[int | None, ...]:
     return tuple(numbers.setdefault(find(k.index), len(numbers)) if k.turns else None for k in generated.kernels)
 
 
+def copy_upper_triangle(target: np.ndarray, source: np.ndarray) -> None:
+    """``target``'s values on and above its diagonal become ``source``'s; the others stay."""
+    for row in range(min(target.shape[0], target.shape[1])):
+        target[row, row:] = source[row, row:]
+
+
 class Program:
     """The result of :func:`fusec.compile`."""
 
@@ -207,6 +213,9 @@ class Program:
         in_memory = {a.value for k in generated.kernels for a in k.args if a.role in ("in", "out", "scalar_ptr")}
         self.intermediates = tuple(v.id for v in dag.values if v.producer is not None
                                    and v.id not in dag.outputs and v.id in in_memory)
+        # results written on and above their diagonal alone (``stored B triu``)
+        self.triangle_results = frozenset(a.value for k in generated.kernels for a in k.args
+                                          if a.role == "out" and a.triangle)
         self._loaded: dict[Any, Any] = {}
         self._buffers: collections.OrderedDict = collections.OrderedDict()
         self._prepared: collections.OrderedDict = collections.OrderedDict()
@@ -664,7 +673,13 @@ class Program:
                     synchronized = True
                 shape = tuple(binding.sizes[d] for d in self.dag.value(value).dims)
                 host = given if isinstance(given, np.ndarray) else np.empty(shape, self.dtype)
-                cuda.download(host, pointers[value])
+                if given is not None and value in self.triangle_results:
+                    # nothing was written below the diagonal: the out= array keeps its values there
+                    copied = np.empty(shape, self.dtype)
+                    cuda.download(copied, pointers[value])
+                    copy_upper_triangle(host, copied)
+                else:
+                    cuda.download(host, pointers[value])
                 results[value] = host if shape else host[()]
             out.append(results[value])
         return out[0] if len(out) == 1 else tuple(out)

@@ -192,3 +192,18 @@ def test_the_stored_triangle_leaves_the_rest_of_an_out_array(name, dtype, plan):
         computed = _check(prog.dag, inputs, results, dtype)
         below = np.tril_indices(n, -1)
         assert (computed["B"][below] == 12345).all(), f"n = {n}: B written below the diagonal"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["syr2", "syr_symv"])
+def test_the_stored_triangle_leaves_the_rest_of_a_numpy_out_array(name, dtype):
+    """The same with NumPy arrays, whose results come back from a device buffer: B given as an
+    out= NumPy array holding 12345 keeps it below the diagonal, the oracle's values above."""
+    prog = program(name, dtype, "predicted")
+    for n in (1, 33, 1000):
+        inputs = inputs_for(prog.dag, n, dtype, np.random.default_rng(_seed(name, n, "numpy out")))
+        B = np.full((n, n), 12345, dtype=dtype)
+        results = prog.run(inputs, out={"B": B}, poison=True)
+        computed = _check(prog.dag, inputs, results, dtype)
+        assert computed["B"] is B or np.shares_memory(computed["B"], B)
+        assert (B[np.tril_indices(n, -1)] == 12345).all(), f"n = {n}: B's values below the diagonal lost"
