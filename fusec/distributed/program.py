@@ -586,7 +586,7 @@ class DistributedProgram:
             if failure is not None:
                 warnings.warn(FusecWarning(f"rank {self.rank}: the calls are not captured in a CUDA graph ({failure})"))
             return None
-        return CapturedCalls(self, graph, handle, tuple(captured))
+        return CapturedCalls(self, helper, graph, handle, tuple(captured))
 
     def _check_capturable(self, timings: bool, out) -> None:
         """A call inside a capture is untimed (its events would be read on the host) and writes every
@@ -626,8 +626,8 @@ class DistributedProgram:
 class CapturedCalls:
     """Calls of a :class:`DistributedProgram` captured in a CUDA graph (:meth:`DistributedProgram.capture`)."""
 
-    def __init__(self, program: DistributedProgram, graph, stream: int, collectives: tuple[str, ...]):
-        self.program, self.graph, self.stream = program, graph, stream
+    def __init__(self, program: DistributedProgram, helper, graph, stream: int, collectives: tuple[str, ...]):
+        self.program, self.helper, self.graph, self.stream = program, helper, graph, stream
         self.collectives = collectives  # what each captured collective is, in the order issued
         first = f": {collectives[0]} first" if collectives else ""
         self._what = f"a CUDA graph of {len(collectives)} collective(s){first}"
@@ -637,7 +637,6 @@ class CapturedCalls:
         launch is a collective of every rank that captured it: every rank launches its own)."""
         program = self.program
         program.comm.check()
-        helper = program._helper(program.comm.arrays_family)
         self.graph.launch(self.stream)
-        watchdog.WATCHDOG.watch(helper.event().record(self.stream), self._what, program.comm, program.timeout,
+        watchdog.WATCHDOG.watch(self.helper.event().record(self.stream), self._what, program.comm, program.timeout,
                                 program.on_timeout)

@@ -50,11 +50,12 @@ def reads_one_triangle(callee: Function | Composite, param: str, functions: Mapp
     to does."""
     if isinstance(callee, Function):
         return param in callee.stored
-    return all(reads_one_triangle(functions.get(call.function) or composites[call.function], inner.name,
-                                  functions, composites)
-               for call in callee.calls
-               for inner, arg in zip((functions.get(call.function) or composites[call.function]).params, call.args)
-               if arg == param)
+    for call in callee.calls:
+        inner = _called(call.function, functions, composites)
+        if not all(reads_one_triangle(inner, p.name, functions, composites)
+                   for p, arg in zip(inner.params, call.args) if arg == param):
+            return False
+    return True
 
 
 def makes_one_triangle(callee: Function | Composite, functions: Mapping[str, Function],
@@ -63,8 +64,12 @@ def makes_one_triangle(callee: Function | Composite, functions: Mapping[str, Fun
     ``stored RESULT triu``, a composite's whose last call makes one."""
     if isinstance(callee, Function):
         return callee.result.name in callee.stored
-    last = callee.calls[-1].function
-    return makes_one_triangle(functions.get(last) or composites[last], functions, composites)
+    return makes_one_triangle(_called(callee.calls[-1].function, functions, composites), functions, composites)
+
+
+def _called(name: str, functions: Mapping[str, Function], composites: Mapping[str, Composite]) -> Function | Composite:
+    """The function or composite a body's call names, once :func:`_callee` has checked the body."""
+    return functions.get(name) or composites[name]
 
 
 def _check_triangles(composite: Composite, functions: Mapping[str, Function],
@@ -72,7 +77,7 @@ def _check_triangles(composite: Composite, functions: Mapping[str, Function],
     """No call of the body reads the whole of a target that holds one stored triangle."""
     triangles: dict[str, str] = {}  # target -> the function that made it
     for call in composite.calls:
-        callee = functions.get(call.function) or composites[call.function]
+        callee = _called(call.function, functions, composites)
         for index, (param, arg, coord) in enumerate(zip(callee.params, call.args, call.arg_coords), start=1):
             if arg in triangles and not reads_one_triangle(callee, param.name, functions, composites):
                 _fail(f"argument {index} of {callee.name} reads the whole matrix, but {arg!r} holds only its upper"
