@@ -237,8 +237,10 @@ def test_horizontal_plans_that_cannot_be_built():
 @pytest.mark.slow
 def test_whole_spaces_stay_fast_to_enumerate():
     # the CPU time of this process, not the wall clock: beside other test workers on a
-    # 2-core machine GESUMMV's 3.3 s of enumeration took 6.6 s of wall time
-    for script, limit in (("gesummv", 5.0), ("bicgk", 2.0)):
+    # 2-core machine GESUMMV's 3.3 s of enumeration took 6.6 s of wall time; and the CPU
+    # time itself varies with the machine: 5.8-6.7 s on a slow hour of a CI-like VM, at this
+    # code and at the code of months before alike (a 2x slowdown of the enumeration still fails)
+    for script, limit in (("gesummv", 8.0), ("bicgk", 2.0)):
         start = time.process_time()
         dag = dag_of(script)
         space = build_space(dag, library(), "float32", {s: 8192 for s in dag.sizes}, DEFAULT)
