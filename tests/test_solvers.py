@@ -195,9 +195,12 @@ def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(metho
     np.testing.assert_array_equal(kept.x(), fresh(A, other_b))
     moved = A.copy()  # the same values in other memory: the graph holds the old address
     kept.begin(moved, start(moved, b))
+    calls = kept.program.calls
     kept.advance(4)
+    assert arrays.captures == 2  # captured again at once: the sets are warm from the first matrix
+    assert kept.program.calls == calls + 4  # the capture's calls (the fake graph runs them), no plain ones
     kept.advance(4)
-    assert arrays.captures == 2  # warmed again, then captured again
+    assert arrays.captures == 2
     np.testing.assert_array_equal(kept.x(), fresh(A, b))
 
 
@@ -340,6 +343,7 @@ class NumpyLoop:
 
     def __init__(self, arrays, like, stream):
         self.stream, self.bodies, self.runs, self.captures = stream, {}, 0, 0
+        self.done = []  # the iterations each run did
         NumpyLoop.made.append(self)
 
     def captured(self, start):
@@ -369,6 +373,7 @@ class NumpyLoop:
 
         while going[0]:
             self.bodies[start](test, copy)
+        self.done.append(int(record[2]))
         return int(record[2]), int(record[3])
 
     def forget(self):
@@ -417,6 +422,20 @@ def test_the_gpu_loop_stops_where_a_test_after_every_iteration_does(method):
     again, outcome = solve_with_outcome(method, A, -b, rtol=1e-10, program=program, make_loop=NumpyLoop)
     assert loop.runs == 2 and loop.captures == 1  # the kept stepper: no plain calls, no capture
     np.testing.assert_allclose(again, -x, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_kept_stepper_loops_on_a_new_matrix_at_once(method):
+    A, b, _ = system(method, n=40, seed=5)
+    program = OracleProgram(method)
+    NumpyLoop.made.clear()
+    solve_with_outcome(method, A, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    (loop,) = NumpyLoop.made
+    moved = A.copy()  # the same values in other memory: the loop's graphs hold the old address
+    x, outcome = solve_with_outcome(method, moved, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    assert loop.runs == 2 and loop.captures == 2  # captured again on the new matrix
+    assert loop.done[-1] == outcome.iterations  # every iteration in the loop: no plain ones first
+    assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
 
 
 @pytest.mark.parametrize("per_launch", [3, 4])

@@ -12,7 +12,9 @@ arrays of their own, read only there: after the iteration that ended non-finite.
 A stepper serves one solve after another (:meth:`ProgramStepper.begin`): its arrays, and the
 graphs captured on them, are kept; a graph holds the addresses it was captured with, so the
 graphs are kept only while ``A`` is the same memory (a graph reads whatever that memory holds
-when it is replayed).
+when it is replayed). Another ``A`` of the same shape is captured on at once: the sets stay
+warm (the program's modules are loaded and its buffers made for these sizes, and every result
+goes to a state array, so a call on the new ``A`` loads and allocates nothing).
 
 Where the driver can loop on the GPU (:mod:`.device_loop`), :meth:`ProgramStepper.loop` runs
 the whole loop as one launch of a graph whose body is two iterations with a test after each.
@@ -58,12 +60,12 @@ class ProgramStepper:
     def begin(self, A, start: dict, *, graphs: bool = True, make_loop: Callable | None = None) -> None:
         """Start another solve from ``start`` (copied into this stepper's arrays). The graphs
         captured before are replayed again where ``A`` is the same memory as the last solve's;
-        another matrix drops them (and warms the sets again before a capture). ``make_loop``,
+        another matrix drops them and captures anew on it, with no plain calls first (the sets
+        stay warm: only the addresses the launches carry change). ``make_loop``,
         where given, is kept for the loops to come (unless a loop was refused here)."""
         address = self.arrays.address(A)
         if address != self.A_address:
             self.graphs.clear()
-            self.warm.clear()
             if self.gpu_loop is not None:
                 self.gpu_loop.forget()
         self.A, self.A_address = A, address
