@@ -438,6 +438,16 @@ def test_a_kept_stepper_loops_on_a_new_matrix_at_once(method):
     assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
 
 
+@pytest.mark.parametrize("method, n, dtype, guarded", [
+    (CG, 16384, "float32", True), (CG, 16383, "float32", False), (BICGSTAB, 11585, "float32", False),
+    (BICGSTAB, 11586, "float32", True), (CG, 11585, "float64", False), (CG, 1024, "float64", False),
+], ids=lambda v: getattr(v, "name", str(v)))
+def test_the_gpu_loop_guards_second_iterations_where_an_iteration_reads_a_gib_of_a(method, n, dtype, guarded):
+    from fusec.solvers.api import matrix_bytes
+    from fusec.solvers.device_loop import guards
+    assert guards(matrix_bytes(method, n, dtype)) == guarded
+
+
 @pytest.mark.parametrize("per_launch", [3, 4])
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
 def test_launches_of_a_few_iterations_each_give_the_one_launchs_answer(method, per_launch):

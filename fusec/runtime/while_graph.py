@@ -3,6 +3,8 @@
 ``cuStreamBeginCaptureToGraph``; a kernel of the body calls ``cudaGraphSetConditional`` on
 the node's handle (passed to the body as it is captured), and the node runs the body again
 while the value it set is not 0. A launch of the graph is then a whole loop with no host in it.
+The rest of a body may be guarded (:class:`Guard`): an IF node, nested in the body, whose
+condition a kernel before it sets, runs it or skips it.
 
 Through the driver API by ctypes (PyCUDA, CuPy and PyTorch expose no conditional nodes), in
 the context current on the calling thread; also the few calls that load a cubin and launch one
@@ -19,7 +21,7 @@ from typing import Callable, Sequence
 from ..errors import DriverError
 
 _P, _U64 = ctypes.c_void_p, ctypes.c_uint64
-_NODE_CONDITIONAL, _COND_WHILE, _ASSIGN_DEFAULT = 13, 1, 0x1
+_NODE_CONDITIONAL, _COND_IF, _COND_WHILE, _ASSIGN_DEFAULT = 13, 0, 1, 0x1
 _CAPTURE_MODE_RELAXED = 2  # as CuPy and PyTorch capture: the body's calls are theirs to vet
 _FIRST_DRIVER = 12030  # conditional nodes and capture into a graph came with CUDA 12.3
 
@@ -70,20 +72,66 @@ def _check(result: int, call: str) -> None:
         raise DriverError(f"{call} failed: {name.value.decode() if name.value else result}")
 
 
-def _add_node(cu, node, graph, params) -> int:
-    """cuGraphAddNode of the CUDA 12.4+ ABI (with edge data) where the driver has it, else 12.3's."""
+def _add_node(cu, node, graph, params, dependencies=None, count: int = 0) -> int:
+    """cuGraphAddNode of the CUDA 12.4+ ABI (with edge data) where the driver has it, else 12.3's;
+    ``dependencies``: a ctypes array of ``count`` nodes it follows."""
     if hasattr(cu, "cuGraphAddNode_v2"):
-        return cu.cuGraphAddNode_v2(ctypes.byref(node), graph, None, None, ctypes.c_size_t(0), ctypes.byref(params))
-    return cu.cuGraphAddNode(ctypes.byref(node), graph, None, ctypes.c_size_t(0), ctypes.byref(params))
+        return cu.cuGraphAddNode_v2(ctypes.byref(node), graph, dependencies, None, ctypes.c_size_t(count),
+                                    ctypes.byref(params))
+    return cu.cuGraphAddNode(ctypes.byref(node), graph, dependencies, ctypes.c_size_t(count), ctypes.byref(params))
+
+
+def _conditional(cu, graph, context, kind: int, handle: int, dependencies=None, count: int = 0):
+    """Add a conditional node of ``kind`` on ``handle`` to ``graph``; its body graph."""
+    params = _NodeParams(type=_NODE_CONDITIONAL)
+    params.conditional.handle, params.conditional.type, params.conditional.size = handle, kind, 1
+    params.conditional.ctx = context
+    node = _P()
+    _check(_add_node(cu, node, graph, params, dependencies, count), "cuGraphAddNode")
+    return params.conditional.phGraph_out[0]
+
+
+class Guard:
+    """The rest of a loop body, run only where a kernel of the body before it set :attr:`handle`
+    non-zero (it starts at 0 each time the body runs). Calling the guard, while the body is
+    captured, ends the part captured so far and captures what follows into an IF node after it."""
+
+    def __init__(self, cu, body_graph, context, stream: int):
+        self._cu, self._graph, self._context, self._stream = cu, body_graph, context, stream
+        handle = _U64()
+        _check(cu.cuGraphConditionalHandleCreate(ctypes.byref(handle), body_graph, context, 0, _ASSIGN_DEFAULT),
+               "cuGraphConditionalHandleCreate")
+        self.handle = handle.value
+        self.opened = False
+
+    def __call__(self) -> None:
+        if self.opened:
+            raise DriverError("a loop body's rest is guarded once")
+        cu, stream = self._cu, _P(self._stream)
+        status, ident, graph, frontier, count = ctypes.c_int(), _U64(), _P(), ctypes.POINTER(_P)(), ctypes.c_size_t()
+        outs = (ctypes.byref(status), ctypes.byref(ident), ctypes.byref(graph), ctypes.byref(frontier))
+        if hasattr(cu, "cuStreamGetCaptureInfo_v3"):  # CUDA 12.3+: with the edges' data, not needed here
+            found = cu.cuStreamGetCaptureInfo_v3(stream, *outs, None, ctypes.byref(count))
+        else:
+            found = cu.cuStreamGetCaptureInfo_v2(stream, *outs, ctypes.byref(count))
+        _check(found, "cuStreamGetCaptureInfo")
+        after = (_P * max(1, count.value))(*(frontier[k] for k in range(count.value)))  # before the capture ends
+        captured = _P()
+        _check(cu.cuStreamEndCapture(stream, ctypes.byref(captured)), "cuStreamEndCapture")
+        inner = _conditional(cu, self._graph, self._context, _COND_IF, self.handle, after, count.value)
+        _check(cu.cuStreamBeginCaptureToGraph(stream, _P(inner), None, None, ctypes.c_size_t(0),
+                                              _CAPTURE_MODE_RELAXED), "cuStreamBeginCaptureToGraph")
+        self.opened = True
 
 
 class WhileGraph:
     """``WhileGraph(stream, body)``: ``body(handle)`` issues the loop body's work on ``stream``
     (a raw ``CUstream``, not the legacy default stream) while it is captured; one of its kernels
     must set the condition through ``handle``. Every :meth:`launch` runs the body at least once
-    (the condition starts at 1 on each launch), and again while the body last set it non-zero."""
+    (the condition starts at 1 on each launch), and again while the body last set it non-zero.
+    ``guarded``: ``body(handle, guard)``, a :class:`Guard` the body may call once."""
 
-    def __init__(self, stream: int, body: Callable[[int], None]):
+    def __init__(self, stream: int, body: Callable[..., None], *, guarded: bool = False):
         cu = _cu()
         self._cu, self._graph, self._exec = cu, _P(), _P()
         context = _P()
@@ -93,17 +141,16 @@ class WhileGraph:
             handle = _U64()
             _check(cu.cuGraphConditionalHandleCreate(ctypes.byref(handle), self._graph, context, 1, _ASSIGN_DEFAULT),
                    "cuGraphConditionalHandleCreate")
-            params = _NodeParams(type=_NODE_CONDITIONAL)
-            params.conditional.handle, params.conditional.type, params.conditional.size = handle.value, _COND_WHILE, 1
-            params.conditional.ctx = context
-            node = _P()
-            _check(_add_node(cu, node, self._graph, params), "cuGraphAddNode")
-            inner = params.conditional.phGraph_out[0]
+            inner = _conditional(cu, self._graph, context, _COND_WHILE, handle.value)
+            guard = Guard(cu, inner, context, stream) if guarded else None
             _check(cu.cuStreamBeginCaptureToGraph(_P(stream), _P(inner), None, None, ctypes.c_size_t(0),
                                                   _CAPTURE_MODE_RELAXED), "cuStreamBeginCaptureToGraph")
             captured = _P()
             try:
-                body(handle.value)
+                if guarded:
+                    body(handle.value, guard)
+                else:
+                    body(handle.value)
             finally:
                 ended = cu.cuStreamEndCapture(_P(stream), ctypes.byref(captured))
             _check(ended, "cuStreamEndCapture")

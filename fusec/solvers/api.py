@@ -118,7 +118,8 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
     if program is None:
         program = program_for(method.name, problem.dtype, problem.n)
     if make_loop is None and where != "numpy" and kernels.unsupported() is None:
-        make_loop = device_loop.DeviceLoop
+        guarded = device_loop.guards(matrix_bytes(method, problem.n, problem.dtype))
+        make_loop = functools.partial(device_loop.DeviceLoop, guarded=guarded)
     on_device = make_loop is not None and problem.check_every is None and graphs  # a given check_every: the host's
     key = (method.name, where, problem.dtype, problem.n, str(getattr(A, "device", "")), id(program))
     with _KEPT.take(key, lambda: Kept(arrays_for(where))) as kept:

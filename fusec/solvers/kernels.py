@@ -44,6 +44,26 @@ extern "C" __global__ void fusec_loop_test_float32(cudaGraphConditionalHandle lo
 extern "C" __global__ void fusec_loop_test_float64(cudaGraphConditionalHandle loop, const double *rr, double *record)
 { test<double>(loop, rr, record); }
 
+// The test after a body's first iteration where the second is guarded by an IF node (handle
+// second): the second runs only while the loop goes on.
+template <typename real>
+__device__ void test_first(cudaGraphConditionalHandle loop, cudaGraphConditionalHandle second,
+                           const real *squared_norm, double *record)
+{
+    test<real>(loop, squared_norm, record);
+    cudaGraphSetConditional(second, record[3] == 0.0);
+}
+
+extern "C" __global__ void fusec_loop_test_first_float32(cudaGraphConditionalHandle loop,
+                                                         cudaGraphConditionalHandle second, const float *rr,
+                                                         double *record)
+{ test_first<float>(loop, second, rr, record); }
+
+extern "C" __global__ void fusec_loop_test_first_float64(cudaGraphConditionalHandle loop,
+                                                         cudaGraphConditionalHandle second, const double *rr,
+                                                         double *record)
+{ test_first<double>(loop, second, rr, record); }
+
 // out: doubles [0] elements of b not finite, [1] of x0, [2] the sum of A, [3] ||b||^2; then
 // unsigned ints (at out + 4) [0] zero rows of A, [1] n - the first zero row (0: none), [2] zero
 // columns, [3] the first zero column (where [2] > 0), [4] blocks done. All start zeroed, as do

@@ -16,6 +16,8 @@ replayed), in both precisions, at n = 33, 1000, 4097, on well-conditioned system
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -454,6 +456,30 @@ def test_a_zero_row_or_column_on_the_gpu_is_named_before_anything_runs(name, fra
     A[17, 17] = np.nan  # NaN is reported as before, not as a zero row
     with pytest.raises(ArgumentError, match="contains NaN or infinity"):
         solve(device(framework, A), device(framework, b))
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_the_gpu_loop_skips_a_bodys_second_iteration_once_its_first_stops_the_loop(name, loop_runs):
+    from fusec.solvers import device_loop
+    from fusec.solvers.api import program_for
+    from fusec.solvers.arrays import arrays_for
+    from fusec.solvers.stepper import ProgramStepper
+    method = SOLVERS[name][1]
+    A, b, x0 = (a.astype(np.float64) for a in system(name, 1000, seed=7))
+    where = framework_available()
+    arrays = arrays_for(where)
+    with arrays.stream():
+        dA, db, dx0 = (device(where, a) for a in (A, b, x0))
+        start = method.start(dx0, db - arrays.matvec(dA, dx0), lambda a: a)
+        guarded = functools.partial(device_loop.DeviceLoop, guarded=True)  # solves guard from 1 GiB of A
+        stepper = ProgramStepper(program_for(name, "float64", 1000), method, arrays, dA, start, make_loop=guarded)
+        stepper.advance(2)  # plain calls warm both sets; the loop starts from set 0
+        done, why, _ = stepper.loop(0.0, 5)  # iterations 3..7: bodies (3, 4), (5, 6), then 7 alone
+        assert (done, why) == (5, device_loop.MOST_ITERATIONS) and stepper.gpu_loop.guarded
+        other = host(stepper.sets[0]["x"])  # iteration 6's x: iteration 8 would have written here
+        answer = host(stepper.x())
+    np.testing.assert_allclose(answer, reference_iterates(method, A, b, x0, 7), rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(other, reference_iterates(method, A, b, x0, 6), rtol=1e-10, atol=1e-11)
 
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
