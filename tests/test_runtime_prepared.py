@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_runtime_binding import POINTER, device_class
 
-from fusec.runtime.prepared import PreparedCall, signature
+from fusec.runtime.prepared import PreparedCall, input_extents, placed_elsewhere, signature
 
 FAKE = device_class()  # one framework's array type, as in real calls
 
@@ -128,6 +128,42 @@ def test_a_prepared_call_hands_each_launch_its_outputs_and_scalars():
     results = call({"alpha": np.float32(0.5), "beta": 2, "x": None})
     assert seen == [("k0", [POINTER + 1024, 0.5]), ("k1", [2.0, POINTER + 2048, POINTER + 1024])]
     assert results == (("array", (), POINTER + 2048), ("array", (3,), POINTER + 1024))
+
+
+def _with_out(pointer, m=3, n=5, y=POINTER + 65536):
+    """The key of an sgemv call with ``out={"y": ...}`` (as Program._key makes it)."""
+    return (signature(1, sgemv_device(pointer=pointer, m=m, n=n), ARRAYS, SCALARS),
+            signature(1, {"y": device((m,), pointer=y)}, ("y",), frozenset()))
+
+
+def test_a_call_with_out_arrays_is_known_again_with_its_inputs_elsewhere():
+    """With out= arrays, a call's key less its inputs' addresses: the same for the same shapes
+    elsewhere in memory at the same 16-byte alignment (the prepared flags depend on it), not
+    for other shapes, another alignment or other out= arrays; the addresses come in order,
+    and the extents of the out= arrays and of the inputs in bytes."""
+    placed, pointers, outs = placed_elsewhere(_with_out(POINTER), 4)
+    far = POINTER + (1 << 20)
+    moved, moved_pointers, _ = placed_elsewhere(_with_out(far), 4)
+    assert moved == placed and pointers == (POINTER, POINTER + 4096, POINTER + 8192)
+    assert moved_pointers == (far, far + 4096, far + 8192)
+    assert placed_elsewhere(_with_out(POINTER + 4), 4)[0] != placed  # 4 bytes past a 16-byte boundary
+    assert placed_elsewhere(_with_out(POINTER, m=4), 4)[0] != placed
+    assert placed_elsewhere(_with_out(POINTER, y=POINTER + 131072), 4)[0] != placed
+    assert outs == ((POINTER + 65536, POINTER + 65536 + 12),)
+    assert input_extents(_with_out(POINTER), pointers, 4) == [(POINTER, POINTER + 60), (POINTER + 4096, POINTER + 4116),
+                                                             (POINTER + 8192, POINTER + 8204)]
+
+
+def test_a_prepared_call_with_out_arrays_hands_each_launch_its_inputs_addresses():
+    """Its changing fields -1 - i take the i-th input's address of this call."""
+    seen = []
+    launches = ((lambda values: seen.append(values), (-2, "alpha", -1)),)
+    call = PreparedCall(launches=launches, output_shapes=((3,),), results=(0,), allocate=None,
+                        scalar_names=("alpha",), keep_alive=None, given=("y",), inputs=True)
+    out = {"y": "the out array"}
+    assert call({"alpha": 0.5}, out, (POINTER, POINTER + 4096)) == "the out array"
+    assert call({"alpha": 0.5}, out, (POINTER + 256, POINTER + 512)) == "the out array"
+    assert seen == [[POINTER + 4096, 0.5, POINTER], [POINTER + 512, 0.5, POINTER + 256]]
 
 
 def test_turning_launches_alternate_their_direction_within_their_group():

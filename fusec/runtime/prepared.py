@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import struct
 from typing import Any, Callable, Mapping, Sequence
 
@@ -152,6 +153,38 @@ def signature(context: int, arguments: Mapping[str, Any], array_names: tuple[str
     return tuple(key)
 
 
+# Where each signer's tuple holds the array's address.
+_POINTER_AT: dict[Callable, int] = {_cupy_signature: 0, _torch_signature: 1, _interface_signature: 0}
+
+
+def placed_elsewhere(key: tuple, itemsize: int) -> tuple[tuple, tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """For the key of a call with ``out=`` arrays (``(inputs' signature, out='s)``): the key
+    without the inputs' addresses, each input's 16-byte alignment kept instead (the prepared
+    flags depend on it), the inputs' addresses in order, and the byte extents of the ``out=``
+    arrays. A call prepared on other inputs' memory of the same shapes serves such a call with
+    the new addresses in its launches (:attr:`PreparedCall.inputs`)."""
+    signature, given = key
+    stripped, pointers = [signature[0]], []
+    for kind, described in zip(signature[1::2], signature[2::2]):
+        at = _POINTER_AT[_SIGNERS[kind]]
+        pointer = described[at]
+        pointers.append(pointer)
+        stripped += [kind, described[:at] + (pointer % 16 == 0,) + described[at + 1:]]
+    extents = []
+    for kind, described in zip(given[1::2], given[2::2]):
+        at = _POINTER_AT[_SIGNERS[kind]]
+        shape = described[at + 1]
+        extents.append((described[at], described[at] + math.prod(shape) * itemsize))
+    return (tuple(stripped), given), tuple(pointers), tuple(extents)
+
+
+def input_extents(key: tuple, pointers: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
+    """The byte extents of the inputs of ``key`` (see :func:`placed_elsewhere`) at ``pointers``."""
+    signature = key[0]
+    return [(pointer, pointer + math.prod(described[_POINTER_AT[_SIGNERS[kind]] + 1]) * itemsize)
+            for pointer, kind, described in zip(pointers, signature[1::2], signature[2::2])]
+
+
 def parameter_offsets(parameter_format: str) -> tuple[int, ...]:
     """Byte offset of each kernel parameter in its packed buffer (native
     alignment, as PyCUDA packs them and the kernel's ABI lays them out)."""
@@ -256,12 +289,20 @@ class PreparedCall:
     current_stream: Callable[[], int] = lambda: 0  # that framework's current stream now
     scalar_limit: float = float("inf")  # a float beyond it (or not finite) goes to scalar_value
     scalar_value: Callable[[str, Any], float] = scalar_value  # the cold path's check (arrays.scalar_checker)
+    # with out= arrays: the launches take the inputs' addresses at each call (a changing field's
+    # source -1 - i is the address of the i-th input array), so the call serves the same shapes
+    # elsewhere in memory; the addresses come from the call's key (placed_elsewhere)
+    inputs: bool = False
 
-    def __call__(self, arguments: Mapping[str, Any], out: Mapping[str, Any] | None = None):
-        """Outputs of the program on ``arguments``; None when a new output is
-        not 16-byte aligned, which the prepared flags assumed (the caller then
-        goes the whole way). Written for speed: this is all a warm call does."""
+    def __call__(self, arguments: Mapping[str, Any], out: Mapping[str, Any] | None = None,
+                 pointers: Sequence[int] = ()):
+        """Outputs of the program on ``arguments`` (its input arrays at ``pointers`` where the
+        call takes them: :attr:`inputs`); None when a new output is not 16-byte aligned, which
+        the prepared flags assumed (the caller then goes the whole way). Written for speed:
+        this is all a warm call does."""
         values: dict[int | str, Any] = {}
+        for position, pointer in enumerate(pointers):
+            values[-1 - position] = pointer
         for name in self.scalar_names:
             value = arguments[name]
             values[name] = (value if type(value) is float and -self.scalar_limit <= value <= self.scalar_limit

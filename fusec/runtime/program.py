@@ -62,7 +62,8 @@ from . import (
 from .arrays import DEVICE, NUMPY, ArrayArg, Binding, bind, scalar_checker, scalar_limit
 from .arrays import array_arg as _array_arg
 from .plan_text import describe, minimum_bytes
-from .prepared import Launch, PreparedCall, Turn, Turns, native_call, native_kernel, signature
+from .prepared import (Launch, PreparedCall, Turn, Turns, input_extents, native_call, native_kernel, placed_elsewhere,
+                       signature)
 
 PREPARED_CALLS = 16  # signatures remembered per program
 PLANS_FOR_SIZES = 8  # plans compiled for other sizes (its own cannot serve them, or one was tuned there)
@@ -219,6 +220,8 @@ class Program:
         self._loaded: dict[Any, Any] = {}
         self._buffers: collections.OrderedDict = collections.OrderedDict()
         self._prepared: collections.OrderedDict = collections.OrderedDict()
+        # calls with out= arrays by their key less the inputs' addresses (prepared.placed_elsewhere)
+        self._placed: collections.OrderedDict = collections.OrderedDict()
         self._hot = None  # the C FastCall of the prepared call used last: tried first
         self._hot_stream = None  # the current stream of its arrays' framework, asked on each call
         inputs = [dag.value(v) for v in dag.inputs]
@@ -340,6 +343,7 @@ class Program:
         Call it in the context the program ran in."""
         self._make_hot(None)
         self._prepared.clear()
+        self._placed.clear()
         self._buffers.clear()
         for loaded in self._loaded.values():
             loaded.close()
@@ -435,11 +439,20 @@ class Program:
         try:
             key = self._key(context, arrays, out)
             prepared = self._prepared.get(key) if key is not None else None
+            pointers = ()
+            if key is not None and key[1] is not None:  # out= arrays: the inputs' addresses go in at each call
+                placed, pointers, outs = placed_elsewhere(key, self.dtype.itemsize)
+                if prepared is None:
+                    prepared = self._placed.get(placed)  # prepared for these shapes on other inputs' memory
+                    ins = input_extents(key, pointers, self.dtype.itemsize) if prepared is not None else ()
+                    if any(start < other_end and other_start < end
+                           for start, end in outs for other_start, other_end in ins):
+                        prepared = None  # the whole way decides whether an out= array may overlap an input
             if prepared is None or (handle if handle is not None else prepared.current_stream()) != prepared.stream:
                 return None  # prepared on another stream: the whole way prepares for this one
             if prepared.native is not None:
                 self._make_hot(prepared.native, prepared.current_stream)
-            return prepared(arrays, out)
+            return prepared(arrays, out, pointers)
         finally:
             if pushed:
                 ext.pop_context()
@@ -502,6 +515,9 @@ class Program:
         scalar_name = {v: self.dag.value(v).name for v in binding.scalars}
         scalar_names = tuple(sorted(self._scalar_names))
         extension = native.require()
+        # with out= arrays, the inputs' addresses are changing fields too (PreparedCall.inputs)
+        position = {value: self._array_names.index(array.name) for value, array in binding.arrays.items()
+                    if array.where == DEVICE} if given else {}
         prepared, natives = [], []
         for kernel, grid, args in launches:
             changing, sources = [], []
@@ -509,6 +525,9 @@ class Program:
                 if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs and arg.value not in given:
                     changing.append(index)  # later kernels read outputs too (an out= array's stays put)
                     sources.append(outputs.index(arg.value))
+                elif arg.role in ("in", "scalar_ptr") and arg.value in position:
+                    changing.append(index)
+                    sources.append(-1 - position[arg.value])
                 elif arg.role == "scalar":
                     changing.append(index)
                     sources.append(scalar_name[arg.value])
@@ -519,9 +538,10 @@ class Program:
             launch = Launch(loaded.binding.launch, loaded.function(kernel), grid, kernel.block,
                             parameter_format, args, changing, shared, stream, loaded.dependent)
             prepared.append((launch, tuple(sources)))
-            natives.append(native_kernel(loaded.function(kernel), grid, kernel.block,
-                                         parameter_format, args, changing, sources, scalar_names, shared,
-                                         loaded.dependent))
+            if not given:  # calls with out= run in Python (below): no FastCall
+                natives.append(native_kernel(loaded.function(kernel), grid, kernel.block,
+                                             parameter_format, args, changing, sources, scalar_names, shared,
+                                             loaded.dependent))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
@@ -529,7 +549,8 @@ class Program:
                             scalar_names, keep_alive=(loaded, buffers), turns=self._turns,
                             given=tuple(self.dag.value(v).name if v in given else None for v in outputs),
                             stream=stream, current_stream=streams.current_getter(binding.family, reference),
-                            scalar_limit=scalar_limit(self.dtype), scalar_value=scalar_checker(self.dtype))
+                            scalar_limit=scalar_limit(self.dtype), scalar_value=scalar_checker(self.dtype),
+                            inputs=bool(given))
         if given:  # calls with out= run in Python: they allocate nothing, and a captured graph replays them
             return call
         output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
@@ -550,6 +571,10 @@ class Program:
             self._make_hot(prepared.native, prepared.current_stream)
         while len(self._prepared) > PREPARED_CALLS:
             self._prepared.popitem(last=False)
+        if prepared.inputs:  # it serves the same shapes on other inputs' memory too
+            self._placed[placed_elsewhere(key, self.dtype.itemsize)[0]] = prepared
+            while len(self._placed) > PREPARED_CALLS:
+                self._placed.popitem(last=False)
 
     def _load(self, ctx):
         from .. import nvcc
@@ -575,8 +600,9 @@ class Program:
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
                 _, evicted = self._buffers.popitem(last=False)
                 self._make_hot(None)
-                for call_key in [k for k, p in self._prepared.items() if p.keep_alive[1] is evicted]:
-                    del self._prepared[call_key]
+                for calls in (self._prepared, self._placed):
+                    for call_key in [k for k, p in calls.items() if p.keep_alive[1] is evicted]:
+                        del calls[call_key]
         self._buffers.move_to_end(key)
         return self._buffers[key]
 

@@ -8,7 +8,9 @@ import pytest
 
 import fusec
 from fusec import oracle
+from fusec.errors import ArgumentError
 from tests.gpu.test_programs import _check
+from tests.helpers import program, script_names, size_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -84,6 +86,57 @@ def test_out_arrays_receive_the_results(dtype):
     got = prog(**inputs, out=host)  # NumPy in, NumPy out=
     assert got[0] is host["q"]
     _check(prog, inputs, got)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("script", script_names())
+def test_out_arrays_with_inputs_elsewhere_take_the_prepared_call(script, dtype, monkeypatch):
+    """A call with out= arrays on inputs of the same shapes in other memory launches the call
+    prepared on the first inputs with their new addresses (no binding), right; an input 4 or 8
+    bytes past a 16-byte boundary goes the whole way."""
+    cupy = pytest.importorskip("cupy")
+    prog = program(script, dtype)
+    prog.release()
+    sizes = size_cases(prog.dag, [1000])[-1]
+    rng = np.random.default_rng(7)
+    first, moved = (oracle.random_inputs(prog.dag, sizes, dtype, rng) for _ in range(2))
+    results = {prog.dag.value(v).name: prog.dag.value(v) for v in prog.dag.outputs}
+    out = {name: cupy.full(tuple(sizes[d] for d in value.dims), np.nan, dtype) for name, value in results.items()}
+    names = [prog.dag.value(v).name for v in prog.dag.outputs]
+
+    def device(values):
+        return {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+
+    _check(prog, first, prog.run(device(first), out=out))
+    with monkeypatch.context() as patch:
+        patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
+        got = prog.run(device(moved), out=out)
+    assert all(a is out[name] for a, name in zip(got if isinstance(got, tuple) else (got,), names))
+    _check(prog, moved, got)
+    arrays = [k for k, v in moved.items() if isinstance(v, np.ndarray) and v.size > 1]
+    shifted = device(moved)
+    name = arrays[0]
+    room = cupy.empty(moved[name].size + 4, dtype)
+    shifted[name] = room[1:1 + moved[name].size].reshape(moved[name].shape)  # 4 or 8 bytes past 16
+    shifted[name][...] = cupy.asarray(moved[name])
+    bound = []
+    with monkeypatch.context() as patch:
+        patch.setattr(prog, "bind", lambda arrays, bind=prog.bind: bound.append(1) or bind(arrays))
+        _check(prog, moved, prog.run(shifted, out=out))
+    assert bound == [1]  # another alignment: the whole way, whose flags fit it
+
+
+def test_an_input_moved_over_an_out_array_is_refused_as_on_the_whole_way():
+    """The prepared call of other inputs' memory does not serve a call whose input now overlaps
+    an out= array the program writes while it still reads that input: the whole way refuses it."""
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk(m=1000, n=1000, seed=3)
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    q, s = cupy.empty(1000, "float32"), cupy.empty(1000, "float32")
+    _check(prog, inputs, prog.run(device, out={"q": q, "s": s}))
+    s[...] = device["p"]
+    with pytest.raises(ArgumentError, match="overlaps the input 'p'"):
+        prog.run(dict(device, p=s), out={"q": q, "s": s})
 
 
 def _stage_inputs(prog, values):
