@@ -25,18 +25,6 @@ import statistics
 import time
 
 
-def systems(cupy, n: int, dtype: str):
-    """bench.solvers' (hard, easy, b): eigenvalues in 1..1e4 and in about 1..10."""
-    rng = cupy.random.RandomState(n)
-    m = rng.uniform(-0.5, 0.5, (n, n), dtype=dtype)
-    m = m + m.T
-    m *= 0.05 / n ** 0.5
-    hard = m + cupy.diag(cupy.logspace(0, 4, n, dtype=m.dtype))
-    m += cupy.diag(cupy.linspace(1, 10, n, dtype=m.dtype))
-    b = rng.uniform(-0.5, 0.5, n, dtype=dtype)
-    return cupy.ascontiguousarray(hard), cupy.ascontiguousarray(m), b
-
-
 def loop_alone(cupy, method, A, b, ks, repeat) -> dict:
     import functools
 
@@ -98,6 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     import cupy
 
+    from bench.solvers import systems  # (hard, easy, b): bench.solvers' systems
     from fusec.solvers import checks
     from fusec.solvers.arrays import arrays_for
     from fusec.solvers.methods import METHODS
