@@ -19,16 +19,32 @@ at least ``device_loop.GUARD_BYTES`` of A).
    setting, alternated three times; with the iterations needed, and the survey alone.
 
 Medians. A system that does not converge within k iterations (bench.solvers' hard one) for 1.
+
+``--what dependent`` compares instead, both unguarded, the loop's small kernels (the tests and
+the checkpoint's copy) launched plain (off) and as programmatic dependent launches (on: each
+starts while the kernel before it ends, and waits for it), the loop captured so.
 """
 import argparse
 import statistics
 import time
 
+DEPENDENT = None  # the loop kernels' dependent launches where the guard is compared: the GPU's own
 
-def loop_alone(cupy, method, A, b, ks, repeat) -> dict:
+
+def setting(what: str, on: bool):
+    """The GPU loop of one side of the comparison, made ready: its make_loop (the kernels'
+    dependent launches set as asked, for what is captured or run next)."""
     import functools
 
-    from fusec.solvers import device_loop
+    from fusec.solvers import device_loop, kernels
+    global DEPENDENT
+    if DEPENDENT is None:  # before any is set here
+        DEPENDENT = kernels.loaded().dependent
+    kernels.loaded().dependent = on if what == "dependent" else DEPENDENT
+    return functools.partial(device_loop.DeviceLoop, guarded=on if what == "guard" else False)
+
+
+def loop_alone(cupy, method, A, b, ks, repeat, what) -> dict:
     from fusec.solvers.api import program_for
     from fusec.solvers.arrays import arrays_for
     from fusec.solvers.stepper import ProgramStepper
@@ -37,16 +53,16 @@ def loop_alone(cupy, method, A, b, ks, repeat) -> dict:
     with arrays.stream():
         start = method.start(cupy.zeros_like(b), b, lambda a: a)
         steppers = {}
-        for guard in (False, True):
+        for on in (False, True):
             stepper = ProgramStepper(program_for(method.name, str(b.dtype), b.shape[0]), method, arrays, A, start,
-                                     make_loop=functools.partial(device_loop.DeviceLoop, guarded=guard))
+                                     make_loop=setting(what, on))
             stepper.advance(2)  # warms both sets
             stepper.loop(0.0, 2)  # makes the loop (its guard chosen now) and captures it from set 0
-            assert stepper.gpu_loop.guarded == guard
-            steppers[guard] = stepper
+            steppers[on] = stepper
         for _ in range(repeat + 1):  # the first round warms
             for k in ks:
                 for guard, stepper in steppers.items():
+                    setting(what, guard)
                     stepper.begin(A, start)
                     cupy.cuda.Device().synchronize()
                     t = time.perf_counter()
@@ -56,15 +72,13 @@ def loop_alone(cupy, method, A, b, ks, repeat) -> dict:
     return {key: statistics.median(values[1:]) * 1e6 for key, values in times.items()}
 
 
-def to_tolerance(cupy, method, A, b, rtol, repeat) -> dict:
-    import functools
-
-    from fusec.solvers import api, device_loop
+def to_tolerance(cupy, method, A, b, rtol, repeat, what) -> dict:
+    from fusec.solvers import api
     sync = cupy.cuda.Device().synchronize
     times, iterations = {}, {}
     for _ in range(3):
         for guard in (False, True):
-            loop = functools.partial(device_loop.DeviceLoop, guarded=guard)
+            loop = setting(what, guard)
             api.forget_kept_steppers()
             api.solve_with_outcome(method, A, b, rtol=rtol, make_loop=loop)  # warms, captures
             for _ in range(repeat):
@@ -83,9 +97,9 @@ def main() -> None:
                                            "cg:float32:16384,bicgstab:float32:16384,cg:float64:16384")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--k", default="29,30", help="the loop's iterations in part 1: an odd and an even count")
+    parser.add_argument("--what", choices=("guard", "dependent"), default="guard", help="what is off and on")
     args = parser.parse_args()
     import cupy
-
     from bench.solvers import systems  # (hard, easy, b): bench.solvers' systems
     from fusec.solvers import checks
     from fusec.solvers.arrays import arrays_for
@@ -101,9 +115,10 @@ def main() -> None:
         n = int(n)
         hard, easy, b = systems(cupy, n, dtype)
         method = METHODS[name]
-        loop = loop_alone(cupy, method, hard, b, ks, args.repeat)
+        loop = loop_alone(cupy, method, hard, b, ks, args.repeat, args.what)
         rtol = 1e-5 if dtype == "float32" else 1e-8
-        whole = to_tolerance(cupy, method, easy, b, rtol, args.repeat)
+        whole = to_tolerance(cupy, method, easy, b, rtol, args.repeat, args.what)
+        setting(args.what, True)
         arrays = arrays_for("cupy")
         survey = []
         for _ in range(args.repeat):

@@ -180,25 +180,45 @@ class WhileGraph:
 
 class Kernels:
     """A cubin loaded into the current context; :meth:`launch` runs one of its kernels on a raw
-    stream (one block of one thread by default: what a loop's test needs)."""
+    stream (one block of one thread by default: what a loop's test needs). ``dependent``: its
+    kernels wait for the kernel before them (``griddepcontrol.wait``), so they may be launched
+    as programmatic dependent launches."""
 
-    def __init__(self, cubin: bytes):
+    def __init__(self, cubin: bytes, *, dependent: bool = False):
+        self.dependent = dependent  # its kernels wait for the one before them: dependent launches allowed
         self._cu, self._module = _cu(), _P()
         self._cubin = ctypes.create_string_buffer(cubin, len(cubin))
         _check(self._cu.cuModuleLoadData(ctypes.byref(self._module), self._cubin), "cuModuleLoadData")
         self._functions: dict[str, _P] = {}
 
-    def launch(self, name: str, args: Sequence, stream: int, threads: int = 1, blocks: int = 1) -> None:
-        """``args``: ctypes values in the kernel's parameter order."""
+    def launch(self, name: str, args: Sequence, stream: int, threads: int = 1, blocks: int = 1, *,
+               dependent: bool = False) -> None:
+        """``args``: ctypes values in the kernel's parameter order. ``dependent``: as a
+        programmatic dependent launch (the driver may start it while the kernel before it in
+        the stream still runs; the kernel must wait for that one first, ``griddepcontrol.wait``)
+        where fusec's C extension and the driver launch them, else as a plain launch."""
         function = self._functions.get(name)
         if function is None:
             function = _P()
             _check(self._cu.cuModuleGetFunction(ctypes.byref(function), self._module, name.encode()),
                    f"cuModuleGetFunction({name})")
             self._functions[name] = function
+        if dependent and self.dependent and _dependent_launcher() is not None:
+            packed = type("Parameters", (ctypes.Structure,), {"_fields_": [(f"p{k}", type(a)) for k, a in enumerate(args)]})
+            _dependent_launcher()(function.value, blocks, threads, 0, stream, bytes(packed(*args)), True)
+            return
         pointers = (_P * len(args))(*(ctypes.cast(ctypes.pointer(a), _P) for a in args))
         _check(self._cu.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, _P(stream), pointers, None),
                f"cuLaunchKernel({name})")
+
+
+@functools.lru_cache(maxsize=None)
+def _dependent_launcher():
+    """fusec's C extension's ``launch`` where it is built and the driver launches programmatic
+    dependent launches (CUDA 12.3: captured into graphs as programmatic edges), else None."""
+    from . import native
+    extension = native.fastcall()
+    return extension.launch if extension is not None and extension.dependent_launch() else None
 
 
 def zero(pointer: int, nbytes: int, stream: int) -> None:

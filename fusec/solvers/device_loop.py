@@ -68,12 +68,14 @@ class DeviceLoop:
 
             def test(squared_norm) -> None:
                 rr = ctypes.c_void_p(self.arrays.address(squared_norm))
+                # dependent launches: a test starts while the iteration's last kernel ends, and
+                # waits for it; the next iteration's first kernel does the same after the test
                 if guard is not None and not tested:  # after the first iteration: it decides on the second
                     self.tests.launch(self.first_kernel, [ctypes.c_uint64(handle), ctypes.c_uint64(guard.handle), rr,
-                                                          record], self.stream)
+                                                          record], self.stream, dependent=True)
                     guard()
                 else:
-                    self.tests.launch(self.kernel, [ctypes.c_uint64(handle), rr, record], self.stream)
+                    self.tests.launch(self.kernel, [ctypes.c_uint64(handle), rr, record], self.stream, dependent=True)
                 tested.append(squared_norm)
 
             body(test, self.arrays.copy_pairs)

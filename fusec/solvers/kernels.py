@@ -19,6 +19,15 @@ from ..runtime import while_graph
 SOURCE = r"""
 #include <cuda_runtime.h>
 
+// The loop's kernels may be programmatic dependent launches (sm_90 on): each waits first for
+// the kernel before it to end and its writes to be visible.
+__device__ __forceinline__ void follow_previous()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #define SURVEY_ROWS 64  // the most rows of A in a stripe of the survey: the bits of an unsigned long long
 #define SURVEY_BATCH 8  // rows of a stripe whose loads a thread has in flight at once
 
@@ -27,6 +36,7 @@ SOURCE = r"""
 template <typename real>
 __device__ void test(cudaGraphConditionalHandle loop, const real *squared_norm, double *record)
 {
+    follow_previous();
     if (record[3] != 0.0) {  // the first test of this body stopped the loop: keep its record
         cudaGraphSetConditional(loop, 0);
         return;
@@ -234,6 +244,7 @@ struct fusec_copies { const unsigned int *src[8]; unsigned int *dst[8]; };
 
 extern "C" __global__ void fusec_copy_arrays(fusec_copies copies, int count, long long words)
 {
+    follow_previous();
     long long stride = (long long)gridDim.x * blockDim.x;
     for (int k = 0; k < count; k++)
         for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
@@ -274,7 +285,9 @@ def loaded() -> while_graph.Kernels:
 @functools.lru_cache(maxsize=None)
 def _loaded(context: int) -> while_graph.Kernels:  # kept: a graph holding the test outlives any solve
     from .. import nvcc
-    return while_graph.Kernels(nvcc.compile_cubin(SOURCE, while_graph.device_arch()).cubin)
+    from ..runtime.cuda import has_dependent_launch
+    arch = while_graph.device_arch()
+    return while_graph.Kernels(nvcc.compile_cubin(SOURCE, arch).cubin, dependent=has_dependent_launch(arch))
 
 
 def _blocks(elements: int) -> int:
@@ -329,7 +342,7 @@ def copy_arrays(arrays, pairs, stream: int) -> None:
         for k, (dst, src) in enumerate(group):
             copies.src[k], copies.dst[k] = arrays.address(src), arrays.address(dst)
         loaded().launch("fusec_copy_arrays", [copies, ctypes.c_int(len(group)), ctypes.c_longlong(words)], stream,
-                        threads=THREADS, blocks=_blocks(words))
+                        threads=THREADS, blocks=_blocks(words), dependent=True)
 
 
 HEADER_BYTES = 64  # a survey's output: 4 doubles, then 8 unsigned ints (5 used); the columns' bits follow
