@@ -331,11 +331,12 @@ def section_twins(samples, singles, plans) -> list[str]:
                 priced.append(la.price / lb.price)
         measured, priced = np.array(measured), np.array(priced)
         agree = np.mean(np.sign(np.log(measured)) == np.sign(np.log(priced))) if len(measured) else float("nan")
+        alike = int(np.sum(priced == 1.0))
         lines += [f"**{title}**: {len(measured)} pairs; measured ratio gmean {gmean(measured):.3f}, "
                   f"quartiles {np.percentile(measured, 25):.2f} / {np.median(measured):.2f} / "
                   f"{np.percentile(measured, 75):.2f}, range {measured.min():.2f}-{measured.max():.2f}; "
-                  f"priced ratio gmean {gmean(priced):.3f}; the price orders the pair as measured in "
-                  f"{agree:.0%}.", ""]
+                  f"priced ratio gmean {gmean(priced):.3f}, {alike} pairs priced alike; the price orders the "
+                  f"pair as measured in {agree:.0%}.", ""]
     return lines
 
 
