@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--what", choices=("guard", "dependent"), default="guard", help="what is off and on")
     args = parser.parse_args()
     import cupy
+
     from bench.solvers import systems  # (hard, easy, b): bench.solvers' systems
     from fusec.solvers import checks
     from fusec.solvers.arrays import arrays_for
@@ -107,7 +108,7 @@ def main() -> None:
     ks = tuple(int(k) for k in args.k.split(","))
     sync = cupy.cuda.Device().synchronize
     print(f"GPU: {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}", flush=True)
-    print(f"\n| solver | dtype | n | " + " | ".join(f"k={k} off us | k={k} on us" for k in ks)
+    print("\n| solver | dtype | n | " + " | ".join(f"k={k} off us | k={k} on us" for k in ks)
           + " | to tolerance off us | on us | iterations | survey us |")
     print("|---|---|---:|" + "---:|" * (2 * len(ks) + 4))
     for case in args.cases.split(","):

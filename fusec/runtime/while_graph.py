@@ -204,8 +204,9 @@ class Kernels:
                    f"cuModuleGetFunction({name})")
             self._functions[name] = function
         if dependent and self.dependent and _dependent_launcher() is not None:
-            packed = type("Parameters", (ctypes.Structure,), {"_fields_": [(f"p{k}", type(a)) for k, a in enumerate(args)]})
-            _dependent_launcher()(function.value, blocks, threads, 0, stream, bytes(packed(*args)), True)
+            fields = [(f"p{k}", type(a)) for k, a in enumerate(args)]  # the kernel's ABI: natural alignment
+            packed = type("Parameters", (ctypes.Structure,), {"_fields_": fields})(*args)
+            _dependent_launcher()(function.value, blocks, threads, 0, stream, bytes(packed), True)
             return
         pointers = (_P * len(args))(*(ctypes.cast(ctypes.pointer(a), _P) for a in args))
         _check(self._cu.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, _P(stream), pointers, None),
