@@ -57,8 +57,8 @@ def _dag(name: str, lib=None):
 
 def test_the_bundled_functions_say_which_triangles_they_store():
     lib = library()
-    assert lib.functions["ssyr"].stored == lib.functions["ssyr2"].stored == ("A", "B")
-    assert lib.functions["strmv"].stored == lib.functions["strmtv_strict"].stored == ("A",)
+    assert lib.functions["ssyr"].stored == lib.functions["ssyr2"].stored == (("A", "triu"), ("B", "triu"))
+    assert lib.functions["strmv"].stored == lib.functions["strmtv_strict"].stored == (("A", "triu"),)
     assert not any(f.stored for name, f in lib.functions.items()
                    if name not in ("ssyr", "ssyr2", "strmv", "strmtv_strict"))
 
@@ -76,10 +76,15 @@ SSYR_STORED = "stored     A triu\nstored     B triu\n"
 
 
 @pytest.mark.parametrize("lines,error,column,phrase", [
-    ("stored     A triu\nstored     B tril\n", LibraryValidationError, 14, "unknown triangle 'tril'"),
-    ("stored     A triu\nstored     B\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
+    ("stored     A triu\nstored     B lower\n", LibraryValidationError, 14, "unknown triangle 'lower'"),
+    ("stored     A triu\nstored     B triL\n", LibraryValidationError, 14, "or the lower one, 'tril'"),
+    ("stored     A triu\nstored     B\n", LibraryFormatError, 12, "expected 'stored MATRIX triu' or 'stored MATRIX tril'"),
     ("stored     A triu\nstored     B triu upper\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
+    ("stored     A triu\nstored     B tril tril\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
     ("stored     A triu\nstored     A triu\n", LibraryValidationError, 12, "'stored' names 'A' twice (first on line"),
+    # a matrix names one triangle: the upper and the lower are not both stored
+    ("stored     A triu\nstored     A tril\n", LibraryValidationError, 12,
+     "'stored' names 'A' twice (first on line 6): a matrix is stored as one triangle"),
     ("stored     A triu\nstored     x triu\n", LibraryValidationError, 12, "'x', which is a vector"),
     ("stored     A triu\nstored     C triu\n", LibraryValidationError, 12,
      "'C', which is not a parameter nor the result"),
@@ -182,7 +187,7 @@ def test_a_triangle_may_be_returned():
     dag = _dag("syr_symv")
     returned = [dag.value(v) for v in dag.outputs]
     assert [v.name for v in returned] == ["B", "y"]
-    assert [oracle.stored_triangle(dag, library(), v) for v in dag.outputs] == [True, False]
+    assert [oracle.stored_triangle(dag, library(), v) for v in dag.outputs] == ["triu", None]
 
 
 def test_a_composite_that_reads_a_triangle_whole_is_a_library_error(mylib):
@@ -338,7 +343,7 @@ def test_the_analytic_model_counts_one_triangle():
     [kernel] = program.kernels
     matrices = {a.role: a.triangle for a in kernel.args if a.role in ("in", "out")
                 and dag.value(a.value).kind.value == "matrix"}
-    assert matrices == {"in": True, "out": True}
+    assert matrices == {"in": "triu", "out": "triu"}
     moved = traffic(kernel, dag, sizes, l2_bytes=0)
     assert moved == pytest.approx(2 * n * (n + 1) // 2 * 4, rel=0.01)
     trmv = build_space(_dag("trmv"), library(), "float32", sizes, DEFAULT).best().predicted
@@ -356,7 +361,7 @@ def test_a_matrix_read_whole_by_one_call_of_a_kernel_is_counted_whole():
     program = generate(dag, library(), plan, "float32")
     flags = {dag.value(a.value).name: a.triangle for k in program.kernels for a in k.args
              if a.role in ("in", "out") and dag.value(a.value).kind.value == "matrix"}
-    assert flags == {"A": True, "B": True}
+    assert flags == {"A": "triu", "B": "triu"}
     path = ROOT / "scripts" / "sgemv.script"
     sgemv = script_dag(None, path.read_text(encoding="utf-8"), str(path), library())
     program = generate(sgemv, library(), unfused_plan(sgemv, library()), "float32")
@@ -412,7 +417,7 @@ def test_a_numpy_out_array_keeps_its_values_below_the_diagonal():
     """NumPy results come back from a device buffer: for a result stored as one triangle only
     its values on and above the diagonal are copied into an out= array, so what it held below
     stays, as it does in an out= device array (the copy itself: the GPU tier runs the call)."""
-    from fusec.runtime.program import Program, copy_upper_triangle
+    from fusec.runtime.program import Program, copy_triangle
     triangles = {}
     for name in ("syr2", "syr_symv", "symv"):
         dag = script_dag(ROOT / "scripts" / "triangle" / f"{name}.script", None, "<test>", library())
@@ -421,6 +426,6 @@ def test_a_numpy_out_array_keeps_its_values_below_the_diagonal():
     assert triangles == {"syr2": {"B"}, "syr_symv": {"B"}, "symv": set()}
     for rows, cols in ((1, 1), (5, 5), (3, 6), (6, 3)):
         target, source = np.full((rows, cols), 7.0), np.arange(rows * cols, dtype=float).reshape(rows, cols)
-        copy_upper_triangle(target, source)
+        copy_triangle(target, source, "triu")
         upper = np.triu(np.ones((rows, cols), bool))
         assert (target[upper] == source[upper]).all() and (target[~upper] == 7.0).all()
