@@ -703,8 +703,8 @@ def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any, *, upper: 
         raise ValueError(f"shapes differ: computed {computed.shape}, reference "
                          f"{reference.shape}, gauge {gauge.shape}")
     if triangle and computed.ndim != 2:
-        raise ValueError(f"only a matrix has an {TRIANGLES[triangle]} triangle, not an array of shape"
-                         f" {computed.shape}")
+        raise ValueError(f"only a matrix has {'an' if triangle == 'triu' else 'a'} {TRIANGLES[triangle]} triangle,"
+                         f" not an array of shape {computed.shape}")
     eps = float(np.finfo(np.dtype(dtype)).eps)
     cols = computed.shape[-1] if triangle else 0
     computed, reference, gauge = computed.reshape(-1), reference.reshape(-1), gauge.reshape(-1)
