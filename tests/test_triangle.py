@@ -480,11 +480,11 @@ HOST = ROOT / "tests" / "data" / "triangle_host.cpp"
 HOST_SHAPES = [("float", 64, 8), ("float", 16, 4), ("double", 128, 4), ("double", 32, 8)]
 
 
-def _host_build(blas: Path, real: str, rows: int, block_y: int, out: Path) -> Path:
+def _host_build(blas: Path, real: str, rows: int, block_y: int, out: Path, source: Path = HOST) -> Path:
     import subprocess
-    exe = out / f"triangle_{real}_{rows}_{block_y}"
+    exe = out / f"{source.stem}_{real}_{rows}_{block_y}"
     subprocess.run(["g++", "-std=c++17", "-O1", "-Wno-unknown-pragmas", f"-DREAL={real}", f"-DTILE_ROWS={rows}",
-                    f"-DBLOCK_Y={block_y}", "-I", str(blas), str(HOST), "-o", str(exe)],
+                    f"-DBLOCK_Y={block_y}", "-I", str(blas), str(source), "-o", str(exe)],
                    check=True, capture_output=True, timeout=300)
     return exe
 
@@ -541,5 +541,55 @@ def test_the_host_run_finds_a_broken_routine(tmp_path, edit, phrase):
     text = file.read_text(encoding="utf-8")
     file.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
     exe = _host_build(blas, "float", 64, 8, tmp_path)
+    run = _host_run(exe, 257, True)
+    assert run.returncode == 1 and f"failed: {phrase} (" in run.stdout, run.stdout
+
+
+HOST_LOWER = ROOT / "tests" / "data" / "triangle_lower_host.cpp"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("real,rows,block_y", HOST_SHAPES)
+def test_the_lower_triangle_routines_on_the_host(tmp_path, real, rows, block_y):
+    """The same of triangle_lower.cuh's routines, ssyr_lower's and ssyr2_lower's, over a
+    matrix whose upper triangle is NaN: strmv_lower and strmtv_strict_lower (both
+    implementations), ssyr_lower and ssyr2_lower equal double sums on and below the diagonal
+    and write nothing above it (tril_tile_store); every value on or below the diagonal is loaded
+    once and no 16-byte piece wholly above it is loaded."""
+    exe = _host_build(LIBRARY, real, rows, block_y, tmp_path, HOST_LOWER)
+    for n in (1, 2, 31, 33, 257, 260):
+        for aligned in (True, False):
+            run = _host_run(exe, n, aligned)
+            assert run.returncode == 0 and run.stdout.startswith("ok"), (n, aligned, run.stdout, run.stderr)
+    run = _host_run(exe, 1000, True)
+    read, total = (int(w) for w in re.match(r"ok (\d+) of (\d+)", run.stdout).groups())
+    vec = 16 // (4 if real == "float" else 8)
+    assert read == sum(min(1000, (r // vec + 1) * vec) for r in range(1000)) and read < 0.51 * total
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("edit,phrase", [
+    (("if (row < c.rows && col <= row) {", "if (row < c.rows) {"), "read above the diagonal"),
+    (("if (col + j > row) a[k * VEC + j] = real(0);", "if (false) a[k * VEC + j] = real(0);"),
+     "strmv_lower (registers)"),
+    (("return c.col0 + TILE_COLS - 1 <= c.row0;", "return c.col0 <= c.row0;"), "read above the diagonal"),
+    (("if (row > col + v) y[v] += a[k * VEC + v] * x[k];", "y[v] += a[k * VEC + v] * x[k];"),
+     "strmtv_strict_lower (registers)"),
+    (("y[v] += v < below ? a[k * VEC + v] * x : real(0);", "y[v] += v <= below ? a[k * VEC + v] * x : real(0);"),
+     "strmtv_strict_lower (shared_x)"),
+    (("if (col + j <= row && col + j < c.cols) p[col + j]", "if (col + j < c.cols) p[col + j]"),
+     "ssyr_lower wrote above the diagonal"),
+    (("if (tril_tile_above(c)) return;\n  if (tril_tile_below(c)) {", "if (true) {"),
+     "ssyr2_lower wrote above the diagonal"),
+])
+def test_the_lower_host_run_finds_a_broken_routine(tmp_path, edit, phrase):
+    """Each of these edits of triangle_lower.cuh fails the lower triangle's host run."""
+    blas = tmp_path / "blas"
+    shutil.copytree(LIBRARY, blas, ignore=shutil.ignore_patterns("tunings"))
+    file = blas / "triangle_lower.cuh"
+    text = file.read_text(encoding="utf-8")
+    assert edit[0] in text
+    file.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    exe = _host_build(blas, "float", 64, 8, tmp_path, HOST_LOWER)
     run = _host_run(exe, 257, True)
     assert run.returncode == 1 and f"failed: {phrase} (" in run.stdout, run.stdout
