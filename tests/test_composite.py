@@ -339,7 +339,8 @@ def test_a_bad_call_of_a_composite_is_located(call, declarations, error, column,
 # -- the bundled ssymv_lower: the same of the lower triangle -------------------------------
 
 SYMV_LOWER = ROOT / "scripts" / "triangle" / "symv_lower.script"
-CALL_LOWER = CALL.replace("# symv as one call", "# symv of the lower triangle as one call").replace("ssymv(", "ssymv_lower(")
+CALL_LOWER = CALL.replace("# symv as one call", "# symv of the lower triangle as one call").replace("ssymv(",
+                                                                                                 "ssymv_lower(")
 
 
 def test_ssymv_lower_is_a_composite_of_the_symv_lower_scripts_calls():

@@ -26,9 +26,9 @@ F, V = LibraryFormatError, LibraryValidationError
 README = ROOT / "docs" / "library-format.md"
 
 BLAS_FUNCTIONS = ["sasum", "saxpby", "saxpy", "scopy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv",
-                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "ssyr", "ssyr2", "ssyr2_lower", "ssyr_lower",
-                  "strmtv_strict", "strmtv_strict_lower", "strmv", "strmv_lower", "svadd", "svdiv", "svmul", "swaxpby",
-                  "sxmay"]
+                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "ssyr", "ssyr2", "ssyr2_lower",
+                  "ssyr_lower", "strmtv_strict", "strmtv_strict_lower", "strmv", "strmv_lower", "svadd", "svdiv",
+                  "svmul", "swaxpby", "sxmay"]
 
 
 # -- a minimal library --------------------------------------------------------------

@@ -79,7 +79,8 @@ SSYR_STORED = "stored     A triu\nstored     B triu\n"
 @pytest.mark.parametrize("lines,error,column,phrase", [
     ("stored     A triu\nstored     B lower\n", LibraryValidationError, 14, "unknown triangle 'lower'"),
     ("stored     A triu\nstored     B triL\n", LibraryValidationError, 14, "or the lower one, 'tril'"),
-    ("stored     A triu\nstored     B\n", LibraryFormatError, 12, "expected 'stored MATRIX triu' or 'stored MATRIX tril'"),
+    ("stored     A triu\nstored     B\n", LibraryFormatError, 12,
+     "expected 'stored MATRIX triu' or 'stored MATRIX tril'"),
     ("stored     A triu\nstored     B triu upper\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
     ("stored     A triu\nstored     B tril tril\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
     ("stored     A triu\nstored     A triu\n", LibraryValidationError, 12, "'stored' names 'A' twice (first on line"),
@@ -643,6 +644,7 @@ def test_the_h200_database_prices_the_lower_functions_by_the_analytic_model():
     after it): it still serves the library, and a kernel calling them is priced by the
     database GPU's analytic model (a warning, no error), as a routine missing from a database is."""
     import warnings as _warnings
+
     from fusec.cost.perfdb.model import PerfdbPredictor
     from fusec.families import build_kernel
     database = store.load(data.PERFDB / "h200.json", library())

@@ -29,8 +29,14 @@ from fusec.library.loader import load_library
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, LIBRARY, ROOT, library
-from tests.library_scripts import (TRIANGLE_FUNCTIONS, TRIANGLE_ROUTINES, TRIANGLE_SCRIPTS, TRIL_FUNCTIONS,
-                                   TRIL_ROUTINES, unstored)
+from tests.library_scripts import (
+    TRIANGLE_FUNCTIONS,
+    TRIANGLE_ROUTINES,
+    TRIANGLE_SCRIPTS,
+    TRIL_FUNCTIONS,
+    TRIL_ROUTINES,
+    unstored,
+)
 
 SCRIPTS = {name: (ROOT / "scripts" / "triangle" / f"{name}.script") for name in TRIANGLE_SCRIPTS}
 SIZES = (1, 2, 31, 33, 1000, 4097)

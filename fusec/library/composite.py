@@ -92,7 +92,8 @@ def _check_triangles(composite: Composite, functions: Mapping[str, Function],
             read = reads_one_triangle(callee, param.name, functions, composites)
             if read != made:
                 outside = "below" if made == "triu" else "above"
-                _fail(f"{triangle_mismatch(made, read, f'argument {index} of {callee.name}', arg)} (made by {maker}): {outside} the"
+                problem = triangle_mismatch(made, read, f"argument {index} of {callee.name}", arg)
+                _fail(f"{problem} (made by {maker}): {outside} the"
                       " diagonal it holds whatever its array held", coord)
         made = makes_one_triangle(callee, functions, composites)
         if made is not None:

@@ -23,6 +23,7 @@ from ..ir import geometry as geo
 from ..validate import printable, shown
 from .composite import check_composites
 from .model import (
+    TRIANGLES,
     Access,
     Composite,
     CompositeCall,
@@ -39,7 +40,6 @@ from .model import (
     SourceFile,
     Storage,
     ThreadMapping,
-    TRIANGLES,
 )
 
 LIBRARY_FILE = "library.fusec"

@@ -63,8 +63,17 @@ from . import (
 from .arrays import DEVICE, NUMPY, ArrayArg, Binding, bind, scalar_checker, scalar_limit
 from .arrays import array_arg as _array_arg
 from .plan_text import describe, minimum_bytes
-from .prepared import (Launch, PreparedCall, Turn, Turns, input_extents, native_call, native_kernel, placed_elsewhere,
-                       signature)
+from .prepared import (
+    Launch,
+    PreparedCall,
+    Turn,
+    Turns,
+    input_extents,
+    native_call,
+    native_kernel,
+    placed_elsewhere,
+    signature,
+)
 
 PREPARED_CALLS = 16  # signatures remembered per program
 PLANS_FOR_SIZES = 8  # plans compiled for other sizes (its own cannot serve them, or one was tuned there)
