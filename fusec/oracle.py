@@ -41,7 +41,7 @@ from .errors import ArgumentError, FusecError, LibraryValidationError, UnknownFu
 from .ir import expr
 from .ir import geometry as geo
 from .ir.dag import Constant, Dag
-from .library.model import Function, Kind
+from .library.model import TRIANGLES, Function, Kind
 
 __all__ = [
     "Expected", "OutputCheck", "check_outputs", "check_reference", "evaluate", "expect", "gauge",
@@ -314,18 +314,21 @@ def reads_one_triangle(function: Function, name: str, size: int = 6) -> bool:
     """Whether ``function``'s reference leaves ``name`` (a square matrix parameter) below its
     diagonal out: evaluated on random values at ``size`` with NaN there, the result (its
     stored triangle where it declares one) holds no NaN. What a ``stored A triu`` line of
-    the library promises (:func:`fusec.library.loader.load_library` checks it)."""
+    the library promises (:func:`fusec.library.loader.load_library` checks it); of a
+    ``stored A tril`` line the same above the diagonal."""
     rng = np.random.default_rng(0)
     env: dict[str, np.ndarray] = {}
     for param in function.params:
         shape = (size,) * len(param.dims)
         env[param.name] = np.asarray(rng.uniform(0.5, 1.0, shape) if shape else 0.7)
     env[name] = env[name].copy()
-    env[name][np.tril_indices(size, -1)] = np.nan
+    outside = np.tril_indices(size, -1) if function.triangle(name) != "tril" else np.triu_indices(size, 1)
+    env[name][outside] = np.nan
     with np.errstate(invalid="ignore"):
         result = np.asarray(_walk(_checked(function), env, None)[0])
-    if function.result.name in function.stored:
-        result = np.triu(result)
+    made = function.triangle(function.result.name)
+    if made is not None:
+        result = (np.triu if made == "triu" else np.tril)(result)
     return not np.isnan(result).any()
 
 
@@ -677,26 +680,33 @@ def sum_lengths(dag: Dag, library: Any, sizes: Mapping[str, int]) -> dict[int, i
 # ---------------------------------------------------------------------------
 
 
-def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any, *, upper: bool = False) -> float:
+def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any, *, upper: bool = False,
+               triangle: str | None = None) -> float:
     """``max_i |computed_i - reference_i| / (eps * gauge_i)`` (SMVCH's ratio).
 
     ``eps = numpy.finfo(dtype).eps`` of the compiled precision. Where
     ``gauge_i == 0`` the element contributes 0 if it is exact and ``inf``
     otherwise. NaN anywhere in ``computed`` (or in the reference or gauge)
     gives ``inf``: NaN never passes. The three shapes must match. With
-    ``upper`` (a matrix of which only the upper triangle is stored) only the
-    elements on and above the diagonal count: what lies below is not written.
+    ``triangle="triu"`` (or ``upper``: a matrix of which only the upper triangle
+    is stored) only the elements on and above the diagonal count: what lies below
+    is not written; with ``triangle="tril"`` those on and below it.
     """
+    if upper:
+        triangle = "triu"
+    if triangle not in (None, "triu", "tril"):
+        raise ValueError(f"a triangle is 'triu' or 'tril', not {triangle!r}")
     computed = np.asarray(computed)
     reference = np.asarray(reference, dtype=np.float64)
     gauge = np.asarray(gauge, dtype=np.float64)
     if not computed.shape == reference.shape == gauge.shape:
         raise ValueError(f"shapes differ: computed {computed.shape}, reference "
                          f"{reference.shape}, gauge {gauge.shape}")
-    if upper and computed.ndim != 2:
-        raise ValueError(f"only a matrix has an upper triangle, not an array of shape {computed.shape}")
+    if triangle and computed.ndim != 2:
+        raise ValueError(f"only a matrix has {'an' if triangle == 'triu' else 'a'} {TRIANGLES[triangle]} triangle,"
+                         f" not an array of shape {computed.shape}")
     eps = float(np.finfo(np.dtype(dtype)).eps)
-    cols = computed.shape[-1] if upper else 0
+    cols = computed.shape[-1] if triangle else 0
     computed, reference, gauge = computed.reshape(-1), reference.reshape(-1), gauge.reshape(-1)
     worst = 0.0
     # in slices, so the float64 temporaries of a large matrix stay in cache (a
@@ -704,9 +714,9 @@ def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any, *, upper: 
     for start in range(0, computed.size, _SLICE):
         part = slice(start, start + _SLICE)
         a, b, g = computed[part], reference[part], gauge[part]
-        if upper:  # the flat indices of the slice on or above the diagonal: column >= row
+        if triangle:  # the flat indices of the slice in the triangle: column >= row (<= for tril)
             index = np.arange(start, start + a.size)
-            keep = index % cols >= index // cols
+            keep = index % cols >= index // cols if triangle == "triu" else index % cols <= index // cols
             a, b, g = a[keep], b[keep], g[keep]
         worst = max(worst, _ratio(a.astype(np.float64), b, g, eps))
         if worst == math.inf:
@@ -714,26 +724,32 @@ def test_ratio(computed: Any, reference: Any, gauge: Any, dtype: Any, *, upper: 
     return worst
 
 
-def _upper_nonzero(a: np.ndarray) -> bool:
-    """Whether a matrix has a value other than 0 on or above its diagonal (by bands of rows:
-    no copy of a large matrix)."""
-    return any(np.count_nonzero(np.triu(a[r:r + 256], r)) for r in range(0, a.shape[0], 256))
+def _cut(triangle: str):
+    """NumPy's ``triu`` or ``tril``."""
+    return np.triu if triangle == "triu" else np.tril
 
 
-def _upper_nan(a: np.ndarray) -> bool:
-    """Whether a matrix holds NaN on or above its diagonal."""
-    return any(np.isnan(np.triu(a[r:r + 256].astype(np.float64), r)).any() for r in range(0, a.shape[0], 256))
+def _triangle_nonzero(a: np.ndarray, triangle: str) -> bool:
+    """Whether a matrix has a value other than 0 in the triangle (by bands of rows: no copy
+    of a large matrix; band r's diagonal is its column r)."""
+    return any(np.count_nonzero(_cut(triangle)(a[r:r + 256], r)) for r in range(0, a.shape[0], 256))
 
 
-def stored_triangle(dag: Dag, library: Any, value: int) -> bool:
-    """Whether the value ``value`` of ``dag`` holds only its upper triangle: the result of a
-    call whose function says ``stored RESULT triu`` (below the diagonal it holds whatever its
-    array held)."""
+def _triangle_nan(a: np.ndarray, triangle: str) -> bool:
+    """Whether a matrix holds NaN in the triangle (``triu``: on or above its diagonal)."""
+    return any(np.isnan(_cut(triangle)(a[r:r + 256].astype(np.float64), r)).any()
+               for r in range(0, a.shape[0], 256))
+
+
+def stored_triangle(dag: Dag, library: Any, value: int) -> str | None:
+    """The one triangle the value ``value`` of ``dag`` holds, ``"triu"`` or ``"tril"``: the
+    result of a call whose function says ``stored RESULT triu`` (``tril``; outside it the
+    value holds whatever its array held); None for a value held whole."""
     made = dag.value(value)
     if made.producer is None:
-        return False
+        return None
     function = library.functions.get(dag.call(made.producer).function)
-    return function is not None and function.result.name in function.stored
+    return None if function is None else function.triangle(function.result.name)
 
 
 _SLICE = 1 << 16  # elements
@@ -822,20 +838,22 @@ def check_outputs(dag: Dag, library: Any, inputs: Mapping[str, Any],
             checks.append(OutputCheck(name, math.inf, limit, False, "no output of this name"))
             continue
         computed = np.asarray(outputs[name])
-        upper = stored_triangle(dag, library, vid)
+        triangle = stored_triangle(dag, library, vid)
         try:
-            ratio = test_ratio(computed, reference[vid], magnitudes[vid], dtype, upper=upper)
+            ratio = test_ratio(computed, reference[vid], magnitudes[vid], dtype, triangle=triangle)
         except ValueError:
             checks.append(OutputCheck(name, math.inf, limit, False,
                                       f"shape {computed.shape}, expected "
                                       f"{reference[vid].shape}"))
             continue
-        if not (_upper_nonzero(reference[vid]) if upper else np.count_nonzero(reference[vid])):
+        if not (_triangle_nonzero(reference[vid], triangle) if triangle else np.count_nonzero(reference[vid])):
             reason = "the reference is all zeros: a broken test, not a pass"
         elif ratio < limit:
             reason = ""
-        elif (_upper_nan(computed) if upper else np.isnan(computed.astype(np.float64, copy=False)).any()):
-            reason = "the output contains NaN" + (" on or above the diagonal" if upper else "")
+        elif (_triangle_nan(computed, triangle) if triangle
+              else np.isnan(computed.astype(np.float64, copy=False)).any()):
+            reason = "the output contains NaN" + (f" on or {'above' if triangle == 'triu' else 'below'} the diagonal"
+                                                  if triangle else "")
         else:
             reason = f"ratio {ratio:.4g} >= threshold {limit:.4g} (k = {k[vid]})"
         checks.append(OutputCheck(name, ratio, limit, not reason, reason))

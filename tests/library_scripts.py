@@ -134,9 +134,27 @@ DIVISORS = {"vdiv": "y", "vdiv_dot": "y"}
 TRIANGLE_ROUTINES = ("strict_gemtv_compute", "strict_gemtv_x_compute", "syr2_compute", "syr_compute", "tri_x_load",
                      "triu_tile_load", "triu_tile_store", "trmv_x_compute")
 
-# The functions on that part: a performance database built before them lacks their probes
-# (their own routines, and the vector loads they make in every iteration of the loop).
-TRIANGLE_FUNCTIONS = ("ssyr", "ssyr2", "strmtv_strict", "strmv")
+# The routines of the lower triangle's part (triangle_lower.fusec, triangle_lower.cuh) and of
+# the functions on it (strmv_lower, strmtv_strict_lower, ssyr_lower, ssyr2_lower), which no
+# shipped database has timed: `fusec perfdb build --missing` adds them.
+TRIL_ROUTINES = ("strict_lower_gemtv_compute", "strict_lower_gemtv_x_compute", "syr2_lower_compute",
+                 "syr_lower_compute", "tril_tile_load", "tril_tile_store")
 
-# Scripts of one stored triangle of a square matrix (scripts/triangle/), sized by n alone.
-TRIANGLE_SCRIPTS = ("symv", "syr2", "syr_symv", "trmv")
+# The functions on the lower triangle (`stored A tril`).
+TRIL_FUNCTIONS = ("ssyr2_lower", "ssyr_lower", "strmtv_strict_lower", "strmv_lower")
+
+# The functions on those parts: a performance database built before them lacks their probes
+# (their own routines, and the vector loads they make in every iteration of the loop).
+TRIANGLE_FUNCTIONS = ("ssyr", "ssyr2", "strmtv_strict", "strmv") + TRIL_FUNCTIONS
+
+# Scripts of one stored triangle of a square matrix (scripts/triangle/), sized by n alone: the
+# upper triangle's, then the same of the lower one (NAME_lower).
+TRIL_SCRIPTS = ("symv_lower", "syr2_lower", "syr_symv_lower", "trmv_lower")
+TRIANGLE_SCRIPTS = ("symv", "syr2", "syr_symv", "trmv") + TRIL_SCRIPTS
+
+
+def unstored(name: str, n: int) -> tuple:
+    """The indices of an n x n matrix that script ``name`` of TRIANGLE_SCRIPTS neither reads nor
+    writes: below the diagonal for the upper triangle's scripts, above it for the lower's."""
+    import numpy as np
+    return np.triu_indices(n, 1) if name in TRIL_SCRIPTS else np.tril_indices(n, -1)

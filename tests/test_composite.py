@@ -334,3 +334,61 @@ def test_a_bad_call_of_a_composite_is_located(call, declarations, error, column,
         _dag(text)
     assert _where(info.value) == ("call.script", line, column)
     assert phrase in info.value.message
+
+
+# -- the bundled ssymv_lower: the same of the lower triangle -------------------------------
+
+SYMV_LOWER = ROOT / "scripts" / "triangle" / "symv_lower.script"
+CALL_LOWER = CALL.replace("# symv as one call", "# symv of the lower triangle as one call").replace("ssymv(",
+                                                                                                 "ssymv_lower(")
+
+
+def test_ssymv_lower_is_a_composite_of_the_symv_lower_scripts_calls():
+    composite = library().composites["ssymv_lower"]
+    assert composite.signature() == "ssymv_lower(A: matrix[m, n], x: vector[n]) -> y: vector[m]"
+    assert [c.function for c in composite.calls] == ["strmv_lower", "strmtv_strict_lower", "svadd"]
+    assert Path(composite.file).name == "symv_lower.fusec"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ssymv_lower_generates_the_symv_lower_scripts_code_and_plan(dtype):
+    """As ssymv's, on the H200, whose database has no timings of the lower triangle's routines:
+    both are priced alike, by the analytic model, and fused the same (two kernels)."""
+    options = dict(dtype=dtype, sizes={"n": 4097}, gpu="h200", tuned=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FusecWarning)
+        script = fusec.compile(source=SYMV_LOWER.read_text(encoding="utf-8"), name="symv_lower.script", **options)
+        call = fusec.compile(source=CALL_LOWER, name="call.script", **options)
+    assert len(call.generated.kernels) == 2
+    normalise = lambda text, name: _normalised(text, name).replace("  (in ssymv_lower)", "").replace(  # noqa: E731
+        "ssymv_lower_y", "y")
+    assert normalise(call.generated.source, "call.script") == normalise(script.generated.source, "symv_lower.script")
+    assert "call.script:5  ssymv_lower_y1 = strmv_lower(A, x)  (in ssymv_lower)" in call.describe()
+
+
+@pytest.mark.nvcc
+def test_the_ssymv_lower_code_compiles_with_nvcc():
+    from fusec import nvcc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FusecWarning)
+        programs = [fusec.compile(source=CALL_LOWER, name="call.script", dtype=dtype, sizes={"n": 4097},
+                                  gpu="h200", tuned=False) for dtype in DTYPES]
+    for program, cubin in zip(programs, nvcc.compile_many([p.generated.source for p in programs], "sm_90")):
+        assert set(cubin.resources) == {k.name for k in program.generated.kernels}
+        assert all(r.spill_stores == 0 for r in cubin.resources.values())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", (1, 2, 31, 33, 1000))
+def test_the_oracle_is_numpys_lower_symv(n, dtype):
+    """np.tril(A) @ x + np.tril(A, -1).T @ x; A's upper triangle (NaN) plays no part."""
+    dag = _dag(CALL_LOWER)
+    rng = np.random.default_rng(n)
+    A, x = rng.uniform(-0.5, 0.5, (n, n)).astype(dtype), rng.uniform(-0.5, 0.5, n).astype(dtype)
+    expected = oracle.expect(dag, library(), {"A": A, "x": x})
+    (out,) = dag.outputs
+    a, v = A.astype(np.float64), x.astype(np.float64)
+    np.testing.assert_allclose(expected.reference[out], (np.tril(a) + np.tril(a, -1).T) @ v, rtol=1e-12, atol=1e-14)
+    poisoned = A.copy()
+    poisoned[np.triu_indices(n, 1)] = np.nan
+    assert not np.isnan(oracle.evaluate(dag, library(), {"A": poisoned, "x": x})[out]).any()

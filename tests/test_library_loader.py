@@ -26,8 +26,9 @@ F, V = LibraryFormatError, LibraryValidationError
 README = ROOT / "docs" / "library-format.md"
 
 BLAS_FUNCTIONS = ["sasum", "saxpby", "saxpy", "scopy", "sdot", "sgemtv", "sgemtv_a", "sgemtv_ab", "sgemv",
-                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "ssyr", "ssyr2", "strmtv_strict", "strmv",
-                  "svadd", "svdiv", "svmul", "swaxpby", "sxmay"]
+                  "sgemv_a", "sgemv_ab", "sger", "smadd", "snrm2", "sscal", "ssyr", "ssyr2", "ssyr2_lower",
+                  "ssyr_lower", "strmtv_strict", "strmtv_strict_lower", "strmv", "strmv_lower", "svadd", "svdiv",
+                  "svmul", "swaxpby", "sxmay"]
 
 
 # -- a minimal library --------------------------------------------------------------
@@ -653,7 +654,8 @@ def test_files_are_hashed_one_by_one(tmp_path):
     lib = load_library(LIBRARY)
     assert set(lib.files) == {"library.fusec", "prelude.cuh", "vector.cuh", "tile.cuh", "band.cuh", "triangle.fusec",
                               "triangle.cuh", "triangle_store.fusec", "triangle_store.cuh",
-                              "symv.fusec"} | {Path(f.file).name for f in lib.functions.values()}
+                              "symv.fusec", "triangle_lower.fusec", "triangle_lower.cuh",
+                              "symv_lower.fusec"} | {Path(f.file).name for f in lib.functions.values()}
     copy = tmp_path / "copy"
     shutil.copytree(LIBRARY, copy)
     routine = copy / "sdot.cu"

@@ -57,10 +57,11 @@ def _dag(name: str, lib=None):
 
 def test_the_bundled_functions_say_which_triangles_they_store():
     lib = library()
-    assert lib.functions["ssyr"].stored == lib.functions["ssyr2"].stored == ("A", "B")
-    assert lib.functions["strmv"].stored == lib.functions["strmtv_strict"].stored == ("A",)
+    assert lib.functions["ssyr"].stored == lib.functions["ssyr2"].stored == (("A", "triu"), ("B", "triu"))
+    assert lib.functions["strmv"].stored == lib.functions["strmtv_strict"].stored == (("A", "triu"),)
     assert not any(f.stored for name, f in lib.functions.items()
-                   if name not in ("ssyr", "ssyr2", "strmv", "strmtv_strict"))
+                   if name not in ("ssyr", "ssyr2", "strmv", "strmtv_strict")
+                   and not name.endswith("_lower"))
 
 
 def _edit(mylib: Path, file: str, old: str, new: str) -> int:
@@ -76,10 +77,16 @@ SSYR_STORED = "stored     A triu\nstored     B triu\n"
 
 
 @pytest.mark.parametrize("lines,error,column,phrase", [
-    ("stored     A triu\nstored     B tril\n", LibraryValidationError, 14, "unknown triangle 'tril'"),
-    ("stored     A triu\nstored     B\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
+    ("stored     A triu\nstored     B lower\n", LibraryValidationError, 14, "unknown triangle 'lower'"),
+    ("stored     A triu\nstored     B triL\n", LibraryValidationError, 14, "or the lower one, 'tril'"),
+    ("stored     A triu\nstored     B\n", LibraryFormatError, 12,
+     "expected 'stored MATRIX triu' or 'stored MATRIX tril'"),
     ("stored     A triu\nstored     B triu upper\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
+    ("stored     A triu\nstored     B tril tril\n", LibraryFormatError, 12, "expected 'stored MATRIX triu'"),
     ("stored     A triu\nstored     A triu\n", LibraryValidationError, 12, "'stored' names 'A' twice (first on line"),
+    # a matrix names one triangle: the upper and the lower are not both stored
+    ("stored     A triu\nstored     A tril\n", LibraryValidationError, 12,
+     "'stored' names 'A' twice (first on line 6): a matrix is stored as one triangle"),
     ("stored     A triu\nstored     x triu\n", LibraryValidationError, 12, "'x', which is a vector"),
     ("stored     A triu\nstored     C triu\n", LibraryValidationError, 12,
      "'C', which is not a parameter nor the result"),
@@ -182,7 +189,7 @@ def test_a_triangle_may_be_returned():
     dag = _dag("syr_symv")
     returned = [dag.value(v) for v in dag.outputs]
     assert [v.name for v in returned] == ["B", "y"]
-    assert [oracle.stored_triangle(dag, library(), v) for v in dag.outputs] == [True, False]
+    assert [oracle.stored_triangle(dag, library(), v) for v in dag.outputs] == ["triu", None]
 
 
 def test_a_composite_that_reads_a_triangle_whole_is_a_library_error(mylib):
@@ -338,7 +345,7 @@ def test_the_analytic_model_counts_one_triangle():
     [kernel] = program.kernels
     matrices = {a.role: a.triangle for a in kernel.args if a.role in ("in", "out")
                 and dag.value(a.value).kind.value == "matrix"}
-    assert matrices == {"in": True, "out": True}
+    assert matrices == {"in": "triu", "out": "triu"}
     moved = traffic(kernel, dag, sizes, l2_bytes=0)
     assert moved == pytest.approx(2 * n * (n + 1) // 2 * 4, rel=0.01)
     trmv = build_space(_dag("trmv"), library(), "float32", sizes, DEFAULT).best().predicted
@@ -356,7 +363,7 @@ def test_a_matrix_read_whole_by_one_call_of_a_kernel_is_counted_whole():
     program = generate(dag, library(), plan, "float32")
     flags = {dag.value(a.value).name: a.triangle for k in program.kernels for a in k.args
              if a.role in ("in", "out") and dag.value(a.value).kind.value == "matrix"}
-    assert flags == {"A": True, "B": True}
+    assert flags == {"A": "triu", "B": "triu"}
     path = ROOT / "scripts" / "sgemv.script"
     sgemv = script_dag(None, path.read_text(encoding="utf-8"), str(path), library())
     program = generate(sgemv, library(), unfused_plan(sgemv, library()), "float32")
@@ -412,7 +419,7 @@ def test_a_numpy_out_array_keeps_its_values_below_the_diagonal():
     """NumPy results come back from a device buffer: for a result stored as one triangle only
     its values on and above the diagonal are copied into an out= array, so what it held below
     stays, as it does in an out= device array (the copy itself: the GPU tier runs the call)."""
-    from fusec.runtime.program import Program, copy_upper_triangle
+    from fusec.runtime.program import Program, copy_triangle
     triangles = {}
     for name in ("syr2", "syr_symv", "symv"):
         dag = script_dag(ROOT / "scripts" / "triangle" / f"{name}.script", None, "<test>", library())
@@ -421,6 +428,252 @@ def test_a_numpy_out_array_keeps_its_values_below_the_diagonal():
     assert triangles == {"syr2": {"B"}, "syr_symv": {"B"}, "symv": set()}
     for rows, cols in ((1, 1), (5, 5), (3, 6), (6, 3)):
         target, source = np.full((rows, cols), 7.0), np.arange(rows * cols, dtype=float).reshape(rows, cols)
-        copy_upper_triangle(target, source)
+        copy_triangle(target, source, "triu")
         upper = np.triu(np.ones((rows, cols), bool))
         assert (target[upper] == source[upper]).all() and (target[~upper] == 7.0).all()
+
+
+# -- the lower triangle: 'stored MATRIX tril' --------------------------------------------------
+
+def test_the_lower_functions_say_tril():
+    lib = library()
+    assert lib.functions["ssyr_lower"].stored == lib.functions["ssyr2_lower"].stored == (("A", "tril"), ("B", "tril"))
+    assert lib.functions["strmv_lower"].stored == lib.functions["strmtv_strict_lower"].stored == (("A", "tril"),)
+    assert lib.functions["ssyr_lower"].triangle("B") == "tril" and lib.functions["ssyr_lower"].triangle("x") is None
+    for name in ("ssyr_lower", "ssyr2_lower", "strmv_lower", "strmtv_strict_lower"):
+        assert oracle.reads_one_triangle(lib.functions[name], "A")
+
+
+@pytest.mark.parametrize("file,reference", [
+    ("strmv_lower.cu", "A @ x"),             # the whole matrix
+    ("strmv_lower.cu", "triu(A) @ x"),       # the other triangle
+    ("strmv_lower.cu", "tril(A, 1) @ x"),    # one diagonal above it
+    ("strmtv_strict_lower.cu", "triu(A, 0).T @ x"),
+])
+def test_a_tril_parameter_whose_reference_reads_above_the_diagonal_is_located(mylib, file, reference):
+    """The loader evaluates the reference with NaN above the diagonal of a 'stored A tril'
+    parameter."""
+    old = re.search(r"reference  (.*)\n", (mylib / file).read_text(encoding="utf-8")).group(1)
+    _edit(mylib, file, f"reference  {old}\n", f"reference  {reference}\n")
+    line = (mylib / file).read_text(encoding="utf-8").split("\n").index("stored     A tril") + 1
+    with pytest.raises(LibraryValidationError) as caught:
+        load_library(mylib)
+    assert _where(caught.value) == (file, line, 12)
+    assert "'stored A tril' says" in caught.value.message
+    assert "reads only A's lower triangle, but its reference" in caught.value.message
+    assert "depends on A above the diagonal" in caught.value.message
+
+
+def test_a_tril_parameter_must_be_square(mylib):
+    line = _edit(mylib, "ssyr_lower.cu", "square     A\n", "")
+    with pytest.raises(LibraryValidationError) as caught:
+        load_library(mylib)
+    assert _where(caught.value) == ("ssyr_lower.cu", line, 12)
+    assert "'stored A tril' needs A square: say 'square A' too" in caught.value.message
+
+
+SYR_LOWER_THEN = SYR_THEN.replace("B = ssyr(alpha, A, x);", "B = ssyr_lower(alpha, A, x);")
+LOWER_READERS = "ssymv_lower, ssyr2_lower, ssyr_lower, strmtv_strict_lower, strmv_lower"
+
+
+@pytest.mark.parametrize("call,out,column,callee,reads", [
+    ("y = sgemv(B, p);", "y", 11, "argument 1 of sgemv", "the whole matrix"),
+    ("C = smadd(A, B);", "C", 14, "argument 2 of smadd", "the whole matrix"),
+    ("y = strmv(B, p);", "y", 11, "argument 1 of strmv", "only its upper triangle"),
+    ("y = ssymv(B, p);", "y", 11, "argument 1 of ssymv", "only its upper triangle"),
+    ("C = ssyr(alpha, B, p);", "C", 17, "argument 2 of ssyr", "only its upper triangle"),
+])
+def test_a_lower_triangle_goes_to_lower_readers_alone(call, out, column, callee, reads):
+    """A value of the lower triangle passed to a function reading the whole matrix, or the
+    upper triangle alone: a TriangleError at the argument, naming the functions that take it."""
+    with pytest.raises(TriangleError) as caught:
+        script_dag(None, SYR_LOWER_THEN.format(call=call, out=out), "t.script", library())
+    assert (caught.value.coord.line, caught.value.coord.column) == (6, column)
+    message = caught.value.message
+    assert f"{callee} reads {reads}, but 'B' holds only its lower triangle (ssyr_lower on line 5" in message
+    assert "above the diagonal it holds whatever its array held" in message
+    assert f"Functions that read one stored lower triangle: {LOWER_READERS}" in message
+
+
+@pytest.mark.parametrize("call,out,column,callee", [
+    ("y = strmv_lower(B, p);", "y", 17, "argument 1 of strmv_lower"),
+    ("y = ssymv_lower(B, p);", "y", 17, "argument 1 of ssymv_lower"),
+    ("C = ssyr2_lower(alpha, B, x, p);", "C", 24, "argument 2 of ssyr2_lower"),
+])
+def test_an_upper_triangle_goes_to_upper_readers_alone(call, out, column, callee):
+    with pytest.raises(TriangleError) as caught:
+        script_dag(None, SYR_THEN.format(call=call, out=out), "t.script", library())
+    assert (caught.value.coord.line, caught.value.coord.column) == (6, column)
+    assert f"{callee} reads only its lower triangle, but 'B' holds only its upper triangle (ssyr on line 5" \
+        in caught.value.message
+    assert "Functions that read one stored upper triangle: ssymv, ssyr, ssyr2, strmtv_strict, strmv" \
+        in caught.value.message
+
+
+@pytest.mark.parametrize("call,out", [
+    ("y = strmv_lower(B, p);", "y"),
+    ("y = ssymv_lower(B, p);", "y"),
+    ("C = ssyr_lower(alpha, B, p);", "C"),
+    ("C = ssyr2_lower(alpha, B, x, p);", "C"),
+    ("y = strmv(A, p);", "y"),           # A is the caller's whole matrix: either triangle of it
+])
+def test_a_reader_of_the_lower_triangle_takes_it(call, out):
+    assert script_dag(None, SYR_LOWER_THEN.format(call=call, out=out), "t.script", library()).outputs
+
+
+def test_a_composite_that_reads_a_lower_triangle_as_upper_is_a_library_error(mylib):
+    (mylib / "bad.fusec").write_text(
+        "composite  syrmv(alpha: scalar, A: matrix[m, n], x: vector[n]) -> y: vector[m]\n"
+        "square     A\n"
+        "call       B = ssyr_lower(alpha, A, x)\n"
+        "call       y = strmv(B, x)\n", encoding="utf-8")
+    with pytest.raises(LibraryValidationError) as caught:
+        load_library(mylib)
+    assert _where(caught.value) == ("bad.fusec", 4, 22)
+    assert "argument 1 of strmv reads only its upper triangle, but 'B' holds only its lower triangle" \
+        " (made by ssyr_lower): above the diagonal" in caught.value.message
+
+
+def test_a_composite_reading_both_triangles_of_a_parameter_reads_it_whole(mylib):
+    """A parameter passed to strmv and to strmv_lower: the composite reads both triangles, so
+    a value of one triangle may not go to it."""
+    (mylib / "both.fusec").write_text(
+        "composite  sboth(A: matrix[m, n], x: vector[n]) -> y: vector[m]\n"
+        "square     A\n"
+        "call       u = strmv(A, x)\n"
+        "call       v = strmv_lower(A, x)\n"
+        "call       y = svadd(u, v)\n", encoding="utf-8")
+    lib = load_library(mylib)
+    with pytest.raises(TriangleError, match="argument 1 of sboth reads the whole matrix, but 'B' holds only its upper"):
+        script_dag(None, SYR_THEN.format(call="y = sboth(B, p);", out="y"), "t.script", lib)
+
+
+def _syr2_lower_case(n: int = 37):
+    dag = _dag("syr2_lower")
+    inputs = oracle.random_inputs(dag, {"n": n}, np.float32, 5)
+    expected = oracle.expect(dag, library(), inputs)
+    [out] = dag.outputs
+    return dag, inputs, expected.reference[out].astype(np.float32)
+
+
+def test_the_oracle_compares_the_stored_lower_triangle_alone():
+    """A lower result: whatever lies above the diagonal passes; a wrong value on or below it,
+    or NaN there, fails."""
+    dag, inputs, right = _syr2_lower_case()
+    assert oracle.stored_triangle(dag, library(), dag.outputs[0]) == "tril"
+    above = np.triu_indices(right.shape[0], 1)
+    for garbage in (np.nan, 1e30, -7.0):
+        computed = right.copy()
+        computed[above] = garbage
+        [check] = oracle.check_outputs(dag, library(), inputs, {"B": computed}, np.float32)
+        assert check.passed, check
+    for where in ((0, 0), (20, 3), (36, 36), (36, 0)):
+        wrong = right.copy()
+        wrong[above] = np.nan
+        wrong[where] += 0.01
+        [check] = oracle.check_outputs(dag, library(), inputs, {"B": wrong}, np.float32)
+        assert not check.passed and "ratio" in check.reason, (where, check)
+    nan = right.copy()
+    nan[6, 5] = np.nan
+    [check] = oracle.check_outputs(dag, library(), inputs, {"B": nan}, np.float32)
+    assert not check.passed and check.reason == "the output contains NaN on or below the diagonal"
+
+
+def test_the_ratio_of_a_lower_triangle_over_slices():
+    n = 300
+    rng = np.random.default_rng(2)
+    reference = np.tril(rng.uniform(-1, 1, (n, n)))
+    gauge = np.abs(reference) + 1.0
+    computed = reference.copy()
+    computed[np.triu_indices(n, 1)] = np.nan
+    assert oracle.test_ratio(computed, reference, gauge, np.float64, triangle="tril") == 0.0
+    assert oracle.test_ratio(computed, reference, gauge, np.float64, triangle="triu") == np.inf
+    computed[299, 0] += 1e-10  # in the last slice
+    assert oracle.test_ratio(computed, reference, gauge, np.float64, triangle="tril") > 1e5
+    with pytest.raises(ValueError, match="only a matrix has a lower triangle"):
+        oracle.test_ratio(np.ones(3), np.ones(3), np.ones(3), np.float64, triangle="tril")
+
+
+def test_an_all_zero_stored_lower_triangle_is_a_broken_test():
+    dag = _dag("syr2_lower")
+    n = 8
+    inputs = {"alpha": 0.0, "A": np.zeros((n, n)), "x": np.ones(n), "y": np.ones(n)}
+    [check] = oracle.check_outputs(dag, library(), inputs, {"B": np.triu(np.ones((n, n)), 1)}, np.float32)
+    assert not check.passed and "all zeros" in check.reason
+
+
+@pytest.mark.parametrize("name", ["syr2_lower", "syr_symv_lower"])
+def test_every_plan_stores_a_lower_b_through_the_lower_store(name):
+    dag = _dag(name)
+    space = build_space(dag, library(), "float32", {"n": 4097}, DEFAULT)
+    for plan in [unfused_plan(dag, library())] + [c.plan for c in space.layouts(20)]:
+        stores = _stores(generate(dag, library(), plan, "float32").source)
+        assert stores and all(routines == {"tril_tile_store"} for routines in stores.values()), (plan, stores)
+
+
+def test_the_analytic_model_counts_one_lower_triangle():
+    """syr2_lower's kernel moves n(n+1)/2 values of A and of B; trmv_lower is priced as trmv."""
+    n = 8192
+    dag = _dag("syr2_lower")
+    [kernel] = generate(dag, library(), unfused_plan(dag, library()), "float32").kernels
+    matrices = {a.role: a.triangle for a in kernel.args if a.role in ("in", "out")
+                and dag.value(a.value).kind.value == "matrix"}
+    assert matrices == {"in": "tril", "out": "tril"}
+    assert traffic(kernel, dag, {"n": n}, l2_bytes=0) == pytest.approx(2 * n * (n + 1) // 2 * 4, rel=0.01)
+    lower = build_space(_dag("trmv_lower"), library(), "float32", {"n": n}, DEFAULT).best().predicted
+    upper = build_space(_dag("trmv"), library(), "float32", {"n": n}, DEFAULT).best().predicted
+    assert lower == pytest.approx(upper, rel=1e-9)
+
+
+def test_a_matrix_read_as_both_triangles_by_one_kernel_is_counted_whole():
+    """strmv and strmv_lower of one A in one kernel (a horizontal fusion: a part each) read all
+    of it: no triangle."""
+    text = ("matrix A[n, n];\nvector x[n], u[n], v[n];\ninput A, x;\nu = strmv(A, x);\nv = strmv_lower(A, x);\n"
+            "return u, v;\n")
+    dag = script_dag(None, text, "both.script", library())
+    space = build_space(dag, library(), "float32", {"n": 4097}, DEFAULT)
+    fused = [c.plan for c in space.layouts(40) if len(c.plan.kernels) == 1]
+    assert fused
+    program = generate(dag, library(), fused[0], "float32")
+    [a] = [a for k in program.kernels for a in k.args if a.role == "in" and dag.value(a.value).name == "A"]
+    assert a.triangle is None
+
+
+def test_the_h200_database_prices_the_lower_functions_by_the_analytic_model():
+    """The shipped H200 database has no timings of the lower triangle's routines (they came
+    after it): it still serves the library, and a kernel calling them is priced by the
+    database GPU's analytic model (a warning, no error), as a routine missing from a database is."""
+    import warnings as _warnings
+
+    from fusec.cost.perfdb.model import PerfdbPredictor
+    from fusec.families import build_kernel
+    database = store.load(data.PERFDB / "h200.json", library())
+    assert database is not None
+    assert not any(k.routine.startswith("tril_") for k in database.timings)
+    predictor = PerfdbPredictor(database, library())
+    for name in ("trmv_lower", "syr2_lower", "symv_lower"):
+        dag = _dag(name)
+        plan = unfused_plan(dag, library())
+        kernel = build_kernel(dag, library(), plan.kernels[0], "float32", 0)
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")
+            seconds = predictor.kernel_seconds(kernel, dag, {"n": 8192})
+        assert 0 < seconds < 1 and seconds == predictor.analytic.kernel_seconds(kernel, dag, {"n": 8192}), name
+
+
+def test_a_numpy_out_array_keeps_its_values_above_the_diagonal_of_a_lower_result():
+    from fusec.runtime.program import Program, copy_triangle
+    triangles = {}
+    for name in ("syr2_lower", "syr_symv_lower", "symv_lower", "syr2"):
+        dag = script_dag(ROOT / "scripts" / "triangle" / f"{name}.script", None, "<test>", library())
+        program = Program(generate(dag, library(), unfused_plan(dag, library()), "float32"))
+        triangles[name] = {dag.value(v).name: t for v, t in program.triangle_results.items()}
+    assert triangles == {"syr2_lower": {"B": "tril"}, "syr_symv_lower": {"B": "tril"}, "symv_lower": {},
+                         "syr2": {"B": "triu"}}
+    for rows, cols in ((1, 1), (5, 5), (3, 6), (6, 3)):
+        target, source = np.full((rows, cols), 7.0), np.arange(rows * cols, dtype=float).reshape(rows, cols)
+        copy_triangle(target, source, "tril")
+        lower = np.tril(np.ones((rows, cols), bool))
+        assert (target[lower] == source[lower]).all() and (target[~lower] == 7.0).all()
+    with pytest.raises(ValueError, match="'triu' or 'tril'"):
+        copy_triangle(target, source, "upper")

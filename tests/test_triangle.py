@@ -1,7 +1,8 @@
 """One stored triangle of a square matrix, without a GPU: the library's part files (a
 ``*.fusec`` beside library.fusec), ``square`` matrices in signatures and scripts, ``triu`` and
-``tril`` in references, strmv, strmtv_strict, ssyr and ssyr2 (on fusec/data/blas/triangle.fusec),
-and the scripts of scripts/triangle/ (symv, trmv, syr2, syr then symv): their oracle semantics
+``tril`` in references, strmv, strmtv_strict, ssyr and ssyr2 (on fusec/data/blas/triangle.fusec)
+and their lower triangle's twins (NAME_lower, on triangle_lower.fusec), and the scripts of
+scripts/triangle/ (symv, trmv, syr2, syr then symv, each also NAME_lower): their oracle semantics
 against NumPy, the fused plans the space finds, the generated code under nvcc, and that the
 shipped performance databases stay valid for the library that gained these files. Numerics on
 the GPU: tests/gpu/test_triangle.py.
@@ -28,7 +29,14 @@ from fusec.library.loader import load_library
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, LIBRARY, ROOT, library
-from tests.library_scripts import TRIANGLE_FUNCTIONS, TRIANGLE_ROUTINES, TRIANGLE_SCRIPTS
+from tests.library_scripts import (
+    TRIANGLE_FUNCTIONS,
+    TRIANGLE_ROUTINES,
+    TRIANGLE_SCRIPTS,
+    TRIL_FUNCTIONS,
+    TRIL_ROUTINES,
+    unstored,
+)
 
 SCRIPTS = {name: (ROOT / "scripts" / "triangle" / f"{name}.script") for name in TRIANGLE_SCRIPTS}
 SIZES = (1, 2, 31, 33, 1000, 4097)
@@ -58,11 +66,15 @@ def test_the_bundled_library_has_the_triangle_part():
     lib = library()
     for name in ("triu_tile", "tri_x", "tri_x_all"):
         assert Path(lib.mappings[name].coord.file).name == "triangle.fusec"
-    assert [Path(f.path).name for f in lib.routine_files][-2:] == ["triangle.cuh", "triangle_store.cuh"]
+    assert Path(lib.mappings["tril_tile"].coord.file).name == "triangle_lower.fusec"
+    # parts in sorted order: triangle.fusec, triangle_lower.fusec, triangle_store.fusec
+    assert [Path(f.path).name for f in lib.routine_files][-3:] == ["triangle.cuh", "triangle_lower.cuh",
+                                                                   "triangle_store.cuh"]
     assert {"triangle.fusec", "triangle.cuh", "triangle_store.fusec", "triangle_store.cuh", "strmv.cu",
             "strmtv_strict.cu"} <= set(lib.files)
     assert Path(lib.routine_homes["triu_tile_load"]).name == "triangle.cuh"
     assert Path(lib.routine_homes["triu_tile_store"]).name == "triangle_store.cuh"
+    assert {Path(lib.routine_homes[r]).name for r in ("tril_tile_load", "tril_tile_store")} == {"triangle_lower.cuh"}
 
 
 def test_parts_load_in_sorted_order_and_the_hash_covers_them(mylib):
@@ -75,7 +87,8 @@ def test_parts_load_in_sorted_order_and_the_hash_covers_them(mylib):
     order = list(lib.mappings)
     assert order.index("first") < order.index("second") < order.index("triu_tile")  # a, b, triangle
     assert lib.mappings["second"].doc == "from b"
-    assert [Path(f.path).name for f in lib.routine_files][-3:] == ["extra.cuh", "triangle.cuh", "triangle_store.cuh"]
+    assert [Path(f.path).name for f in lib.routine_files][-4:] == ["extra.cuh", "triangle.cuh", "triangle_lower.cuh",
+                                                                   "triangle_store.cuh"]
     assert {"a.fusec", "b.fusec", "extra.cuh"} <= set(lib.files)
     assert lib.content_hash != before.content_hash
     (mylib / "extra.cuh").write_text("__device__ __forceinline__ void extra_routine() { }\n", encoding="utf-8")
@@ -142,17 +155,20 @@ def test_the_shipped_databases_still_time_the_library(path):
     of the triangle's functions (their routines, and the vector loads they make in every
     iteration of the loop), for `fusec perfdb build --missing` to time. One built since times
     them all: the H200's, which timed ssyr.cu and ssyr2.cu again (and the store
-    triu_tile_store) after their results became one stored triangle ('stored B triu')."""
+    triu_tile_store) after their results became one stored triangle ('stored B triu'). Neither
+    times the lower triangle's part (triangle_lower.fusec) and its functions, which came after:
+    their kernels are priced by the analytic model until `--missing` times them."""
     database = store.load(path, library())
     assert database is not None and store.timed(database, library())
     lacking = [p for p in P.probes(library()) if p.key not in database.timings]
     if "triangle.fusec" in database.library["files"]:
         assert store.stale_routines(store.Database.from_json(path.read_text(encoding="utf-8")), library()) \
             == frozenset()
-        assert not lacking
+        assert {p.function for p in lacking} <= set(TRIL_FUNCTIONS)
     else:
         assert set(TRIANGLE_ROUTINES) <= {p.key.routine for p in lacking}
         assert {p.function for p in lacking} <= set(TRIANGLE_FUNCTIONS)
+    assert set(TRIL_ROUTINES) <= {p.key.routine for p in lacking}
 
 
 # -- square matrices -----------------------------------------------------------------
@@ -252,12 +268,17 @@ def test_a_user_reference_with_triangles_is_numpys(mylib, reference, numpy):
     np.testing.assert_allclose(got, numpy(A, x), rtol=1e-13, atol=1e-15)
 
 
-def _symv(A, x):
-    return (np.triu(A) + np.triu(A, 1).T) @ x
+def _symv(A, x, cut=np.triu):
+    """The symmetric matrix of A's upper triangle (its lower one, ``cut=np.tril``) times x."""
+    return (cut(A) + cut(A, 1 if cut is np.triu else -1).T) @ x
 
 
-def _syr(alpha, A, x, y=None):
-    return np.triu(A + alpha * np.outer(x, x)) if y is None else np.triu(A + alpha * (np.outer(x, y) + np.outer(y, x)))
+def _syr(alpha, A, x, y=None, cut=np.triu):
+    return cut(A + alpha * np.outer(x, x)) if y is None else cut(A + alpha * (np.outer(x, y) + np.outer(y, x)))
+
+
+def _lower(a):
+    return _syr(a["alpha"], a["A"], a["x"], cut=np.tril)
 
 
 # each script's outputs in NumPy, and their gauges (SMVCH's: the same of the inputs' magnitudes)
@@ -266,6 +287,10 @@ NUMPY = {
     "symv": lambda a: [_symv(a["A"], a["x"])],
     "syr2": lambda a: [_syr(a["alpha"], a["A"], a["x"], a["y"])],
     "syr_symv": lambda a: [_syr(a["alpha"], a["A"], a["x"]), _symv(_syr(a["alpha"], a["A"], a["x"]), a["p"])],
+    "trmv_lower": lambda a: [np.tril(a["A"]) @ a["x"]],
+    "symv_lower": lambda a: [_symv(a["A"], a["x"], np.tril)],
+    "syr2_lower": lambda a: [_syr(a["alpha"], a["A"], a["x"], a["y"], np.tril)],
+    "syr_symv_lower": lambda a: [_lower(a), _symv(_lower(a), a["p"], np.tril)],
 }
 
 
@@ -286,8 +311,9 @@ def test_the_references_are_numpys(name, n, dtype):
     """strmv is np.triu(A) @ x, the symv script the symmetric matrix of A's upper triangle
     times x, ssyr2 np.triu(A + alpha (x y^T + y x^T)), ssyr then symv both in turn; each
     gauge is the same of the magnitudes; A's lower triangle plays no part (NaN there
-    changes nothing)."""
-    if name == "syr_symv" and n > 1000:
+    changes nothing). The same of the lower triangle for the NAME_lower scripts (np.tril;
+    NaN above the diagonal)."""
+    if name.startswith("syr_symv") and n > 1000:
         pytest.skip("two n x n temporaries more than syr2 at the same size: up to 1000 suffices")
     inputs = _inputs(name, n, dtype, np.random.default_rng(n))
     wide = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
@@ -299,7 +325,7 @@ def test_the_references_are_numpys(name, n, dtype):
         np.testing.assert_allclose(expected.gauge[out], gauge, rtol=1e-12, atol=1e-14)
     if n > 1:
         poisoned = dict(inputs, A=inputs["A"].copy())
-        poisoned["A"][np.tril_indices(n, -1)] = np.nan
+        poisoned["A"][unstored(name, n)] = np.nan
         values = oracle.evaluate(dag, library(), poisoned)
         assert not any(np.isnan(values[out]).any() for out in dag.outputs)
 
@@ -333,30 +359,34 @@ def test_the_symv_oracle_fails_a_wrong_answer():
 # -- the space, the plan, the code ---------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_space_fuses_symvs_two_products(dtype):
+@pytest.mark.parametrize("name,suffix", [("symv", ""), ("symv_lower", "_lower")])
+def test_the_space_fuses_symvs_two_products(name, suffix, dtype):
     """The first choice runs strmv and strmtv_strict in one kernel, which loads the triangle
-    once (one load of A, one of x, in their shared_x implementations), then svadd."""
-    dag = _dag("symv")
+    once (one load of A, one of x, in their shared_x implementations), then svadd; the same
+    of the lower triangle's strmv_lower and strmtv_strict_lower."""
+    dag = _dag(name)
     best = build_space(dag, library(), dtype, {"n": 8192}, DEFAULT).best().plan
     assert len(best.kernels) == 2
     products = [k for k in best.kernels if len(k.calls) == 2]
     assert len(products) == 1
     (kernel,) = products
-    assert {dag.call(c).function for c in kernel.calls} == {"strmv", "strmtv_strict"}
+    assert {dag.call(c).function for c in kernel.calls} == {"strmv" + suffix, "strmtv_strict" + suffix}
     assert set(kernel.implementations) == {"shared_x"}
     loaded = [dag.value(dict(array_args(dag, library(), s.call))[s.param]).name
               for s in kernel.steps if s.kind.value == "load"]
     assert sorted(loaded) == ["A", "x"]  # once each
 
 
-def test_the_space_fuses_ssyr_with_the_products_of_its_result():
+@pytest.mark.parametrize("name,suffix", [("syr_symv", ""), ("syr_symv_lower", "_lower")])
+def test_the_space_fuses_ssyr_with_the_products_of_its_result(name, suffix):
     """B = ssyr(alpha, A, x) and symv of B: one kernel reads A's triangle, keeps B on chip
-    for both products (B is returned, so it is stored once), then svadd."""
-    dag = _dag("syr_symv")
+    for both products (B is returned, so it is stored once), then svadd; the same of the
+    lower triangle's functions."""
+    dag = _dag(name)
     best = build_space(dag, library(), "float32", {"n": 8192}, DEFAULT).best().plan
     assert len(best.kernels) == 2
     (nested,) = [k for k in best.kernels if len(k.calls) == 3]
-    assert {dag.call(c).function for c in nested.calls} == {"ssyr", "strmv", "strmtv_strict"}
+    assert {dag.call(c).function for c in nested.calls} == {f + suffix for f in ("ssyr", "strmv", "strmtv_strict")}
     loaded = [dag.value(dict(array_args(dag, library(), s.call))[s.param]).name
               for s in nested.steps if s.kind.value == "load"]
     assert sorted(loaded) == ["A", "p", "x"]
@@ -456,11 +486,11 @@ HOST = ROOT / "tests" / "data" / "triangle_host.cpp"
 HOST_SHAPES = [("float", 64, 8), ("float", 16, 4), ("double", 128, 4), ("double", 32, 8)]
 
 
-def _host_build(blas: Path, real: str, rows: int, block_y: int, out: Path) -> Path:
+def _host_build(blas: Path, real: str, rows: int, block_y: int, out: Path, source: Path = HOST) -> Path:
     import subprocess
-    exe = out / f"triangle_{real}_{rows}_{block_y}"
+    exe = out / f"{source.stem}_{real}_{rows}_{block_y}"
     subprocess.run(["g++", "-std=c++17", "-O1", "-Wno-unknown-pragmas", f"-DREAL={real}", f"-DTILE_ROWS={rows}",
-                    f"-DBLOCK_Y={block_y}", "-I", str(blas), str(HOST), "-o", str(exe)],
+                    f"-DBLOCK_Y={block_y}", "-I", str(blas), str(source), "-o", str(exe)],
                    check=True, capture_output=True, timeout=300)
     return exe
 
@@ -517,5 +547,55 @@ def test_the_host_run_finds_a_broken_routine(tmp_path, edit, phrase):
     text = file.read_text(encoding="utf-8")
     file.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
     exe = _host_build(blas, "float", 64, 8, tmp_path)
+    run = _host_run(exe, 257, True)
+    assert run.returncode == 1 and f"failed: {phrase} (" in run.stdout, run.stdout
+
+
+HOST_LOWER = ROOT / "tests" / "data" / "triangle_lower_host.cpp"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("real,rows,block_y", HOST_SHAPES)
+def test_the_lower_triangle_routines_on_the_host(tmp_path, real, rows, block_y):
+    """The same of triangle_lower.cuh's routines, ssyr_lower's and ssyr2_lower's, over a
+    matrix whose upper triangle is NaN: strmv_lower and strmtv_strict_lower (both
+    implementations), ssyr_lower and ssyr2_lower equal double sums on and below the diagonal
+    and write nothing above it (tril_tile_store); every value on or below the diagonal is loaded
+    once and no 16-byte piece wholly above it is loaded."""
+    exe = _host_build(LIBRARY, real, rows, block_y, tmp_path, HOST_LOWER)
+    for n in (1, 2, 31, 33, 257, 260):
+        for aligned in (True, False):
+            run = _host_run(exe, n, aligned)
+            assert run.returncode == 0 and run.stdout.startswith("ok"), (n, aligned, run.stdout, run.stderr)
+    run = _host_run(exe, 1000, True)
+    read, total = (int(w) for w in re.match(r"ok (\d+) of (\d+)", run.stdout).groups())
+    vec = 16 // (4 if real == "float" else 8)
+    assert read == sum(min(1000, (r // vec + 1) * vec) for r in range(1000)) and read < 0.51 * total
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("edit,phrase", [
+    (("if (row < c.rows && col <= row) {", "if (row < c.rows) {"), "read above the diagonal"),
+    (("if (col + j > row) a[k * VEC + j] = real(0);", "if (false) a[k * VEC + j] = real(0);"),
+     "strmv_lower (registers)"),
+    (("return c.col0 + TILE_COLS - 1 <= c.row0;", "return c.col0 <= c.row0;"), "read above the diagonal"),
+    (("if (row > col + v) y[v] += a[k * VEC + v] * x[k];", "y[v] += a[k * VEC + v] * x[k];"),
+     "strmtv_strict_lower (registers)"),
+    (("y[v] += v < below ? a[k * VEC + v] * x : real(0);", "y[v] += v <= below ? a[k * VEC + v] * x : real(0);"),
+     "strmtv_strict_lower (shared_x)"),
+    (("if (col + j <= row && col + j < c.cols) p[col + j]", "if (col + j < c.cols) p[col + j]"),
+     "ssyr_lower wrote above the diagonal"),
+    (("if (tril_tile_above(c)) return;\n  if (tril_tile_below(c)) {", "if (true) {"),
+     "ssyr2_lower wrote above the diagonal"),
+])
+def test_the_lower_host_run_finds_a_broken_routine(tmp_path, edit, phrase):
+    """Each of these edits of triangle_lower.cuh fails the lower triangle's host run."""
+    blas = tmp_path / "blas"
+    shutil.copytree(LIBRARY, blas, ignore=shutil.ignore_patterns("tunings"))
+    file = blas / "triangle_lower.cuh"
+    text = file.read_text(encoding="utf-8")
+    assert edit[0] in text
+    file.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    exe = _host_build(blas, "float", 64, 8, tmp_path, HOST_LOWER)
     run = _host_run(exe, 257, True)
     assert run.returncode == 1 and f"failed: {phrase} (" in run.stdout, run.stdout

@@ -57,7 +57,7 @@ def traffic(kernel: Kernel, dag: Dag, sizes: Mapping[str, int], l2_bytes: int) -
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     grid_rows, grid_cols = kernel.grid_extent(dict(sizes))
 
-    def elements(value: int, triangle: bool = False) -> int:
+    def elements(value: int, triangle: str | None = None) -> int:
         count = math.prod(sizes[d] for d in dag.value(value).dims)
         if triangle:  # n(n+1)/2 of the n*n
             n = sizes[dag.value(value).dims[0]]

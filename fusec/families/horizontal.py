@@ -176,7 +176,9 @@ def union_args(parts: tuple[Kernel, ...]) -> tuple[Arg, ...]:
             if arg.role in ("size", "aligned"):
                 own.append(dataclasses.replace(arg, decl=f"{arg.decl}_{p}", part=p))
             else:
-                shared.setdefault((arg.role, arg.value), arg)
+                first = shared.setdefault((arg.role, arg.value), arg)
+                if first.triangle != arg.triangle:  # parts reading other triangles, or the whole: the whole
+                    shared[(arg.role, arg.value)] = dataclasses.replace(first, triangle=None)
     order = {"in": 0, "out": 1, "workspace": 1, "counters": 1, "scalar": 2, "scalar_ptr": 2}
     return tuple(sorted(shared.values(), key=lambda a: order[a.role])) + tuple(own)
 

@@ -43,8 +43,8 @@ from ..errors import (
 from ..ir import expr
 from ..ir.dag import Argument, Call, Constant, Dag, Expression, Value, without_dead_calls
 from ..ir.sizes import Sizes, size_phrase
-from ..library.composite import is_name, makes_one_triangle, reads_one_triangle
-from ..library.model import Composite, Function, Kind, Param, Signed
+from ..library.composite import is_name, makes_one_triangle, reads_one_triangle, triangle_mismatch
+from ..library.model import TRIANGLES, Composite, Function, Kind, Param, Signed
 from ..validate import did_you_mean
 from . import ast
 
@@ -379,24 +379,26 @@ class _Checker:
         return value_id
 
     def triangle(self, function: Signed, where: str, param: Param, arg: ast.Name, value_id: int) -> None:
-        """A value of one stored triangle (made by a function that says ``stored B triu``) goes
-        only where the callee reads no more than that triangle: below its diagonal the value
-        holds whatever its array held, never what the script computed."""
+        """A value of one stored triangle (made by a function that says ``stored B triu`` or
+        ``stored B tril``) goes only where the callee reads that same triangle alone: outside
+        it the value holds whatever its array held, never what the script computed."""
         producer = self.values[value_id].producer
         if producer is None:
             return
         call = self.calls[producer]
         maker = self.functions[call.function]
-        if not makes_one_triangle(maker, self.functions, self.composites) or \
-                reads_one_triangle(function, param.name, self.functions, self.composites):
+        made = makes_one_triangle(maker, self.functions, self.composites)
+        read = reads_one_triangle(function, param.name, self.functions, self.composites)
+        if made is None or read == made:
             return
         readers = sorted(name for name, f in {**self.functions, **self.composites}.items()
-                         if any(reads_one_triangle(f, p.name, self.functions, self.composites)
+                         if any(reads_one_triangle(f, p.name, self.functions, self.composites) == made
                                 for p in f.params if p.kind is Kind.MATRIX))
-        self.fail(TriangleError, f"{where} reads the whole matrix, but '{arg.text}' holds only its upper"
-                  f" triangle ({maker.name} on line {call.coord.line} stores no more); below the diagonal it holds"
-                  f" whatever its array held. Functions that read one stored triangle: {', '.join(readers)}",
-                  arg.coord)
+        problem = triangle_mismatch(made, read, where, arg.text)
+        outside = "below" if made == "triu" else "above"
+        self.fail(TriangleError, f"{problem} ({maker.name} on line {call.coord.line} stores no more); {outside} the"
+                  f" diagonal it holds whatever its array held. Functions that read one stored"
+                  f" {TRIANGLES[made]} triangle: {', '.join(readers)}", arg.coord)
 
     def square(self, function: Signed, index: int, param: Param, arg: ast.Name,
                fresh: dict[str, int]) -> None:

@@ -46,9 +46,10 @@ class Arg:
     size: str | None = None  # size symbol, for role "size"
     axis: str | None = None  # tile geometry: ROWS or COLS for a vector
     part: int | None = None  # a horizontal fusion's size or aligned flag: the part it is for
-    # a square matrix of which the kernel touches one triangle alone: an "in" every call of
-    # the kernel reads so (``stored A triu``), an "out" its function stores so (``stored B triu``)
-    triangle: bool = False
+    # a square matrix of which the kernel touches one triangle alone, "triu" or "tril": an
+    # "in" every call of the kernel reads so (``stored A triu``: all the same triangle), an
+    # "out" its function stores so (``stored B triu``); None for a matrix touched whole
+    triangle: str | None = None
 
     @property
     def name(self) -> str:

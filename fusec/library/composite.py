@@ -18,7 +18,7 @@ from ..errors import Coord, LibraryValidationError, source_line
 from ..ir import expr
 from ..ir.sizes import Sizes, size_phrase
 from ..validate import did_you_mean
-from .model import Composite, CompositeCall, Function, Kind, Param
+from .model import TRIANGLES, Composite, CompositeCall, Function, Kind, Param
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -44,27 +44,33 @@ def check_composites(composites: Mapping[str, Composite], functions: Mapping[str
 
 
 def reads_one_triangle(callee: Function | Composite, param: str, functions: Mapping[str, Function],
-                       composites: Mapping[str, Composite]) -> bool:
-    """Whether ``callee`` reads only the upper triangle of its matrix parameter ``param``: a
-    function says so (``stored A triu``), a composite when every call it passes ``param``
-    to does."""
+                       composites: Mapping[str, Composite]) -> str | None:
+    """The one triangle (``"triu"`` or ``"tril"``) of its matrix parameter ``param`` that
+    ``callee`` reads alone: a function says so (``stored A triu``), a composite when every
+    call it passes ``param`` to reads that same triangle. None where it reads the whole."""
     if isinstance(callee, Function):
-        return param in callee.stored
-    for call in callee.calls:
-        inner = _called(call.function, functions, composites)
-        if not all(reads_one_triangle(inner, p.name, functions, composites)
-                   for p, arg in zip(inner.params, call.args) if arg == param):
-            return False
-    return True
+        return callee.triangle(param)
+    read = {reads_one_triangle(inner, p.name, functions, composites)
+            for call in callee.calls for inner in (_called(call.function, functions, composites),)
+            for p, arg in zip(inner.params, call.args) if arg == param}
+    return read.pop() if len(read) == 1 else None
 
 
 def makes_one_triangle(callee: Function | Composite, functions: Mapping[str, Function],
-                       composites: Mapping[str, Composite]) -> bool:
-    """Whether ``callee``'s result holds only its upper triangle: a function's that says
-    ``stored RESULT triu``, a composite's whose last call makes one."""
+                       composites: Mapping[str, Composite]) -> str | None:
+    """The one triangle ``callee``'s result holds (``"triu"`` or ``"tril"``): a function's
+    that says ``stored RESULT triu`` (``tril``), a composite's whose last call makes one.
+    None for a whole result."""
     if isinstance(callee, Function):
-        return callee.result.name in callee.stored
+        return callee.triangle(callee.result.name)
     return makes_one_triangle(_called(callee.calls[-1].function, functions, composites), functions, composites)
+
+
+def triangle_mismatch(made: str, read: str | None, where: str, arg: str) -> str:
+    """Why a value ``arg`` holding only its triangle ``made`` cannot be ``where`` (``argument
+    2 of sgemv``), a parameter that reads ``read`` of it (None: the whole matrix)."""
+    reads = "the whole matrix" if read is None else f"only its {TRIANGLES[read]} triangle"
+    return f"{where} reads {reads}, but {arg!r} holds only its {TRIANGLES[made]} triangle"
 
 
 def _called(name: str, functions: Mapping[str, Function], composites: Mapping[str, Composite]) -> Function | Composite:
@@ -74,17 +80,24 @@ def _called(name: str, functions: Mapping[str, Function], composites: Mapping[st
 
 def _check_triangles(composite: Composite, functions: Mapping[str, Function],
                      composites: Mapping[str, Composite]) -> None:
-    """No call of the body reads the whole of a target that holds one stored triangle."""
-    triangles: dict[str, str] = {}  # target -> the function that made it
+    """No call of the body reads more of a target that holds one stored triangle than that
+    triangle: the whole matrix, or the other triangle."""
+    triangles: dict[str, tuple[str, str]] = {}  # target -> its triangle and the function that made it
     for call in composite.calls:
         callee = _called(call.function, functions, composites)
         for index, (param, arg, coord) in enumerate(zip(callee.params, call.args, call.arg_coords), start=1):
-            if arg in triangles and not reads_one_triangle(callee, param.name, functions, composites):
-                _fail(f"argument {index} of {callee.name} reads the whole matrix, but {arg!r} holds only its upper"
-                      f" triangle (made by {triangles[arg]}): below the diagonal it holds whatever its array held",
-                      coord)
-        if makes_one_triangle(callee, functions, composites):
-            triangles[call.target] = callee.name
+            if arg not in triangles:
+                continue
+            made, maker = triangles[arg]
+            read = reads_one_triangle(callee, param.name, functions, composites)
+            if read != made:
+                outside = "below" if made == "triu" else "above"
+                problem = triangle_mismatch(made, read, f"argument {index} of {callee.name}", arg)
+                _fail(f"{problem} (made by {maker}): {outside} the"
+                      " diagonal it holds whatever its array held", coord)
+        made = makes_one_triangle(callee, functions, composites)
+        if made is not None:
+            triangles[call.target] = (made, callee.name)
 
 
 def _check_body(composite: Composite, functions: Mapping[str, Function],

@@ -23,6 +23,7 @@ from ..ir import geometry as geo
 from ..validate import printable, shown
 from .composite import check_composites
 from .model import (
+    TRIANGLES,
     Access,
     Composite,
     CompositeCall,
@@ -379,7 +380,6 @@ def _check_expression(line: Line, expression: str, offset: int, geometry: Geomet
 
 _FUNCTION_KEYS = ("function", "summary", "hof", "element", "threads", "reference", "finish",
                   "square", "stored", "implementation", "load", "compute", "store")
-TRIANGLES = ("triu",)  # the triangles a ``stored`` line may name: the upper one (lower storage is to come)
 
 
 def _split_metadata(file: str, text: str) -> tuple[list[Line], str] | None:
@@ -420,7 +420,7 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
     lines, cuda = split
     fields: dict[str, Line] = {}
     elements: dict[str, tuple[str, Line, int]] = {}
-    stored: dict[str, Line] = {}
+    stored: dict[str, tuple[str, Line]] = {}  # matrix -> its triangle and the line naming it
     impls: list[dict] = []
     current: dict | None = None
 
@@ -447,11 +447,11 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
                 raise line.error(f"element of {param!r} is declared twice", 0, LibraryValidationError)
             elements[param] = (re.sub(r"\s+", "", line.rest[shape_offset:]), line, shape_offset)
         elif key == "stored":
-            name = _parse_stored(line)
+            name, triangle = _parse_stored(line)
             if name in stored:
-                raise line.error(f"'stored' names {name!r} twice (first on line {stored[name].number})", 0,
-                                 LibraryValidationError)
-            stored[name] = line
+                raise line.error(f"'stored' names {name!r} twice (first on line {stored[name][1].number}):"
+                                 " a matrix is stored as one triangle", 0, LibraryValidationError)
+            stored[name] = (triangle, line)
         elif key == "implementation":
             words = _words(line)
             if len(words) not in (1, 2) or not re.fullmatch(IDENT, words[0][0]):
@@ -496,7 +496,7 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
         where["axis"] = fields["hof"].coord(fields["hof"].rest.rindex(hof.axis))
     for param, (_, line, offset) in elements.items():
         where[f"element {param}"] = line.coord(offset)
-    for param, line in stored.items():
+    for param, (_, line) in stored.items():
         where[f"stored {param}"] = line.coord()
     if finish is not None:
         rest = fields["finish"].rest
@@ -519,22 +519,26 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
     return Function(name=name, params=params, result=result, hof=hof, threads=threads,
                     reference=fields["reference"].rest.strip(), implementations=tuple(implementations),
                     finish=finish, summary=summary, file=file, source=cuda,
-                    coord=fields["function"].coord(), square=square, stored=tuple(stored)), where
+                    coord=fields["function"].coord(), square=square,
+                    stored=tuple((name, triangle) for name, (triangle, _) in stored.items())), where
 
 
-def _parse_stored(line: Line) -> str:
-    """``stored MATRIX triu``: the matrix (a parameter or the result) of which only the upper
-    triangle is stored; the name, checked against the signature once it is parsed."""
+def _parse_stored(line: Line) -> tuple[str, str]:
+    """``stored MATRIX triu`` (``tril``): the matrix (a parameter or the result) of which only
+    the upper (lower) triangle is stored; the name, checked against the signature once it is
+    parsed, and the triangle."""
     words = _words(line)
     if len(words) != 2:
-        raise line.error("expected 'stored MATRIX triu' (a matrix of which only the upper triangle is stored)")
+        raise line.error("expected 'stored MATRIX triu' or 'stored MATRIX tril' (a matrix of which only"
+                         " the upper or the lower triangle is stored)")
     (name, _), (triangle, offset) = words
     if not re.fullmatch(IDENT, name):
         raise line.error(f"expected a matrix's name, not {name!r}")
     if triangle not in TRIANGLES:
         raise line.error(f"unknown triangle {triangle!r}: a function stores the upper triangle, 'triu'"
-                         " (on and above the diagonal)", offset, LibraryValidationError)
-    return name
+                         " (on and above the diagonal), or the lower one, 'tril' (on and below it)",
+                         offset, LibraryValidationError)
+    return name, triangle
 
 
 def _parse_square(line: Line, params: tuple[Param, ...]) -> tuple[str, ...]:
@@ -869,17 +873,19 @@ def _validate_function(function: Function, mappings: dict[str, ThreadMapping],
         oracle.check_reference(function)
     except LibraryValidationError as exc:  # the oracle knows the function, not the line
         _fail(exc.message, where["reference"])
-    for name in function.stored:
+    for name, triangle in function.stored:
         if name != result.name and not oracle.reads_one_triangle(function, name):
-            _fail(f"'stored {name} triu' says {function.name} reads only {name}'s upper triangle, but its"
-                  f" reference ({function.reference}) depends on {name} below the diagonal", where[f"stored {name}"])
+            other = "below" if triangle == "triu" else "above"
+            _fail(f"'stored {name} {triangle}' says {function.name} reads only {name}'s {TRIANGLES[triangle]}"
+                  f" triangle, but its reference ({function.reference}) depends on {name} {other} the diagonal",
+                  where[f"stored {name}"])
 
 
 def _validate_stored(function: Function, where: dict[str, Coord]) -> None:
     """``stored`` names matrices, square ones: a parameter listed on the ``square`` line, or
     the result with the dimensions of one (a triangle of a matrix[m, n] is one only when
     m == n)."""
-    for name in function.stored:
+    for name, triangle in function.stored:
         coord = where[f"stored {name}"]
         try:
             param = function.param(name)
@@ -890,10 +896,10 @@ def _validate_stored(function: Function, where: dict[str, Coord]) -> None:
         if param is function.result:
             rows, cols = function.dims_of(param)
             if rows != cols:
-                _fail(f"'stored {name} triu' needs {name} square: its dimensions [{', '.join(param.dims)}] must"
+                _fail(f"'stored {name} {triangle}' needs {name} square: its dimensions [{', '.join(param.dims)}] must"
                       " be those of a 'square' matrix parameter", coord)
         elif name not in function.square:
-            _fail(f"'stored {name} triu' needs {name} square: say 'square {name}' too", coord)
+            _fail(f"'stored {name} {triangle}' needs {name} square: say 'square {name}' too", coord)
 
 
 def _require_routine(name: str, function: Function, homes: dict[str, str], shared: set[str],

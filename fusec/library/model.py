@@ -21,6 +21,10 @@ from typing import Mapping
 
 from ..errors import Coord
 
+# the triangles a ``stored`` line may name, each with the word for it: ``triu`` on and above
+# the diagonal, ``tril`` on and below it (NumPy's names, as in a reference)
+TRIANGLES: Mapping[str, str] = MappingProxyType({"triu": "upper", "tril": "lower"})
+
 
 class Kind(str, enum.Enum):
     MATRIX = "matrix"
@@ -250,10 +254,15 @@ class Function(Signed):
     # matrices whose two dimensions must be one size (``square A``): a triangle of a
     # matrix[m, n] is a triangle only when m == n; the script checker enforces it at a call
     square: tuple[str, ...] = ()
-    # matrices of which one triangle is stored (``stored A triu``, only the upper one
-    # yet): a parameter the function reads on and above its diagonal alone, a result it
-    # writes there alone (what lies below is not written)
-    stored: tuple[str, ...] = ()
+    # matrices of which one triangle is stored, each with its triangle (``stored A triu``:
+    # ("A", "triu"); ``stored A tril``: ("A", "tril")): a parameter the function reads on and
+    # above (below) its diagonal alone, a result it writes there alone (the rest is not written)
+    stored: tuple[tuple[str, str], ...] = ()
+
+    def triangle(self, name: str) -> str | None:
+        """The triangle (``"triu"`` or ``"tril"``) a ``stored`` line names of the parameter
+        or result ``name``; None where none does (the function reads or writes it whole)."""
+        return dict(self.stored).get(name)
 
     def implementation(self, name: str) -> Implementation:
         """The implementation of that name (a KeyError if none)."""

@@ -314,13 +314,14 @@ def _matrix_bytes_per_block(kernel: Kernel, dag: Dag) -> int:
     return max(1, int(reals * iters * geo.DTYPES[kernel.dtype].itemsize))
 
 
-def _one_triangle_read(dag: Dag, library: Library, plan: KernelPlan, value: int) -> bool:
-    """Whether every call of the kernel that reads ``value`` reads only its upper triangle
-    (the parameter it is passed to says ``stored A triu``)."""
-    reads = [(function, param) for call in plan.calls
+def _one_triangle_read(dag: Dag, library: Library, plan: KernelPlan, value: int) -> str | None:
+    """The one triangle of ``value`` every call of the kernel that reads it reads alone (the
+    parameters it is passed to all say ``stored A triu``, or all ``stored A tril``); None
+    where one call reads it whole, or two calls read different triangles."""
+    reads = {function.triangle(param.name) for call in plan.calls
              for function in (function_of(dag, library, call),)
-             for param, arg in zip(function.params, dag.call(call).args) if arg == value]
-    return bool(reads) and all(param.name in function.stored for function, param in reads)
+             for param, arg in zip(function.params, dag.call(call).args) if arg == value}
+    return reads.pop() if len(reads) == 1 else None
 
 
 def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_calls, dims) -> tuple[Arg, ...]:
@@ -350,7 +351,7 @@ def _kernel_args(dag: Dag, library: Library, plan: KernelPlan, storage, kernel_c
         if leaves_kernel(dag, library, call, kernel_calls):
             value = dag.value(record.result)
             outs.append(Arg("out", f"real* __restrict__ g_{value.c_name}", value.id,
-                            triangle=function.result.name in function.stored))
+                            triangle=function.triangle(function.result.name)))
             if function.hof.reduce and not whole_in_block(function, plan):
                 outs.append(Arg("workspace", f"real* __restrict__ ws_{value.c_name}", value.id))
                 outs.append(Arg("counters", f"unsigned* __restrict__ cnt_{value.c_name}", value.id))

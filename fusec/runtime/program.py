@@ -45,6 +45,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
@@ -181,10 +182,18 @@ def turn_groups(generated: GeneratedProgram) -> tuple[int | None, ...]:
     return tuple(numbers.setdefault(find(k.index), len(numbers)) if k.turns else None for k in generated.kernels)
 
 
-def copy_upper_triangle(target: np.ndarray, source: np.ndarray) -> None:
-    """``target``'s values on and above its diagonal become ``source``'s; the others stay."""
-    for row in range(min(target.shape[0], target.shape[1])):
-        target[row, row:] = source[row, row:]
+def copy_triangle(target: np.ndarray, source: np.ndarray, triangle: str) -> None:
+    """``target``'s values on and above its diagonal (``triangle`` ``"triu"``), or on and
+    below it (``"tril"``), become ``source``'s; the others stay."""
+    if triangle not in ("triu", "tril"):
+        raise ValueError(f"a triangle is 'triu' or 'tril', not {triangle!r}")
+    rows, cols = target.shape
+    for row in range(rows):
+        if triangle == "triu":
+            target[row, row:] = source[row, row:]
+        else:
+            target[row, :min(row + 1, cols)] = source[row, :min(row + 1, cols)]
+
 
 
 class Program:
@@ -223,9 +232,10 @@ class Program:
         in_memory = {a.value for k in generated.kernels for a in k.args if a.role in ("in", "out", "scalar_ptr")}
         self.intermediates = tuple(v.id for v in dag.values if v.producer is not None
                                    and v.id not in dag.outputs and v.id in in_memory)
-        # results written on and above their diagonal alone (``stored B triu``)
-        self.triangle_results = frozenset(a.value for k in generated.kernels for a in k.args
-                                          if a.role == "out" and a.triangle)
+        # results written in one triangle alone, each with it: on and above their diagonal
+        # (``stored B triu``: "triu"), or on and below it (``stored B tril``: "tril")
+        self.triangle_results = MappingProxyType({a.value: a.triangle for k in generated.kernels for a in k.args
+                                                  if a.role == "out" and a.triangle})
         self._loaded: dict[Any, Any] = {}
         self._buffers: collections.OrderedDict = collections.OrderedDict()
         self._prepared: collections.OrderedDict = collections.OrderedDict()
@@ -709,10 +719,10 @@ class Program:
                 shape = tuple(binding.sizes[d] for d in self.dag.value(value).dims)
                 host = given if isinstance(given, np.ndarray) else np.empty(shape, self.dtype)
                 if given is not None and value in self.triangle_results:
-                    # nothing was written below the diagonal: the out= array keeps its values there
+                    # nothing was written outside the triangle: the out= array keeps its values there
                     copied = np.empty(shape, self.dtype)
                     cuda.download(copied, pointers[value])
-                    copy_upper_triangle(host, copied)
+                    copy_triangle(host, copied, self.triangle_results[value])
                 else:
                     cuda.download(host, pointers[value])
                 results[value] = host if shape else host[()]

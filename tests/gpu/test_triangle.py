@@ -3,6 +3,10 @@ scripts/triangle/ (trmv; symv: strmv and strmtv_strict in one kernel, then svadd
 then symv of its result) against the float64 oracle, both precisions, the suite's square sizes
 and one past the L2.
 
+The same for the lower triangle's scripts (NAME_lower: strmv_lower, strmtv_strict_lower,
+ssyr_lower, ssyr2_lower on triangle_lower.fusec), mirrored: A's upper triangle NaN, the oracle
+comparing B on and below the diagonal, an out= array keeping its values above it.
+
 A's lower triangle is NaN in every run: a kernel that used any value of it (a tile wholly
 below the diagonal that was not skipped, a crossing tile not masked) fails. ssyr's and ssyr2's
 results hold one stored triangle ('stored B triu'): the oracle compares them on and above the
@@ -34,7 +38,7 @@ from fusec.runtime.program import Program
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
-from tests.library_scripts import TRIANGLE_SCRIPTS
+from tests.library_scripts import TRIANGLE_SCRIPTS, TRIL_SCRIPTS
 
 pytestmark = pytest.mark.gpu
 
@@ -71,11 +75,18 @@ def compiled():
     compile_for_this_gpu([p.source for p in programs])
 
 
+def _lower(dag) -> bool:
+    """Whether the script's functions read the lower triangle of A (the NAME_lower scripts)."""
+    functions = library().functions
+    return any(functions[c.function].triangle("A") == "tril" for c in dag.calls if c.function in functions)
+
+
 def inputs_for(dag, n: int, dtype: str, rng, mode: str = "uniform") -> dict:
-    """The oracle's random inputs, A's lower triangle NaN (no kernel may use it)."""
+    """The oracle's random inputs, A's triangle that no function reads NaN (no kernel may use
+    it): the lower one of the upper triangle's scripts, the upper one of the NAME_lower ones."""
     inputs = oracle.random_inputs(dag, {"n": n}, dtype, rng, mode=mode)
     A = inputs["A"].copy()
-    A[np.tril_indices(n, -1)] = np.nan
+    A[np.triu_indices(n, 1) if _lower(dag) else np.tril_indices(n, -1)] = np.nan
     inputs["A"] = A
     return inputs
 
@@ -112,7 +123,7 @@ def test_against_the_oracle(name, n, dtype, plan):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", ["symv", "syr_symv"])
+@pytest.mark.parametrize("name", ["symv", "syr_symv", "symv_lower", "syr_symv_lower"])
 def test_fused_is_two_kernels_and_gives_the_unfused_bits(name, dtype):
     """Integer-valued inputs: every sum is exact, so the fused products (shared_x, and ssyr's
     B kept on chip) and the unfused ones (registers) agree bit for bit, at ragged sizes and
@@ -125,7 +136,8 @@ def test_fused_is_two_kernels_and_gives_the_unfused_bits(name, dtype):
         b = _check(unfused.dag, inputs, unfused.run(inputs, poison=True), dtype)
         for vid in fused.dag.outputs:  # a result of one stored triangle: that triangle
             out = fused.dag.value(vid).name
-            cut = np.triu if oracle.stored_triangle(fused.dag, library(), vid) else np.asarray
+            triangle = oracle.stored_triangle(fused.dag, library(), vid)
+            cut = {"triu": np.triu, "tril": np.tril, None: np.asarray}[triangle]
             np.testing.assert_array_equal(cut(a[out]), cut(b[out]), err_msg=f"{out}, n = {n}")
 
 
@@ -177,7 +189,7 @@ def test_a_matrix_off_its_16_byte_boundary(name, dtype):
 
 @pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", ["syr2", "syr_symv"])
+@pytest.mark.parametrize("name", ["syr2", "syr_symv", "syr2_lower", "syr_symv_lower"])
 def test_the_stored_triangle_leaves_the_rest_of_an_out_array(name, dtype, plan):
     """B given as an out= CuPy array holding 12345 everywhere: the kernels write its values on
     and above the diagonal (the oracle's) and none below it, which keeps 12345 (the store
@@ -190,12 +202,12 @@ def test_the_stored_triangle_leaves_the_rest_of_an_out_array(name, dtype, plan):
         results = prog.run({k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()},
                            out={"B": B})
         computed = _check(prog.dag, inputs, results, dtype)
-        below = np.tril_indices(n, -1)
-        assert (computed["B"][below] == 12345).all(), f"n = {n}: B written below the diagonal"
+        outside = np.triu_indices(n, 1) if name in TRIL_SCRIPTS else np.tril_indices(n, -1)
+        assert (computed["B"][outside] == 12345).all(), f"n = {n}: B written outside its triangle"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", ["syr2", "syr_symv"])
+@pytest.mark.parametrize("name", ["syr2", "syr_symv", "syr2_lower", "syr_symv_lower"])
 def test_the_stored_triangle_leaves_the_rest_of_a_numpy_out_array(name, dtype):
     """The same with NumPy arrays, whose results come back from a device buffer: B given as an
     out= NumPy array holding 12345 keeps it below the diagonal, the oracle's values above."""
@@ -206,4 +218,5 @@ def test_the_stored_triangle_leaves_the_rest_of_a_numpy_out_array(name, dtype):
         results = prog.run(inputs, out={"B": B}, poison=True)
         computed = _check(prog.dag, inputs, results, dtype)
         assert computed["B"] is B or np.shares_memory(computed["B"], B)
-        assert (B[np.tril_indices(n, -1)] == 12345).all(), f"n = {n}: B's values below the diagonal lost"
+        outside = np.triu_indices(n, 1) if name in TRIL_SCRIPTS else np.tril_indices(n, -1)
+        assert (B[outside] == 12345).all(), f"n = {n}: B's values outside its triangle lost"
