@@ -328,7 +328,7 @@ def reads_one_triangle(function: Function, name: str, size: int = 6) -> bool:
         result = np.asarray(_walk(_checked(function), env, None)[0])
     made = function.triangle(function.result.name)
     if made is not None:
-        result = (np.triu if made == "triu" else np.tril)(result)
+        result = _cut(made)(result)
     return not np.isnan(result).any()
 
 

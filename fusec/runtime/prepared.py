@@ -153,8 +153,24 @@ def signature(context: int, arguments: Mapping[str, Any], array_names: tuple[str
     return tuple(key)
 
 
-# Where each signer's tuple holds the array's address.
+# Where each signer's tuple holds the array's address (its shape follows it).
 _POINTER_AT: dict[Callable, int] = {_cupy_signature: 0, _torch_signature: 1, _interface_signature: 0}
+
+
+def _arrays(signature: tuple):
+    """(kind, its signer's tuple, where the address is in it) of each array of a signature."""
+    for kind, described in zip(signature[1::2], signature[2::2]):
+        yield kind, described, _POINTER_AT[_SIGNERS[kind]]
+
+
+def _extents(signature: tuple, itemsize: int) -> list[tuple[int, int]]:
+    return [(described[at], described[at] + math.prod(described[at + 1]) * itemsize)
+            for _, described, at in _arrays(signature)]
+
+
+def input_pointers(key: tuple) -> tuple[int, ...]:
+    """The inputs' addresses of a call's key, in order (what :attr:`PreparedCall.inputs` takes)."""
+    return tuple(described[at] for _, described, at in _arrays(key[0]))
 
 
 def placed_elsewhere(key: tuple, itemsize: int) -> tuple[tuple, tuple[int, ...], tuple[tuple[int, int], ...]]:
@@ -164,25 +180,15 @@ def placed_elsewhere(key: tuple, itemsize: int) -> tuple[tuple, tuple[int, ...],
     arrays. A call prepared on other inputs' memory of the same shapes serves such a call with
     the new addresses in its launches (:attr:`PreparedCall.inputs`)."""
     signature, given = key
-    stripped, pointers = [signature[0]], []
-    for kind, described in zip(signature[1::2], signature[2::2]):
-        at = _POINTER_AT[_SIGNERS[kind]]
-        pointer = described[at]
-        pointers.append(pointer)
-        stripped += [kind, described[:at] + (pointer % 16 == 0,) + described[at + 1:]]
-    extents = []
-    for kind, described in zip(given[1::2], given[2::2]):
-        at = _POINTER_AT[_SIGNERS[kind]]
-        shape = described[at + 1]
-        extents.append((described[at], described[at] + math.prod(shape) * itemsize))
-    return (tuple(stripped), given), tuple(pointers), tuple(extents)
+    stripped = [signature[0]]
+    for kind, described, at in _arrays(signature):
+        stripped += [kind, described[:at] + (described[at] % 16 == 0,) + described[at + 1:]]
+    return (tuple(stripped), given), input_pointers(key), tuple(_extents(given, itemsize))
 
 
 def input_extents(key: tuple, pointers: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
     """The byte extents of the inputs of ``key`` (see :func:`placed_elsewhere`) at ``pointers``."""
-    signature = key[0]
-    return [(pointer, pointer + math.prod(described[_POINTER_AT[_SIGNERS[kind]] + 1]) * itemsize)
-            for pointer, kind, described in zip(pointers, signature[1::2], signature[2::2])]
+    return [(pointer, pointer + end - start) for pointer, (start, end) in zip(pointers, _extents(key[0], itemsize))]
 
 
 def parameter_offsets(parameter_format: str) -> tuple[int, ...]:

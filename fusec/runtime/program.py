@@ -69,6 +69,7 @@ from .prepared import (
     Turn,
     Turns,
     input_extents,
+    input_pointers,
     native_call,
     native_kernel,
     placed_elsewhere,
@@ -187,13 +188,8 @@ def copy_triangle(target: np.ndarray, source: np.ndarray, triangle: str) -> None
     below it (``"tril"``), become ``source``'s; the others stay."""
     if triangle not in ("triu", "tril"):
         raise ValueError(f"a triangle is 'triu' or 'tril', not {triangle!r}")
-    rows, cols = target.shape
-    for row in range(rows):
-        if triangle == "triu":
-            target[row, row:] = source[row, row:]
-        else:
-            target[row, :min(row + 1, cols)] = source[row, :min(row + 1, cols)]
-
+    inside = np.ones(target.shape, dtype=bool)
+    np.copyto(target, source, where=np.triu(inside) if triangle == "triu" else np.tril(inside))
 
 
 class Program:
@@ -460,13 +456,15 @@ class Program:
             prepared = self._prepared.get(key) if key is not None else None
             pointers = ()
             if key is not None and key[1] is not None:  # out= arrays: the inputs' addresses go in at each call
-                placed, pointers, outs = placed_elsewhere(key, self.dtype.itemsize)
-                if prepared is None:
-                    prepared = self._placed.get(placed)  # prepared for these shapes on other inputs' memory
+                if prepared is None:  # one prepared for these shapes on other inputs' memory may serve
+                    placed, pointers, outs = placed_elsewhere(key, self.dtype.itemsize)
+                    prepared = self._placed.get(placed)
                     ins = input_extents(key, pointers, self.dtype.itemsize) if prepared is not None else ()
                     if any(start < other_end and other_start < end
                            for start, end in outs for other_start, other_end in ins):
                         prepared = None  # the whole way decides whether an out= array may overlap an input
+                else:
+                    pointers = input_pointers(key)
             if prepared is None or (handle if handle is not None else prepared.current_stream()) != prepared.stream:
                 return None  # prepared on another stream: the whole way prepares for this one
             if prepared.native is not None:

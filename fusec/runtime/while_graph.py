@@ -204,13 +204,19 @@ class Kernels:
                    f"cuModuleGetFunction({name})")
             self._functions[name] = function
         if dependent and self.dependent and _dependent_launcher() is not None:
-            fields = [(f"p{k}", type(a)) for k, a in enumerate(args)]  # the kernel's ABI: natural alignment
-            packed = type("Parameters", (ctypes.Structure,), {"_fields_": fields})(*args)
+            packed = _parameters(tuple(type(a) for a in args))(*args)
             _dependent_launcher()(function.value, blocks, threads, 0, stream, bytes(packed), True)
             return
         pointers = (_P * len(args))(*(ctypes.cast(ctypes.pointer(a), _P) for a in args))
         _check(self._cu.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, _P(stream), pointers, None),
                f"cuLaunchKernel({name})")
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(types: tuple) -> type:
+    """A ctypes structure of fields of ``types``: a kernel's parameters packed as its ABI lays
+    them out (natural alignment). Made once per list of types: making a class costs the host."""
+    return type("Parameters", (ctypes.Structure,), {"_fields_": [(f"p{k}", t) for k, t in enumerate(types)]})
 
 
 @functools.lru_cache(maxsize=None)
