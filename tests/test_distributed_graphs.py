@@ -289,6 +289,72 @@ def test_a_solve_replaying_graphs_is_the_plain_solve_bit_for_bit(recording, name
     assert recording.launches[0] == recording.launches[1] >= 2
 
 
+@pytest.mark.parametrize("check_every", [1, 2])
+@pytest.mark.parametrize("name", ["cg", "bicgstab"])  # BiCGStab: a fixed input (rh), kept in its array too
+def test_solves_one_after_another_keep_their_graphs_while_the_matrix_stays(recording, name, check_every):
+    """Solves on one communicator keep their stepper (its stream, its two sets of arrays, the graphs
+    captured on them). A second solve on the same A (another b) captures nothing and replays
+    from its first call; one on another A drops the graphs, warms and captures again; so does one
+    where a single rank's A moved (the ranks agree: a graph replayed on one rank and captured on
+    another would pair their collectives wrongly). Every solve gives the bits of a plain solve,
+    and an x given back stays the caller's (the next solve does not write it)."""
+    n, iterations = 29, 6
+    A, b = system(n, symmetric=True, seed=5)
+    other, b2 = A + np.eye(n), b[::-1].copy()
+    x0 = np.linspace(-1.0, 1.0, n)
+    options = {"rtol": 1e-30, "maxiter": iterations, "check_every": check_every}
+    plain = [_solve(2, name, M, v, x0, graphs=False, **options)[0] for M, v in ((A, b), (A, b2), (other, b))]
+
+    def work(comm):
+        lo, hi = ds.rows(n, comm)
+        mine, theirs = np.ascontiguousarray(A[lo:hi]), np.ascontiguousarray(other[lo:hi])
+        moved = theirs.copy() if comm.rank == 1 else theirs  # rank 1 alone passes other memory
+        seen, executor = [], oracle_executor(library(), "float64")  # one: the programs are kept by it
+        for M, v in ((mine, b), (mine, b2), (theirs, b), (moved, b)):
+            x, info = getattr(ds, name)(M, v[lo:hi], x0[lo:hi], comm=comm, executor=executor, graphs=True,
+                                        **options)
+            seen.append((x, info, recording.captures.get(comm.rank, 0), recording.launches.get(comm.rank, 0)))
+        return seen
+    ranks = run_ranks(2, work, timeout=120)
+    assert len(ds._STEPPERS) > 0
+    ds.forget_programs()
+    assert len(ds._STEPPERS) == 0
+    for solve, expected in enumerate((plain[0], plain[1], plain[2], plain[2])):
+        np.testing.assert_array_equal(np.concatenate([seen[solve][0] for seen in ranks]), expected)
+        assert [seen[solve][1] for seen in ranks] == [iterations] * 2
+    reads = -(-iterations // check_every)
+    turns = 1 if check_every % 2 == 0 else 2  # the graphs a matrix needs: one from each turn a read falls on
+    for seen in ranks:
+        captures = [c for _, _, c, _ in seen]
+        launches = [count for *_, count in seen]
+        assert captures == [turns, turns, 2 * turns, 3 * turns]
+        assert launches[1] - launches[0] == reads  # the second solve: every call a replay
+        assert launches[2] - launches[1] < reads and launches[3] - launches[2] == launches[2] - launches[1]
+
+
+def test_the_kept_graphs_go_before_the_communicators_fusec_made_are_destroyed(monkeypatch):
+    """NCCL's destroy waits until every graph holding the communicator's collectives is destroyed:
+    at exit the solvers' kept steppers (their graphs) are dropped first, then the communicators
+    fusec made destroyed; a hook that raises does not stop the destroys."""
+    from fusec.distributed import comm as comm_module
+    assert ds.forget_programs in comm_module._BEFORE_CLOSING
+    order = []
+
+    class Nccl:
+        def destroy(self):
+            order.append("destroy")
+    made = NcclComm.__new__(NcclComm)
+    made.nccl, made.failed = Nccl(), None
+
+    def failing():
+        order.append("failing")
+        raise RuntimeError("exiting")
+    monkeypatch.setattr(comm_module, "_MADE", {"mpi": made})
+    monkeypatch.setattr(comm_module, "_BEFORE_CLOSING", [failing, lambda: order.append("forget")])
+    comm_module._close_made()
+    assert order == ["failing", "forget", "destroy"]
+
+
 def test_the_iterations_a_solve_stops_at_are_the_same(recording):
     A, b = system(25, symmetric=True)
     plain = _solve(3, "cg", A, b, rtol=1e-12, maxiter=7, graphs=False)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -362,13 +362,27 @@ def launched_by() -> str | None:
 
 _MADE: dict = {}  # communicators fusec made, by what they were made from: one NCCL communicator each
 _STARTED: list = []  # torch.distributed, where fusec started its default group
+_BEFORE_CLOSING: list = []  # what lets go of CUDA graphs holding collectives, before the destroys
+
+
+def before_closing(hook: Callable[[], None]) -> None:
+    """Have ``hook()`` run at exit before the communicators fusec made are destroyed: NCCL's
+    destroy waits until every CUDA graph holding the communicator's collectives is destroyed,
+    so a graph kept to the end would hang the exit."""
+    _BEFORE_CLOSING.append(hook)
 
 
 @atexit.register
 def _close_made() -> None:
     """Destroy the NCCL communicators fusec made while CUDA is still up (left to
-    the interpreter's teardown, they would go after it). One with collectives in
-    flight was aborted already (watchdog, registered later, runs first)."""
+    the interpreter's teardown, they would go after it), once the graphs holding
+    their collectives are gone. One with collectives in flight was aborted already
+    (watchdog, registered later, runs first)."""
+    for hook in _BEFORE_CLOSING:
+        try:
+            hook()
+        except Exception:  # exiting: nothing more to do about it
+            pass
     for comm in _MADE.values():
         if isinstance(comm, NcclComm) and comm.failed is None:
             try:

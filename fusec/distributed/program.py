@@ -598,6 +598,16 @@ class DistributedProgram:
             raise ArgumentError("out", f"lacks {', '.join(missing)}: a call inside a capture writes every result"
                                        " into an array of out=")
 
+    def agree(self, ok: bool, *, stream: Any = None) -> bool:
+        """Whether ``ok`` holds on every rank: one all-reduce of a flag on ``stream`` (default: the
+        current stream of the communicator's framework), read on the host (at most the timeout).
+        Every rank calls it at the same place among its collectives."""
+        if self.comm is None or self.plan.ranks == 1:
+            return ok
+        self.comm.check()
+        helper = self._helper(self.comm.arrays_family)
+        return self._everyone(ok, helper, self._stream(helper, stream))
+
     def _everyone(self, ok: bool, helper, stream: int) -> bool:
         """Whether ``ok`` on every rank: one all-reduce of a flag, read on the host (at most the timeout)."""
         with helper.on(stream):

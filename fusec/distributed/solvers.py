@@ -25,6 +25,7 @@ event. Off by default until measured on GPUs; where the communicator cannot be c
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import threading
 import weakref
@@ -36,6 +37,8 @@ from ..errors import ArgumentError
 from ..solvers import checks, driver
 from ..solvers.arrays import arrays_for, framework_of
 from ..solvers.methods import BICG, BICGSTAB, CG, Method
+from ..solvers.workspace import Kept, Workspaces
+from . import comm as comm_module
 from . import communicator, plan
 from . import compile as compile_distributed
 from .layout import Layout, block
@@ -137,12 +140,25 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
         r0 = distributed(source=RESIDUAL, name="residual.script")(A=A, b=b, x=gather(v=x0))
     whole = {name for name in method.state + method.fixed if layouts[name] is Layout.WHOLE}
     graphs = graphs and iteration.capturable
-    # a capture needs a stream other than the legacy default one: the solve's own, where it captures
-    with arrays.stream() if graphs else contextlib.nullcontext():
-        stepper = DistributedStepper(method, iteration, norm, gather, arrays, A, x0, r0, whole, graphs=graphs)
-        tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
-        outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
-    return stepper.x(), outcome.info
+    key = (method.name, framework_of(b), dtype, n, str(getattr(A, "device", "")), id(iteration))
+    with _steppers(comm).take(key, lambda: Kept(arrays)) as kept:
+        arrays = kept.arrays
+        # a capture needs a stream other than the legacy default one: the solve's own (kept with
+        # its stepper: a graph is launched on the stream it was captured on)
+        with arrays.stream() if graphs else contextlib.nullcontext():
+            if kept.stepper is None:
+                kept.stepper = DistributedStepper(method, iteration, norm, gather, arrays, A, x0, r0, whole,
+                                                  graphs=graphs)
+            else:
+                kept.stepper.begin(A, x0, r0, graphs=graphs)
+            stepper = kept.stepper
+            try:
+                tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
+                outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
+                x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve
+            finally:
+                stepper.end()
+    return x, outcome.info
 
 
 GRAPHS_VARIABLE = "FUSEC_DISTRIBUTED_GRAPHS"  # solve()'s graphs= where not given
@@ -173,10 +189,35 @@ def _kept(comm, key, make: Callable[[], Any]):
 
 
 def forget_programs() -> None:
-    """Drop the programs kept between solves (the next solve compiles its own)."""
+    """Drop the programs kept between solves, and their steppers with the CUDA graphs captured on
+    them (the next solve compiles and captures its own). Call it before destroying a
+    communicator of your own that solves ran on with graphs: NCCL's destroy waits until the
+    graphs holding its collectives are gone. (Those fusec made are closed at exit after this.)"""
     with _LOCK:
         _PROGRAMS.clear()
         _ONE_PROCESS.clear()
+        kept = [*_STEPPERS.values(), _ONE_PROCESS_STEPPERS]
+        _STEPPERS.clear()
+    for steppers in kept:
+        steppers.clear()
+    gc.collect()  # the graphs go with their steppers now, should a cycle hold one
+
+
+# The steppers of solves before (their stream, their two sets of state arrays and the graphs
+# captured on them), by communicator: a capture of NCCL collectives takes milliseconds, more
+# than many iterations, and a solver loop solves again and again on one communicator.
+_STEPPERS: "weakref.WeakKeyDictionary[Any, Workspaces]" = weakref.WeakKeyDictionary()
+_ONE_PROCESS_STEPPERS = Workspaces()
+
+
+comm_module.before_closing(forget_programs)
+
+
+def _steppers(comm) -> Workspaces:
+    if comm is None:
+        return _ONE_PROCESS_STEPPERS
+    with _LOCK:
+        return _STEPPERS.setdefault(comm, Workspaces())
 
 
 def _input_layouts(method: Method, dtype: str, n: int, ranks: int) -> dict[str, Layout]:
@@ -219,10 +260,10 @@ class DistributedStepper:
     def __init__(self, method: Method, iteration, norm, gather, arrays, A, x0, r0, whole: set[str], *,
                  graphs: bool = False):
         """``whole``: the inputs the iteration reads whole (gathered at the start)."""
-        self.method, self.iteration, self.norm, self.arrays, self.A = method, iteration, norm, arrays, A
-        self.state: dict[str, Any] = {}
-        for name, start in method.start(x0, r0, lambda v: v).items():
-            self.state[name] = gather(v=start) if name in whole else arrays.copy(start)
+        self.method, self.iteration, self.norm, self.arrays = method, iteration, norm, arrays
+        self.gather, self.whole = gather, whole
+        self.A, self.A_address = A, arrays.address(A)
+        self.state = self._start(x0, r0)
         self.saved = dict(self.state)
         self.last: dict[str, Any] = {}
         # the iteration's results go to two sets of arrays in turn (the first call's own, and
@@ -230,9 +271,46 @@ class DistributedStepper:
         # the calls they prepared for them (new arrays every call had them prepared again)
         self.sets: list[dict[str, Any]] = []
         self.turn = self.saved_turn = 0
+        self.capture_works = True  # until a capture is refused (then plain calls for good)
         self.graphs_allowed = graphs and getattr(iteration, "capturable", False)
         self.graphs: dict[tuple[int, int], Any] = {}  # (turn, calls) -> CapturedCalls
         self.warm: set[int] = set()  # turns whose call ran plainly from the other set
+
+    def _start(self, x0, r0) -> dict[str, Any]:
+        """The first state, in arrays of its own (the gemvs' whole vectors gathered)."""
+        return {name: self.gather(v=start) if name in self.whole else self.arrays.copy(start)
+                for name, start in self.method.start(x0, r0, lambda v: v).items()}
+
+    def begin(self, A, x0, r0, *, graphs: bool) -> None:
+        """Start another solve. The first state goes into the set the next call reads, so that the
+        graphs captured before serve from the first call: they are kept where ``A`` is the same
+        memory as the last solve's on every rank (a graph holds the addresses it was captured
+        with; the ranks agree, one all-reduce, as a graph replayed on one rank and captured on
+        another would pair their collectives wrongly). Another matrix drops them and warms again."""
+        address = self.arrays.address(A)
+        self.graphs_allowed = graphs and getattr(self.iteration, "capturable", False) and self.capture_works
+        # the same on every rank (graphs, warm and capture_works follow the ranks' common calls)
+        keep = self.graphs_allowed and bool(self.graphs or self.warm)
+        if not (keep and self.iteration.agree(address == self.A_address)):
+            self.graphs.clear()
+            self.warm.clear()
+        self.A, self.A_address = A, address
+        start = self._start(x0, r0)
+        # into the arrays the graphs read: the fixed inputs' own, the state's in the set the next call reads
+        places = {name: self.state[name] for name in self.method.fixed}
+        if self.sets:
+            places.update({name: self.sets[1][f"{name}1"] for name in self.method.state})
+        for name, array in places.items():
+            self.arrays.copy_into(array, start[name])
+        start.update(places)
+        self.state, self.saved = start, dict(start)
+        self.turn = self.saved_turn = 0
+        self.last = {}
+
+    def end(self) -> None:
+        """Let go of the solve's ``A`` (a kept stepper must not keep a caller's matrix alive); its
+        address stays, for :meth:`begin` to know it again."""
+        self.A = None
 
     def advance(self, iterations: int) -> None:
         # the state before, to go back to: the arrays the next call reads and does not write,
@@ -266,8 +344,8 @@ class DistributedStepper:
             state, turn, last = dict(self.state), self.turn, self.last
             graph = self.iteration.capture(lambda: self._calls(iterations))
             self.state, self.turn, self.last = state, turn, last  # the calls were captured, not run
-            if graph is None:
-                self.graphs_allowed = False  # refused here, or on another rank: plain calls from now on
+            if graph is None:  # refused here, or on another rank: plain calls from now on
+                self.graphs_allowed = self.capture_works = False
             else:
                 self.graphs[key] = graph
         return graph

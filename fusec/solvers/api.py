@@ -15,17 +15,7 @@ from . import checks, device_loop, driver, kernels
 from .arrays import NumpyArrays, arrays_for, framework_of
 from .methods import BICG, BICGSTAB, CG, METHODS, Method
 from .stepper import ProgramStepper
-from .workspace import Workspaces
-
-
-class Kept:
-    """What a solve of one method, framework, device, precision and size leaves for the next
-    (:mod:`.workspace`): the framework's arrays (CuPy's holds the solve's stream) and the stepper."""
-
-    def __init__(self, arrays):
-        self.arrays = arrays
-        self.stepper: ProgramStepper | None = None
-
+from .workspace import Kept, Workspaces
 
 _KEPT = Workspaces()
 

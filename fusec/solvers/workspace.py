@@ -12,9 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Hashable
+from typing import Any, Callable, Hashable
 
 MOST_KEPT = 8  # steppers kept, the least recently used dropped first
+
+
+class Kept:
+    """What a solve of one method, framework, device, precision and size leaves for the next:
+    the framework's arrays (CuPy's holds the solve's stream) and the stepper."""
+
+    def __init__(self, arrays):
+        self.arrays = arrays
+        self.stepper: Any = None
 
 
 class Workspaces:
