@@ -11,15 +11,16 @@ passes from one call to the next with no step of the loop's own. The first resid
 breakdown) are small distributed programs of their own.
 
 The loop stays on the host (no conditional node, as one GPU's solvers have). Nothing inside
-an iteration waits on the host (its stages read the summed scalars from device memory), yet
-the host's own work for a call (its stages' launches, collectives, events and watches) set the
-pace, so reading the residual only every few iterations measured no faster
-(docs/distributed.md), and the default is ``check_every=1``, which stops at the first iteration
-meeting the rule. ``graphs=True`` (or ``$FUSEC_DISTRIBUTED_GRAPHS=1``) captures the
-``check_every`` calls between two reads in a CUDA graph, NCCL collectives included, and replays
-it (:class:`DistributedStepper`): the host's work for them is one graph launch and one watched
-event. Off by default until measured on GPUs; where the communicator cannot be captured
-(torch.distributed, thread ranks) the calls are plain either way.
+an iteration waits on the host (its stages read the summed scalars from device memory). By
+default (``graphs=True``; ``$FUSEC_DISTRIBUTED_GRAPHS=0`` or ``graphs=False`` for plain calls)
+the ``check_every`` calls between two reads of the residual are captured in a CUDA graph, NCCL
+collectives included, and replayed (:class:`DistributedStepper`): the host's work for them is
+one graph launch and one watched event, where plain calls' host work (each stage's launches,
+each collective, their events and watches) set the pace. A solve keeps its stepper, and so its
+graphs, for the next solve on the same communicator while ``A`` stays where it was on every
+rank. ``check_every=1`` (the default) stops at the first iteration meeting the rule; more
+measured no faster with graphs (docs/distributed.md). Where the communicator cannot be
+captured (torch.distributed, thread ranks) the calls are plain.
 """
 
 from __future__ import annotations
@@ -101,10 +102,10 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     ``info`` are SciPy's (:mod:`fusec.solvers.driver`): stop when ``||r|| <= max(rtol ||b||,
     atol)``; ``maxiter`` (default 10 n) iterations at most, the residual read every
     ``check_every`` (default 1: the first iteration meeting the rule; see the module's
-    docstring for why more are not faster yet). ``executor``: how a stage becomes a callable
+    docstring for why more are not faster). ``executor``: how a stage becomes a callable
     (:func:`fusec.distributed.compile`; the tests run stages with the oracle). ``graphs``: capture
     the iterations in CUDA graphs and replay them (see the module's docstring); default
-    ``$FUSEC_DISTRIBUTED_GRAPHS`` (1 or 0), else off. The same on every rank."""
+    ``$FUSEC_DISTRIBUTED_GRAPHS`` (1 or 0), else on. The same on every rank."""
     comm = communicator(comm, timeout=timeout)
     n = _check_system(A, b, x0)
     ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
@@ -119,7 +120,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     maxiter = 10 * n if maxiter is None else validate.count("maxiter", maxiter, 1)
     dtype = str(A.dtype)
     check_every = validate.count("check_every", check_every, 1)
-    graphs = (validate.environment_flag(GRAPHS_VARIABLE, False) if graphs is None
+    graphs = (validate.environment_flag(GRAPHS_VARIABLE, True) if graphs is None
               else validate.flag("graphs", graphs))
 
     def distributed(script=None, source=None, name="<string>", results=None):
