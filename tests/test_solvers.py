@@ -202,6 +202,12 @@ def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(metho
     kept.advance(4)
     assert arrays.captures == 2
     np.testing.assert_array_equal(kept.x(), fresh(A, b))
+    transposed = moved.T  # the same memory read with other strides: another matrix to a graph
+    kept.begin(transposed, start(transposed, b))
+    kept.advance(4)
+    assert arrays.captures == 3
+    kept.advance(4)
+    np.testing.assert_array_equal(kept.x(), fresh(transposed, b))
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)

@@ -263,7 +263,7 @@ class DistributedStepper:
         """``whole``: the inputs the iteration reads whole (gathered at the start)."""
         self.method, self.iteration, self.norm, self.arrays = method, iteration, norm, arrays
         self.gather, self.whole = gather, whole
-        self.A, self.A_address = A, arrays.address(A)
+        self.A, self.A_placement = A, arrays.placement(A)
         self.state = self._start(x0, r0)
         self.saved = dict(self.state)
         self.last: dict[str, Any] = {}
@@ -285,17 +285,18 @@ class DistributedStepper:
     def begin(self, A, x0, r0, *, graphs: bool) -> None:
         """Start another solve. The first state goes into the set the next call reads, so that the
         graphs captured before serve from the first call: they are kept where ``A`` is the same
-        memory as the last solve's on every rank (a graph holds the addresses it was captured
-        with; the ranks agree, one all-reduce, as a graph replayed on one rank and captured on
-        another would pair their collectives wrongly). Another matrix drops them and warms again."""
-        address = self.arrays.address(A)
+        memory with the same strides as the last solve's on every rank (a graph holds the
+        addresses it was captured with; the ranks agree, one all-reduce, as a graph replayed on
+        one rank and captured on another would pair their collectives wrongly). Another matrix
+        drops them and warms again."""
+        placement = self.arrays.placement(A)
         self.graphs_allowed = graphs and getattr(self.iteration, "capturable", False) and self.capture_works
         # the same on every rank (graphs, warm and capture_works follow the ranks' common calls)
         keep = self.graphs_allowed and bool(self.graphs or self.warm)
-        if not (keep and self.iteration.agree(address == self.A_address)):
+        if not (keep and self.iteration.agree(placement == self.A_placement)):
             self.graphs.clear()
             self.warm.clear()
-        self.A, self.A_address = A, address
+        self.A, self.A_placement = A, placement
         start = self._start(x0, r0)
         # into the arrays the graphs read: the fixed inputs' own, the state's in the set the next call reads
         places = {name: self.state[name] for name in self.method.fixed}

@@ -135,6 +135,11 @@ class NumpyArrays:
         """Where ``a``'s data starts (what a captured graph holds)."""
         return a.__array_interface__["data"][0]
 
+    def placement(self, a) -> tuple:
+        """Where ``a``'s data starts and its strides: what a graph captured on it holds of it
+        (the same memory read with other strides is another matrix to the graph)."""
+        return self.address(a), tuple(a.strides)
+
     def zeros_like(self, a):
         return self.np.zeros_like(a)
 
@@ -280,6 +285,9 @@ class TorchArrays(_DeviceArrays):
 
     def address(self, a) -> int:
         return a.data_ptr()
+
+    def placement(self, a) -> tuple:
+        return a.data_ptr(), tuple(a.stride())
 
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)

@@ -11,7 +11,7 @@ arrays of their own, read only there: after the iteration that ended non-finite.
 
 A stepper serves one solve after another (:meth:`ProgramStepper.begin`): its arrays, and the
 graphs captured on them, are kept; a graph holds the addresses it was captured with, so the
-graphs are kept only while ``A`` is the same memory (a graph reads whatever that memory holds
+graphs are kept only while ``A`` is the same memory with the same strides (a graph reads whatever that memory holds
 when it is replayed). Another ``A`` of the same shape is captured on at once: the sets stay
 warm (the program's modules are loaded and its buffers made for these sizes, and every result
 goes to a state array, so a call on the new ``A`` loads and allocates nothing).
@@ -39,7 +39,7 @@ class ProgramStepper:
     def __init__(self, program: Callable, method: Method, arrays: Any, A, start: dict, *, graphs: bool = True,
                  make_loop: Callable | None = None):
         self.program, self.method, self.arrays = program, method, arrays
-        self.A, self.A_address = A, arrays.address(A)
+        self.A, self.A_placement = A, arrays.placement(A)
         self.fixed = {name: arrays.copy(start[name]) for name in method.fixed}
         first = {name: arrays.copy(start[name]) for name in method.state}  # its own: start may share arrays
         second = {name: arrays.empty_like(first[name]) for name in method.state}
@@ -63,12 +63,12 @@ class ProgramStepper:
         another matrix drops them and captures anew on it, with no plain calls first (the sets
         stay warm: only the addresses the launches carry change). ``make_loop``,
         where given, is kept for the loops to come (unless a loop was refused here)."""
-        address = self.arrays.address(A)
-        if address != self.A_address:
+        placement = self.arrays.placement(A)
+        if placement != self.A_placement:
             self.graphs.clear()
             if self.gpu_loop is not None:
                 self.gpu_loop.forget()
-        self.A, self.A_address = A, address
+        self.A, self.A_placement = A, placement
         for name in self.method.fixed:
             self.arrays.copy_into(self.fixed[name], start[name])
         for name in self.method.state:  # one framework copy each: one launch for all measured no faster
