@@ -263,6 +263,41 @@ def test_a_communicator_of_another_size_is_refused():
     run_ranks(2, work)
 
 
+def test_a_callers_communicator_is_wrapped_once(monkeypatch):
+    """The programs and graphs kept between solves are kept by fusec's communicator: the same
+    NCCL communicator or process group of the caller's gets the same one each call (a new one
+    each call compiled the solve's programs again), another its own; the oldest of more than
+    MOST_GIVEN go."""
+    from fusec.distributed import comm as comm_module
+
+    class Nccl:  # cupy.cuda.nccl.NcclCommunicator's part fusec reads
+        __module__ = "cupy.cuda.nccl"
+
+        def rank_id(self):
+            return 0
+
+        def device_id(self):
+            return 0
+
+    class Group:
+        __module__ = "torch.distributed.distributed_c10d"
+    made = []
+    monkeypatch.setattr(comm_module, "_GIVEN", {})
+    monkeypatch.setattr(comm_module, "_use_device", lambda device: None)
+    monkeypatch.setattr(comm_module, "NcclComm", lambda handle, device: made.append(handle) or object())
+    monkeypatch.setattr(comm_module, "TorchComm", lambda group: made.append(group) or object())
+    first, second, group = Nccl(), Nccl(), Group()
+    assert comm_module.communicator(first) is comm_module.communicator(first)
+    assert comm_module.communicator(second) is not comm_module.communicator(first)
+    assert comm_module.communicator(group) is comm_module.communicator(group)
+    assert comm_module.communicator("torch") is comm_module.communicator("torch")
+    assert made == [first, second, group, None]
+    for _ in range(comm_module.MOST_GIVEN):
+        comm_module.communicator(Nccl())
+    comm_module.communicator(first)
+    assert made[-1] is first  # dropped as the oldest, wrapped anew
+
+
 OVERLAP = """\
 # s's sum is first read two stages on: its reduce-scatter may run beside stage 1
 matrix A[n, n];

@@ -404,7 +404,8 @@ def communicator(comm: Any = None, *, timeout: float | None = None) -> Communica
     or None: made from mpirun's or torchrun's environment, and None in a
     process nobody launched (one rank: the plain program). What fusec makes
     from an environment or an mpi4py communicator is made once per process
-    and handed out again."""
+    and handed out again; so is its wrapper of a NCCL communicator or process
+    group of the caller's (the last few), which programs and graphs are kept by."""
     timeout = default_timeout() if timeout is None else timeout
     if isinstance(comm, Communicator):
         return comm
@@ -416,8 +417,8 @@ def communicator(comm: Any = None, *, timeout: float | None = None) -> Communica
         if launcher == "torchrun" and launcher not in _MADE:
             _MADE[launcher] = from_torchrun(timeout)
         return _MADE.get(launcher)
-    if comm == "torch":
-        return TorchComm(None)
+    if isinstance(comm, str) and comm == "torch":
+        return _given("torch", lambda: TorchComm(None))
     module = type(comm).__module__
     if hasattr(comm, "Get_rank") and hasattr(comm, "Get_size"):
         key = ("mpi", comm.py2f()) if hasattr(comm, "py2f") else ("mpi", id(comm))
@@ -426,12 +427,30 @@ def communicator(comm: Any = None, *, timeout: float | None = None) -> Communica
         return _MADE[key]
     if module.startswith("cupy") and hasattr(comm, "rank_id"):
         _use_device(comm.device_id())
-        return NcclComm(comm, comm.device_id())
+        return _given(comm, lambda: NcclComm(comm, comm.device_id()))
     if module.startswith("torch"):
-        return TorchComm(comm)
+        return _given(comm, lambda: TorchComm(comm))
     raise ArgumentError("comm", f"is a {type(comm).__name__}: pass an mpi4py communicator, a"
                                 " cupy.cuda.nccl.NcclCommunicator, a torch.distributed process group,"
                                 " 'torch', or None (from mpirun's or torchrun's environment)")
+
+
+_GIVEN: dict = {}  # id of a caller's communicator -> (it, fusec's wrapper of it), oldest first
+MOST_GIVEN = 8
+
+
+def _given(handle, make: Callable[[], Communicator]) -> Communicator:
+    """fusec's communicator over the caller's ``handle`` (a NCCL communicator, a process group):
+    made once and handed out again, as the programs and CUDA graphs kept between solves are kept
+    by communicator (a new wrapper each call compiled them again). The handle is held beside
+    it, so its id stays its own."""
+    key = handle if isinstance(handle, str) else id(handle)
+    kept = _GIVEN.get(key)
+    if kept is None:
+        while len(_GIVEN) >= MOST_GIVEN:
+            del _GIVEN[next(iter(_GIVEN))]
+        kept = _GIVEN[key] = (handle, make())
+    return kept[1]
 
 
 def host_barrier(comm: Communicator, timeout: float) -> None:
