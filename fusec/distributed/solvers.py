@@ -255,8 +255,9 @@ class DistributedStepper:
     they come, once each of their calls has run plainly on the same arrays, and replayed after
     that (:meth:`fusec.distributed.DistributedProgram.capture`; an iteration that cannot be
     captured makes plain calls for good). A graph reads the set of arrays its first call reads
-    (the other set than its turn's): the state must lie there, so the first call (from the
-    starting arrays) and the first after going back to copies are plain."""
+    (the other set than its turn's): the state must lie there, so the first call of a first
+    solve (from the starting arrays) and the first after going back to copies are plain. A
+    stepper serves solve after solve (:meth:`begin`), its graphs with it while ``A`` stays."""
 
     def __init__(self, method: Method, iteration, norm, gather, arrays, A, x0, r0, whole: set[str], *,
                  graphs: bool = False):
