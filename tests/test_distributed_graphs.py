@@ -370,6 +370,32 @@ def test_the_kept_graphs_go_before_the_communicators_fusec_made_are_destroyed(mo
     assert order == ["failing", "forget", "destroy"]
 
 
+@pytest.mark.filterwarnings("ignore::fusec.errors.FusecWarning")
+def test_at_exit_every_graph_still_held_is_released_first(running):
+    """A graph a caller (or a kept stepper) still holds at exit would hang the destroy of the
+    communicator fusec made: the hook run before the destroys releases every one; a launch after
+    it is a FusecError, not a launch of a destroyed graph."""
+    from fusec.distributed import comm as comm_module
+    from fusec.errors import FusecError
+    assert dist_program._release_captured in comm_module._BEFORE_CLOSING
+    dag = script_dag("solvers/cg")
+    inputs = oracle.random_inputs(dag, {"n": 13}, "float64", 5)
+
+    def work(comm):
+        prog = fd.compile(CG, dtype="float64", sizes={"n": 13}, comm=comm, latency=False,
+                          executor=oracle_executor(library(), "float64"))
+        local = {k: prog.local(k, v) for k, v in inputs.items()}
+        out = {name: np.full(prog.local_shape(name), np.nan) for name in prog.outputs}
+        prog(**local, out=out)
+        return prog.capture(lambda: prog(**local, out=out))
+    held = run_ranks(2, work)
+    assert all(graph.graph is not None for graph in held)
+    dist_program._release_captured()
+    assert all(graph.graph is None for graph in held)
+    with pytest.raises(FusecError, match="released"):
+        held[0].launch()
+
+
 def test_the_iterations_a_solve_stops_at_are_the_same(recording):
     A, b = system(25, symmetric=True)
     plain = _solve(3, "cg", A, b, rtol=1e-12, maxiter=7, graphs=False)

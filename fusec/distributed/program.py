@@ -26,12 +26,14 @@ import dataclasses
 import inspect
 import numbers
 import warnings
+import weakref
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..errors import ArgumentError, FusecError, FusecWarning
 from ..library.model import Kind
+from . import comm as comm_module
 from . import text, watchdog
 from .arrays import arrays_for, family
 from .comm import Communicator, default_timeout
@@ -641,12 +643,33 @@ class CapturedCalls:
         self.collectives = collectives  # what each captured collective is, in the order issued
         first = f": {collectives[0]} first" if collectives else ""
         self._what = f"a CUDA graph of {len(collectives)} collective(s){first}"
+        _CAPTURED.add(self)
 
     def launch(self) -> None:
         """Queue the graph on the stream it was captured on, watched by one event after it (a
         launch is a collective of every rank that captured it: every rank launches its own)."""
         program = self.program
         program.comm.check()
+        if self.graph is None:
+            raise FusecError(f"{self._what} was released (the process is exiting): capture the calls again")
         self.graph.launch(self.stream)
         watchdog.WATCHDOG.watch(self.helper.event().record(self.stream), self._what, program.comm, program.timeout,
                                 program.on_timeout)
+
+    def release(self) -> None:
+        """Destroy the graph now (a launch after it is an error)."""
+        self.graph = None
+
+
+_CAPTURED: "weakref.WeakSet[CapturedCalls]" = weakref.WeakSet()  # the graphs not yet gone
+
+
+def _release_captured() -> None:
+    """At exit, before the communicators fusec made are destroyed (NCCL's destroy waits for
+    every graph holding their collectives): the graphs still held, by a solver's kept stepper or
+    by a caller, go."""
+    for calls in list(_CAPTURED):
+        calls.release()
+
+
+comm_module.before_closing(_release_captured)
