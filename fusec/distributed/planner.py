@@ -224,47 +224,44 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
 
 
 def _requested(dag: Dag, results: Mapping[str, Layout | str] | None) -> dict[int, Layout]:
-    """``results`` by value id, checked: names of results, layouts split or whole."""
-    if results is None:
-        return {}
-    if not isinstance(results, Mapping):
-        raise ArgumentError("results", f"is a {type(results).__name__}: pass a mapping of result names to"
-                                       " 'split' or 'whole'")
-    by_name = {dag.value(v).name: v for v in dag.outputs}
-    out = {}
-    for name, layout in results.items():
-        if name not in by_name:
-            raise ArgumentError("results", f"{name!r} is not a result of {dag.file} (its results:"
-                                           f" {', '.join(by_name)})")
-        if str(layout) not in (Layout.SPLIT.value, Layout.WHOLE.value):
-            raise ArgumentError("results", f"{name}: {layout!r} is no layout to return; pass 'split' or 'whole'")
-        if str(layout) == Layout.SPLIT.value and dag.value(by_name[name]).kind is Kind.SCALAR:
-            raise ArgumentError("results", f"{name} is a scalar: it is returned whole")
-        out[by_name[name]] = Layout(str(layout))
+    """``results`` by value id, checked: names of results, layouts split or whole, a scalar whole."""
+    out = _named_layouts(dag, results, "results", dag.outputs, "result", "return")
+    for value, layout in out.items():
+        if layout is Layout.SPLIT and dag.value(value).kind is Kind.SCALAR:
+            raise ArgumentError("results", f"{dag.value(value).name} is a scalar: it is returned whole")
     return out
 
 
 def _given_inputs(dag: Dag, inputs: Mapping[str, Layout | str] | None) -> dict[int, Layout]:
     """``inputs`` by value id, checked: names of inputs; a matrix split, a scalar whole, a vector either."""
-    if inputs is None:
+    out = _named_layouts(dag, inputs, "inputs", dag.inputs, "input", "pass")
+    for value, layout in out.items():
+        name, kind = dag.value(value).name, dag.value(value).kind
+        if kind is Kind.MATRIX and layout is not Layout.SPLIT:
+            raise ArgumentError("inputs", f"{name} is a matrix: each rank passes its rows ('split')")
+        if kind is Kind.SCALAR and layout is not Layout.WHOLE:
+            raise ArgumentError("inputs", f"{name} is a scalar: it is passed whole")
+    return out
+
+
+def _named_layouts(dag: Dag, given, argument: str, values, noun: str, verb: str) -> dict[int, Layout]:
+    """``given`` (names of ``values``, each a ``noun``, to 'split' or 'whole') by value id,
+    checked: a mapping, names of those values, layouts split or whole."""
+    if given is None:
         return {}
-    if not isinstance(inputs, Mapping):
-        raise ArgumentError("inputs", f"is a {type(inputs).__name__}: pass a mapping of input names to"
+    if not isinstance(given, Mapping):
+        raise ArgumentError(argument, f"is a {type(given).__name__}: pass a mapping of {noun} names to"
                                       " 'split' or 'whole'")
-    by_name = {dag.value(v).name: v for v in dag.inputs}
+    by_name = {dag.value(v).name: v for v in values}
+    article = "an" if noun[0] in "aeiou" else "a"
     out = {}
-    for name, layout in inputs.items():
+    for name, layout in given.items():
         if name not in by_name:
-            raise ArgumentError("inputs", f"{name!r} is not an input of {dag.file} (its inputs:"
+            raise ArgumentError(argument, f"{name!r} is not {article} {noun} of {dag.file} (its {noun}s:"
                                           f" {', '.join(by_name)})")
         if str(layout) not in (Layout.SPLIT.value, Layout.WHOLE.value):
-            raise ArgumentError("inputs", f"{name}: {layout!r} is no layout to pass; pass 'split' or 'whole'")
-        kind, chosen = dag.value(by_name[name]).kind, Layout(str(layout))
-        if kind is Kind.MATRIX and chosen is not Layout.SPLIT:
-            raise ArgumentError("inputs", f"{name} is a matrix: each rank passes its rows ('split')")
-        if kind is Kind.SCALAR and chosen is not Layout.WHOLE:
-            raise ArgumentError("inputs", f"{name} is a scalar: it is passed whole")
-        out[by_name[name]] = chosen
+            raise ArgumentError(argument, f"{name}: {layout!r} is no layout to {verb}; pass 'split' or 'whole'")
+        out[by_name[name]] = Layout(str(layout))
     return out
 
 
