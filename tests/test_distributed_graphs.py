@@ -256,8 +256,8 @@ def test_nothing_waits_on_the_host_inside_a_capture_and_a_launch_is_watched_once
         graph.launch()
         return graph.collectives
     listed = run_ranks(2, work)
-    assert listed[0] == listed[1] == ("the all-reduce of rr, pq (16 bytes)", "the all-gather of r1 (104 bytes)",
-                                      "the all-reduce of rr1 (8 bytes)")
+    assert listed[0] == listed[1] == ("the all-reduce of rr, pq (16 bytes)", "the all-reduce of rr1 (8 bytes)",
+                                      "the all-gather of p1 (104 bytes)")
     assert not [w for w in watched if w[1]] and not [w for w in waited if w[1]]
     for rank in (0, 1):
         launches = [what for r, _, what in watched if r == rank and "CUDA graph" in what]

@@ -55,18 +55,18 @@ def _latency(latency, gpu) -> Latency | None:
 
 def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, active: int | None = None,
              latency: Latency | None = None, gpu: str | None = None,
-             results: Mapping[str, str] | None = None, inputs: Mapping[str, str] | None = None) -> DistributedPlan:
+             results: Mapping[str, str] | None = None) -> DistributedPlan:
     """The plan of a checked DAG; with a latency table and no ``active`` given,
     the count of ranks holding rows is the one :mod:`.scaling` predicts fastest."""
     from . import planner, scaling
     if active is not None or latency is None or ranks == 1:
-        return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results, inputs=inputs)
+        return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results)
     from ..target import resolve
     bandwidth = resolve(gpu).copy_bandwidth
     plans: dict[int, DistributedPlan] = {}
 
     def seconds(a: int) -> float:
-        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a, results=results, inputs=inputs)
+        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a, results=results)
         if plans[a].active != a:  # fewer rows than ranks: a cannot hold rows each
             return float("inf")
         return scaling.predicted_seconds(plans[a], dag, latency, bandwidth)
@@ -75,16 +75,15 @@ def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, 
 
 def plan(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
          sizes: Mapping[str, int], ranks: int, active: int | None = None, latency=False,
-         gpu: str | None = None, results: Mapping[str, str] | None = None,
-         inputs: Mapping[str, str] | None = None) -> DistributedPlan:
+         gpu: str | None = None, results: Mapping[str, str] | None = None) -> DistributedPlan:
     """The distributed plan of a script (a path, or its text as ``source``) over
     ``ranks`` processes at ``sizes``, without a GPU or a communicator.
     ``latency``: a :class:`Latency` table (or its path) to choose how many
     ranks hold rows by; None looks for the one fusec ships for ``gpu``;
-    False (the default here) keeps every rank. ``results``, ``inputs``: see :func:`compile`."""
+    False (the default here) keeps every rank. ``results``: see :func:`compile`."""
     dag, lib = _dag(script, source, name, library)
     return plan_dag(dag, lib, ranks, sizes, validate.dtype(dtype), active=active, latency=_latency(latency, gpu),
-                    gpu=gpu, results=results, inputs=inputs)
+                    gpu=gpu, results=results)
 
 
 def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool = True,
@@ -130,8 +129,7 @@ def _arch(comm: Communicator | None) -> str | None:
 def compile(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
             sizes: Mapping[str, int], comm: Any = None, active: int | None = None, latency=None,
             gpu: str | None = None, tuned: bool = True, timeout: float | None = None, on_timeout: str = "exit",
-            executor: Callable | None = None, results: Mapping[str, str] | None = None,
-            inputs: Mapping[str, str] | None = None) -> DistributedProgram:
+            executor: Callable | None = None, results: Mapping[str, str] | None = None) -> DistributedProgram:
     """Compile a script for the ranks of ``comm`` (see :func:`communicator`;
     None: from mpirun's or torchrun's environment, or one process) at the global
     ``sizes``. Every rank calls this with the same arguments; ranks that hold
@@ -146,10 +144,7 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     runs stages with the float64 oracle). ``results``: the layout a result is
     returned in, by name (``{"p1": "whole"}``), where not the one it is made in
     and a collective can make it (a split result gathered whole on every rank; a
-    partial one split by a reduce-scatter). ``inputs``: the layout a vector
-    input is passed in, by name (``{"r": "whole"}``), where not the one the
-    plan would choose (split unless a call reads it whole): a loop passing back
-    what its last call returned gives its results' layouts as the inputs'."""
+    partial one split by a reduce-scatter)."""
     from .comm import host_barrier
     timeout = default_timeout() if timeout is None else timeout
     comm = communicator(comm, timeout=timeout)
@@ -157,7 +152,7 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     dtype = validate.dtype(dtype)
     ranks = comm.size if comm is not None else 1
     the_plan = plan_dag(dag, lib, ranks, sizes, dtype, active=active, latency=_latency(latency, gpu), gpu=gpu,
-                        results=results, inputs=inputs)
+                        results=results)
     executor = executor or fusec_executor(lib, dtype, gpu=gpu, tuned=tuned)
     program = DistributedProgram(the_plan, dag, comm, executor, timeout=timeout, on_timeout=on_timeout)
     arch = _arch(comm)

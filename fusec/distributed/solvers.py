@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import math
 import threading
 import weakref
@@ -124,17 +123,15 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     graphs = (validate.environment_flag(GRAPHS_VARIABLE, True) if graphs is None
               else validate.flag("graphs", graphs))
 
-    def distributed(script=None, source=None, name="<string>", results=None, inputs=None):
-        key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())),
-               tuple(sorted((inputs or {}).items())))
+    def distributed(script=None, source=None, name="<string>", results=None):
+        key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())))
         return _kept(comm, key, lambda: compile_distributed(
             script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm, latency=False,
-            timeout=timeout, executor=executor, results=results, inputs=inputs))
+            timeout=timeout, executor=executor, results=results))
     # the state's results in the layouts the next call reads them in (planned first: no GPU; a
     # plan and the script's DAG take tens of ms, so they are kept beside the programs)
     layouts = _kept(comm, ("layouts", method.name, dtype, n, ranks), lambda: _input_layouts(method, dtype, n, ranks))
-    iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state},
-                            inputs={v: str(layouts[v]) for v in method.state})
+    iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state})
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
     arrays = arrays_for(framework_of(b))
@@ -225,34 +222,10 @@ def _steppers(comm) -> Workspaces:
 
 
 def _input_layouts(method: Method, dtype: str, n: int, ranks: int) -> dict[str, Layout]:
-    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name.
-
-    The iteration is passed its state in the layouts its last call returned it in, and what
-    the plan does depends on them (a result returned whole may be made whole early and read so
-    by the calls after it: CG's r1 whole makes rr1 a dot on every rank with no all-reduce, and
-    p1 whole with no all-gather). So each state vector split or whole is tried, passed and
-    returned so, and the choice with the fewest collectives is taken, then the fewest stages,
-    then the fewest bytes moved (a few dozen plans at most, tens of ms each, kept with the
-    programs)."""
+    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name."""
+    planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
     dag = script_dag(method.script, None, None, resolve_library(None))
-
-    def inputs(planned) -> dict[str, Layout]:
-        return {dag.value(v).name: planned.layout(v) for v in dag.inputs}
-    best, best_score = None, None
-    for layouts in itertools.product((Layout.SPLIT, Layout.WHOLE), repeat=len(method.state)):
-        chosen = {v: str(layout) for v, layout in zip(method.state, layouts)}
-        try:
-            planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks, inputs=chosen,
-                           results={f"{v}1": layout for v, layout in chosen.items()})
-        except ArgumentError:  # a state vector made in a layout no collective turns into the one asked for
-            continue
-        reads = inputs(planned)
-        collectives = [planned.conversions[s.conversion] for s in planned.steps
-                       if s.conversion is not None and planned.conversions[s.conversion].op.collective]
-        score = (len(collectives), len(planned.stages), sum(c.bytes for c in planned.conversions if c.op.collective))
-        if best_score is None or score < best_score:
-            best, best_score = reads, score
-    return best if best is not None else inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
+    return {dag.value(v).name: planned.layout(v) for v in dag.inputs}
 
 
 def _check_system(A, b, x0) -> int:
