@@ -278,10 +278,21 @@ class DistributedStepper:
         self.graphs: dict[tuple[int, int], Any] = {}  # (turn, calls) -> CapturedCalls
         self.warm: set[int] = set()  # turns whose call ran plainly from the other set
 
-    def _start(self, x0, r0) -> dict[str, Any]:
-        """The first state, in arrays of its own (the gemvs' whole vectors gathered)."""
-        return {name: self.gather(v=start) if name in self.whole else self.arrays.copy(start)
-                for name, start in self.method.start(x0, r0, lambda v: v).items()}
+    def _start(self, x0, r0, places: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The first state (the gemvs' whole vectors gathered), copied into ``places`` where it
+        names the array (those the graphs read), else in arrays of its own."""
+        places = places or {}
+        state = {}
+        for name, value in self.method.start(x0, r0, lambda v: v).items():
+            if name in self.whole:
+                value = self.gather(v=value)  # a new array
+            elif name not in places:
+                value = self.arrays.copy(value)
+            if name in places:
+                self.arrays.copy_into(places[name], value)
+                value = places[name]
+            state[name] = value
+        return state
 
     def begin(self, A, x0, r0, *, graphs: bool) -> None:
         """Start another solve. The first state goes into the set the next call reads, so that the
@@ -298,15 +309,12 @@ class DistributedStepper:
             self.graphs.clear()
             self.warm.clear()
         self.A, self.A_placement = A, placement
-        start = self._start(x0, r0)
         # into the arrays the graphs read: the fixed inputs' own, the state's in the set the next call reads
         places = {name: self.state[name] for name in self.method.fixed}
         if self.sets:
             places.update({name: self.sets[1][f"{name}1"] for name in self.method.state})
-        for name, array in places.items():
-            self.arrays.copy_into(array, start[name])
-        start.update(places)
-        self.state, self.saved = start, dict(start)
+        self.state = self._start(x0, r0, places)
+        self.saved = dict(self.state)
         self.turn = self.saved_turn = 0
         self.last = {}
 

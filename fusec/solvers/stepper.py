@@ -10,11 +10,12 @@ half-step results (BiCGStab's ``h`` and ``s``) are written every iteration into 
 arrays of their own, read only there: after the iteration that ended non-finite.
 
 A stepper serves one solve after another (:meth:`ProgramStepper.begin`): its arrays, and the
-graphs captured on them, are kept; a graph holds the addresses it was captured with, so the
-graphs are kept only while ``A`` is the same memory with the same strides (a graph reads whatever that memory holds
-when it is replayed). Another ``A`` of the same shape is captured on at once: the sets stay
-warm (the program's modules are loaded and its buffers made for these sizes, and every result
-goes to a state array, so a call on the new ``A`` loads and allocates nothing).
+graphs captured on them, are kept; a graph holds the addresses (and strides) it was captured
+with, so the graphs are kept only while ``A`` is the same memory read with the same strides (a
+graph reads whatever that memory holds when it is replayed). Another ``A`` of the same shape is
+captured on at once: the sets stay warm (the program's modules are loaded and its buffers made
+for these sizes, and every result goes to a state array, so a call on the new ``A`` loads and
+allocates nothing).
 
 Where the driver can loop on the GPU (:mod:`.device_loop`), :meth:`ProgramStepper.loop` runs
 the whole loop as one launch of a graph whose body is two iterations with a test after each.
