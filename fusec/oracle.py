@@ -45,7 +45,8 @@ from .library.model import TRIANGLES, Function, Kind
 
 __all__ = [
     "Expected", "OutputCheck", "check_outputs", "check_reference", "evaluate", "expect", "gauge",
-    "random_inputs", "reads_one_triangle", "stored_triangle", "sum_lengths", "test_ratio", "threshold",
+    "random_inputs", "reads_one_triangle", "reads_pointwise", "stored_triangle", "sum_lengths", "test_ratio",
+    "threshold",
 ]
 
 # name -> number of positional arguments
@@ -330,6 +331,35 @@ def reads_one_triangle(function: Function, name: str, size: int = 6) -> bool:
     if made is not None:
         result = _cut(made)(result)
     return not np.isnan(result).any()
+
+
+def reads_pointwise(function: Function, name: str) -> bool:
+    """Whether ``function``'s result at (i, j) reads the matrix parameter ``name`` at (i, j)
+    alone: a nested map whose result has the parameter's dimensions and element, with ``name``
+    under element-wise operations only (``+ - * /``, unary ``-``, ``abs`` and the other
+    element-wise functions, ``triu``/``tril``), never under ``.T``, ``@``, ``outer``, ``dot``
+    or ``sum``. Such a call's result may be written over ``name``'s own memory by the block
+    that read it (:mod:`fusec.runtime.in_place`)."""
+    param = next((p for p in function.params if p.name == name), None)
+    result = function.result
+    if (param is None or param.kind is not Kind.MATRIX or not function.hof.nested or function.hof.reduce
+            or result.kind is not Kind.MATRIX or result.dims != param.dims or result.element != param.element):
+        return False
+
+    def pointwise(node: ast.expr) -> bool:
+        if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+            return True  # the subtree does not read it
+        if isinstance(node, ast.Name):
+            return True
+        if isinstance(node, ast.BinOp):
+            return not isinstance(node.op, ast.MatMult) and pointwise(node.left) and pointwise(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return pointwise(node.operand)
+        if isinstance(node, ast.Call) and node.func.id in _ELEMENTWISE + _TRIANGLES:
+            return all(pointwise(a) for a in node.args)
+        return False  # .T, outer, dot, sum
+
+    return pointwise(_checked(function))
 
 
 # ---------------------------------------------------------------------------

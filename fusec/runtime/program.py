@@ -62,6 +62,7 @@ from . import (
 )
 from .arrays import DEVICE, NUMPY, ArrayArg, Binding, bind, scalar_checker, scalar_limit
 from .arrays import array_arg as _array_arg
+from .in_place import overwrites
 from .plan_text import describe, minimum_bytes
 from .prepared import (
     Launch,
@@ -245,13 +246,8 @@ class Program:
         self._scalar_names = frozenset(v.name for v in inputs if v.kind is Kind.SCALAR and not v.on_device)
         # out= and stream= are the call's options, unless the script has inputs of those names
         self._call_options = not {"out", "stream"} & {v.name for v in inputs}
-        # for out= arrays over inputs: the kernel writing each result, the last kernel reading each input
-        self._writer = {a.value: k.index for k in generated.kernels for a in k.args if a.role == "out"}
-        self._last_reader: dict[int, int] = {}
-        for kernel in generated.kernels:
-            for arg in kernel.args:
-                if arg.role in ("in", "scalar_ptr"):
-                    self._last_reader[arg.value] = kernel.index
+        # which inputs' memory an out= array of each result may be (after their reads, or in place)
+        self._overwrites = overwrites(generated)
 
     # ------------------------------------------------------------------ description
     @property
@@ -392,8 +388,9 @@ class Program:
         ``out`` maps result names to arrays the results are written into (of the
         arrays' framework, or NumPy arrays for NumPy inputs; the right shape and
         dtype, C-contiguous); those results are returned as these arrays. An
-        ``out`` array may be an input's only where no kernel reads that input
-        once the kernel writing the result has started (:meth:`check_out`).
+        ``out`` array may be an input's where no kernel reads that input once
+        the kernel writing the result has started, or, exactly, where the result
+        is computed from it pointwise (in place: :mod:`.in_place`; :meth:`check_out`).
         ``stream`` is the stream to run on (:mod:`.streams`). ``poison`` fills
         outputs and every fusec buffer with NaN first, so an element no kernel
         writes shows up (tests use it)."""
@@ -420,7 +417,8 @@ class Program:
                 pointers, results = self._place(binding, buffers, outputs)
             if poison:
                 cuda.synchronize()  # the fills go on the legacy stream; a non-blocking one would not wait
-                self._poison(pointers, buffers, binding.sizes)
+                spared = {o[0] for o in self._over_inputs(binding, outputs)}  # out= arrays holding inputs
+                self._poison(pointers, buffers, binding.sizes, spared)
             launches = self._launches(buffers, pointers, binding)
             for kernel, grid, args in launches:
                 loaded.launch(kernel, grid, args, on)
@@ -477,7 +475,8 @@ class Program:
     def check_out(self, binding: Binding, out: Mapping[str, Any] | None) -> dict[int, ArrayArg]:
         """The ``out=`` arrays by result value, checked: names of results, arrays of
         the inputs' framework with the results' shapes and dtype, no two overlapping,
-        none overlapping an input the program reads after it starts writing there."""
+        none overlapping an input the program reads after it starts writing there
+        (but an update's result may be its matrix's own memory: :mod:`.in_place`)."""
         if out is None:
             return {}
         if not isinstance(out, Mapping):
@@ -501,26 +500,36 @@ class Program:
         return chosen
 
     def _check_out_overlaps(self, binding: Binding, chosen: dict[int, ArrayArg]) -> None:
-        itemsize = self.dtype.itemsize
-
-        def extent(array: ArrayArg) -> tuple[int, int]:
-            start = array.pointer if array.pointer is not None else array.obj.__array_interface__["data"][0]
-            return start, start + math.prod(array.shape) * itemsize
-
-        outs = [(value, array, *extent(array)) for value, array in chosen.items()]
-        ins = [(value, given, *extent(given)) for value, given in binding.arrays.items()]
+        outs = [(value, array, *self._extent(array)) for value, array in chosen.items()]
         for i, (value, array, start, end) in enumerate(outs):
             for _, other, other_start, other_end in outs[i + 1:]:
                 if start < other_end and other_start < end:
                     raise ArgumentError(array.name, f"overlaps {other.name}: two results cannot share memory")
-            for input_value, given, other_start, other_end in ins:
-                if given.where != array.where or not (start < other_end and other_start < end):
-                    continue
-                if self._last_reader.get(input_value, -1) >= self._writer.get(value, 0):
-                    raise ArgumentError(
-                        array.name,
-                        f"overlaps the input {given.name!r}, which the program still reads once it starts writing"
-                        f" {self.dag.value(value).name}: pass another array (two arrays in turn, in a loop)")
+        for value, array, input_value, given, exact in self._over_inputs(binding, chosen):
+            pair = (value, input_value)
+            if pair in self._overwrites.after_reads or (pair in self._overwrites.in_place and exact):
+                continue
+            if pair in self._overwrites.in_place:
+                raise ArgumentError(array.name, f"overlaps part of the input {given.name!r}: it may be"
+                                                f" {given.name!r} itself (in place), not part of it")
+            raise ArgumentError(
+                array.name,
+                f"overlaps the input {given.name!r}, which the program still reads once it starts writing"
+                f" {self.dag.value(value).name}: pass another array (two arrays in turn, in a loop)")
+
+    def _extent(self, array: ArrayArg) -> tuple[int, int]:
+        start = array.pointer if array.pointer is not None else array.obj.__array_interface__["data"][0]
+        return start, start + math.prod(array.shape) * self.dtype.itemsize
+
+    def _over_inputs(self, binding: Binding, chosen: dict[int, ArrayArg]):
+        """(result, its out= array, input, the input's array, whether the memory is the same
+        exactly) for every out= array overlapping an input of its kind of memory."""
+        for value, array in chosen.items():
+            start, end = self._extent(array)
+            for input_value, given in binding.arrays.items():
+                other_start, other_end = self._extent(given)
+                if given.where == array.where and start < other_end and other_start < end:
+                    yield value, array, input_value, given, (start, end) == (other_start, other_end)
 
     def _prepare(self, loaded, buffers: "_Buffers", launches, binding: Binding, key: tuple,
                  stream: int, given: Mapping[int, ArrayArg]) -> PreparedCall:
@@ -664,8 +673,10 @@ class Program:
                 results[value], pointers[value] = cuda.allocate_like(family, shape, self.dtype, reference)
         return pointers, results
 
-    def _poison(self, pointers, buffers: _Buffers, sizes) -> None:
+    def _poison(self, pointers, buffers: _Buffers, sizes, spared=frozenset()) -> None:
         for value in list(self.intermediates) + list(self.dag.outputs):
+            if value in spared:
+                continue
             cuda.fill_nan(pointers[value], self.value_nbytes(value, sizes) or self.dtype.itemsize)
         zeroed = {k.index for k in self.kernels if k.zeroed_workspace}
         for key, buffer in buffers.items.items():
