@@ -144,3 +144,8 @@ def test_every_shipped_result_over_an_input_is_taken_exactly_where_it_may_be():
                     with pytest.raises(ArgumentError, match="still reads"):
                         prog.check_out(prog.bind(inputs), out)
     assert found == {case for case in IN_PLACE if "/" not in case[0]}
+
+
+def test_the_plan_text_names_the_results_a_caller_may_write_in_place():
+    assert "in place: out={'C': A} or out={'C': B}:" in _compile("madd").describe()
+    assert "in place" not in _compile("bicgk").describe()

@@ -7,6 +7,7 @@ from typing import Mapping
 
 from ..emit.plan_text import minimum_bytes
 from ..families import family_of
+from .in_place import overwrites
 
 __all__ = ["describe", "minimum_bytes"]
 
@@ -27,6 +28,11 @@ def describe(generated, sizes: Mapping[str, int] | None = None, resources=None, 
         return f"{v.name}: {v.kind}" + (f"[{', '.join(v.dims)}]" if v.dims else "")
     lines.append("inputs:  " + ", ".join(show(v) for v in dag.inputs))
     lines.append("outputs: " + ", ".join(show(v) for v in dag.outputs))
+    in_place = sorted(overwrites(generated).in_place)
+    if in_place:  # out= arrays a caller may give over an input, which a plan decides
+        lines.append("in place: " + " or ".join(f"out={{'{dag.value(r).name}': {dag.value(g).name}}}"
+                                              for r, g in in_place)
+                     + ": a result may take the memory of the matrix it is computed from")
     if dag.device_scalars:  # how they arrive, not what the kernels do: the plan is the same
         lines.append("device:  " + ", ".join(dag.value(v).name for v in dag.device_scalars)
                      + " read from device memory (each call passes a one-element device array)")
