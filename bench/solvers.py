@@ -21,8 +21,8 @@ alias them through DLPack where they can). For each precision, size and solver:
   BiCGStab) at the copy bandwidth measured here (a CuPy device-to-device copy of 1 GiB).
 - **to tolerance**: wall time of a whole solve to ``||r|| <= rtol ||b||`` (rtol 1e-5 fp32,
   1e-8 fp64) on a better conditioned system (eigenvalues in 1..10), median of ``--repeat``
-  solves after a warm-up one: ``fusec.solvers`` (default ``check_every``, and
-  ``check_every=1``), JAX, CuPy cg (its tolerance keyword as the installed CuPy names it:
+  solves after a warm-up one: ``fusec.solvers`` (default ``check_every``, the same with
+  ``check_finite=False``, and ``check_every=1``), JAX, CuPy cg (its tolerance keyword as the installed CuPy names it:
   ``rtol``, or ``tol`` in older releases). Recorded with it: the iterations fusec ran, the
   iterations needed (those of the ``check_every=1`` solve, the first that meets the rule,
   as JAX and CuPy stop), and each answer's true residual ``||b - A x|| / ||b||``.
@@ -230,14 +230,16 @@ def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
         residual[key] = true_residual(cupy, A, b, x)
 
     # "fusec": the stepper kept from the solve before, its graphs replayed (the same A);
+    # "fusec_unchecked": the same with check_finite=False (no pass over A before the solve);
     # "fusec_new": each solve as the first of its matrix (no stepper kept: plain first chunk,
     # then a capture); "fusec_every_1": the host's loop, a read after every iteration, no graphs
-    for key, every, fresh in (("fusec", None, False), ("fusec_new", None, True), ("fusec_every_1", 1, False)):
-        def solve(key=key, every=every, fresh=fresh):
+    for key, every, fresh, checked in (("fusec", None, False, True), ("fusec_unchecked", None, False, False),
+                                       ("fusec_new", None, True, True), ("fusec_every_1", 1, False, True)):
+        def solve(key=key, every=every, fresh=fresh, checked=checked):
             if fresh:
                 api.forget_kept_steppers()
             x, outcomes[key] = api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=MAXITER,
-                                                      check_every=every)
+                                                      check_every=every, check_finite=checked)
             return x
         timed(key, solve)
     if "cupy" in peers and name == "cg" and "cupy" not in skipped:
@@ -274,18 +276,19 @@ def report(rows, device, bandwidth, command, skipped_sizes) -> str:
                      f" | {r['us_per_iteration']['fusec']:.1f} | {r['over_floor']:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "Time to tolerance (ms, median of whole solves after a warm one; fusec: the solver's stepper"
               " kept from the solve before, on the same A; fusec, new A: every solve as the first on its"
-              " matrix (no kept stepper: plain first chunk, then a graph captured); both with check_every"
+              " matrix (no kept stepper: plain first chunk, then a graph captured); check_finite=False: as"
+              " fusec, without the pass over A that checks it before the solve; all three with check_every"
               " not given (the loop on the GPU where the driver has conditional graph nodes, else the"
               " host's every check_every); iterations: those fusec ran so, and those needed, from the"
               " check_every=1 solve; in"
               " brackets the answer's true residual ||b - A x|| / ||b||):", "",
-              "| solver | dtype | n | fusec | iterations run / needed | fusec, new A | fusec, check_every=1"
-              " | cupy | jax |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| solver | dtype | n | fusec | iterations run / needed | fusec, check_finite=False | fusec, new A"
+              " | fusec, check_every=1 | cupy | jax |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["to_tolerance"]
         cells = []
-        for key in ("fusec", "fusec_new", "fusec_every_1", "cupy", "jax"):
+        for key in ("fusec", "fusec_unchecked", "fusec_new", "fusec_every_1", "cupy", "jax"):
             cell = f"{t['ms'][key]:.2f} ({t['residual'][key]:.1e})" if key in t["ms"] else ""
             if t["info"].get(key):
                 cell += f" info {t['info'][key]}"

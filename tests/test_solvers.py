@@ -666,6 +666,10 @@ def _bad(**change):
     (_bad(bandwidth="3e12"), "bandwidth"),
     (_bad(graphs="no"), "graphs"),
     (_bad(graphs=None), "graphs"),
+    (_bad(check_finite=1), "check_finite"),
+    (_bad(check_finite=None), "check_finite"),
+    (_bad(b=np.array([1.0, np.nan, 0.0, 0.0]), check_finite=False), "b"),
+    (_bad(x0=np.full(4, np.inf), check_finite=False), "x0"),
 ])
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_bad_arguments_name_the_argument_before_anything_runs(name, args, argument):
@@ -716,6 +720,31 @@ def test_nan_or_infinity_in_A_is_reported_before_its_zero_rows(A):
         solve(CG, A, np.ones(4), program=OracleProgram(CG))
     assert caught.value.argument == "A"
     assert str(caught.value) == "argument 'A': contains NaN or infinity (its sum is not finite)"
+
+
+@pytest.mark.parametrize("A", [
+    np.diag([1.0, np.nan, 1.0, 1.0]),
+    with_zeros(4, rows=[2], columns=[0]),
+], ids=["nan", "zero-lines"])
+def test_without_check_finite_A_is_not_surveyed(A):
+    """check_finite=False: A is not read before the solve (NaN and zero lines pass the checks),
+    b and x0 still are, and ||b||^2 is the same number."""
+    problem = checks.check(NumpyArrays(), A, np.arange(4.0), None, 1e-5, 0.0, None, None, check_finite=False)
+    assert problem.b_squared_norm == 14.0
+    with pytest.raises(ArgumentError) as caught:
+        checks.check(NumpyArrays(), A, np.arange(4.0), None, 1e-5, 0.0, None, None)
+    assert caught.value.argument == "A"
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_check_finite_changes_nothing_for_a_sound_A(name):
+    method = METHODS[name]
+    A = spd(24) if name == "cg" else nonsymmetric(24)
+    b = np.random.default_rng(5).uniform(-1, 1, 24)
+    checked = solve(method, A, b, program=OracleProgram(method))
+    unchecked = solve(method, A, b, program=OracleProgram(method), check_finite=False)
+    np.testing.assert_array_equal(checked[0], unchecked[0])
+    assert checked[1] == unchecked[1] == 0
 
 
 @pytest.mark.parametrize("A", [np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([[-3.0]]), with_zeros(33)],

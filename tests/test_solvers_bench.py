@@ -110,13 +110,15 @@ def test_report_shows_iterations_run_and_needed_and_residuals():
     row = {"solver": "cg", "dtype": "float32", "n": 1024, "floor_us": 1.4, "over_floor": 8.0,
            "us_per_iteration": {"fusec": 11.2, "jax": 31.7}, "difference": {"jax": 7.5e-6},
            "skipped": {"cupy": "TypeError: no"},
-           "to_tolerance": {"ms": {"fusec": 4.66, "fusec_new": 6.25, "fusec_every_1": 3.1, "jax": 0.80},
+           "to_tolerance": {"ms": {"fusec": 4.66, "fusec_unchecked": 4.21, "fusec_new": 6.25, "fusec_every_1": 3.1,
+                                   "jax": 0.80},
                             "info": {"fusec": 0, "fusec_every_1": 0},
                             "iterations": {"fusec": 32, "fusec_every_1": 18},
-                            "residual": {"fusec": 2e-7, "fusec_new": 3e-7, "fusec_every_1": 8e-6, "jax": 9e-6}}}
+                            "residual": {"fusec": 2e-7, "fusec_unchecked": 2e-7, "fusec_new": 3e-7,
+                                         "fusec_every_1": 8e-6, "jax": 9e-6}}}
     text = B.report([row], "GPU", 2.9e12, "python -m bench.solvers", [])
     line = next(x for x in text.splitlines() if x.startswith("| cg | float32 | 1024 | 4.66"))
-    assert "| 32 / 18 | 6.25 (3.0e-07) | 3.10 (8.0e-06) |" in line and "0.80 (9.0e-06)" in line
+    assert "| 32 / 18 | 4.21 (2.0e-07) | 6.25 (3.0e-07) | 3.10 (8.0e-06) |" in line and "0.80 (9.0e-06)" in line
     assert "- cupy: TypeError: no" in text
 
 

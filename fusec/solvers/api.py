@@ -65,14 +65,14 @@ def _to_device(framework: str, a):
 
 
 def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True,
-          program=None, bandwidth=None, make_loop=None):
+          check_finite=True, program=None, bandwidth=None, make_loop=None):
     """Solve ``A x = b`` by ``method``; returns ``(x, info)`` (see :func:`cg`). ``program``
     replaces the compiled iteration (anything called as a fusec program is); ``bandwidth``
     (bytes/s) the GPU's copy bandwidth, which the default ``check_every`` is chosen by;
     ``make_loop`` the GPU loop (:class:`.device_loop.DeviceLoop`; the tests drive one on NumPy)."""
     x, outcome = solve_with_outcome(method, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
-                                    check_every=check_every, graphs=graphs, program=program, bandwidth=bandwidth,
-                                    make_loop=make_loop)
+                                    check_every=check_every, graphs=graphs, check_finite=check_finite,
+                                    program=program, bandwidth=bandwidth, make_loop=make_loop)
     return x, outcome.info
 
 
@@ -94,13 +94,15 @@ def _host_check_every(method: Method, problem: checks.Problem, bandwidth: float 
 
 
 def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None,
-                       graphs=True, program=None, bandwidth=None, make_loop=None) -> tuple:
+                       graphs=True, check_finite=True, program=None, bandwidth=None, make_loop=None) -> tuple:
     """:func:`solve`, returning ``(x, driver.Outcome)``: the iterations the solve ran too (the
     benchmark reports them)."""
     bandwidth = checks.bandwidth(bandwidth)
     graphs = check.flag("graphs", graphs)
+    check_finite = check.flag("check_finite", check_finite)
     found = framework_of(A)
-    problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every)
+    problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every,
+                           check_finite)
     where = problem.framework
     if where == "numpy" and program is None:
         where = _device_framework()
@@ -158,19 +160,26 @@ _ARGS = """
     ``> 0`` the iterations done without converging; ``< 0`` broke down at iteration ``-info``
     (a zero denominator), ``x`` then being the iterate before. ``graphs=False`` makes plain
     calls instead of replaying CUDA graphs. Bad arguments raise
-    :class:`fusec.ArgumentError` naming the argument, before anything runs."""
+    :class:`fusec.ArgumentError` naming the argument, before anything runs: NaN or infinity in
+    ``A``, ``b`` or ``x0``, a row or column of ``A`` that is all zeros (found in one pass over
+    ``A`` on the GPU). ``check_finite=False`` (as SciPy's ``scipy.linalg`` functions) leaves that
+    pass over ``A`` out, a saving worth an iteration where ``A`` is large; such an ``A`` then
+    ends the solve in a breakdown or without converging instead. ``b`` and ``x0`` are checked either way."""
 
 
-def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True):
-    return solve(CG, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs)
+def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True, check_finite=True):
+    return solve(CG, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs,
+                 check_finite=check_finite)
 
 
-def bicg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True):
-    return solve(BICG, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs)
+def bicg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True, check_finite=True):
+    return solve(BICG, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs,
+                 check_finite=check_finite)
 
 
-def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True):
-    return solve(BICGSTAB, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs)
+def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True, check_finite=True):
+    return solve(BICGSTAB, A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, graphs=graphs,
+                 check_finite=check_finite)
 
 
 cg.__doc__ = "Conjugate gradients for a symmetric positive definite ``A``: ``x, info = cg(A, b)``.\n" + _ARGS

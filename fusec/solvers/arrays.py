@@ -110,6 +110,13 @@ class NumpyArrays:
         rows, columns = (self.download(flags) for flags in self.nonzero_lines_here(A))
         return Survey(*numbers, *_zeros(rows), *_zeros(columns))
 
+    def survey_vectors(self, b, x0) -> Survey:
+        """The :class:`Survey` of ``b`` and ``x0`` alone, in one read (``check_finite=False``): A
+        is not read, so its sum counts as finite and none of its lines as zero."""
+        b_finite, x0_finite, bb = self.read_all([self.all_finite_here(b), self.all_finite_here(b if x0 is None else x0),
+                                                 self.squared_norm_here(b)])
+        return Survey(b_finite, x0_finite, 0.0, bb, 0, -1, 0, -1)
+
     def nonzero_lines_here(self, A):
         """Whether each row and each column of A has an entry that is not 0 (NaN is not), two
         boolean vectors where A is: by blocks of rows, so that no temporary is of A's size."""

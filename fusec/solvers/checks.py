@@ -66,11 +66,12 @@ def _count(name: str, value, default: int | None) -> int | None:
     return default if value is None else validate.count(name, value, 1)
 
 
-def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
+def check(arrays, A, b, x0, rtol, atol, maxiter, check_every, check_finite: bool = True) -> Problem:
     """The checked problem. ``arrays.survey`` (:mod:`.arrays` for A's framework) finds whether
     ``b`` and ``x0`` are finite, the sum of ``A`` (NaN and infinities make it not finite), the
     rows and columns of ``A`` that are all zeros (each makes A singular) and ``||b||^2``: one
-    pass over A, no temporary of its size, read together (on a GPU: one wait)."""
+    pass over A, no temporary of its size, read together (on a GPU: one wait). Without
+    ``check_finite``, ``b`` and ``x0`` alone (``arrays.survey_vectors``): A is not read."""
     framework = _array("A", A)
     if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
@@ -95,7 +96,7 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)
     check_every = _count("check_every", check_every, None)
-    survey = arrays.survey(A, b, x0)
+    survey = arrays.survey(A, b, x0) if check_finite else arrays.survey_vectors(b, x0)
     for name, finite in (("b", survey.b_finite), ("x0", survey.x0_finite)):
         if not finite:
             raise ArgumentError(name, "contains NaN or infinity")

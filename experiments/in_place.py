@@ -1,0 +1,65 @@
+"""Does writing an update's result over its matrix cost time? (GPU)
+
+    python -m experiments.in_place [--n 8192,16384] [--repeat 50]
+
+An out= array may be the memory of the matrix a result is computed from pointwise
+(fusec.runtime.in_place): GEMVER's B over A, MADD's C over A, ssyr2's B over A. The bytes are
+the same either way, so the time should be too; one thing could differ: the result's lines
+are already in L2 (the kernel just read them) when it stores over A. This times each program,
+fp32 and fp64, with out= a separate array and with out= the matrix itself, on the same
+stream with CUDA events (median of --repeat calls after 5 warm ones; L2 not flushed between
+calls, as in a loop), and prints both and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+CASES = [("gemver", "B", "A"), ("madd", "C", "A"), ("triangle/syr2", "B", "A")]
+
+
+def _time(cupy, call, repeat: int) -> float:
+    for _ in range(5):
+        call()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(repeat):
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+    return float(np.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", default="8192,16384", help="matrix sides (square), comma-separated")
+    parser.add_argument("--repeat", type=int, default=50)
+    args = parser.parse_args()
+    import cupy
+
+    import fusec
+    from fusec import oracle
+
+    print("| script | dtype | n | out= another array (µs) | out= the matrix (µs) | ratio |")
+    print("|---|---|---:|---:|---:|---:|")
+    for script, result, given in CASES:
+        for dtype in ("float32", "float64"):
+            prog = fusec.compile(f"scripts/{script}.script", dtype=dtype)
+            for n in (int(v) for v in args.n.split(",")):
+                sizes = {s: n for s in prog.dag.sizes}
+                inputs = oracle.random_inputs(prog.dag, sizes, dtype, np.random.default_rng(0))
+                device = {k: cupy.asarray(v) if np.ndim(v) else v for k, v in inputs.items()}
+                out_apart = {result: cupy.empty_like(device[given])}
+                out_place = {result: device[given]}
+                t_apart = _time(cupy, lambda: prog.run(device, out=out_apart), args.repeat)
+                t_place = _time(cupy, lambda: prog.run(device, out=out_place), args.repeat)
+                print(f"| {script} | {dtype} | {n} | {t_apart:.1f} | {t_place:.1f} | {t_place / t_apart:.3f} |",
+                      flush=True)
+                prog.release()
+
+
+if __name__ == "__main__":
+    main()
