@@ -8,7 +8,11 @@ the same either way, so the time should be too; one thing could differ: the resu
 are already in L2 (the kernel just read them) when it stores over A. This times each program,
 fp32 and fp64, with out= a separate array and with out= the matrix itself, on the same
 stream with CUDA events (median of --repeat calls after 5 warm ones; L2 not flushed between
-calls, as in a loop), and prints both and their ratio.
+calls, as in a loop), and prints both and their ratio (a Markdown table).
+
+Answer (one H200, 2026-11-29; experiments/results/h200-in-place.md): nothing for MADD and ssyr2
+(0.996-1.008x); GEMVER 0.987x at n = 8192, but 1.084x (fp32) and 1.037x (fp64) at n = 16384 in
+one run, not yet explained.
 """
 from __future__ import annotations
 

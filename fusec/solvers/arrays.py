@@ -191,6 +191,14 @@ class _DeviceArrays(NumpyArrays):
             return Survey(*kernels.survey(self, A, b, x0, dtype_name(b)))
         return super().survey(A, b, x0)
 
+    def survey_vectors(self, b, x0) -> Survey:
+        """:meth:`NumpyArrays.survey_vectors` by the survey's kernel without A (one launch, one
+        read: the framework's reductions took longer than the whole survey at n = 1024)."""
+        from . import kernels
+        if self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None:
+            return Survey(*kernels.survey(self, None, b, x0, dtype_name(b)))
+        return super().survey_vectors(b, x0)
+
 
     def copy_pairs(self, pairs) -> None:
         """:meth:`NumpyArrays.copy_pairs` in one launch on the current stream where the arrays

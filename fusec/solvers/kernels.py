@@ -98,7 +98,8 @@ __device__ void survey(const real *A, int n, int rows, int vector, const real *b
     __shared__ bool last;
     double nonfinite_b = 0.0, nonfinite_x0 = 0.0, sum = 0.0, bb = 0.0;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (long long top = (long long)blockIdx.x * rows; top < n; top += (long long)gridDim.x * rows) {
+    // A null: b and x0 alone (check_finite=False), no stripe, no column counted
+    for (long long top = (long long)blockIdx.x * rows; A != nullptr && top < n; top += (long long)gridDim.x * rows) {
         int height = (int)min((long long)rows, n - top);
         if (threadIdx.x < SURVEY_ROWS / 32)
             row_bits[threadIdx.x] = 0;
@@ -217,7 +218,7 @@ __device__ void survey(const real *A, int n, int rows, int vector, const real *b
         last = atomicAdd(lines + 4, 1u) == gridDim.x - 1;
     }
     __syncthreads();
-    if (!last)
+    if (!last || A == nullptr)  // without A its lines stay 0: none zero
         return;
     unsigned int count = 0, lowest = (unsigned int)n;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -298,15 +299,16 @@ def _blocks(elements: int) -> int:
 def survey(arrays, A, b, x0, dtype: str) -> list[float]:
     """``[b finite, x0 finite, sum of A, ||b||^2, zero rows of A, the first (-1: none), zero
     columns, the first (-1: none)]`` (1.0 or 0.0 for the first two; x0 None counts as finite) by
-    one kernel on the current stream of ``arrays`` (A read once), and one read."""
-    n = int(A.shape[0])
+    one kernel on the current stream of ``arrays`` (A read once), and one read. ``A`` None: b and
+    x0 alone (A's sum 0, no zero line)."""
+    n = int(b.shape[0])
     work = survey_workspace(arrays, b, n)
     stream = arrays.stream_handle()
     while_graph.zero(arrays.address(work), HEADER_BYTES + 4 * flag_words(n), stream)  # the output, the columns' bits
     rows, blocks = stripes(n)
     pointer = lambda a: ctypes.c_void_p(arrays.address(a) if a is not None else None)  # noqa: E731
     # 16-byte loads where every row of A starts on 16 bytes
-    vector = arrays.address(A) % 16 == 0 and n % (16 // np.dtype(dtype).itemsize) == 0
+    vector = A is not None and arrays.address(A) % 16 == 0 and n % (16 // np.dtype(dtype).itemsize) == 0
     loaded().launch(f"fusec_survey_{dtype}", [pointer(A), ctypes.c_int(n), ctypes.c_int(rows), ctypes.c_int(vector),
                                               pointer(b), pointer(x0), pointer(work),
                                               ctypes.c_void_p(arrays.address(work) + HEADER_BYTES)],

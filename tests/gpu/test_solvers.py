@@ -278,6 +278,29 @@ def test_an_exact_solution_inside_the_gpu_loop_is_converged(name, loop_runs):
     assert len(loop_runs) == before + 1
 
 
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_survey_kernel_without_A_reads_the_vectors_alone(dtype, n):
+    """check_finite=False: the survey of b and x0 alone (A None) finds what NumPy does of them,
+    A's sum 0 and no zero line, after a survey of an A of zero rows left its bits behind."""
+    kernels, arrays, where = solver_kernels()
+    A, b, x0 = (a.astype(dtype) for a in system("cg", n, seed=9))
+    A[n // 2] = 0
+    kernels.survey(arrays, device(where, A), device(where, b), None, dtype)
+    for poisoned in (None, "b", "x0"):
+        values = {"b": b.copy(), "x0": x0.copy()}
+        if poisoned:
+            values[poisoned][n // 2] = np.nan
+        for given_x0 in (values["x0"], None):
+            got = kernels.survey(arrays, None, device(where, values["b"]),
+                                 None if given_x0 is None else device(where, given_x0), dtype)
+            assert got[:3] == [float(poisoned != "b"), float(given_x0 is None or poisoned != "x0"), 0.0]
+            assert got[4:] == [0, -1, 0, -1]
+            if poisoned != "b":
+                wide = values["b"].astype(np.float64)
+                assert got[3] == pytest.approx(wide @ wide, rel=1e-12)
+
+
 def solver_kernels(framework: str | None = None):
     """fusec.solvers.kernels, the arrays of ``framework`` (None: the one present), and its name
     (skips where the kernels cannot run or the framework is missing)."""
