@@ -8,8 +8,19 @@ per point (:mod:`fusec.cost.fit`). Linear variants of it (experiments/prediction
 stay within about 0.01 of it. Does a NON-LINEAR correction make a clearly better first choice on
 the H200's 143 training points (``fusec/data/training/h200.json``, 4877 measured plans)?
 
-ANSWER: see ``experiments/results/h200-prediction-nonlinear.md`` (written by this script) and
-the summary at the end of this docstring.
+ANSWER (run of 2026-11-29, ``experiments/results/h200-prediction-nonlinear.md``): NO. No
+non-linear correction beats the shipped fit by 0.02 of geometric mean under both protocols
+without a worse worst case; none comes near the targets; not worth shipping. First choice,
+gmean / worst (10-fold by point; one script out), shipped linear fit 1.083 / 1.592; 1.094 /
+1.592. Trees on the linear fit's residuals: 1.075-1.081; 1.092-1.095 (per kernel or per plan,
+fixed or nested), within noise. Trees from the database alone, per kernel 1.095 / 1.902; 1.088
+/ 1.554, per plan 1.100; 1.098: worse by point. The pairwise ranking loss: 1.083 / 1.853; 1.096.
+Plain kNN 1.102; 1.109. The nearest miss is the linear fit plus the mean residual of the 15
+nearest plans of other points: 1.064 / 1.463; 1.073 / 1.592 (gains 0.019 and 0.021; nested k
+1.066; 1.076), but fitted on the 115 points measured before the last draw and scored on the 28
+since, it chooses worse than the shipped fit (1.109 / 1.877 against 1.104 / 1.853), as the
+memory of experiments/prediction_memory.py did: its gain is neighbouring sizes of the same
+draws, not a model that carries.
 
 Variants (every one judged only by cross-validation; NumPy only, deterministic):
 
@@ -565,31 +576,46 @@ def markdown(report: dict, answer: str) -> str:
 
 def verdict(report: dict) -> str:
     """The answer, from the numbers: a variant beats the shipped fit where its geometric mean is
-    lower by at least 0.02 under every protocol and its worst case is not worse."""
+    lower by at least 0.02 under every cross-validated protocol and its worst case is not worse
+    under any; a near miss where it is lower by 0.01 under both. The hold-out (``later``), where
+    run, is reported beside it."""
     variants = report["variants"]
     shipped = variants["shipped fit (linear)"]
-    lines = []
-    winners = []
+    cv = [k for k in shipped if k in CROSS_VALIDATED]
+    winners, near = [], []
     for name, row in variants.items():
         if name in ("database alone", "shipped fit (linear)"):
             continue
-        row = {k: r for k, r in row.items() if k in CROSS_VALIDATED}
-        gains = {k: shipped[k]["first_gmean"] - r["first_gmean"] for k, r in row.items()}
-        if all(g >= 0.02 for g in gains.values()) and all(
-                r["first_worst"] <= shipped[k]["first_worst"] + 1e-9 for k, r in row.items()):
+        gains = {k: shipped[k]["first_gmean"] - row[k]["first_gmean"] for k in cv}
+        worse = any(row[k]["first_worst"] > shipped[k]["first_worst"] + 1e-9 for k in cv)
+        if all(g >= 0.02 for g in gains.values()) and not worse:
             winners.append(name)
-    best = {k: min((n for n in variants if n not in ("database alone",)), key=lambda n: variants[n][k]["first_gmean"])
-            for k in shipped if k in CROSS_VALIDATED}
-    summary = "; ".join(f"{SCHEME_TITLES[k]}: shipped {shipped[k]['first_gmean']:.3f} (worst"
-                        f" {shipped[k]['first_worst']:.3f}), best {best[k]} {variants[best[k]][k]['first_gmean']:.3f}"
-                        f" (worst {variants[best[k]][k]['first_worst']:.3f})" for k in best)
+        elif all(g >= 0.01 for g in gains.values()):
+            near.append(name)
+
+    def line(name):
+        return ", ".join(f"{SCHEME_TITLES[k].split(' (')[0]} {variants[name][k]['first_gmean']:.3f} (worst"
+                         f" {variants[name][k]['first_worst']:.3f}, {variants[name][k]['within'] * 100:.0f} %"
+                         " within 1.05x)" for k in shipped)
+    text = [f"Shipped linear fit: {line('shipped fit (linear)')}."]
     if winners:
-        lines.append(f"**Answer: yes** — {', '.join(winners)} beat(s) the shipped fit by ≥ 0.02 in geometric mean"
-                     f" under every protocol without a worse worst case. {summary}.")
+        text.insert(0, f"**Answer: yes** — {', '.join(winners)} beat(s) the shipped fit by ≥ 0.02 of geometric mean"
+                       " under both cross-validated protocols without a worse worst case.")
     else:
-        lines.append("**Answer: no** — no non-linear correction beats the shipped linear fit by 0.02 of geometric"
-                     f" mean under both protocols without a worse worst case. {summary}.")
-    return "\n".join(lines)
+        met = [name for name, row in variants.items() if all(
+            row[k]["first_gmean"] <= 1.02 and row[k]["first_worst"] <= 1.05 and row[k]["rho_mean"] >= 0.8 for k in cv)]
+        text.insert(0, "**Answer: no** — no non-linear correction beats the shipped linear fit by 0.02 of geometric"
+                       " mean under both cross-validated protocols without a worse worst case"
+                       + (f"; {', '.join(met)} meet(s) the targets" if met else "; none reaches the targets (gmean"
+                          " ≤ 1.02, every point ≤ 1.05x, ρ ≥ 0.8)") + ". Not worth shipping.")
+    for name in winners + near:
+        text.append(f"{'Beats it' if name in winners else 'Nearest miss'}: {name}: {line(name)}.")
+    if "later" in shipped:
+        text.append("The hold-out (fitted on the points the training file held before its last draw, scored on the"
+                    f" {shipped['later']['points']} points measured since; not part of the verdict): shipped"
+                    f" {shipped['later']['first_gmean']:.3f}, " + ", ".join(
+                        f"{name} {variants[name]['later']['first_gmean']:.3f}" for name in winners + near) + ".")
+    return "\n\n".join(text)
 
 
 def main(argv=None) -> int:
@@ -603,7 +629,17 @@ def main(argv=None) -> int:
                         help="also fit on the points the training file held at git revision REV and score the"
                              " points measured since (a hold-out beside the cross-validation; not in the verdict)")
     parser.add_argument("--only", nargs="*", default=None, help="variants to run (names; default all)")
+    parser.add_argument("--render", metavar="JSON", default=None,
+                        help="write the answer and the .md again from a report this script wrote (no fitting)")
     args = parser.parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        report = json.loads(path.read_text(encoding="utf-8"))
+        report["answer"] = verdict(report)
+        path.write_text(json.dumps(report, indent=1, allow_nan=True) + "\n", encoding="utf-8")
+        path.with_suffix(".md").write_text(markdown(report, report["answer"]), encoding="utf-8")
+        print(report["answer"])
+        return 0
     global VARIANTS
     if args.only:
         VARIANTS = tuple(v for v in VARIANTS if v[0] in args.only or v[0] in ("shipped fit (linear)",))
