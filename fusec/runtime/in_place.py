@@ -40,7 +40,8 @@ def overwrites(generated: GeneratedProgram) -> Overwrites:
             if arg.role in ("in", "scalar_ptr"):
                 last_reader[arg.value] = kernel.index
     after_reads, in_place = set(), set()
-    for result, k in writer.items():
+    for result in generated.dag.outputs:
+        k = writer.get(result, 0)  # a result no kernel writes: as if the first did
         for given in generated.dag.inputs:
             if last_reader.get(given, -1) < k:
                 after_reads.add((result, given))
