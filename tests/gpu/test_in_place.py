@@ -105,3 +105,20 @@ def test_a_result_written_over_its_matrix(script, result, given, dtype):
                 for name, array in before.items():  # every other input unchanged
                     if name != given and np.ndim(array):
                         np.testing.assert_array_equal(device[name].get(), array, err_msg=name)
+
+
+@pytest.mark.parametrize("script, result, given", CASES[:2] + CASES[3:4])
+def test_a_numpy_result_written_over_its_matrix(script, result, given):
+    """NumPy inputs: the matrix is copied to the GPU before anything runs, and the result back
+    into that same host array afterwards; the other results are new arrays."""
+    prog = programs(script, "float32")[0]
+    sizes = _sizes(prog.dag)[1]
+    inputs = _inputs(prog, sizes, "float32", zlib.crc32(repr(("numpy", script)).encode()))
+    before = {k: np.copy(v) for k, v in inputs.items()}
+    place = inputs[given]
+    results = prog.run(inputs, out={result: place})
+    results = results if isinstance(results, tuple) else (results,)
+    assert results[prog.outputs.index(result)] is place
+    computed = {prog.dag.value(v).name: np.asarray(r) for v, r in zip(prog.dag.outputs, results, strict=True)}
+    checks = oracle.check_outputs(prog.dag, library(), before, computed, "float32")
+    assert all(c.passed for c in checks), [f"{c.name}: {c.reason}" for c in checks if not c.passed]
