@@ -18,6 +18,7 @@ GPU's solvers do: the first solve with graphs captures (in its time), the three 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -36,6 +37,9 @@ def main(argv=None) -> int:
                         help="the distributed solves' check_every values, each timed (default: %(default)s)")
     parser.add_argument("--graphs", default="0,1",
                         help="the distributed solves' graphs values (0 plain calls, 1 CUDA graphs), each timed"
+                             " (default: %(default)s)")
+    parser.add_argument("--layouts", default="calls",
+                        help="the distributed solves' layouts values (calls, fewest), each timed"
                              " (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = parser.parse_args(argv)
@@ -83,13 +87,14 @@ def main(argv=None) -> int:
         for name in args.solvers.split(","):
             solve = getattr(ds, name)
             many, captured = {}, {}
-            for every in args.check_every.split(","):
-                for graphs in args.graphs.split(","):
-                    del captures[:]
-                    many[every, graphs] = timed(
-                        lambda solve=solve, A=A_local, b=b_local, check=int(every), graphs=graphs == "1": solve(
-                            A, b, comm=comm, rtol=1e-30, maxiter=args.iterations, check_every=check, graphs=graphs))
-                    captured[every, graphs] = f"{sum(captures)}/{len(captures)}"
+            for every, graphs, layouts in itertools.product(args.check_every.split(","), args.graphs.split(","),
+                                                            args.layouts.split(",")):
+                del captures[:]
+                many[every, graphs, layouts] = timed(
+                    lambda solve=solve, A=A_local, b=b_local, check=int(every), graphs=graphs == "1",
+                    layouts=layouts: solve(A, b, comm=comm, rtol=1e-30, maxiter=args.iterations, check_every=check,
+                                           graphs=graphs, layouts=layouts))
+                captured[every, graphs, layouts] = f"{sum(captures)}/{len(captures)}"
             one = None
             if comm.rank == 0:
                 single = getattr(fs, name)
@@ -102,9 +107,10 @@ def main(argv=None) -> int:
                     samples.append(time.perf_counter() - start)
                 one = statistics.median(samples[1:])
             one = world.bcast(one, root=0)
-            for (every, graphs), (first, seconds) in many.items():
+            for (every, graphs, layouts), (first, seconds) in many.items():
                 row = {"solver": name, "n": n, "dtype": args.dtype, "ranks": comm.size, "check_every": every,
-                       "graphs": graphs, "captures": captured[every, graphs], "one_gpu_us": one / args.iterations * 1e6,
+                       "graphs": graphs, "layouts": layouts, "captures": captured[every, graphs, layouts],
+                       "one_gpu_us": one / args.iterations * 1e6,
                        "ranks_us": seconds / args.iterations * 1e6, "first_ranks_us": first / args.iterations * 1e6}
                 row["speedup"] = row["one_gpu_us"] / row["ranks_us"]
                 rows.append(row)
@@ -120,15 +126,17 @@ def main(argv=None) -> int:
         lines = [f"# fusec.distributed.solvers over {comm.size} × {gpu}", "",
                  f"`mpirun -n {comm.size} python -m mpi4py -m experiments.distributed_solvers --n {args.n}"
                  f" --solvers {args.solvers} --dtype {args.dtype} --iterations {args.iterations}"
-                 f" --check-every {args.check_every} --graphs {args.graphs}`: µs an iteration,"
+                 f" --check-every {args.check_every} --graphs {args.graphs} --layouts {args.layouts}`: µs an"
+                 " iteration,"
                  f" {args.iterations} iterations a solve, median of three after a first, slowest rank; graphs 1:"
                  " the distributed calls captured in CUDA graphs and replayed (captures: those that worked / made,"
                  " over the four solves, on rank 0; the solves of one matrix keep their graphs, so the first solve"
                  " with graphs captures and the three after it replay).", "",
-                 "| solver | dtype | n | check_every | graphs | captures | 1 GPU µs"
+                 "| solver | dtype | n | check_every | graphs | layouts | captures | 1 GPU µs"
                  f" | {comm.size} GPUs µs | speed-up | first solve µs |",
-                 "|---|---|---:|---|---|---|---:|---:|---:|---:|"]
-        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['check_every']} | {r['graphs']} | {r['captures']} |"
+                 "|---|---|---:|---|---|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['check_every']} | {r['graphs']} | {r['layouts']}"
+                  f" | {r['captures']} |"
                   f" {r['one_gpu_us']:.1f} | {r['ranks_us']:.1f} |"
                   f" {r['speedup']:.2f}× | {r['first_ranks_us']:.1f} |" for r in rows]
         (out / f"{stem}.md").write_text("\n".join(lines) + "\n")

@@ -362,13 +362,18 @@ def test_a_stage_text_names_the_script_file_not_its_path(tmp_path):
 
 
 def test_results_asked_in_another_layout():
-    """results=: a split result gathered whole after the stage making it; a partial one split;
-    what no collective makes, a scalar split, an unknown name or layout: ArgumentError."""
+    """results=: a split result gathered whole after the stage making it; with inputs= given too,
+    the choices count the collective a result asked for takes (CG's p1 = r1 + beta p: r1 gathered
+    before it, p1 then made on every rank); a partial one split; what no collective makes, a
+    scalar split, an unknown name or layout: ArgumentError."""
     path = ROOT / "scripts" / "solvers" / "cg.script"
     plan = fd.plan(path, ranks=3, sizes={"n": 50}, results={"p1": "whole"})
     dag = script_dag("solvers/cg")
     last = plan.collectives[-1]
     assert (last.op, dag.value(last.value).name, last.first_use, last.after) == (Op.ALL_GATHER, "p1", None, 2)
+    counted = fd.plan(path, ranks=3, sizes={"n": 50}, results={"p1": "whole"}, inputs={"p": "whole"})
+    gathers = [(dag.value(c.value).name, c.count, c.after) for c in counted.collectives if c.op is Op.ALL_GATHER]
+    assert gathers == [("r1", 50, 1)]
     assert dict((dag.value(v).name, str(lay)) for v, lay in plan.outputs)["p1"] == "whole"
     atax = fd.plan(ROOT / "scripts" / "atax.script", ranks=2, sizes={"n": 40}, results={"y": "split"})
     assert [c.op for c in atax.collectives] == [Op.REDUCE_SCATTER]
@@ -382,6 +387,49 @@ def test_results_asked_in_another_layout():
               "z = saxpy(alpha, v, w);\nr = sdot(z, u);\nreturn z, r;\n"
     whole = fd.plan(source=axpydot, ranks=2, sizes={"n": 40}, results={"z": "whole"})
     assert [c.op for c in whole.collectives] == [Op.ALL_GATHER, Op.ALL_REDUCE]
+
+
+def test_inputs_passed_in_another_layout():
+    """inputs=: CG's state passed as the last call returned it (r and p whole, returned whole):
+    r1 = r - alpha q is made whole from q gathered, so rr1 is a dot on every rank (no
+    all-reduce) and p1 is made whole (no all-gather): two collectives and two stages, where
+    the layouts the calls alone want (r split) take three of each; a matrix whole, a scalar
+    split, an unknown name or layout: ArgumentError."""
+    path = ROOT / "scripts" / "solvers" / "cg.script"
+    dag = script_dag("solvers/cg")
+    state = {"x": "split", "r": "whole", "p": "whole"}
+    plan = fd.plan(path, ranks=3, sizes={"n": 50}, inputs=state, results={f"{v}1": lay for v, lay in state.items()})
+    assert {dag.value(v).name: str(lay) for v, lay in plan.layouts if v in dag.inputs} == {"A": "split", **state}
+    assert [(c.op, dag.value(c.value).name) for c in plan.collectives] == [(Op.ALL_GATHER, "q"), (Op.ALL_REDUCE, "pq")]
+    assert len(plan.stages) == 2
+    plain = fd.plan(path, ranks=3, sizes={"n": 50}, results={"x1": "split", "r1": "split", "p1": "whole"})
+    assert len(plain.collectives) == 4 and len(plain.stages) == 3  # rr and pq packed into one launch
+    for inputs, why in (({"A": "whole"}, r"A is a matrix: each rank passes its rows \('split'\)"),
+                        ({"q": "whole"}, r"'q' is not an input of .*cg.script \(its inputs: A, x, r, p\)"),
+                        ({"r": "partial"}, r"r: 'partial' is no layout to pass; pass 'split' or 'whole'"),
+                        (["r"], r"is a list: pass a mapping")):
+        with pytest.raises(ArgumentError, match=r"argument 'inputs': " + why):
+            fd.plan(path, ranks=2, sizes={"n": 50}, inputs=inputs)
+    scalar = "vector v[n], w[n];\nscalar alpha;\ninput alpha, v;\nw = sscal(alpha, v);\nreturn w;\n"
+    with pytest.raises(ArgumentError, match=r"argument 'inputs': alpha is a scalar: it is passed whole"):
+        fd.plan(source=scalar, ranks=2, sizes={"n": 40}, inputs={"alpha": "split"})
+
+
+def test_the_solvers_pass_their_state_in_the_layouts_with_the_fewest_collectives():
+    """Each state vector split or whole, passed and returned so; the choice with the fewest
+    collectives, then stages, then bytes: CG two collectives (three with the calls' own
+    layouts), BiCG three (four), BiCGStab five (seven), at 2 and 3 ranks."""
+    from fusec.distributed.solvers import _input_layouts
+    from fusec.solvers.methods import METHODS
+    for name, most in (("cg", 2), ("bicg", 3), ("bicgstab", 5)):
+        method = METHODS[name]
+        for ranks, n in ((2, 64), (3, 50)):
+            layouts = _input_layouts(method, "float64", n, ranks, fewest=True)
+            state = {v: str(layouts[v]) for v in method.state}
+            plan = fd.plan(method.script, dtype="float64", ranks=ranks, sizes={"n": n}, inputs=state,
+                           results={f"{v}1": lay for v, lay in state.items()})
+            steps = [s for s in plan.steps if s.conversion is not None and plan.conversions[s.conversion].op.collective]
+            assert len(steps) == most, (name, ranks, state)
 
 
 @pytest.mark.parametrize("solver, launches", [

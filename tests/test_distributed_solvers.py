@@ -50,11 +50,13 @@ def solve_on(ranks: int, name: str, A, b, x0=None, **options):
     return run_ranks(ranks, work, timeout=120)
 
 
+@pytest.mark.parametrize("layouts", ["calls", "fewest"])
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("name", ["cg", "bicg", "bicgstab"])
-def test_a_solve_over_ranks_is_the_numpy_iteration(name, ranks):
+def test_a_solve_over_ranks_is_the_numpy_iteration(name, ranks, layouts):
+    """In the layouts the calls want and in those of the fewest collectives alike."""
     A, b = system(37, symmetric=name == "cg")
-    results = solve_on(ranks, name, A, b, rtol=1e-8)
+    results = solve_on(ranks, name, A, b, rtol=1e-8, layouts=layouts)
     assert [info for _, (_, info) in results] == [0] * ranks
     assert [rows for rows, _ in results] == [block(37, r, ranks) for r in range(ranks)]
     x = np.concatenate([x for _, (x, _) in results])
@@ -103,7 +105,7 @@ def test_bad_blocks_are_argument_errors_naming_them(change, argument, why):
 
 @pytest.mark.parametrize(("option", "value", "why"), [
     ("rtol", 1.0, "it must be below 1"), ("atol", -1.0, "finite and >= 0"), ("maxiter", 0, "at least 1"),
-    ("check_every", 1.5, "pass a whole number")])
+    ("check_every", 1.5, "pass a whole number"), ("layouts", "fast", "pass 'calls' or 'fewest'")])
 def test_bad_options_are_argument_errors(option, value, why):
     A, b = system(8, symmetric=True)
     with pytest.raises(ArgumentError, match=rf"argument '{option}': .*{why}"):
@@ -215,3 +217,51 @@ def test_going_back_never_writes_the_state_it_goes_back_to():
     np.testing.assert_array_equal(stepper.x(), before)
     stepper.advance(1)  # from the state gone back to
     np.testing.assert_array_equal(stepper.x(), before + 1.0)
+
+
+def test_the_layouts_default_from_the_environment(monkeypatch):
+    monkeypatch.setenv(ds.LAYOUTS_VARIABLE, "fewest")
+    assert ds._layouts_choice(None) == "fewest" and ds._layouts_choice("calls") == "calls"
+    monkeypatch.setenv(ds.LAYOUTS_VARIABLE, "most")
+    with pytest.raises(ArgumentError, match=rf"argument '{ds.LAYOUTS_VARIABLE}': is 'most'"):
+        ds._layouts_choice(None)
+    monkeypatch.delenv(ds.LAYOUTS_VARIABLE)
+    assert ds._layouts_choice(None) == "calls"
+
+
+def _compile_cg(comm, sources_by_rank, fewest: bool):
+    """CG's iteration compiled as the solvers compile it, each rank's stage programs carrying
+    the CUDA text ``sources_by_rank(rank)`` (another tuning cache, another GPU)."""
+    import fusec.distributed as fd
+    from fusec.distributed.threads import oracle_executor
+
+    class Stage:
+        def __init__(self, run, source):
+            self.run, self.source = run, source
+
+        def __call__(self, **arrays):
+            return self.run(**arrays)
+    compile_stage = oracle_executor(library(), "float64")
+    state = ({"x": "split", "r": "whole", "p": "whole"} if fewest else None)
+    results = ({f"{v}1": lay for v, lay in state.items()} if fewest else {"x1": "split", "r1": "split", "p1": "whole"})
+    return fd.compile(METHODS["cg"].script, dtype="float64", sizes={"n": 30}, comm=comm, latency=False,
+                      executor=lambda stage: Stage(compile_stage(stage), sources_by_rank(comm.rank)),
+                      results=results, inputs=state)
+
+
+def test_ranks_summing_for_themselves_must_have_compiled_the_same_kernels():
+    """CG with r whole sums rr1 on every rank: ranks whose stage kernels differ are refused on
+    every rank, naming the groups; the same kernels pass; the plan whose sums are all-reduced
+    does not ask."""
+    from fusec.distributed.errors import DistributionError
+
+    def refused(comm):
+        try:
+            _compile_cg(comm, lambda rank: "kernels A" if rank != 1 else "kernels B", fewest=True)
+        except DistributionError as error:
+            return str(error)
+        return None
+    messages = run_ranks(3, refused, timeout=60)
+    assert all(m is not None and "rank(s) 0, 2; rank(s) 1: one set each" in m and "rr1" in m for m in messages)
+    run_ranks(3, lambda comm: _compile_cg(comm, lambda rank: "kernels A", fewest=True), timeout=60)
+    run_ranks(3, lambda comm: _compile_cg(comm, lambda rank: f"kernels {rank}", fewest=False), timeout=60)

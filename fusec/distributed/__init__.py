@@ -55,18 +55,18 @@ def _latency(latency, gpu) -> Latency | None:
 
 def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, active: int | None = None,
              latency: Latency | None = None, gpu: str | None = None,
-             results: Mapping[str, str] | None = None) -> DistributedPlan:
+             results: Mapping[str, str] | None = None, inputs: Mapping[str, str] | None = None) -> DistributedPlan:
     """The plan of a checked DAG; with a latency table and no ``active`` given,
     the count of ranks holding rows is the one :mod:`.scaling` predicts fastest."""
     from . import planner, scaling
     if active is not None or latency is None or ranks == 1:
-        return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results)
+        return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results, inputs=inputs)
     from ..target import resolve
     bandwidth = resolve(gpu).copy_bandwidth
     plans: dict[int, DistributedPlan] = {}
 
     def seconds(a: int) -> float:
-        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a, results=results)
+        plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a, results=results, inputs=inputs)
         if plans[a].active != a:  # fewer rows than ranks: a cannot hold rows each
             return float("inf")
         return scaling.predicted_seconds(plans[a], dag, latency, bandwidth)
@@ -75,15 +75,16 @@ def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, 
 
 def plan(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
          sizes: Mapping[str, int], ranks: int, active: int | None = None, latency=False,
-         gpu: str | None = None, results: Mapping[str, str] | None = None) -> DistributedPlan:
+         gpu: str | None = None, results: Mapping[str, str] | None = None,
+         inputs: Mapping[str, str] | None = None) -> DistributedPlan:
     """The distributed plan of a script (a path, or its text as ``source``) over
     ``ranks`` processes at ``sizes``, without a GPU or a communicator.
     ``latency``: a :class:`Latency` table (or its path) to choose how many
     ranks hold rows by; None looks for the one fusec ships for ``gpu``;
-    False (the default here) keeps every rank. ``results``: see :func:`compile`."""
+    False (the default here) keeps every rank. ``results``, ``inputs``: see :func:`compile`."""
     dag, lib = _dag(script, source, name, library)
     return plan_dag(dag, lib, ranks, sizes, validate.dtype(dtype), active=active, latency=_latency(latency, gpu),
-                    gpu=gpu, results=results)
+                    gpu=gpu, results=results, inputs=inputs)
 
 
 def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool = True,
@@ -129,7 +130,8 @@ def _arch(comm: Communicator | None) -> str | None:
 def compile(script=None, *, source: str | None = None, name: str = "<string>", library=None, dtype="float32",
             sizes: Mapping[str, int], comm: Any = None, active: int | None = None, latency=None,
             gpu: str | None = None, tuned: bool = True, timeout: float | None = None, on_timeout: str = "exit",
-            executor: Callable | None = None, results: Mapping[str, str] | None = None) -> DistributedProgram:
+            executor: Callable | None = None, results: Mapping[str, str] | None = None,
+            inputs: Mapping[str, str] | None = None) -> DistributedProgram:
     """Compile a script for the ranks of ``comm`` (see :func:`communicator`;
     None: from mpirun's or torchrun's environment, or one process) at the global
     ``sizes``. Every rank calls this with the same arguments; ranks that hold
@@ -144,7 +146,10 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     runs stages with the float64 oracle). ``results``: the layout a result is
     returned in, by name (``{"p1": "whole"}``), where not the one it is made in
     and a collective can make it (a split result gathered whole on every rank; a
-    partial one split by a reduce-scatter)."""
+    partial one split by a reduce-scatter). ``inputs``: the layout a vector
+    input is passed in, by name (``{"r": "whole"}``), where not the one the
+    plan would choose (split unless a call reads it whole): a loop passing back
+    what its last call returned gives its results' layouts as the inputs'."""
     from .comm import host_barrier
     timeout = default_timeout() if timeout is None else timeout
     comm = communicator(comm, timeout=timeout)
@@ -152,7 +157,7 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     dtype = validate.dtype(dtype)
     ranks = comm.size if comm is not None else 1
     the_plan = plan_dag(dag, lib, ranks, sizes, dtype, active=active, latency=_latency(latency, gpu), gpu=gpu,
-                        results=results)
+                        results=results, inputs=inputs)
     executor = executor or fusec_executor(lib, dtype, gpu=gpu, tuned=tuned)
     program = DistributedProgram(the_plan, dag, comm, executor, timeout=timeout, on_timeout=on_timeout)
     arch = _arch(comm)
@@ -160,6 +165,38 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     if arch is not None and sources:  # built now, in parallel: no rank builds them while the others wait
         from .. import nvcc
         nvcc.compile_many(sources, arch)
-    if comm is not None and ranks > 1:
-        host_barrier(comm, max(timeout, default_timeout()))  # every rank compiled: calls start together
+    if comm is not None and ranks > 1:  # every rank compiled: calls start together
+        from .planner import summed_on_every_rank
+        summed = summed_on_every_rank(the_plan, dag, lib)
+        if summed and the_plan.active > 1:
+            _check_same_kernels(comm, program, [dag.value(v).name for v in summed], max(timeout, default_timeout()))
+        else:
+            host_barrier(comm, max(timeout, default_timeout()))
     return program
+
+
+def _check_same_kernels(comm: Communicator, program: DistributedProgram, summed: list[str], timeout: float) -> None:
+    """Where every rank sums ``summed`` for itself, the ranks holding rows must have compiled the
+    same stage kernels, or their sums could differ in their last bits (another tuning cache,
+    another GPU): a digest of each rank's stage sources, all-gathered (the start-up barrier too),
+    else a DistributionError on every rank naming the groups of ranks."""
+    import hashlib
+
+    from .comm import host_all_gather
+    if program.holds_rows:
+        text = "\0".join(p.source if isinstance(getattr(p, "source", None), str) else stage.source
+                         for p, stage in zip(program.programs, program.plan.stages))
+        digest = float(int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big"))  # 48 bits: exact
+    else:
+        digest = -1.0  # no rows, no kernels
+    digests = host_all_gather(comm, digest, timeout, "the check that the ranks compiled the same kernels")
+    groups: dict[float, list[int]] = {}
+    for rank, d in enumerate(digests):
+        if d >= 0:
+            groups.setdefault(d, []).append(rank)
+    if len(groups) > 1:
+        named = "; ".join("rank(s) " + ", ".join(map(str, ranks)) for ranks in groups.values())
+        raise DistributionError(
+            f"{program.plan.name}: the ranks holding rows compiled different stage kernels ({named}: one set"
+            f" each), and every rank sums {', '.join(summed)} for itself, so their last bits could differ:"
+            " give every rank the same tuning cache ($FUSEC_CACHE_DIR) and the same kind of GPU", None, None)

@@ -453,6 +453,22 @@ def _given(handle, make: Callable[[], Communicator]) -> Communicator:
     return kept[1]
 
 
+def host_all_gather(comm: Communicator, value: float, timeout: float, what: str) -> list[float]:
+    """Every rank's ``value`` (a float64: integers below 2**53 exact), in rank order: one
+    all-gather, waited for (every rank here, or the error, as :func:`host_barrier`)."""
+    from . import arrays, watchdog
+    helper = arrays.arrays_for(comm.arrays_family, comm.device)
+    send, recv = helper.zeros((1,), np.float64), helper.zeros((comm.size,), np.float64)
+    helper.copy_into(send, float(value))
+    stream = helper.current_stream()
+    comm.all_gather(send, recv, [1] * comm.size, stream)
+    started = time.monotonic()
+    watchdog.wait(helper.event().record(stream), what, comm, timeout, "raise")
+    if comm.failed is not None:
+        raise CollectiveError(f"{what} failed after {time.monotonic() - started:.1f} s")
+    return [float(v) for v in helper.host(recv)]
+
+
 def host_barrier(comm: Communicator, timeout: float) -> None:
     """Every rank here, or the error: a one-element all-reduce, waited for."""
     from . import arrays, watchdog

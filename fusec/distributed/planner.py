@@ -83,12 +83,14 @@ def check_sizes(dag: Dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
     return out
 
 
-def _wanted(dag: Dag, library) -> dict[int, set[Layout]]:
+def _wanted(dag: Dag, library, requested: Mapping[int, Layout] | None = None) -> dict[int, set[Layout]]:
     """The layouts later calls read each value in, where they allow only one:
     a nested call's matrix and row vectors split, its column vectors and
     scalars whole; an unnested map's arguments as its result is wanted; what
     a scalar expression is made of, whole."""
     wants: dict[int, set[Layout]] = {v.id: set() for v in dag.values}
+    for value, layout in (requested or {}).items():
+        wants[value].add(layout)
     for call in reversed(dag.calls):
         function = library.function(call.function)
         shape = rules.shape_of(function)
@@ -147,13 +149,18 @@ def _choose(dag: Dag, library, call, layout: dict[int, Layout], wants, outputs, 
 
 
 def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
-         active: int | None = None, results: Mapping[str, Layout | str] | None = None) -> DistributedPlan:
+         active: int | None = None, results: Mapping[str, Layout | str] | None = None,
+         inputs: Mapping[str, Layout | str] | None = None) -> DistributedPlan:
     """The plan of ``dag`` over ``ranks`` processes, of which the first
     ``active`` hold rows (default: all that can hold at least one row each).
     ``results``: the layout a result is returned in, by name, where not the one
     it is made in (a partial one: whole); a collective must make it (an
-    iteration's results in the layouts its next call reads them in)."""
+    iteration's results in the layouts its next call reads them in). ``inputs``:
+    the layout a vector input is passed in, by name, where not the one 1. gives (an
+    iteration's state passed as its last call returned it); with it, the choices
+    count the collective a result asked for takes."""
     requested = _requested(dag, results)
+    given = _given_inputs(dag, inputs)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ArgumentError("ranks", f"is {ranks!r}: the number of processes, a whole number >= 1")
     sizes = check_sizes(dag, sizes)
@@ -168,9 +175,12 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
             f"the script returns the scalar expression {dag.value(returned[0]).label}: a distributed program"
             " returns what its calls make; return the values it is made of and evaluate it on the host",
             dag.expression(returned[0]).coord, None)
-    wants = _wanted(dag, library)
+    # the collective a requested result takes is counted where the inputs' layouts are given too
+    # (an iteration passed its state as it returned it); elsewhere the plans are those timed on GPUs
+    wants = _wanted(dag, library, requested if given else None)
     outputs = set(dag.outputs)
-    layout: dict[int, Layout] = {v: _input_layout(dag, v, wants) for v in dag.inputs}
+    passed = _wanted(dag, library)  # the inputs' layouts as the calls alone want them (1.)
+    layout: dict[int, Layout] = {v: given.get(v) or _input_layout(dag, v, passed) for v in dag.inputs}
     layout.update({e.value: Layout.WHOLE for e in dag.expressions})  # each rank evaluates it (5. above)
     stage_of: dict[int, int] = {v: -1 for v in dag.inputs}
     call_stage: dict[int, int] = {}
@@ -216,22 +226,43 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
 
 
 def _requested(dag: Dag, results: Mapping[str, Layout | str] | None) -> dict[int, Layout]:
-    """``results`` by value id, checked: names of results, layouts split or whole."""
-    if results is None:
+    """``results`` by value id, checked: names of results, layouts split or whole, a scalar whole."""
+    out = _named_layouts(dag, results, "results", dag.outputs, "result", "return")
+    for value, layout in out.items():
+        if layout is Layout.SPLIT and dag.value(value).kind is Kind.SCALAR:
+            raise ArgumentError("results", f"{dag.value(value).name} is a scalar: it is returned whole")
+    return out
+
+
+def _given_inputs(dag: Dag, inputs: Mapping[str, Layout | str] | None) -> dict[int, Layout]:
+    """``inputs`` by value id, checked: names of inputs; a matrix split, a scalar whole, a vector either."""
+    out = _named_layouts(dag, inputs, "inputs", dag.inputs, "input", "pass")
+    for value, layout in out.items():
+        name, kind = dag.value(value).name, dag.value(value).kind
+        if kind is Kind.MATRIX and layout is not Layout.SPLIT:
+            raise ArgumentError("inputs", f"{name} is a matrix: each rank passes its rows ('split')")
+        if kind is Kind.SCALAR and layout is not Layout.WHOLE:
+            raise ArgumentError("inputs", f"{name} is a scalar: it is passed whole")
+    return out
+
+
+def _named_layouts(dag: Dag, given, argument: str, values, noun: str, verb: str) -> dict[int, Layout]:
+    """``given`` (names of ``values``, each a ``noun``, to 'split' or 'whole') by value id,
+    checked: a mapping, names of those values, layouts split or whole."""
+    if given is None:
         return {}
-    if not isinstance(results, Mapping):
-        raise ArgumentError("results", f"is a {type(results).__name__}: pass a mapping of result names to"
-                                       " 'split' or 'whole'")
-    by_name = {dag.value(v).name: v for v in dag.outputs}
+    if not isinstance(given, Mapping):
+        raise ArgumentError(argument, f"is a {type(given).__name__}: pass a mapping of {noun} names to"
+                                      " 'split' or 'whole'")
+    by_name = {dag.value(v).name: v for v in values}
+    article = "an" if noun[0] in "aeiou" else "a"
     out = {}
-    for name, layout in results.items():
+    for name, layout in given.items():
         if name not in by_name:
-            raise ArgumentError("results", f"{name!r} is not a result of {dag.file} (its results:"
-                                           f" {', '.join(by_name)})")
+            raise ArgumentError(argument, f"{name!r} is not {article} {noun} of {dag.file} (its {noun}s:"
+                                          f" {', '.join(by_name)})")
         if str(layout) not in (Layout.SPLIT.value, Layout.WHOLE.value):
-            raise ArgumentError("results", f"{name}: {layout!r} is no layout to return; pass 'split' or 'whole'")
-        if str(layout) == Layout.SPLIT.value and dag.value(by_name[name]).kind is Kind.SCALAR:
-            raise ArgumentError("results", f"{name} is a scalar: it is returned whole")
+            raise ArgumentError(argument, f"{name}: {layout!r} is no layout to {verb}; pass 'split' or 'whole'")
         out[by_name[name]] = Layout(str(layout))
     return out
 
@@ -365,3 +396,12 @@ def _whole_plan(dag, library, ranks, sizes, dtype, layout, finals, itemsize) -> 
     return DistributedPlan(dag.file, dag.name, str(np.dtype(dtype)), ranks, 1, tuple(sizes.items()), (),
                            tuple(sorted(layout.items())), finals, (stage,), conversions,
                            _steps(1, conversions), itemsize)
+
+
+def summed_on_every_rank(plan: DistributedPlan, dag: Dag, library) -> tuple[int, ...]:
+    """The values every rank holding rows sums for itself, whole: a reducing call's result made
+    whole (CG's rr1 = r1 . r1 where r1 is passed whole), not all-reduced from partial sums.
+    Their bits depend on each rank's kernels (the order of their sums), so ranks whose kernels
+    differ could disagree on them, on when to stop for one."""
+    return tuple(call.result for stage in plan.stages for call in map(dag.call, stage.calls)
+                 if library.function(call.function).hof.reduce and plan.layout(call.result) is Layout.WHOLE)

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import math
+import os
 import threading
 import weakref
 from typing import Any, Callable
@@ -81,7 +83,7 @@ def rows(n: int, comm: Any = None) -> tuple[int, int]:
 def cg(A, b, x0=None, **options):
     """Conjugate gradients over the ranks; ``(x, info)`` as :func:`fusec.solvers.cg`, ``x`` this
     rank's block. Options: ``rtol``, ``atol``, ``maxiter``, ``check_every`` (default 1),
-    ``comm``, ``timeout``, ``executor`` (see :func:`solve`)."""
+    ``comm``, ``timeout``, ``executor``, ``graphs``, ``layouts`` (see :func:`solve`)."""
     return solve(CG, A, b, x0, **options)
 
 
@@ -96,7 +98,7 @@ def bicgstab(A, b, x0=None, **options):
 
 
 def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=1, comm=None,
-          timeout=None, executor=None, graphs=None):
+          timeout=None, executor=None, graphs=None, layouts=None):
     """``method`` over the ranks of ``comm``. ``A``, ``b``, ``x0``: this rank's rows of each
     (:func:`rows`), NumPy arrays or those of the communicator's framework. The rule and
     ``info`` are SciPy's (:mod:`fusec.solvers.driver`): stop when ``||r|| <= max(rtol ||b||,
@@ -105,7 +107,12 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     docstring for why more are not faster). ``executor``: how a stage becomes a callable
     (:func:`fusec.distributed.compile`; the tests run stages with the oracle). ``graphs``: capture
     the iterations in CUDA graphs and replay them (see the module's docstring); default
-    ``$FUSEC_DISTRIBUTED_GRAPHS`` (1 or 0), else on. The same on every rank."""
+    ``$FUSEC_DISTRIBUTED_GRAPHS`` (1 or 0), else on. ``layouts``: the state's layouts between
+    calls, ``"calls"`` (those the iteration's calls want: every number the stopping rule reads
+    all-reduced) or ``"fewest"`` (those of the fewest collectives a call, CG two instead of
+    three: some sums then made by every rank for itself, so :func:`fusec.distributed.compile`
+    checks that the ranks compiled the same kernels); default ``$FUSEC_DISTRIBUTED_LAYOUTS``,
+    else ``"calls"``. The same on every rank."""
     comm = communicator(comm, timeout=timeout)
     n = _check_system(A, b, x0)
     ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
@@ -122,16 +129,20 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     check_every = validate.count("check_every", check_every, 1)
     graphs = (validate.environment_flag(GRAPHS_VARIABLE, True) if graphs is None
               else validate.flag("graphs", graphs))
+    fewest = _layouts_choice(layouts) == "fewest"
 
-    def distributed(script=None, source=None, name="<string>", results=None):
-        key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())))
+    def distributed(script=None, source=None, name="<string>", results=None, inputs=None):
+        key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())),
+               tuple(sorted((inputs or {}).items())))
         return _kept(comm, key, lambda: compile_distributed(
             script, source=source, name=name, dtype=dtype, sizes={"n": n}, comm=comm, latency=False,
-            timeout=timeout, executor=executor, results=results))
+            timeout=timeout, executor=executor, results=results, inputs=inputs))
     # the state's results in the layouts the next call reads them in (planned first: no GPU; a
     # plan and the script's DAG take tens of ms, so they are kept beside the programs)
-    layouts = _kept(comm, ("layouts", method.name, dtype, n, ranks), lambda: _input_layouts(method, dtype, n, ranks))
-    iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state})
+    layouts = _kept(comm, ("layouts", method.name, dtype, n, ranks, fewest),
+                    lambda: _input_layouts(method, dtype, n, ranks, fewest))
+    iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state},
+                            inputs={v: str(layouts[v]) for v in method.state} if fewest else None)
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
     arrays = arrays_for(framework_of(b))
@@ -163,6 +174,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
 
 
 GRAPHS_VARIABLE = "FUSEC_DISTRIBUTED_GRAPHS"  # solve()'s graphs= where not given
+LAYOUTS_VARIABLE = "FUSEC_DISTRIBUTED_LAYOUTS"  # solve()'s layouts= where not given
 
 
 # The programs of solves before, by communicator (None: one process), then by what they were
@@ -221,11 +233,50 @@ def _steppers(comm) -> Workspaces:
         return _STEPPERS.setdefault(comm, Workspaces())
 
 
-def _input_layouts(method: Method, dtype: str, n: int, ranks: int) -> dict[str, Layout]:
-    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name."""
-    planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks)
+def _layouts_choice(layouts) -> str:
+    """``layouts=`` checked, or ``$FUSEC_DISTRIBUTED_LAYOUTS``, or "calls"."""
+    if layouts is None:
+        layouts = os.environ.get(LAYOUTS_VARIABLE, "").strip() or "calls"
+        argument = LAYOUTS_VARIABLE
+    else:
+        argument = "layouts"
+    if layouts not in ("calls", "fewest"):
+        raise ArgumentError(argument, f"is {layouts!r}: pass 'calls' or 'fewest'")
+    return layouts
+
+
+def _input_layouts(method: Method, dtype: str, n: int, ranks: int, fewest: bool) -> dict[str, Layout]:
+    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name:
+    the layouts its calls want, or (``fewest``) those of the fewest collectives a call.
+
+    The iteration is passed its state in the layouts its last call returned it in, and what
+    the plan does depends on them (a result returned whole may be made whole early and read so
+    by the calls after it: CG's r1 whole makes rr1 a dot on every rank with no all-reduce, and
+    p1 whole with no all-gather). So each state vector split or whole is tried, passed and
+    returned so, and the choice with the fewest collectives is taken, then the fewest stages,
+    then the fewest bytes moved (a few dozen plans at most, tens of ms each, kept with the
+    programs)."""
     dag = script_dag(method.script, None, None, resolve_library(None))
-    return {dag.value(v).name: planned.layout(v) for v in dag.inputs}
+
+    def inputs(planned) -> dict[str, Layout]:
+        return {dag.value(v).name: planned.layout(v) for v in dag.inputs}
+    if not fewest:
+        return inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
+    best, best_score = None, None
+    for layouts in itertools.product((Layout.SPLIT, Layout.WHOLE), repeat=len(method.state)):
+        chosen = {v: str(layout) for v, layout in zip(method.state, layouts)}
+        try:
+            planned = plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks, inputs=chosen,
+                           results={f"{v}1": layout for v, layout in chosen.items()})
+        except ArgumentError:  # a state vector made in a layout no collective turns into the one asked for
+            continue
+        reads = inputs(planned)
+        collectives = [planned.conversions[s.conversion] for s in planned.steps
+                       if s.conversion is not None and planned.conversions[s.conversion].op.collective]
+        score = (len(collectives), len(planned.stages), sum(c.bytes for c in planned.conversions if c.op.collective))
+        if best_score is None or score < best_score:
+            best, best_score = reads, score
+    return best if best is not None else inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
 
 
 def _check_system(A, b, x0) -> int:

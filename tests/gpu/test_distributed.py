@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -365,32 +366,35 @@ def _solvers_worker(args) -> None:
         for dtype in DTYPES:
             rtol = 1e-4 if dtype == "float32" else 1e-10
             whole_A, whole_b = cupy.asarray(A.astype(dtype)), cupy.asarray(b.astype(dtype))
-            x, info = getattr(ds, name)(cupy.ascontiguousarray(whole_A[lo:hi]), whole_b[lo:hi].copy(), comm=comm,
-                                        rtol=rtol)
             one, one_info = getattr(fusec.solvers, name)(whole_A, whole_b, rtol=rtol)
-            records.append({"rank": comm.rank, "solver": name, "dtype": dtype, "lo": lo, "hi": hi, "info": info,
-                            "one_gpu_info": one_info, "x": cupy.asnumpy(x).tolist(),
-                            "one_gpu_x": cupy.asnumpy(one[lo:hi]).tolist(), "rtol": rtol})
+            for layouts in ("calls", "fewest"):
+                x, info = getattr(ds, name)(cupy.ascontiguousarray(whole_A[lo:hi]), whole_b[lo:hi].copy(),
+                                            comm=comm, rtol=rtol, layouts=layouts)
+                records.append({"rank": comm.rank, "solver": name, "dtype": dtype, "layouts": layouts, "lo": lo,
+                                "hi": hi, "info": info, "one_gpu_info": one_info, "x": cupy.asnumpy(x).tolist(),
+                                "one_gpu_x": cupy.asnumpy(one[lo:hi]).tolist(), "rtol": rtol})
     Path(args.out, f"rank{comm.rank}.json").write_text(json.dumps(records))
 
 
 def test_the_solvers_over_several_gpus(tmp_path):
-    """fusec.distributed.solvers' cg, bicg and bicgstab on CuPy blocks: every rank stops with
-    info 0, the blocks put together meet the rule by their true residual (float64: within
-    1.01 rtol; float32: 2 rtol), and x is the one-GPU solver's to the precision's rounding."""
+    """fusec.distributed.solvers' cg, bicg and bicgstab on CuPy blocks, in the layouts the calls
+    want and in those of the fewest collectives: every rank stops with info 0, the blocks put
+    together meet the rule by their true residual (float64: within 1.01 rtol; float32: 2 rtol),
+    and x is the one-GPU solver's to the precision's rounding."""
     records = _worker_records("solvers", tmp_path)
     systems, b = _solve_systems()
     for name, A in systems.items():
-        for dtype in DTYPES:
-            mine = sorted((r for r in records if r["solver"] == name and r["dtype"] == dtype), key=lambda r: r["lo"])
-            assert [r["info"] for r in mine] == [0] * RANKS, (name, dtype)
+        for dtype, layouts in itertools.product(DTYPES, ("calls", "fewest")):
+            mine = sorted((r for r in records if (r["solver"], r["dtype"], r["layouts"]) == (name, dtype, layouts)),
+                          key=lambda r: r["lo"])
+            assert [r["info"] for r in mine] == [0] * RANKS, (name, dtype, layouts)
             x = np.concatenate([r["x"] for r in mine])
             rtol = mine[0]["rtol"]
             residual = np.linalg.norm(b - A @ x) / np.linalg.norm(b)
-            assert residual <= (1.01 if dtype == "float64" else 2.0) * rtol, (name, dtype, residual)
+            assert residual <= (1.01 if dtype == "float64" else 2.0) * rtol, (name, dtype, layouts, residual)
             one = np.concatenate([r["one_gpu_x"] for r in mine])
             scale = 1e-9 if dtype == "float64" else 1e-3
-            assert np.max(np.abs(x - one)) <= scale * np.max(np.abs(one)), (name, dtype)
+            assert np.max(np.abs(x - one)) <= scale * np.max(np.abs(one)), (name, dtype, layouts)
 
 
 GRAPH_ITERATIONS = 7  # the fixed-length solves compared plain against replayed
