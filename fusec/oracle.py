@@ -45,8 +45,8 @@ from .library.model import TRIANGLES, Function, Kind
 
 __all__ = [
     "Expected", "OutputCheck", "check_outputs", "check_reference", "evaluate", "expect", "gauge",
-    "random_inputs", "reads_one_triangle", "reads_pointwise", "stored_triangle", "sum_lengths", "test_ratio",
-    "threshold",
+    "random_inputs", "reads_one_triangle", "reads_pointwise", "reference_value", "stored_triangle", "sum_lengths",
+    "test_ratio", "threshold",
 ]
 
 # name -> number of positional arguments
@@ -326,11 +326,16 @@ def reads_one_triangle(function: Function, name: str, size: int = 6) -> bool:
     outside = np.tril_indices(size, -1) if function.triangle(name) != "tril" else np.triu_indices(size, 1)
     env[name][outside] = np.nan
     with np.errstate(invalid="ignore"):
-        result = np.asarray(_walk(_checked(function), env, None)[0])
+        result = reference_value(function, env)
     made = function.triangle(function.result.name)
     if made is not None:
         result = _cut(made)(result)
     return not np.isnan(result).any()
+
+
+def reference_value(function: Function, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """``function``'s reference evaluated in float64 on ``env`` (parameter name -> value)."""
+    return np.asarray(_walk(_checked(function), env, None)[0])
 
 
 def reads_pointwise(function: Function, name: str) -> bool:

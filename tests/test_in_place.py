@@ -149,3 +149,30 @@ def test_every_shipped_result_over_an_input_is_taken_exactly_where_it_may_be():
 def test_the_plan_text_names_the_results_a_caller_may_write_in_place():
     assert "in place: out={'C': A} or out={'C': B}:" in _compile("madd").describe()
     assert "in place" not in _compile("bicgk").describe()
+
+
+def _bundled_matrix_parameters():
+    lib = library()
+    return [(f.name, p.name) for f in lib.functions.values() if hasattr(f, "params")
+            for p in f.params if p.kind.value == "matrix"]
+
+
+@pytest.mark.parametrize("function, param", _bundled_matrix_parameters())
+def test_pointwise_means_one_entry_of_the_matrix_moves_one_entry_of_the_result(function, param):
+    """What reads_pointwise answers from the reference's form, its values show: changing A(i, j)
+    (in the triangle the function reads) of a pointwise parameter changes the result at (i, j)
+    alone; of a matrix parameter read otherwise (a reduce's), something else."""
+    f = library().function(function)
+    rng = np.random.default_rng(11)
+    n = 6
+    env = {p.name: np.asarray(rng.uniform(0.5, 1.5, (n,) * len(p.dims)) if p.dims else 0.7) for p in f.params}
+    base = oracle.reference_value(f, env)
+    moved = dict(env)
+    moved[param] = env[param].copy()
+    entry = [4, 2] if f.triangle(param) == "tril" else [2, 4]  # in the triangle the function reads
+    moved[param][tuple(entry)] += 0.25
+    changed = np.argwhere(np.atleast_1d(oracle.reference_value(f, moved) != base))
+    if oracle.reads_pointwise(f, param):
+        assert changed.tolist() == [entry], changed.tolist()
+    else:
+        assert changed.tolist() != [entry], (function, param)
