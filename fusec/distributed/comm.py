@@ -456,27 +456,33 @@ def _given(handle, make: Callable[[], Communicator]) -> Communicator:
 def host_all_gather(comm: Communicator, value: float, timeout: float, what: str) -> list[float]:
     """Every rank's ``value`` (a float64: integers below 2**53 exact), in rank order: one
     all-gather, waited for (every rank here, or the error, as :func:`host_barrier`)."""
-    from . import arrays, watchdog
-    helper = arrays.arrays_for(comm.arrays_family, comm.device)
+    helper, stream = _host_helper(comm)
     send, recv = helper.zeros((1,), np.float64), helper.zeros((comm.size,), np.float64)
     helper.copy_into(send, float(value))
-    stream = helper.current_stream()
     comm.all_gather(send, recv, [1] * comm.size, stream)
-    started = time.monotonic()
-    watchdog.wait(helper.event().record(stream), what, comm, timeout, "raise")
-    if comm.failed is not None:
-        raise CollectiveError(f"{what} failed after {time.monotonic() - started:.1f} s")
+    _wait_on_host(comm, helper, stream, what, timeout)
     return [float(v) for v in helper.host(recv)]
 
 
 def host_barrier(comm: Communicator, timeout: float) -> None:
     """Every rank here, or the error: a one-element all-reduce, waited for."""
-    from . import arrays, watchdog
-    helper = arrays.arrays_for(comm.arrays_family, comm.device)
+    helper, stream = _host_helper(comm)
     one = helper.zeros((1,), np.float32)
-    stream = helper.current_stream()
     comm.all_reduce(one, one, stream)
+    _wait_on_host(comm, helper, stream, "the start-up barrier", timeout)
+
+
+def _host_helper(comm: Communicator):
+    """The arrays helper of ``comm``'s framework and device, and its current stream."""
+    from . import arrays
+    helper = arrays.arrays_for(comm.arrays_family, comm.device)
+    return helper, helper.current_stream()
+
+
+def _wait_on_host(comm: Communicator, helper, stream: int, what: str, timeout: float) -> None:
+    """The host waits for ``stream``'s collective, watched: the error where it fails or times out."""
+    from . import watchdog
     started = time.monotonic()
-    watchdog.wait(helper.event().record(stream), "the start-up barrier", comm, timeout, "raise")
+    watchdog.wait(helper.event().record(stream), what, comm, timeout, "raise")
     if comm.failed is not None:
-        raise CollectiveError(f"the start-up barrier failed after {time.monotonic() - started:.1f} s")
+        raise CollectiveError(f"{what} failed after {time.monotonic() - started:.1f} s")

@@ -177,9 +177,9 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
             dag.expression(returned[0]).coord, None)
     # the collective a requested result takes is counted where the inputs' layouts are given too
     # (an iteration passed its state as it returned it); elsewhere the plans are those timed on GPUs
-    wants = _wanted(dag, library, requested if given else None)
-    outputs = set(dag.outputs)
     passed = _wanted(dag, library)  # the inputs' layouts as the calls alone want them (1.)
+    wants = _wanted(dag, library, requested) if given else passed
+    outputs = set(dag.outputs)
     layout: dict[int, Layout] = {v: given.get(v) or _input_layout(dag, v, passed) for v in dag.inputs}
     layout.update({e.value: Layout.WHOLE for e in dag.expressions})  # each rank evaluates it (5. above)
     stage_of: dict[int, int] = {v: -1 for v in dag.inputs}

@@ -270,12 +270,9 @@ def _input_layouts(method: Method, dtype: str, n: int, ranks: int, fewest: bool)
                            results={f"{v}1": layout for v, layout in chosen.items()})
         except ArgumentError:  # a state vector made in a layout no collective turns into the one asked for
             continue
-        reads = inputs(planned)
-        collectives = [planned.conversions[s.conversion] for s in planned.steps
-                       if s.conversion is not None and planned.conversions[s.conversion].op.collective]
-        score = (len(collectives), len(planned.stages), sum(c.bytes for c in planned.conversions if c.op.collective))
+        score = (len(planned.launches), len(planned.stages), sum(c.bytes for c in planned.collectives))
         if best_score is None or score < best_score:
-            best, best_score = reads, score
+            best, best_score = inputs(planned), score
     return best if best is not None else inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
 
 

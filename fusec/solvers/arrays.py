@@ -186,18 +186,23 @@ class _DeviceArrays(NumpyArrays):
     def survey(self, A, b, x0) -> Survey:
         """:meth:`NumpyArrays.survey` by one kernel and one read, where the kernels run here
         and the vectors are contiguous."""
-        from . import kernels
-        if self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None:
+        if self._by_kernel(b, x0):
+            from . import kernels
             return Survey(*kernels.survey(self, A, b, x0, dtype_name(b)))
         return super().survey(A, b, x0)
 
     def survey_vectors(self, b, x0) -> Survey:
         """:meth:`NumpyArrays.survey_vectors` by the survey's kernel without A (one launch, one
         read: the framework's reductions took longer than the whole survey at n = 1024)."""
-        from . import kernels
-        if self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None:
+        if self._by_kernel(b, x0):
+            from . import kernels
             return Survey(*kernels.survey(self, None, b, x0, dtype_name(b)))
         return super().survey_vectors(b, x0)
+
+    def _by_kernel(self, b, x0) -> bool:
+        """Whether the survey's kernel can read ``b`` and ``x0``: contiguous, the kernels running here."""
+        from . import kernels
+        return self.contiguous(b) and (x0 is None or self.contiguous(x0)) and kernels.unsupported() is None
 
 
     def copy_pairs(self, pairs) -> None:
