@@ -53,6 +53,22 @@ def instrument(spent: dict) -> None:
         setattr(owner, name, timed)
 
 
+def _profiled(solve, cupy, repeat: int, title: str, top: int = 40) -> str:
+    """cProfile's table of ``repeat`` solves (cumulative host time, the top functions)."""
+    import cProfile
+    import io
+    import pstats
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(repeat):
+        solve()
+        cupy.cuda.Device().synchronize()
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(top)
+    return f"## {title}, {repeat} solves\n{text.getvalue()}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", default="1024,4096,16384")
@@ -60,6 +76,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile the solves (cProfile, host time; a read waits for the GPU) and write"
+                             " the functions of most cumulative time to <out>/<gpu>-solve-overhead-profile.txt")
     args = parser.parse_args(argv)
 
     import cupy
@@ -73,7 +92,7 @@ def main(argv=None) -> int:
     gpu = resolve(unknown_ok=True).name
     spent: dict = collections.defaultdict(float)
     instrument(spent)
-    rows = []
+    rows, profiles = [], []
     for n in (int(v) for v in args.n.split(",")):
         _, easy, b = systems(cupy, n, args.dtype)
         for name in args.solvers.split(","):
@@ -88,6 +107,9 @@ def main(argv=None) -> int:
                 x, outcome = api.solve_with_outcome(METHODS[name], easy, b, rtol=rtol)
                 cupy.cuda.Device().synchronize()
                 totals.append(time.perf_counter() - start)
+            if args.profile:
+                profiles.append(_profiled(lambda: api.solve_with_outcome(METHODS[name], easy, b, rtol=rtol),
+                                          cupy, args.repeat, f"{name} {args.dtype} n={n}"))
                 for label, seconds in spent.items():
                     parts[label].append(seconds)
             iterations = outcome.iterations
@@ -126,6 +148,8 @@ def main(argv=None) -> int:
         lines.append(f"| {r['solver']} | {r['n']} | {r['iterations']} | {r['total_us']:.1f} | {replayed} | "
                      + " | ".join(cells) + " |")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    if profiles:
+        (out / f"{stem}-profile.txt").write_text("\n\n".join(profiles) + "\n")
     print("\n".join(lines))
     return 0
 
