@@ -11,8 +11,9 @@ stream with CUDA events (median of --repeat calls after 5 warm ones; L2 not flus
 calls, as in a loop), and prints both and their ratio (a Markdown table).
 
 Answer (one H200, 2026-11-29; experiments/results/h200-in-place.md): nothing for MADD and ssyr2
-(0.996-1.008x); GEMVER 0.987x at n = 8192, but 1.084x (fp32) and 1.037x (fp64) at n = 16384 in
-one run, not yet explained.
+(0.996-1.008x); GEMVER 0.987x at n = 8192; at n = 16384 in five rounds fp32 0.999x (the 1.084x
+of a first run was a drift of 5 % between rounds) and fp64 1.050x in every round (a cost of
+that plan in place, unexplained).
 """
 from __future__ import annotations
 
