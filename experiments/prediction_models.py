@@ -89,6 +89,7 @@ def load(gpu: str):
     from fusec.cost import training
     from fusec.cost.model import traffic
     from fusec.cost.perfdb import predictor_for
+    from fusec.cost.registers import estimate
     from fusec.frontend import load_script
     from fusec.ir import geometry as geo
     from fusec.library.loader import load_library
@@ -114,6 +115,10 @@ def load(gpu: str):
                 leaves = kernel.leaves()
                 itemsize = geo.DTYPES[kernel.dtype].itemsize
                 rows.append({"block": kernel.block, "per_sm": FT._blocks_per_sm(kernel, leaves, itemsize, target),
+                             "shared": kernel.shared_reals * itemsize + kernel.dynamic_shared_bytes,
+                             "shared_per_sm": target.shared_per_sm,
+                             "bound": getattr(kernel.plan, "bound", 0) or 0,
+                             "registers": max(estimate(leaf) for leaf in leaves),
                              "grid": kernel.grid(sizes), "sms": target.sms,
                              "serial": max(FT._iterations(leaf, sizes) for leaf in leaves),
                              "threads_per_sm": target.threads_per_sm,
@@ -140,7 +145,11 @@ def extra_columns(raw: dict, names) -> np.ndarray:
     - threads_1024, threads_128: the block size as a category beside the log2 slope (as studied;
       fusec's features of version 3 since, which the variants use);
     - bytes_per_block: log2(DRAM bytes per block / 64 KiB); few_iterations: max(0, 2 - log2
-      serial iterations)."""
+      serial iterations);
+    - shared: log2(1 + shared memory a block uses / 1 KiB) (a vector staged in shared memory;
+      fusec's feature since version 4); shared_share: the share of an SM's shared memory its
+      resident blocks use; squeeze: log2(estimated registers / a horizontal fusion's register bound), 0 without a
+      bound or under it (a bound below what the kernel needs spills)."""
     waves = raw["grid"] / (raw["sms"] * raw["per_sm"])
     columns = {
         "occupancy": np.clip(np.log2(raw["block"] * np.minimum(raw["per_sm"], raw["grid"] / raw["sms"])
@@ -151,6 +160,11 @@ def extra_columns(raw: dict, names) -> np.ndarray:
         "threads_128": (raw["block"] == 128).astype(float),
         "bytes_per_block": np.log2(np.maximum(raw["moved"], 1) / raw["grid"] / 65536),
         "few_iterations": np.maximum(0.0, 2.0 - np.log2(np.maximum(raw["serial"], 1))),
+        "shared": np.log2(1.0 + raw["shared"] / 1024),
+        "shared_share": np.minimum(1.0, raw["shared"] / raw["shared_per_sm"]
+                                   * np.minimum(raw["per_sm"], np.maximum(raw["grid"] / raw["sms"], 1))),
+        "squeeze": np.where(raw["bound"] > 0,
+                            np.maximum(0.0, np.log2(raw["registers"] / np.maximum(raw["bound"], 1))), 0.0),
     }
     return np.column_stack([columns[n] for n in names]) if names else np.zeros((len(waves), 0))
 
