@@ -39,6 +39,13 @@ from bench.prediction import ROOT, SCRIPTS
 
 TARGET_EACH, TARGET_GMEAN, TARGET_RHO = 1.05, 1.02, 0.8
 CHOICES = (("database", False), ("database + nearby", True), ("corrected", False), ("corrected + nearby", True))
+PREVIOUS = ("previous", False)  # --previous: another correction file, its first choice beside the others
+
+
+def choices_of(predictors) -> tuple[tuple[str, bool], ...]:
+    """The choices a run scores, ``(name, borrows)``: CHOICES of the predictors it has, then
+    the previous correction's where given."""
+    return tuple(c for c in CHOICES + (PREVIOUS,) if c[0].split(" ")[0] in predictors)
 
 
 def new_seed() -> int:
@@ -118,10 +125,8 @@ def first_choices(dag, library, dtype: str, sizes: dict, predictors: dict) -> di
     from fusec.api import build_program
     from fusec.errors import FusecError
     firsts = {}
-    for name, borrow in CHOICES:
-        predictor = predictors.get(name.split(" ")[0])
-        if predictor is None:
-            continue
+    for name, borrow in choices_of(predictors):
+        predictor = predictors[name.split(" ")[0]]
         if borrow and not _may_borrow(dag, library, dtype, sizes):
             firsts[name] = firsts[name.split(" ")[0]]  # nothing tuned to borrow: compile predicts alike
             continue
@@ -159,11 +164,11 @@ def _cell(value, digits=2, suffix="") -> str:
     return "—" if value is None else f"{value:.{digits}f}{suffix}"
 
 
-def summary(points: list[dict]) -> list[dict]:
-    """Per choice: points scored, geometric mean and worst of its time over the best, the
-    share within TARGET_EACH; per predictor: rho's mean and worst."""
+def summary(points: list[dict], names=None) -> list[dict]:
+    """Per choice (``names``, default CHOICES'): points scored, geometric mean and worst of
+    its time over the best, the share within TARGET_EACH; per predictor: rho's mean and worst."""
     out = []
-    names = [name for name, _ in CHOICES]
+    names = names or [name for name, _ in CHOICES]
     for name in names:
         ratios = [p["choices"][name]["ratio"] for p in points
                   if name in p["choices"] and p["choices"][name]["ratio"] is not None]
@@ -193,17 +198,18 @@ def markdown(report: dict) -> str:
              f" ρ ≥ {TARGET_RHO}.", "",
              "| choice | points | geometric mean | worst | ≤ 1.05x | ρ mean | ρ worst |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for s in summary(points):
+    names = run.get("choices") or [name for name, _ in CHOICES]
+    keys = list(dict.fromkeys(name.split(" ")[0] for name in names))  # the predictors, in order
+    for s in summary(points, names):
         lines.append(f"| {s['choice']} | {s['points']} | {s['gmean']:.3f} | {s['worst']:.3f}"
                      f" | {s['within'] * 100:.0f} % | {_cell(s['rho_mean'])} | {_cell(s['rho_worst'])} |")
-    names = [name for name, _ in CHOICES]
     lines += ["", "| sequence | dtype | sizes | plans | best µs | " + " | ".join(names)
-              + " | ρ database | ρ corrected | best plan |",
-              "|---|---|---|---:|---:|" + "---:|" * (len(names) + 2) + "---|"]
+              + "".join(f" | ρ {key}" for key in keys) + " | best plan |",
+              "|---|---|---|---:|---:|" + "---:|" * (len(names) + len(keys)) + "---|"]
     for p in points:
         sizes = ",".join(f"{k}={v}" for k, v in sorted(p["sizes"].items()))
         cells = [_cell(p["choices"].get(n, {}).get("ratio")) for n in names]
-        cells += [_cell(p["rho"].get("database")), _cell(p["rho"].get("corrected"))]
+        cells += [_cell(p["rho"].get(key)) for key in keys]
         lines.append(f"| {p['script']} | {p['dtype']} | {sizes} | {p['measured']}/{p['candidates']}"
                      f" | {_cell(p['best_us'], 1)} | " + " | ".join(cells) + f" | {p['best']} |")
     borrowed = [(p, n) for p in points for n in names
@@ -215,7 +221,8 @@ def markdown(report: dict) -> str:
         lines += ["", "## Earlier runs", ""]
         for earlier in report["runs"][:-1]:
             done = [p for p in earlier["points"] if p["complete"]]
-            parts = [f"{s['choice']} gmean {s['gmean']:.3f}, worst {s['worst']:.3f}" for s in summary(done)]
+            parts = [f"{s['choice']} gmean {s['gmean']:.3f}, worst {s['worst']:.3f}"
+                     for s in summary(done, earlier.get("choices"))]
             lines.append(f"- seed {earlier['seed']} ({earlier['date']}, {len(done)} points): " + "; ".join(parts))
     return "\n".join(lines) + "\n"
 
@@ -233,6 +240,9 @@ def main(argv=None) -> int:
     parser.add_argument("--layouts", type=int, default=None, metavar="L", help="best L layouts (default: 8)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--gpu", default=None, help="database to predict with (default: the GPU present)")
+    parser.add_argument("--previous", default=None, metavar="FILE",
+                        help="another fitted correction of the same database (e.g. the one a refit replaced):"
+                             " its first choice is measured and scored beside the others, as 'previous'")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     from fusec.tune import plans
@@ -263,6 +273,17 @@ def main(argv=None) -> int:
     base = predictor_for(library, args.gpu or info.slug, corrected=False)
     corrected = predictor_for(library, args.gpu or info.slug)
     predictors = {"database": base, **({"corrected": corrected} if corrected is not base else {})}
+    if args.previous:
+        import warnings
+
+        from fusec.cost import correction
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", correction.CorrectionWarning)
+            try:
+                previous = correction.load(Path(args.previous), base.database)
+            except correction.CorrectionWarning as exc:
+                parser.error(f"--previous {args.previous}: {exc}")
+        predictors["previous"] = correction.CorrectedPredictor(base, previous)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from bench import peers as P
@@ -278,6 +299,7 @@ def main(argv=None) -> int:
         report["runs"].append(run)
     run.update(command=P.command_line("bench.prediction", argv), date=str(datetime.date.today()),
                predictors=[p.name for p in predictors.values()], top=top, layouts=layouts, repeat=args.repeat,
+               choices=[name for name, _ in choices_of(predictors)],
                library=library.content_hash)
     done = {(p["script"], p["dtype"]) for p in run["points"] if p["complete"]}
     budget = plans.Budget(args.budget)

@@ -392,6 +392,32 @@ def test_the_draw_scores_each_choice_against_the_best_and_ranks_by_rho():
     assert "| corrected | 1 | 1.000 | 1.000 | 100 % |" in text
 
 
+def test_a_previous_correction_is_scored_beside_the_others():
+    """--previous: a run's choices name it, its first choice and rho get columns of their own,
+    and an earlier run without it still reads."""
+    from bench import prediction_draw
+    assert prediction_draw.choices_of({"database": 0, "corrected": 0, "previous": 0})[-1] == ("previous", False)
+    assert [n for n, _ in prediction_draw.choices_of({"database": 0})] == ["database", "database + nearby"]
+    rows = [{"summary": s, "groups": ["top"], "measured_us": m, "predicted_us": {"database": d, "corrected": c,
+                                                                                   "previous": q}}
+            for s, m, d, c, q in (("a", 10.0, 1.0, 3.0, 2.0), ("b", 13.0, 2.0, 2.0, 1.0), ("c", 15.0, 3.0, 1.0, 3.0))]
+    choices = {"database": {"summary": "a", "origin": "predicted", "row": 0},
+               "corrected": {"summary": "c", "origin": "predicted", "row": 2},
+               "previous": {"summary": "b", "origin": "predicted", "row": 1}}
+    scored = prediction_draw.score(rows, choices, ["database", "corrected", "previous"])
+    point = {"script": "bicgk", "dtype": "float32", "sizes": {"m": 700, "n": 900}, "complete": True, **scored}
+    names = ["database", "corrected", "previous"]
+    old = {"seed": 3, "command": "c", "date": "yesterday", "predictors": ["perfdb"], "top": 4, "layouts": 8,
+           "repeat": 20, "points": [dict(point, choices={"database": scored["choices"]["database"]})]}
+    new = {"seed": 4, "command": "c", "date": "today", "predictors": ["perfdb", "corrected", "previous"], "top": 4,
+           "layouts": 8, "repeat": 20, "choices": names, "points": [point]}
+    text = prediction_draw.markdown({"device": GPU_NAME, "runs": [old, new]})
+    assert "| previous | 1 | 1.300 | 1.300 | 0 % | 0.50 | 0.50 |" in text
+    assert "| ρ database | ρ corrected | ρ previous | best plan |" in text
+    assert "| 1.00 | 1.50 | 1.30 | 1.00 | -1.00 | 0.50 |" in text
+    assert "- seed 3 (yesterday, 1 points): database gmean 1.000, worst 1.000" in text
+
+
 def test_the_draw_mode_checks_its_arguments(capsys):
     from bench import prediction
     for argv, message in ((["--scripts", "nope"], "no sequence 'nope'"), (["--top", "0"], "--top and --repeat"),
