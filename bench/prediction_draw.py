@@ -2,7 +2,7 @@
 
     python -m bench.prediction --draw [--seed N] [--budget SECONDS] [--scripts atax,...]
                                [--dtype float32|float64|both] [--top 4] [--layouts 8]
-                               [--repeat 20] [--gpu NAME] [--out bench/results]
+                               [--repeat 20] [--gpu NAME] [--previous FILE] [--out bench/results]
 
 A run draws one size per sequence and precision (fusec.tune.plans.draw_sizes: a
 new seed per run unless --seed; sides 500..20000, square and rectangular, vectors
@@ -14,6 +14,9 @@ the database's ranking and of the corrected one, and the plan ``fusec.compile``
 takes with each predictor, without the nearby-plan borrowing (``tuned=False``:
 the best-predicted plan whose kernels do not spill) and with it (as an untuned
 compile does: the plan tuned for the nearest sizes where the space offers it).
+--previous FILE adds another correction of the same database (the one a refit
+replaced): its ranking joins the wide tune and its first choice is scored as
+'previous'.
 
 Reported per point: each first choice's time over the best measured, and
 Spearman's rho of each predictor's times against the measured ones over the
@@ -298,7 +301,8 @@ def main(argv=None) -> int:
         report["runs"].remove(run)
         report["runs"].append(run)
     run.update(command=P.command_line("bench.prediction", argv), date=str(datetime.date.today()),
-               predictors=[p.name for p in predictors.values()], top=top, layouts=layouts, repeat=args.repeat,
+               predictors=[f"{p.name} from {args.previous}" if key == "previous" else p.name
+                           for key, p in predictors.items()], top=top, layouts=layouts, repeat=args.repeat,
                choices=[name for name, _ in choices_of(predictors)],
                library=library.content_hash)
     done = {(p["script"], p["dtype"]) for p in run["points"] if p["complete"]}
