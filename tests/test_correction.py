@@ -320,10 +320,21 @@ def test_a_file_names_the_features_it_uses_and_applies_those_alone(perfdb):
     assert fitted.factor(at_1024) == pytest.approx(10.0, rel=1e-12)
 
 
-def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
-    """Version 3 only adds the block size's indicators: a correction fitted with version 2's
-    eleven features predicts as it did, with a file of today's format using those eleven."""
+def loaded_without_warning(perfdb, data: dict):
+    """The predictor of the bundled database with ``data`` as its correction file, which must
+    load without a warning and be the one applied."""
     from fusec.cost.perfdb import predictor_for
+    path = write(perfdb, json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predictor = predictor_for(library(), GPU)
+    assert predictor.correction.path == str(path)
+    return predictor
+
+
+def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
+    """Versions 3 and 4 only add features: a correction fitted with version 2's
+    eleven features predicts as it did, with a file of today's format using those eleven."""
     database = base_predictor().database
     data = json.loads(a_correction(database, band_bias=0.3).to_json())
     data["classes"]["band"]["coefficients"].update(waves=-0.2, threads=0.1)
@@ -333,11 +344,8 @@ def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
         for field in ("coefficients", "low", "high"):
             for name in BLOCK_SIZE + SHARED:
                 entry["classes"]["band"][field].pop(name, None)
-    path = write(perfdb, json.dumps(data))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        predictor = predictor_for(library(), GPU)
-    assert predictor.correction.used == BASE and predictor.correction.path == str(path)
+    predictor = loaded_without_warning(perfdb, data)
+    assert predictor.correction.used == BASE
     same = correction.Correction.from_json(json.dumps(today))
     dag = script_dag("bicgk")
     from fusec.space.combinations import build_space
@@ -354,7 +362,6 @@ def test_a_file_of_features_version_3_is_used_with_the_features_it_names(perfdb)
     (those it names used) predicts as a file of today's format using the same ones; one naming
     a feature version 3 did not have is refused."""
     from fusec.cost.features import KernelFeatures
-    from fusec.cost.perfdb import predictor_for
     database = base_predictor().database
     data = json.loads(a_correction(database, band_bias=0.3).to_json())
     data["classes"]["band"]["coefficients"].update(threads_1024=0.2, waves=-0.1)
@@ -363,11 +370,8 @@ def test_a_file_of_features_version_3_is_used_with_the_features_it_names(perfdb)
     version_3 = SAME_SINCE[3]
     today = dict(data, features=dict(data["features"], used=list(version_3)))
     data["features"] = {"version": 3, "names": list(version_3), "used": list(version_3)}
-    path = write(perfdb, json.dumps(data))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        predictor = predictor_for(library(), GPU)
-    assert predictor.correction.used == version_3 and predictor.correction.path == str(path)
+    predictor = loaded_without_warning(perfdb, data)
+    assert predictor.correction.used == version_3
     same = correction.Correction.from_json(json.dumps(today))
     for shared in (0.0, 2.0, 5.0):  # the shared memory, unknown to version 3, changes nothing
         kernel = KernelFeatures("band", KERNEL_VALUES[:len(BASE)] + (1.0, 0.0, shared))
