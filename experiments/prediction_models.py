@@ -92,6 +92,7 @@ def load(gpu: str):
     from fusec.cost.registers import estimate
     from fusec.frontend import load_script
     from fusec.ir import geometry as geo
+    from fusec.ir.barriers import LOOP
     from fusec.library.loader import load_library
     from fusec.tune.plans import ProgramPlan, generate_all, refeature_all
     slug, path = DATA[gpu]
@@ -119,6 +120,8 @@ def load(gpu: str):
                              "shared_per_sm": target.shared_per_sm,
                              "bound": getattr(kernel.plan, "bound", 0) or 0,
                              "registers": max(estimate(leaf) for leaf in leaves),
+                             "loop_barriers": max(sum(1 for op in leaf.ops if op.barrier and op.section == LOOP)
+                                                  for leaf in leaves),
                              "grid": kernel.grid(sizes), "sms": target.sms,
                              "serial": max(FT._iterations(leaf, sizes) for leaf in leaves),
                              "threads_per_sm": target.threads_per_sm,
@@ -148,7 +151,8 @@ def extra_columns(raw: dict, names) -> np.ndarray:
       serial iterations);
     - shared: log2(1 + shared memory a block uses / 1 KiB) (a vector staged in shared memory;
       fusec's feature since version 4); shared_share: the share of an SM's shared memory its
-      resident blocks use; squeeze: log2(estimated registers / a horizontal fusion's register bound), 0 without a
+      resident blocks use; loop_barriers: log2(1 + block barriers a serial iteration waits at);
+      squeeze: log2(estimated registers / a horizontal fusion's register bound), 0 without a
       bound or under it (a bound below what the kernel needs spills)."""
     waves = raw["grid"] / (raw["sms"] * raw["per_sm"])
     columns = {
@@ -161,6 +165,7 @@ def extra_columns(raw: dict, names) -> np.ndarray:
         "bytes_per_block": np.log2(np.maximum(raw["moved"], 1) / raw["grid"] / 65536),
         "few_iterations": np.maximum(0.0, 2.0 - np.log2(np.maximum(raw["serial"], 1))),
         "shared": np.log2(1.0 + raw["shared"] / 1024),
+        "loop_barriers": np.log2(1.0 + raw["loop_barriers"]),
         "shared_share": np.minimum(1.0, raw["shared"] / raw["shared_per_sm"]
                                    * np.minimum(raw["per_sm"], np.maximum(raw["grid"] / raw["sms"], 1))),
         "squeeze": np.where(raw["bound"] > 0,
