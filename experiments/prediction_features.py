@@ -16,8 +16,8 @@ ANSWER (H200, 143 points, 2026-11-29; ``experiments/results/h200-prediction-feat
 script out, base 1.082 / 1.094; + shared 1.071 / 1.081; + shared_share 1.082 / 1.089; + squeeze
 1.082 / 1.100; + loop_barriers 1.076 / 1.092; + shared + squeeze 1.069 / 1.087; + shared +
 loop_barriers 1.065 / 1.089 (each pair added to shared helps one protocol and hurts the other).
-``shared`` became fusec's feature of version 4 (fusec/cost/features.py), which ``fusec perfdb
-fit`` keeps where it cross-validates better.
+A fit with ``shared`` was then tried as fusec's correction and backed out: a tie in a draw of
+the eleven sequences, but slower solver iterations (docs/design/fitted-correction.md).
 
 Each variant is the eleven base features (fusec.cost.features.BASE) plus the named ones, fitted
 as fusec.cost.fit fits (relative, ridge 1e-4 per point), cross-validated as

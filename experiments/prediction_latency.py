@@ -18,8 +18,7 @@ for held kernels 1.084, held and striped 1.084, every class 1.090 (worst 1.853);
 out 1.094 against 1.101, 1.101, 1.096. Fitted on every point the fixed times are sizeable (held
 6.6 us, vector 8.9, the others 2.5-4.6) but they move prices that the power laws already bent
 to the same plans: the first choices do not change for the better. The held fusions' excess is
-not a constant per kernel; the model stays as shipped. (Run with the eleven features then
-shipped; since features version 4 the H200's correction uses ``shared`` too.)
+not a constant per kernel; the model stays as shipped.
 
 Same data, loss and protocols as fusec.cost.fit (the relative fit: a free offset per point,
 fit.plan_weights, ridge on w; L_c = exp(a_c), a_c unpenalised, started at 0.5 us), 10 folds by

@@ -15,8 +15,7 @@ The classes' spreads differ (log variance: vector 0.003, striped 0.009, tile 0.0
 held 0.027, horizontal 0.029), but choosing by expected time moves the cross-validated first
 choices by less than the noise of picking among four lambdas: by point 1.083 (shipped) against
 1.084, 1.086, 1.084, 1.078 for lambda 0.5, 1, 2, 4; one script out 1.094 against 1.097, 1.097,
-1.098, 1.091. The winner's curse is not what keeps the first choices from the targets. (Run with the eleven
-features then shipped; since features version 4 the H200's correction uses ``shared`` too.)
+1.098, 1.091. The winner's curse is not what keeps the first choices from the targets.
 
 Same data, fit and protocols as experiments.prediction_latency (10 folds by point, one script
 out). A plan's residual (log measured - log predicted - its point's weighted mean of those) is

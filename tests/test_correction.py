@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from fusec.cost import correction, fit, training
-from fusec.cost.features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, SAME_SINCE, SHARED, features
+from fusec.cost.features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, features
 from tests.helpers import library, script_dag
 
 GPU = "h100-80gb-hbm3"  # the bundled performance database's
 SIZES = {"m": 3001, "n": 3001}
-KERNEL_VALUES = (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0, 1.0, 0, 0, 0, 0, 0)  # a 256-thread band kernel loading ahead
+KERNEL_VALUES = (1.0, 0, 0, 0.5, 0.1, 2.0, -1.0, 1.0, 1.0, 0, 0, 0, 0)  # a 256-thread band kernel loading ahead
 
 
 def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int = 1) -> fit.Samples:
@@ -37,7 +37,7 @@ def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int 
                 block = rng.integers(3)  # another size, 1024 threads, 128 threads
                 x = np.r_[1.0, rng.integers(2), rng.uniform(-2, 2), rng.uniform(-3, 5), rng.uniform(0, 1),
                           rng.uniform(0, 6), rng.uniform(-5, 3), rng.uniform(0, 1), rng.integers(2), hint == 1,
-                          hint == 2, block == 1, block == 2, rng.uniform(0, 6)]
+                          hint == 2, block == 1, block == 2]
                 price = rng.normal(-10, 1)
                 plan_of.append(len(log_time))
                 kind_of.append(c)
@@ -52,10 +52,8 @@ def synthetic(weights: np.ndarray, points: int = 30, plans: int = 25, seed: int 
 
 def known_weights() -> np.ndarray:
     weights = np.zeros((len(CLASSES), len(FEATURES)))
-    weights[CLASSES.index("band")] = [0.2, 0.1, 0.15, -0.1, 0.3, -0.05, 0.02, -0.2, -0.1, 0.05, -0.04, 0.12, 0.06,
-                                      0.04]
-    weights[CLASSES.index("tile")] = [-0.1, 0.05, -0.1, 0.08, 0.2, 0.1, -0.03, 0.1, 0.07, 0.03, -0.06, -0.05, 0.09,
-                                      -0.03]
+    weights[CLASSES.index("band")] = [0.2, 0.1, 0.15, -0.1, 0.3, -0.05, 0.02, -0.2, -0.1, 0.05, -0.04, 0.12, 0.06]
+    weights[CLASSES.index("tile")] = [-0.1, 0.05, -0.1, 0.08, 0.2, 0.1, -0.03, 0.1, 0.07, 0.03, -0.06, -0.05, 0.09]
     return weights
 
 
@@ -102,35 +100,28 @@ def test_cross_validation_predicts_each_point_by_a_fit_without_it():
 
 def test_a_fit_of_some_features_is_the_fit_of_their_columns_alone():
     weights = known_weights()
-    optional = [FEATURES.index(f) for f in BLOCK_SIZE + SHARED]
-    weights[:, optional] = 0.0
+    weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]] = 0.0
     samples = synthetic(weights)
     found = fit.fit(samples, ridge=0.0, relative=False, used=BASE)
-    assert found.used == BASE and not found.weights[:, optional].any()
+    assert found.used == BASE and not found.weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]].any()
     np.testing.assert_allclose(found.weights, weights, atol=1e-8)
     with pytest.raises(ValueError, match="'threads_2048' is not a feature"):
         fit.fit(samples, used=BASE + ("threads_2048",))
 
 
 def test_the_features_are_chosen_by_their_cross_validated_first_choices():
-    """The block size's indicators and the shared memory are each kept where they predict
-    better held out, and left out where the sets predict alike (a tie keeps the smaller set)."""
-    sets = fit.FEATURE_SETS
-    assert sets == (BASE, tuple(f for f in FEATURES if f in BASE + SHARED),
-                    tuple(f for f in FEATURES if f in BASE + BLOCK_SIZE), FEATURES)
+    """The block size's indicators are kept where they predict better held out, and left out
+    where both sets predict alike (a tie keeps the smaller set)."""
     weights = known_weights()
-    weights[:, FEATURES.index("shared")] = 0.0  # the shared memory says nothing here
     weights[CLASSES.index("band"), FEATURES.index("threads_1024")] = 0.8  # a bend the slope cannot follow
     weights[CLASSES.index("band"), FEATURES.index("threads_128")] = -0.6
+    samples = synthetic(weights, points=16)
+    used, tried = fit.choose(samples, ridge=0.0, relative=False, folds=4)
+    assert used == FEATURES and tried[1]["first_gmean"] == pytest.approx(1.0, abs=1e-6)
+    assert tried[0]["first_gmean"] > 1.01  # without the indicators held-out first choices miss
+    weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]] = 0.0  # the indicators say nothing: a tie
     used, tried = fit.choose(synthetic(weights, points=16), ridge=0.0, relative=False, folds=4)
-    assert used == sets[2] and tried[2]["first_gmean"] == pytest.approx(1.0, abs=1e-6)
-    assert min(tried[0]["first_gmean"], tried[1]["first_gmean"]) > 1.01  # without the indicators held-out choices miss
-    weights[:, [FEATURES.index(f) for f in BLOCK_SIZE]] = 0.0  # the indicators say nothing either: a tie
-    used, tried = fit.choose(synthetic(weights, points=16), ridge=0.0, relative=False, folds=4)
-    assert used == BASE and all(tried[i]["first_gmean"] == pytest.approx(1.0, abs=1e-6) for i in range(4))
-    weights[:, FEATURES.index("shared")] = [0.0, 0.5, -0.4, 0.0, 0.0, 0.0]  # shared memory that costs the band
-    used, tried = fit.choose(synthetic(weights, points=16), ridge=0.0, relative=False, folds=4)
-    assert used == sets[1] and tried[0]["first_gmean"] > 1.01
+    assert used == BASE and tried[0]["first_gmean"] == tried[1]["first_gmean"] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_a_larger_feature_set_must_win_by_the_margin(monkeypatch):
@@ -146,13 +137,10 @@ def test_a_larger_feature_set_must_win_by_the_margin(monkeypatch):
 
     monkeypatch.setattr(fit, "cross_validated", lambda s, **kw: None)
     monkeypatch.setattr(fit, "scores", lambda s, predicted: Scored(next(gmeans)))
-    sets = fit.FEATURE_SETS
-    for scores, chosen in (((1.053, 1.052, 1.051, 1.051), BASE), ((1.066, 1.066, 1.043, 1.043), sets[2]),
-                           ((1.050, 1.050, 1.050 / (1 + fit.CHOICE_MARGIN) - 1e-6, 1.050), sets[2]),
-                           ((1.066, 1.043, 1.066, 1.043), sets[1]),
-                           ((1.066, 1.050, 1.049, 1.030), FEATURES)):
-        gmeans = iter(scores)
-        assert fit.choose(None)[0] == chosen, scores
+    for without, with_, chosen in ((1.053, 1.051, BASE), (1.066, 1.043, FEATURES),
+                                   (1.050, 1.050 / (1 + fit.CHOICE_MARGIN) - 1e-6, FEATURES)):
+        gmeans = iter([without, with_])
+        assert fit.choose(None)[0] == chosen, (without, with_)
 
 
 def test_spearman_of_ties_and_of_constants():
@@ -312,29 +300,18 @@ def test_a_file_names_the_features_it_uses_and_applies_those_alone(perfdb):
     assert data["features"] == {"version": FEATURES_VERSION, "names": list(FEATURES), "used": list(FEATURES)}
     data["features"]["used"] = list(BASE)
     for field in ("coefficients", "low", "high"):
-        for name in BLOCK_SIZE + SHARED:
+        for name in BLOCK_SIZE:
             data["classes"]["band"][field].pop(name)
     fitted = correction.Correction.from_json(json.dumps(data))
     assert fitted.used == BASE and json.loads(fitted.to_json()) == data
-    at_1024 = KernelFeatures("band", KERNEL_VALUES[:len(BASE)] + (1.0, 0.0, 3.0))
+    at_1024 = KernelFeatures("band", KERNEL_VALUES[:-2] + (1.0, 0.0))
     assert fitted.factor(at_1024) == pytest.approx(10.0, rel=1e-12)
 
 
-def loaded_without_warning(perfdb, data: dict):
-    """The predictor of the bundled database with ``data`` as its correction file, which must
-    load without a warning and be the one applied."""
-    from fusec.cost.perfdb import predictor_for
-    path = write(perfdb, json.dumps(data))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        predictor = predictor_for(library(), GPU)
-    assert predictor.correction.path == str(path)
-    return predictor
-
-
 def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
-    """Versions 3 and 4 only add features: a correction fitted with version 2's
+    """Version 3 only adds the block size's indicators: a correction fitted with version 2's
     eleven features predicts as it did, with a file of today's format using those eleven."""
+    from fusec.cost.perfdb import predictor_for
     database = base_predictor().database
     data = json.loads(a_correction(database, band_bias=0.3).to_json())
     data["classes"]["band"]["coefficients"].update(waves=-0.2, threads=0.1)
@@ -342,10 +319,13 @@ def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
     data["features"] = {"version": 2, "names": list(BASE)}
     for entry in (data, today):
         for field in ("coefficients", "low", "high"):
-            for name in BLOCK_SIZE + SHARED:
+            for name in BLOCK_SIZE:
                 entry["classes"]["band"][field].pop(name, None)
-    predictor = loaded_without_warning(perfdb, data)
-    assert predictor.correction.used == BASE
+    path = write(perfdb, json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predictor = predictor_for(library(), GPU)
+    assert predictor.correction.used == BASE and predictor.correction.path == str(path)
     same = correction.Correction.from_json(json.dumps(today))
     dag = script_dag("bicgk")
     from fusec.space.combinations import build_space
@@ -355,30 +335,6 @@ def test_a_file_of_features_version_2_is_used_with_its_eleven(perfdb):
     for kernel in kernels:
         found = features(kernel, dag, SIZES, predictor.target)
         assert predictor.correction.factor(found) == same.factor(found)
-
-
-def test_a_file_of_features_version_3_is_used_with_the_features_it_names(perfdb):
-    """Version 4 only adds the shared memory: a correction fitted with version 3's features
-    (those it names used) predicts as a file of today's format using the same ones; one naming
-    a feature version 3 did not have is refused."""
-    from fusec.cost.features import KernelFeatures
-    database = base_predictor().database
-    data = json.loads(a_correction(database, band_bias=0.3).to_json())
-    data["classes"]["band"]["coefficients"].update(threads_1024=0.2, waves=-0.1)
-    for field in ("coefficients", "low", "high"):
-        data["classes"]["band"][field].pop("shared")
-    version_3 = SAME_SINCE[3]
-    today = dict(data, features=dict(data["features"], used=list(version_3)))
-    data["features"] = {"version": 3, "names": list(version_3), "used": list(version_3)}
-    predictor = loaded_without_warning(perfdb, data)
-    assert predictor.correction.used == version_3
-    same = correction.Correction.from_json(json.dumps(today))
-    for shared in (0.0, 2.0, 5.0):  # the shared memory, unknown to version 3, changes nothing
-        kernel = KernelFeatures("band", KERNEL_VALUES[:len(BASE)] + (1.0, 0.0, shared))
-        assert predictor.correction.factor(kernel) == same.factor(kernel) == pytest.approx(math.exp(0.3 + 0.2 - 0.05))
-    data["features"]["used"] = list(version_3) + ["shared"]
-    with pytest.raises(ValueError, match="not distinct features of"):
-        correction.Correction.from_json(json.dumps(data))
 
 
 @pytest.mark.parametrize("field", ["gpu", "library", "perfdb_built"], ids=["device", "library", "built"])
@@ -427,8 +383,7 @@ def test_training_file_round_trips_and_a_damaged_one_names_the_field(tmp_path):
     raw = json.loads(path.read_text())
     raw["points"][0]["plans"][0]["kernels"][0]["features"] = [1.0, 2.0]
     path.write_text(json.dumps(raw))
-    damaged = rf"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of {len(FEATURES)}"
-    with pytest.raises(FusecError, match=damaged):
+    with pytest.raises(FusecError, match=r"t\.json is damaged \(point 1 plan 1 kernel 1: features is not a list of 13"):
         training.read(path)
 
 

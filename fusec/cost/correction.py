@@ -14,8 +14,7 @@ names the database it corrects (GPU, library hash, the database's ``built`` stam
 the features' version and the features it uses (``used``: a fit may leave the block
 size's indicators out); it holds coefficients for those alone, and the predictor
 applies those alone. A file of an older features' version whose features this version
-computes alike (``features.SAME_SINCE``: version 2's eleven, version 3's thirteen) is used
-as it is, with
+computes alike (``features.SAME_SINCE``: version 2's eleven) is used as it is, with
 those; one of any other version, or that does not parse, has a field wrong, or was
 fitted to another database is reported (:class:`CorrectionWarning`) and not used:
 the database's prices stand, as they do where no file exists.
@@ -136,22 +135,20 @@ def _used(names: dict) -> tuple[str, ...]:
     """The features a file's ``features`` record says it uses, in the order of FEATURES: its
     ``used`` (this version), or all of an older version's where this one computes them alike."""
     version = check.number(names.get("version"), "features version", low=0, integer=True)
-    known = FEATURES if version == FEATURES_VERSION else SAME_SINCE.get(version)
-    if known is None:
-        raise check.Invalid(f"features of version {version} ({names.get('names')}), not this fusec's"
-                            f" {FEATURES_VERSION} ({list(FEATURES)}): refit ('fusec perfdb fit')")
-    if names.get("names") != list(known):
-        raise check.Invalid(f"features of version {version} named {names.get('names')}, not {list(known)}:"
+    if version != FEATURES_VERSION:
+        same = SAME_SINCE.get(version)
+        if same is None or names.get("names") != list(same) or "used" in names:
+            raise check.Invalid(f"features of version {version} ({names.get('names')}), not this fusec's"
+                                f" {FEATURES_VERSION} ({list(FEATURES)}): refit ('fusec perfdb fit')")
+        return tuple(same)
+    if names.get("names") != list(FEATURES):
+        raise check.Invalid(f"features of version {version} named {names.get('names')}, not {list(FEATURES)}:"
                             " refit ('fusec perfdb fit')")
-    if version < 3:  # files before version 3 name no "used": they use all their features
-        if "used" in names:
-            raise check.Invalid(f"features of version {version} name no \"used\": refit ('fusec perfdb fit')")
-        return tuple(known)
     used = names.get("used")
     if not isinstance(used, list) or not used or not all(isinstance(f, str) for f in used):
         raise check.Invalid("features used is not a list of feature names")
-    if len(set(used)) != len(used) or not set(used) <= set(known):
-        raise check.Invalid(f"features used {used}: not distinct features of {list(known)}")
+    if len(set(used)) != len(used) or not set(used) <= set(FEATURES):
+        raise check.Invalid(f"features used {used}: not distinct features of {list(FEATURES)}")
     return tuple(f for f in FEATURES if f in used)
 
 

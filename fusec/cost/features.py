@@ -10,13 +10,6 @@ features, each on a log scale where it spans orders of magnitude, so that a
 coefficient is a power law (a correction ``exp(w . x)`` multiplies the database's
 price).
 
-``shared`` (version 4) is the shared memory a block uses, which the database's routine
-probes price alike whether a vector is staged there or a held fusion keeps its tiles there or
-in registers: on the H200's 143 points it took the cross-validated first choices from 1.082
-to 1.071 by point and from 1.094 to 1.081 one script out (``experiments/prediction_models``,
-``shared``); like the block size's indicators, a correction keeps it only where it
-cross-validates better on the GPU's own points (``SHARED``).
-
 The block size enters twice: ``threads`` is a slope over log2(threads per block),
 and ``threads_128`` and ``threads_1024`` are indicators of the two ends. The known
 bias is not a slope (issue 49): tile kernels with few iterations are priced slow and
@@ -45,15 +38,13 @@ from ..target import GpuTarget
 from .model import iterations, natural_blocks, traffic
 from .registers import estimate
 
-FEATURES_VERSION = 4  # 2: ahead, evict_loads, stream_stores; 3: threads_1024, threads_128; 4: shared
+FEATURES_VERSION = 3  # 2: ahead, evict_loads, stream_stores; 3: threads_1024, threads_128
 # the names of the values of KernelFeatures, in order
 FEATURES = ("bias", "fp64", "threads", "waves", "tail", "iterations", "bytes", "l2_fit",
-            "ahead", "evict_loads", "stream_stores", "threads_1024", "threads_128", "shared")
+            "ahead", "evict_loads", "stream_stores", "threads_1024", "threads_128")
 BLOCK_SIZE = ("threads_1024", "threads_128")  # the block size as a category: optional in a correction
-SHARED = ("shared",)  # the shared memory a block uses: optional in a correction
-BASE = tuple(f for f in FEATURES if f not in BLOCK_SIZE + SHARED)  # a correction's features without either
-# the features of an older version, which this one computes alike (later versions only add)
-SAME_SINCE = {2: BASE, 3: BASE + BLOCK_SIZE}
+BASE = tuple(f for f in FEATURES if f not in BLOCK_SIZE)  # a correction's features without them
+SAME_SINCE = {2: BASE}  # version 2's features, which version 3 computes alike (it only adds)
 # the classes a correction has coefficients for: the kernel families, tile and vector apart
 CLASSES = ("vector", "tile", "band", "horizontal", "striped", "held")
 
@@ -92,8 +83,7 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
     - ``ahead``: the share of its band parts that load their next rows ahead;
     - ``evict_loads``, ``stream_stores``: the share of its parts whose 16-byte accesses
       carry that L2 hint (vector kernels);
-    - ``threads_1024``, ``threads_128``: 1 for a block of 1024 (of 128) threads, else 0;
-    - ``shared``: log2(1 + the shared memory a block uses / 1 KiB).
+    - ``threads_1024``, ``threads_128``: 1 for a block of 1024 (of 128) threads, else 0.
 
     The last three the database prices alike (its probes run neither), where the
     measured times differ by 5-20 % (``experiments/results/h100-prediction-offline.md``).
@@ -102,8 +92,7 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
     leaves = kernel.leaves()
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     grid = kernel.grid(sizes)
-    shared = _shared_bytes(kernel, itemsize)
-    per_sm = _blocks_per_sm(kernel, leaves, itemsize, target, shared)
+    per_sm = _blocks_per_sm(kernel, leaves, itemsize, target)
     waves = grid / (target.sms * per_sm)
     whole = math.ceil(waves)
     tail = 1.0 - waves / whole if whole else 0.0
@@ -124,7 +113,6 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
         sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_STREAM_STORES) / len(leaves),
         1.0 if kernel.block == 1024 else 0.0,
         1.0 if kernel.block == 128 else 0.0,
-        math.log2(1.0 + shared / 1024),
     )
     return KernelFeatures(plan_class(kernel.plan), values)
 
@@ -133,17 +121,12 @@ def _clip(value: float, bounds: tuple[float, float]) -> float:
     return min(max(value, bounds[0]), bounds[1])
 
 
-def _shared_bytes(kernel, itemsize: int) -> int:
-    """The shared memory a block of the kernel uses, static and dynamic."""
-    return kernel.shared_reals * itemsize + kernel.dynamic_shared_bytes
-
-
-def _blocks_per_sm(kernel, leaves, itemsize: int, target: GpuTarget, shared: int | None = None) -> int:
+def _blocks_per_sm(kernel, leaves, itemsize: int, target: GpuTarget) -> int:
     per_sm = getattr(kernel.plan, "per_sm", None)  # a held fusion sets its own residency
     if per_sm:
         return per_sm
     registers = max(estimate(leaf) for leaf in leaves)
-    shared = _shared_bytes(kernel, itemsize) if shared is None else shared
+    shared = kernel.shared_reals * itemsize + kernel.dynamic_shared_bytes
     return natural_blocks(registers, shared, kernel.block, target)
 
 

@@ -21,10 +21,9 @@ predicted fastest over the fastest measured) and Spearman's rho, for the databas
 alone and for the fit, in sample and under cross-validation by point.
 
 A fit uses a set of the features (``used``): :func:`choose` keeps the block size's
-indicators (``features.BLOCK_SIZE``) and the shared memory (``features.SHARED``) only
-where they cross-validate better on the points at hand. The choice is made on the points
-it is then scored on, so the chosen set's cross-validated score is optimistic by that one
-choice.
+indicators (``features.BLOCK_SIZE``) only where they cross-validate better on the
+points at hand. The choice is made on the points it is then scored on, so the chosen
+set's cross-validated score is optimistic by that one choice.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import math
 import numpy as np
 
 from .correction import ClassFit
-from .features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, SHARED
+from .features import BASE, CLASSES, FEATURES, FEATURES_VERSION
 from .training import TrainingData
 
 MIN_PLANS = 12
@@ -43,10 +42,7 @@ NEAR = 1.5  # plans within this factor of their point's fastest weigh fully in t
 MIN_POINTS = 2
 RIDGE = 1e-4  # per point, whose weight is 1: its squared log errors are ~1e-3 (a few % of noise)
 FOLDS = 10
-# what choose() chooses from, smaller first: the base, with the shared memory, with the block
-# size's indicators, with both (each in the order of FEATURES)
-FEATURE_SETS = tuple(tuple(f for f in FEATURES if f in BASE + extra)
-                     for extra in ((), SHARED, BLOCK_SIZE, BLOCK_SIZE + SHARED))
+FEATURE_SETS = (BASE, FEATURES)  # what choose() chooses from, smaller first
 # how much better (a share of the geometric mean) a larger set's cross-validated first choices
 # must be to be chosen: on the H100's 26 points two ways of cross-validating disagree by 0.2 %
 # on the block size's indicators (experiments/results/prediction-models.md), within noise

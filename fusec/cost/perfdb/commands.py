@@ -202,13 +202,13 @@ def _check_output_file(path: Path) -> None:
 def choice_report(tried: dict, used: tuple, folds: int) -> str:
     """The cross-validated first choices of each feature set ``fusec perfdb fit`` chose from,
     and its choice."""
-    from ..features import BASE, FEATURES
+    from ..features import BASE, BLOCK_SIZE
     from ..fit import FEATURE_SETS
     lines = [f"features: cross-validated first choice ({folds} folds; the same points choose and score,"
              " so the score of the choice is optimistic by it):"]
     for i, names in enumerate(FEATURE_SETS):
         extra = [f for f in names if f not in BASE]
-        label = "with " + ", ".join(extra) if extra else "without " + ", ".join(f for f in FEATURES if f not in BASE)
+        label = "with " + ", ".join(extra) if extra else "without " + ", ".join(BLOCK_SIZE)
         mark = "  <- chosen" if names == used else ""
         lines.append(f"  {label:<36} gmean {tried[i]['first_gmean']:.3f}  worst {tried[i]['first_worst']:.3f}{mark}")
     return "\n".join(lines)
