@@ -151,7 +151,8 @@ def extra_columns(raw: dict, names) -> np.ndarray:
       serial iterations);
     - shared: log2(1 + shared memory a block uses / 1 KiB) (a vector staged in shared memory;
       tried as fusec's and backed out, docs/design/fitted-correction.md); shared_share: the
-      share of an SM's shared memory its resident blocks use; loop_barriers: log2(1 + block barriers a serial iteration waits at);
+      share of an SM's shared memory its resident blocks use; loop_barriers: log2(1 + block
+      barriers a serial iteration waits at);
       squeeze: log2(estimated registers / a horizontal fusion's register bound), 0 without a
       bound or under it (a bound below what the kernel needs spills)."""
     waves = raw["grid"] / (raw["sms"] * raw["per_sm"])
