@@ -27,6 +27,7 @@ from .nvcc import DEFAULT_ARCH
 from .runtime.program import Program
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
+from .space.search import offered_for
 from .target import GpuTarget, chosen_slug, resolve
 from .tune import store as tuning
 from .tune.store import TuningEntry
@@ -253,6 +254,9 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         # never trust a cache file: a plan edited (a step deleted or re-pointed, a shape
         # no kernel has) builds a program that computes something else, or nothing
         offered = _offered(space)
+        if space.cut and not all(_offers(offered, k) for k in entry.plan.kernels):
+            # a bounded space offers the one cover it found best: the tuned plan's own may differ
+            offered |= offered_for(dag, library, dtype, sizes, predictor, entry.plan.kernels)
         if not all(_offers(offered, k) for k in entry.plan.kernels):
             warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}: its plan is not"
                                        " one the optimization space offers at these sizes (damaged or"

@@ -117,3 +117,47 @@ def test_space_says_where_it_was_cut(tmp_path, capsys):
                      "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert "bounded          " in out and "too large to enumerate" in out
+
+
+def test_a_tuned_plan_of_another_cover_than_the_bounded_search_finds_is_used(monkeypatch, tmp_path):
+    """A bounded space offers the kernels of the one cover it finds best under its predictor;
+    a plan tuned under another predictor may have another cover (a solver's iteration lost
+    its shipped plan to a refitted correction so). Such a plan is used where the search
+    offers each of its kernels for its own slots; one with a kernel no slot offers is not."""
+    import json
+
+    import fusec
+    from fusec.errors import FusecWarning
+    from fusec.frontend import load_script
+    from fusec.ir.plan import ProgramPlan
+    from fusec.tune import store as tuning
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    script, sizes = ROOT / "fusec" / "data" / "solvers" / "bicg.script", {"n": 4096}
+    dag = load_script(script, library())
+    predictor = predictor_for(library(), GPU)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpaceCutWarning)
+        space = build_space(dag, library(), "float64", sizes, predictor)
+    assert space.cut
+    search = Search(dag, library(), "float64", sizes, predictor)
+    unfused = ProgramPlan(tuple(search.fusion(Fusion((call.id,)))()[0][0] for call in dag.calls))
+    offered = {plan for options in space.options.values() for plan, _, _ in options}
+    assert not all(kernel in offered for kernel in unfused.kernels)  # not the cover the search found
+    key = tuning.key(dag, library(), "float64", sizes, GPU)
+    tuning.store(tuning.TuningEntry(key, unfused, 90.0, 99.0, 7, 10, "NVIDIA H100 80GB HBM3",
+                                    "2026-11-29T10:00:00+00:00", "bicg"))
+
+    def compiled():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SpaceCutWarning)
+            return fusec.compile(script, library(), "float64", sizes=sizes, gpu="h100")
+    program = compiled()
+    assert program.tuned and program.generated.plan == unfused
+    # a kernel no slot offers (a block of threads no shape has) is still refused
+    data = json.loads(key.path.read_text())
+    data["plan"][1]["shape"]["block"] = 96
+    key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match="not one the optimization space offers"):
+        program = compiled()
+    assert program.tuned is None

@@ -278,6 +278,25 @@ def bounded_cover(dag: Dag, library: Library, dtype: str, sizes, predictor, **ki
     return cover, options, note
 
 
+def offered_for(dag: Dag, library: Library, dtype: str, sizes, predictor, kernels) -> set:
+    """Every kernel plan the bounded search offers for the slots of these kernel plans (a
+    tuned plan's own cover, which the cover the search finds best under this predictor may
+    not share): a kernel of one fusion, its fusion's options; a pair (side by side, striped
+    or held), the options of its two fusions paired."""
+    search = Search(dag, library, dtype, sizes, predictor)
+    offered = set()
+    for kernel in kernels:
+        if kernel.composite:
+            first, second = (Fusion(tuple(sorted(part.calls))) for part in kernel.parts)
+            if not (search.fusible(first.calls) and search.fusible(second.calls)):
+                continue
+            pairs = search.pair_of(first, second) + search.pair_of(second, first)
+            offered |= {plan for _, options in pairs for plan, _, _ in options()}
+        elif search.fusible(tuple(sorted(kernel.calls))):
+            offered |= {plan for plan, _, _ in search.fusion(Fusion(tuple(sorted(kernel.calls))), MOST_ORDERS)()}
+    return offered
+
+
 def warn_cut(note: str) -> None:
     warnings.warn(SpaceCutWarning(note), stacklevel=3)
 
