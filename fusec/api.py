@@ -256,7 +256,10 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         offered = _offered(space)
         if space.cut and not all(_offers(offered, k) for k in entry.plan.kernels):
             # a bounded space offers the one cover it found best: the tuned plan's own may differ
-            offered |= offered_for(dag, library, dtype, sizes, predictor, entry.plan.kernels)
+            try:
+                offered |= offered_for(dag, library, dtype, sizes, predictor, entry.plan.kernels)
+            except Exception:  # whatever a damaged plan breaks, it is not offered (refused below)
+                pass
         if not all(_offers(offered, k) for k in entry.plan.kernels):
             warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}: its plan is not"
                                        " one the optimization space offers at these sizes (damaged or"

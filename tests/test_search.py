@@ -162,3 +162,8 @@ def test_a_tuned_plan_of_another_cover_than_the_bounded_search_finds_is_used(mon
     with pytest.warns(FusecWarning, match="not one the optimization space offers"):
         program = compiled()
     assert program.tuned is None
+    # three kernels side by side, which no slot of the search pairs, offer nothing
+    from fusec.ir.plan import HorizontalPlan
+    from fusec.space.search import offered_for
+    three = HorizontalPlan(tuple(k for k in unfused.kernels[:3]))
+    assert offered_for(dag, library(), "float64", sizes, predictor, [three]) == set()

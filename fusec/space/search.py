@@ -287,6 +287,8 @@ def offered_for(dag: Dag, library: Library, dtype: str, sizes, predictor, kernel
     offered = set()
     for kernel in kernels:
         if kernel.composite:
+            if len(kernel.parts) != 2:  # the search pairs two fusions, no more
+                continue
             first, second = (Fusion(tuple(sorted(part.calls))) for part in kernel.parts)
             if not (search.fusible(first.calls) and search.fusible(second.calls)):
                 continue
