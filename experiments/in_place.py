@@ -1,6 +1,7 @@
 """Does writing an update's result over its matrix cost time? (GPU)
 
-    python -m experiments.in_place [--n 8192,16384] [--repeat 50]
+    python -m experiments.in_place [--n 8192,16384] [--repeat 50] [--rounds 1] [--scripts gemver,...]
+                                   [--dtypes float32,float64]
 
 An out= array may be the memory of the matrix a result is computed from pointwise
 (fusec.runtime.in_place): GEMVER's B over A, MADD's C over A, ssyr2's B over A. The bytes are
@@ -44,6 +45,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of the two, in turn (each cell: every round's median; the ratio of the least)")
+    parser.add_argument("--scripts", default=",".join(s for s, _, _ in CASES), help="of the cases, comma-separated")
+    parser.add_argument("--dtypes", default="float32,float64")
     args = parser.parse_args()
     import cupy
 
@@ -52,8 +55,8 @@ def main() -> None:
 
     print("| script | dtype | n | out= another array (µs) | out= the matrix (µs) | ratio of the least |")
     print("|---|---|---:|---:|---:|---:|")
-    for script, result, given in CASES:
-        for dtype in ("float32", "float64"):
+    for script, result, given in (c for c in CASES if c[0] in args.scripts.split(",")):
+        for dtype in args.dtypes.split(","):
             prog = fusec.compile(f"scripts/{script}.script", dtype=dtype)
             for n in (int(v) for v in args.n.split(",")):
                 sizes = {s: n for s in prog.dag.sizes}
