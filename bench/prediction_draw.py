@@ -261,6 +261,14 @@ def main(argv=None) -> int:
         parser.error(f"--seed {args.seed}: 0 or more")
     if args.budget is not None and not args.budget >= 0:
         parser.error(f"--budget {args.budget:g}: seconds, 0 or more")
+    if args.previous:  # a file that is no correction is named before the GPU is looked for
+        from fusec.cost import correction
+        try:
+            correction.Correction.from_json(Path(args.previous).read_text(encoding="utf-8"), args.previous)
+        except OSError as exc:
+            parser.error(f"--previous {args.previous}: cannot be read ({exc.strerror})")
+        except (ValueError, KeyError, TypeError) as exc:
+            parser.error(f"--previous {args.previous}: not a fitted correction ({exc})")
 
     from fusec import data
     from fusec.cost.perfdb import predictor_for
@@ -276,7 +284,7 @@ def main(argv=None) -> int:
     base = predictor_for(library, args.gpu or info.slug, corrected=False)
     corrected = predictor_for(library, args.gpu or info.slug)
     predictors = {"database": base, **({"corrected": corrected} if corrected is not base else {})}
-    if args.previous:
+    if args.previous:  # fitted to the database in use?
         import warnings
 
         from fusec.cost import correction

@@ -418,10 +418,15 @@ def test_a_previous_correction_is_scored_beside_the_others():
     assert "- seed 3 (yesterday, 1 points): database gmean 1.000, worst 1.000" in text
 
 
-def test_the_draw_mode_checks_its_arguments(capsys):
+def test_the_draw_mode_checks_its_arguments(capsys, tmp_path):
     from bench import prediction
+    damaged = tmp_path / "c.json"
+    damaged.write_text("{not json")
+    missing = tmp_path / "none.json"
     for argv, message in ((["--scripts", "nope"], "no sequence 'nope'"), (["--top", "0"], "--top and --repeat"),
-                          (["--seed", "-1"], "--seed -1"), (["--budget", "-2"], "--budget -2")):
+                          (["--seed", "-1"], "--seed -1"), (["--budget", "-2"], "--budget -2"),
+                          (["--previous", str(damaged)], f"--previous {damaged}: not a fitted correction"),
+                          (["--previous", str(missing)], f"--previous {missing}: cannot be read")):
         with pytest.raises(SystemExit):
             prediction.main(["--draw", *argv])
         assert message in capsys.readouterr().err

@@ -294,8 +294,8 @@ def offered_for(dag: Dag, library: Library, dtype: str, sizes, predictor, kernel
                 continue
             pairs = search.pair_of(first, second) + search.pair_of(second, first)
             offered |= {plan for _, options in pairs for plan, _, _ in options()}
-        elif search.fusible(tuple(sorted(kernel.calls))):
-            offered |= {plan for plan, _, _ in search.fusion(Fusion(tuple(sorted(kernel.calls))), MOST_ORDERS)()}
+        elif search.fusible(calls := tuple(sorted(kernel.calls))):
+            offered |= {plan for plan, _, _ in search.fusion(Fusion(calls), MOST_ORDERS)()}
     return offered
 
 
