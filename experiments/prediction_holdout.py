@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
 RIDGES = (1e-4, 1e-3, 1e-2, 1e-1)
 TOP = (1, 2, 3, 4, 6, 8)
 
@@ -41,7 +42,7 @@ def load(gpu: str):
     from fusec.tune.plans import refeature_all
     library = load_library(bundled.LIBRARY)
     base = predictor_for(library, gpu, corrected=False)
-    points = refeature_all(training.read(training.path_for(gpu)), library, base.target, ROOT / "scripts",
+    points = refeature_all(training.read(training.path_for(gpu)), library, base.target, SCRIPTS,
                            log=lambda *_: None)
     samples, _ = F.samples(points, base.database)
     return samples

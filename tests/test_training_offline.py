@@ -120,6 +120,25 @@ def test_points_of_older_features_are_read_left_out_and_recomputed_from_their_pl
     assert fit.samples(again)[0].plans == len(point.plans)
 
 
+def test_a_solver_point_is_recomputed_from_the_first_folder_that_holds_its_script():
+    """A training point keeps its script's name only; the solvers' scripts are not in scripts/."""
+    from fusec import data
+    point = dataclasses.replace(measured_point("solvers/cg", "float32", {"n": 3125}, count=2), script="cg")
+    old = as_version_1(point)
+    data_ = training.TrainingData({"slug": GPU}, (old,))
+    logged = []
+    kept = plans.refeature_all(data_, library(), predictor().target, ROOT / "scripts", log=logged.append)
+    assert kept.points == (old,) and f"no script cg.script in {ROOT / 'scripts'}" in logged[0]
+    again = plans.refeature_all(data_, library(), predictor().target, (ROOT / "scripts", data.SOLVERS),
+                                log=logged.append)
+    assert len(logged) == 1 and again.points[0].features_version == FEATURES_VERSION
+    for mine, theirs in zip(again.points[0].plans, point.plans):
+        for a, b in zip(mine.kernels, theirs.kernels, strict=True):  # approx compares flat sequences only
+            assert a.values == pytest.approx(b.values, abs=1e-6)
+    assert plans.script_path("cg", (ROOT / "scripts", data.SOLVERS)) == data.SOLVERS / "cg.script"
+    assert plans.script_path("cg", (ROOT / "scripts",)) is None
+
+
 def test_a_point_whose_plans_cannot_be_recomputed_is_kept_as_it_was_and_named():
     point = as_version_1(measured_point("sscal", "float32", {"n": 100000}, count=2))
     target = predictor().target
@@ -236,7 +255,7 @@ def test_the_fit_command_recomputes_older_features_from_the_scripts_here(tmp_pat
     monkeypatch.chdir(tmp_path)  # no scripts here: the points cannot be recomputed, and say so
     code = cli.main(["perfdb", "fit", "--gpu", "h100", "--training", str(path)])
     captured = capsys.readouterr()
-    assert code != 0 and "not recomputed (no script scripts/sgemv.script)" in captured.out
+    assert code != 0 and "not recomputed (no script sgemv.script in scripts, " in captured.out
     assert "holds no measured plan" in captured.err
 
 

@@ -413,24 +413,35 @@ def refeatured(point: training.PointRecord, dag, library, target) -> training.Po
     return dataclasses.replace(point, features_version=FEATURES_VERSION, plans=tuple(plans))
 
 
-def refeature_all(data: training.TrainingData, library, target, scripts: Path,
+def script_path(name: str, folders: Sequence[Path]) -> Path | None:
+    """``<folder>/<name>.script`` in the first of ``folders`` that holds it; None when none does.
+    A training point keeps its script's name only, so the folders say where to look."""
+    for folder in folders:
+        path = Path(folder) / f"{name}.script"
+        if path.is_file():
+            return path
+    return None
+
+
+def refeature_all(data: training.TrainingData, library, target, scripts: Path | Sequence[Path],
                   log: Callable[[str], None] = lambda text: None) -> training.TrainingData:
     """``data`` with the points of other features' versions recomputed (:func:`refeatured`),
-    each script read from ``scripts/<name>.script``; a point whose script is not there
-    or whose plans do not regenerate is kept as it was (a fit leaves it out) and logged."""
+    each script read from ``<folder>/<name>.script`` in the first of ``scripts`` (one folder or
+    several) that holds it; a point whose script is in none or whose plans do not regenerate
+    is kept as it was (a fit leaves it out) and logged."""
     from ..frontend import load_script
+    folders = (scripts,) if isinstance(scripts, (str, Path)) else tuple(scripts)
     out = []
     for point in data.points:
         if point.features_version == FEATURES_VERSION:
             out.append(point)
             continue
-        path = Path(scripts) / f"{point.script}.script"
+        path = script_path(point.script, folders)
         try:
-            if not path.is_file():
-                raise FusecError(f"no script {path}")
+            if path is None:
+                raise FusecError(f"no script {point.script}.script in {', '.join(str(f) for f in folders)}")
             out.append(refeatured(point, load_script(path, library), library, target))
         except FusecError as exc:
             log(f"{point.label}: its features of version {point.features_version} not recomputed ({exc})")
             out.append(point)
     return dataclasses.replace(data, points=tuple(out))
-
