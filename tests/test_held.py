@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 
 import pytest
@@ -194,6 +195,21 @@ def test_prediction_rewards_the_held_share():
     assert times[0] > times[1] > times[3] and times[0] > times[2] > times[3]
     apart = sum(DEFAULT.kernel_seconds(p, dag, sizes) for p in kernel.parts)
     assert DEFAULT.kernel_seconds(kernel, dag, sizes) < apart
+
+
+def test_a_held_kernel_sets_its_own_residency_and_the_features_take_it():
+    """A held fusion's blocks per SM are its plan's, not what its registers would allow: the
+    correction's waves are counted with them."""
+    from fusec.cost.features import FEATURES, WAVES_RANGE, features
+    space = space_of("gemver")
+    plan, kernel = most_held("gemver")
+    assert kernel.resident_per_sm == plan.per_sm and all(p.resident_per_sm is None for p in kernel.parts)
+    target = DEFAULT.target
+    more = dataclasses.replace(plan, per_sm=plan.per_sm + 1, registers=0, shared=0)  # nothing held: it fits
+    for held in (kernel, build_kernel(space.dag, library(), more, "float32", 0)):
+        expected = math.log2(held.grid(space.sizes) / (target.sms * held.plan.per_sm))
+        got = features(held, space.dag, space.sizes, target).values[FEATURES.index("waves")]
+        assert got == pytest.approx(min(max(expected, WAVES_RANGE[0]), WAVES_RANGE[1]))
 
 
 @pytest.mark.nvcc

@@ -32,7 +32,7 @@ from typing import Mapping
 
 from ..ir import geometry as geo
 from ..ir.dag import Dag
-from ..ir.plan import L2_EVICT_LOADS, L2_PLAIN, L2_STREAM_STORES
+from ..ir.plan import L2_EVICT_LOADS, L2_STREAM_STORES
 from ..library.model import Geometry
 from ..target import GpuTarget
 from .model import iterations, natural_blocks, traffic
@@ -108,9 +108,9 @@ def features(kernel, dag: Dag, sizes: Mapping[str, int], target: GpuTarget) -> K
         math.log2(max(serial, 1.0)),
         _clip(math.log2(max(moved, 1) / target.l2_bytes), BYTES_RANGE),
         min(1.0, target.l2_bytes / max(footprint, 1)),
-        sum(1.0 for leaf in leaves if getattr(leaf.plan, "ahead", False)) / len(leaves),
-        sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_EVICT_LOADS) / len(leaves),
-        sum(1.0 for leaf in leaves if getattr(leaf.plan, "l2", L2_PLAIN) == L2_STREAM_STORES) / len(leaves),
+        sum(1.0 for leaf in leaves if leaf.plan.ahead) / len(leaves),
+        sum(1.0 for leaf in leaves if leaf.plan.l2 == L2_EVICT_LOADS) / len(leaves),
+        sum(1.0 for leaf in leaves if leaf.plan.l2 == L2_STREAM_STORES) / len(leaves),
         1.0 if kernel.block == 1024 else 0.0,
         1.0 if kernel.block == 128 else 0.0,
     )
@@ -122,9 +122,8 @@ def _clip(value: float, bounds: tuple[float, float]) -> float:
 
 
 def _blocks_per_sm(kernel, leaves, itemsize: int, target: GpuTarget) -> int:
-    per_sm = getattr(kernel.plan, "per_sm", None)  # a held fusion sets its own residency
-    if per_sm:
-        return per_sm
+    if kernel.resident_per_sm:
+        return kernel.resident_per_sm
     registers = max(estimate(leaf) for leaf in leaves)
     shared = kernel.shared_reals * itemsize + kernel.dynamic_shared_bytes
     return natural_blocks(registers, shared, kernel.block, target)

@@ -252,6 +252,10 @@ class HeldKernel(PartsKernel):
         return self.plan.block
 
     @property
+    def resident_per_sm(self) -> int:
+        return self.plan.per_sm
+
+    @property
     def held_words(self) -> int:
         """32-bit registers a thread keeps its held units in."""
         return self.plan.registers * self.slots * (geo.DTYPES[self.dtype].itemsize // 4)

@@ -133,6 +133,9 @@ class LaunchNeeds:
     dynamic_shared_bytes = 0  # bytes of ``extern __shared__`` each launch passes
     zeroed_workspace = False  # its reductions' workspaces must start at zero
     reproducible = True  # every run gives the same bits
+    # blocks each SM holds where the kernel sets that itself (a held fusion); None: what its
+    # registers and shared memory allow
+    resident_per_sm: int | None = None
 
     def schedule_counters(self, sizes: dict[str, int]) -> int:
         """32-bit words of zeroed schedule (tickets, stripes, arrivals) a launch needs."""

@@ -55,6 +55,7 @@ class Plan:
     # each plan class gives ``parts``: the kernel plans it is made of (itself, for one)
     family: str  # the name its family is registered under
     across_barrier = False  # a producer and a consumer of its reductions in one launch
+    serial: str | None = None  # the axis a block's serial iterations walk (a kernel plan's own)
 
     @property
     def composite(self) -> bool:
@@ -83,6 +84,10 @@ class KernelPlan(Plan):
     @property
     def geometry(self) -> Geometry:
         return self.shape.geometry
+
+    @property
+    def block(self) -> int:
+        return self.shape.block
 
     @property
     def family(self) -> str:

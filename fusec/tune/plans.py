@@ -89,8 +89,7 @@ def layout_class(combination: Combination) -> tuple:
     and serial axis: what the best of each is measured for."""
     kernels = combination.plan.kernels
     heaviest = kernels[max(range(len(kernels)), key=lambda i: (combination.kernel_times[i], -i))]
-    block = heaviest.shape.block if hasattr(heaviest, "shape") else heaviest.block
-    return (tuple(k.calls for k in kernels), plan_class(heaviest), block, getattr(heaviest, "serial", None))
+    return (tuple(k.calls for k in kernels), plan_class(heaviest), heaviest.block, heaviest.serial)
 
 
 def wide_candidates(space: Space, top: int = TOP, layouts: int = LAYOUTS) -> list[Candidate]:
