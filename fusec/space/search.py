@@ -267,10 +267,12 @@ def bounded_cover(dag: Dag, library: Library, dtype: str, sizes, predictor, **ki
     seconds, cover = min(found, key=lambda r: r[0])
     options = {}
     for slot in cover:
-        for part in getattr(slot, "parts", ()):
+        if isinstance(slot, Fusion):
+            options[slot] = search.fusion(slot, MOST_ORDERS)()
+            continue
+        for part in slot.parts:  # a pair's parts are slots of the space too
             options[part] = search.fusion(part)()
-        options[slot] = (search.fusion(slot, MOST_ORDERS) if isinstance(slot, Fusion)
-                         else dict(search.pair_of(*slot.parts))[slot])()
+        options[slot] = dict(search.pair_of(*slot.parts))[slot]()
     unfused = sum(math.log10(max(1, len(search.fusion(Fusion((c.id,))).options))) for c in dag.calls)
     note = (f"{dag.file}: the optimization space of its {len(dag.calls)} calls is too large to enumerate"
             f" (more than 10^{int(unfused)} combinations); searched covers by runs of at most {LONGEST}"
