@@ -11,8 +11,8 @@ import pytest
 
 from fusec import data
 from fusec.cost.training import read
-from tests.helpers import ROOT, library
-from tools.restamp_training import main, restamp
+from tests.helpers import library
+from tools.restamp_training import SCRIPTS, main, restamp
 
 GPU = "h200"
 TRAINING = data.TRAINING / f"{GPU}.json"
@@ -37,9 +37,20 @@ def test_points_priced_alike_move_to_the_extended_database():
     now = _now()
     was = _before(now, [e for e in now["routines"] if not e["routine"].startswith(("tri", "strict", "syr"))])
     training = _stamped_before(read(TRAINING), was)
-    moved_data, moved, left = restamp(GPU, was, now, training, library(), ROOT / "scripts")
+    moved_data, moved, left = restamp(GPU, was, now, training, library(), SCRIPTS)
     assert moved == len(training.points) > 0 and not left
     assert {(p.library, p.perfdb_built) for p in moved_data.points} == {(now["library"]["hash"], now["built"])}
+
+
+def test_a_point_whose_script_is_in_no_folder_stays_and_is_named():
+    now = _now()
+    was = _before(now)
+    training = _stamped_before(read(TRAINING), was)
+    solvers = [p for p in training.points if p.script in ("bicg", "bicgstab", "cg")]
+    assert solvers  # the solvers' iterations are training points too, from scripts/solvers
+    moved_data, moved, left = restamp(GPU, was, now, training, library(), SCRIPTS[:1])
+    assert moved == len(training.points) - len(solvers) and len(left) == len(solvers)
+    assert all(f"no {p.script}.script in {SCRIPTS[0]}" in line for p, line in zip(solvers, left))
 
 
 def test_a_point_whose_price_differs_stays():
@@ -52,7 +63,7 @@ def test_a_point_whose_price_differs_stays():
     changed = dataclasses.replace(plan, kernels=(kernel,) + plan.kernels[1:])
     altered = dataclasses.replace(first, plans=tuple(changed if p is plan else p for p in first.plans))
     training = dataclasses.replace(training, points=(altered,) + training.points[1:])
-    moved_data, moved, left = restamp(GPU, was, now, training, library(), ROOT / "scripts")
+    moved_data, moved, left = restamp(GPU, was, now, training, library(), SCRIPTS)
     assert moved == len(training.points) - 1
     assert len(left) == 1 and left[0].startswith(first.label) and "priced" in left[0]
     assert moved_data.points[0] is altered
@@ -63,8 +74,7 @@ def test_a_changed_timing_refuses_everything():
     routines = [dict(e) for e in now["routines"]]
     routines[0]["seconds"] = {k: v * 2 for k, v in routines[0]["seconds"].items()}
     with pytest.raises(SystemExit, match="1 timings of the database at --was are not in it now unchanged"):
-        restamp(GPU, _before(now, routines), now, read(TRAINING), library(),
-                ROOT / "scripts")
+        restamp(GPU, _before(now, routines), now, read(TRAINING), library(), SCRIPTS)
 
 
 def test_timings_of_routines_the_library_redefined_may_change():
@@ -80,7 +90,7 @@ def test_timings_of_routines_the_library_redefined_may_change():
                for e in now["routines"]]
     assert retimed != now["routines"]
     training = _stamped_before(read(TRAINING), was)
-    _, moved, left = restamp(GPU, was, {**now, "routines": retimed}, training, library(), ROOT / "scripts")
+    _, moved, left = restamp(GPU, was, {**now, "routines": retimed}, training, library(), SCRIPTS)
     assert moved == len(training.points) and not left
 
 

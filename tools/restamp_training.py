@@ -1,6 +1,6 @@
 """Carry a GPU's training points over to its database after `fusec perfdb build --missing`.
 
-    python tools/restamp_training.py --gpu h200 --was REV [--scripts scripts] [--dry-run]
+    python tools/restamp_training.py --gpu h200 --was REV [--scripts DIR ...] [--dry-run]
 
 A training point (fusec/data/training/<gpu>.json) records the stamp of the database that
 priced its plans (the library hash and the ``built`` time); `fusec perfdb fit` fits only
@@ -29,6 +29,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,18 +39,20 @@ from fusec.cost.training import read, write  # noqa: E402
 from fusec.frontend import load_script  # noqa: E402
 from fusec.ir.plan import ProgramPlan  # noqa: E402
 from fusec.library.loader import load_library  # noqa: E402
-from fusec.tune.plans import PRICE_TOLERANCE, generate_all, kernel_records  # noqa: E402
+from fusec.tune.plans import PRICE_TOLERANCE, generate_all, kernel_records, script_path  # noqa: E402
 
 DATA = ROOT / "fusec" / "data"
+SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
 
 
 def _timing_key(entry: dict) -> str:
     return json.dumps({k: v for k, v in entry.items() if k != "seconds"}, sort_keys=True)
 
 
-def restamp(gpu: str, was: dict, now: dict, training, library, scripts: Path):
+def restamp(gpu: str, was: dict, now: dict, training, library, scripts: Sequence[Path]):
     """``training`` with its points stamped as ``was`` moved to ``now``'s stamp where their
-    prices are the same; the number moved, and a line for each point left."""
+    prices are the same; the number moved, and a line for each point left. A point's script is
+    ``<name>.script`` in the first of the folders ``scripts`` that holds it."""
     if not was["device"]["slug"] == now["device"]["slug"] == gpu:
         raise SystemExit(f"the databases are of {was['device']['slug']} and {now['device']['slug']}, not {gpu}")
     stale = store.stale_routines(store.Database.from_json(json.dumps(was)), library)
@@ -67,8 +70,9 @@ def restamp(gpu: str, was: dict, now: dict, training, library, scripts: Path):
     for point in training.points:
         if (point.library, point.perfdb_built) != old:
             left.append(f"{point.label}: stamped {point.library} {point.perfdb_built}, not as the database at --was")
-        elif why := _repriced_differently(point, load_script(scripts / f"{point.script}.script", library),
-                                          library, predictor):
+        elif (path := script_path(point.script, scripts)) is None:
+            left.append(f"{point.label}: no {point.script}.script in {', '.join(str(s) for s in scripts)}")
+        elif why := _repriced_differently(point, load_script(path, library), library, predictor):
             left.append(f"{point.label}: {why}")
         else:
             point = dataclasses.replace(point, library=now["library"]["hash"], perfdb_built=now["built"])
@@ -97,7 +101,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", required=True)
     parser.add_argument("--was", required=True, help="git revision of the database before the --missing build")
-    parser.add_argument("--scripts", type=Path, default=ROOT / "scripts")
+    parser.add_argument("--scripts", type=Path, nargs="+", default=list(SCRIPTS),
+                        help="folders the training points' scripts are in, first match wins (default: scripts,"
+                        " scripts/solvers)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     database = DATA / "perfdb" / f"{args.gpu}.json"
