@@ -45,7 +45,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
 SHARE = 0.6  # a plan is "dominated" by a kernel carrying more than this share of its corrected price
 
 # candidate correction features, per band leaf (a kernel's value: the mean over its band leaves;
@@ -126,16 +125,16 @@ def collect(gpu: str):
     from fusec.frontend import load_script
     from fusec.ir.plan import ProgramPlan
     from fusec.library.loader import load_library
-    from fusec.tune.plans import generate_all, refeature_all, script_path
+    from fusec.tune.plans import generate_all, refeature_all, script_folders, script_path
     library = load_library(bundled.LIBRARY)
     base = predictor_for(library, gpu, corrected=False)
-    data = refeature_all(training.read(training.path_for(gpu)), library, base.target, SCRIPTS)
+    data = refeature_all(training.read(training.path_for(gpu)), library, base.target, script_folders(ROOT / "scripts"))
     samples, notes = F.samples(data, base.database)
     if notes:
         raise SystemExit("points left out, which this study does not handle: " + "; ".join(notes))
     kernels, plans = [], []
     for point in data.points:
-        dag = load_script(script_path(point.script, SCRIPTS), library)
+        dag = load_script(script_path(point.script, script_folders(ROOT / "scripts")), library)
         sizes = dict(point.sizes)
         for record in point.plans:
             if record.measured is None:

@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
 RIDGES = (1e-4, 1e-3, 1e-2, 1e-1)
 TOP = (1, 2, 3, 4, 6, 8)
 
@@ -39,11 +38,11 @@ def load(gpu: str):
     from fusec.cost import training
     from fusec.cost.perfdb import predictor_for
     from fusec.library.loader import load_library
-    from fusec.tune.plans import refeature_all
+    from fusec.tune.plans import refeature_all, script_folders
     library = load_library(bundled.LIBRARY)
     base = predictor_for(library, gpu, corrected=False)
-    points = refeature_all(training.read(training.path_for(gpu)), library, base.target, SCRIPTS,
-                           log=lambda *_: None)
+    points = refeature_all(training.read(training.path_for(gpu)), library, base.target,
+                           script_folders(ROOT / "scripts"), log=lambda *_: None)
     samples, _ = F.samples(points, base.database)
     return samples
 

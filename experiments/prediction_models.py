@@ -44,7 +44,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
 DATA = {"h200": ("h200", ROOT / "fusec" / "data" / "training" / "h200.json"),
         "h100": ("h100-80gb-hbm3", ROOT / "experiments" / "results" / "h100-prediction-offline-points.json")}
 SCHEMES = ("point", "script")
@@ -95,19 +94,19 @@ def load(gpu: str):
     from fusec.ir import geometry as geo
     from fusec.ir.barriers import LOOP
     from fusec.library.loader import load_library
-    from fusec.tune.plans import ProgramPlan, generate_all, refeature_all, script_path
+    from fusec.tune.plans import ProgramPlan, generate_all, refeature_all, script_folders, script_path
     slug, path = DATA[gpu]
     library = load_library(bundled.LIBRARY)
     base = predictor_for(library, slug, corrected=False)
     target, database = base.target, base.database
-    points = refeature_all(training.read(path), library, target, SCRIPTS, log=print)
+    points = refeature_all(training.read(path), library, target, script_folders(ROOT / "scripts"), log=print)
     samples, _ = F.samples(points, database)
     wanted = (str(database.library.get("hash")), database.built)
     rows = []
     for point in points.points:
         if (point.library, point.perfdb_built) != wanted:
             continue
-        dag = load_script(script_path(point.script, SCRIPTS), library)
+        dag = load_script(script_path(point.script, script_folders(ROOT / "scripts")), library)
         sizes = dict(point.sizes)
         for record in point.plans:
             if record.measured is None:

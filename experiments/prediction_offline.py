@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
 
 
 def draw_points(draw: dict, library, base, log=print) -> list:
@@ -142,7 +141,7 @@ def _whole_space(trained, draw, database) -> list[dict]:
     from fusec.frontend import load_script
     from fusec.library.loader import load_library
     from fusec.space.combinations import build_space
-    from fusec.tune.plans import ProgramPlan, script_path
+    from fusec.tune.plans import ProgramPlan, script_folders, script_path
     library = load_library(bundled.LIBRARY)
     base = predictor_for(library, database.slug, corrected=False)
     fitted = F.fit(trained)
@@ -150,7 +149,7 @@ def _whole_space(trained, draw, database) -> list[dict]:
         database.slug, str(database.library.get("hash")), database.built, fitted.classes()))
     out = []
     for point in draw:
-        dag = load_script(script_path(point.script, SCRIPTS), library)
+        dag = load_script(script_path(point.script, script_folders(ROOT / "scripts")), library)
         sizes = dict(point.sizes)
         measured = {ProgramPlan.from_json(p.plan): p.measured for p in point.plans if p.measured is not None}
         best = min(measured.values())
@@ -275,9 +274,9 @@ def main(argv=None) -> int:
     library = load_library(data.LIBRARY)
     base = predictor_for(library, args.gpu, corrected=False)
     database = base.database
-    from fusec.tune.plans import refeature_all
+    from fusec.tune.plans import refeature_all, script_folders
     trained = training.read(Path(args.training) if args.training else training.path_for(database.slug))
-    trained = refeature_all(trained, library, base.target, SCRIPTS, log=print)
+    trained = refeature_all(trained, library, base.target, script_folders(ROOT / "scripts"), log=print)
     draw = json.loads(Path(args.draw).read_text(encoding="utf-8"))
     matched = draw_points(draw, library, base)
     rows = sum(len(p["rows"]) for run in draw["runs"] for p in run["points"])

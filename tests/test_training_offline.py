@@ -109,7 +109,7 @@ def test_points_of_older_features_are_read_left_out_and_recomputed_from_their_pl
     samples, notes = fit.samples(read)
     assert samples.plans == 0 and notes == [f"{point.label}: features of version 1, not {FEATURES_VERSION}"]
     logged = []
-    again = plans.refeature_all(read, library(), predictor().target, ROOT / "scripts", log=logged.append)
+    again = plans.refeature_all(read, library(), predictor().target, (ROOT / "scripts",), log=logged.append)
     assert logged == [] and again.points[0].features_version == FEATURES_VERSION
     for mine, theirs in zip(again.points[0].plans, point.plans):
         assert len(mine.kernels) == len(theirs.kernels)
@@ -127,7 +127,7 @@ def test_a_solver_point_is_recomputed_from_the_first_folder_that_holds_its_scrip
     old = as_version_1(point)
     data_ = training.TrainingData({"slug": GPU}, (old,))
     logged = []
-    kept = plans.refeature_all(data_, library(), predictor().target, ROOT / "scripts", log=logged.append)
+    kept = plans.refeature_all(data_, library(), predictor().target, (ROOT / "scripts",), log=logged.append)
     assert kept.points == (old,) and f"no script cg.script in {ROOT / 'scripts'}" in logged[0]
     again = plans.refeature_all(data_, library(), predictor().target, (ROOT / "scripts", data.SOLVERS),
                                 log=logged.append)
@@ -144,7 +144,7 @@ def test_a_point_whose_plans_cannot_be_recomputed_is_kept_as_it_was_and_named():
     target = predictor().target
     data = training.TrainingData({"slug": GPU}, (point,))
     logged = []
-    kept = plans.refeature_all(data, library(), target, ROOT / "no-such-folder", log=logged.append)
+    kept = plans.refeature_all(data, library(), target, (ROOT / "no-such-folder",), log=logged.append)
     assert kept.points == (point,) and "no script" in logged[0] and point.label in logged[0]
     doubled = dataclasses.replace(point, plans=(dataclasses.replace(
         point.plans[0], kernels=point.plans[0].kernels * 2),))  # two kernels recorded, one generated

@@ -39,10 +39,10 @@ from fusec.cost.training import read, write  # noqa: E402
 from fusec.frontend import load_script  # noqa: E402
 from fusec.ir.plan import ProgramPlan  # noqa: E402
 from fusec.library.loader import load_library  # noqa: E402
-from fusec.tune.plans import PRICE_TOLERANCE, generate_all, kernel_records, script_path  # noqa: E402
+from fusec.tune.plans import PRICE_TOLERANCE, generate_all, kernel_records, script_folders, script_path  # noqa: E402
 
 DATA = ROOT / "fusec" / "data"
-SCRIPTS = (ROOT / "scripts", ROOT / "scripts" / "solvers")  # where training points' scripts are
+SCRIPTS = script_folders(ROOT / "scripts")  # where training points' scripts are
 
 
 def _timing_key(entry: dict) -> str:
@@ -102,8 +102,8 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu", required=True)
     parser.add_argument("--was", required=True, help="git revision of the database before the --missing build")
     parser.add_argument("--scripts", type=Path, nargs="+", default=list(SCRIPTS),
-                        help="folders the training points' scripts are in, first match wins (default: scripts,"
-                        " scripts/solvers)")
+                        help="folders the training points' scripts are in, first match wins (default: scripts, then"
+                        " the solvers' bundled iterations)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     database = DATA / "perfdb" / f"{args.gpu}.json"

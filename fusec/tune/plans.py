@@ -39,6 +39,7 @@ import numpy as np
 
 from ..cost import training
 from ..cost.features import FEATURES_VERSION, features, plan_class
+from ..data import SOLVERS
 from ..emit.program import generate
 from ..errors import FusecError
 from ..ir.plan import ProgramPlan
@@ -412,6 +413,12 @@ def refeatured(point: training.PointRecord, dag, library, target) -> training.Po
     return dataclasses.replace(point, features_version=FEATURES_VERSION, plans=tuple(plans))
 
 
+def script_folders(scripts: Path) -> tuple[Path, ...]:
+    """Where a training point's script is looked for: the folder ``scripts`` (the sequences,
+    a user's own), then the solvers' bundled iterations."""
+    return (Path(scripts), SOLVERS)
+
+
 def script_path(name: str, folders: Sequence[Path]) -> Path | None:
     """``<folder>/<name>.script`` in the first of ``folders`` that holds it; None when none does.
     A training point keeps its script's name only, so the folders say where to look."""
@@ -422,16 +429,15 @@ def script_path(name: str, folders: Sequence[Path]) -> Path | None:
     return None
 
 
-def refeature_all(data: training.TrainingData, library, target, scripts: Path | Sequence[Path],
+def refeature_all(points: training.TrainingData, library, target, folders: Sequence[Path],
                   log: Callable[[str], None] = lambda text: None) -> training.TrainingData:
     """``data`` with the points of other features' versions recomputed (:func:`refeatured`),
-    each script read from ``<folder>/<name>.script`` in the first of ``scripts`` (one folder or
-    several) that holds it; a point whose script is in none or whose plans do not regenerate
+    each script read from ``<folder>/<name>.script`` in the first of ``folders`` that holds it
+    (:func:`script_path`); a point whose script is in none or whose plans do not regenerate
     is kept as it was (a fit leaves it out) and logged."""
     from ..frontend import load_script
-    folders = (scripts,) if isinstance(scripts, (str, Path)) else tuple(scripts)
     out = []
-    for point in data.points:
+    for point in points.points:
         if point.features_version == FEATURES_VERSION:
             out.append(point)
             continue
@@ -443,4 +449,4 @@ def refeature_all(data: training.TrainingData, library, target, scripts: Path | 
         except FusecError as exc:
             log(f"{point.label}: its features of version {point.features_version} not recomputed ({exc})")
             out.append(point)
-    return dataclasses.replace(data, points=tuple(out))
+    return dataclasses.replace(points, points=tuple(out))

@@ -150,11 +150,10 @@ def fit_command(args) -> int:
         # features of another version are recomputed from each plan's JSON, the scripts read from
         # ./scripts (where `fusec perfdb measure-plans` took them from, in a checkout), else from
         # the solvers' bundled iterations
-        from ... import data as bundled
-        from ...tune.plans import refeature_all
+        from ...tune.plans import refeature_all, script_folders
         from . import predictor_for
         target = predictor_for(library, database.slug, corrected=False).target
-        data = refeature_all(data, library, target, (Path("scripts"), bundled.SOLVERS), log=print)
+        data = refeature_all(data, library, target, script_folders(Path("scripts")), log=print)
     samples, notes = fit.samples(data, database)
     for note in notes:
         print(f"left out: {note}")
