@@ -65,8 +65,13 @@ def main(argv=None) -> int:
     parser.add_argument("--draws", default=str(ROOT / "bench" / "results" / "h200-prediction-draw.json"))
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = parser.parse_args(argv)
-    report = json.loads(Path(args.draws).read_text(encoding="utf-8"))
-    rows = borrowed(report)
+    try:
+        report = json.loads(Path(args.draws).read_text(encoding="utf-8"))
+        rows = borrowed(report)
+    except OSError as exc:
+        parser.error(f"--draws {args.draws}: cannot be read ({exc.strerror})")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        parser.error(f"--draws {args.draws}: not the JSON of bench.prediction --draw ({exc!r})")
     lines = [f"# Borrowing a plan tuned nearby, by distance ({report['device']}, CPU)", "",
              f"`python -m experiments.nearby_distance --draws {Path(args.draws).name}`: every choice of"
              " `bench.prediction --draw` that borrowed a plan tuned at other sizes; distance: the largest"
