@@ -250,29 +250,35 @@ def weak_case(cupy, comm, ranks: Ranks, repeat: int, bandwidth: float, force: bo
                 of_copy_bandwidth=local_bytes / seconds / bandwidth)
 
 
-def rule_sizes(latency, ranks: int, scripts, dtypes, bandwidth: float) -> dict:
+def rule_sizes(latency, ranks: int, scripts, dtypes, gpu: str | None = None) -> dict:
     """Per sequence and precision, with the measured table: the smallest n (of
     RULE_SIZES) from which the planner's rule has every rank hold rows (every
     rank getting the results), and the count it picks at each n; and the
-    smallest n from which P processes beat one process alone (``launch_from``)."""
+    smallest n from which P processes beat one process alone (``launch_from``). Stages are
+    priced by ``gpu``'s performance model (default: the GPU present), as the planner prices them."""
     import fusec.distributed as fd
     from fusec.api import resolve_library
+    from fusec.cost.perfdb import predictor_for
     from fusec.distributed import planner, scaling
     from fusec.frontend import load_script
     lib = resolve_library(None)
+    predictor = predictor_for(lib, gpu)
+    bandwidth = predictor.target.copy_bandwidth
     out = {}
     for script in scripts:
         dag = load_script(_script(script), lib)
         for dtype in dtypes:
-            picks = {n: fd.plan(_script(script), sizes={"n": n}, ranks=ranks, dtype=dtype, latency=latency).active
+            stage_seconds = scaling.modelled(lib, dtype, predictor)
+            picks = {n: fd.plan(_script(script), sizes={"n": n}, ranks=ranks, dtype=dtype, latency=latency,
+                                gpu=gpu).active
                      for n in RULE_SIZES}
             every = [n for n, a in picks.items() if a == ranks]
             alone = []
             for n in RULE_SIZES:
                 one = planner.plan(dag, lib, 1, {"n": n}, dtype)
                 spread = planner.plan(dag, lib, ranks, {"n": n}, dtype)
-                if (scaling.predicted_seconds(spread, dag, latency, bandwidth)
-                        < scaling.predicted_seconds(one, dag, latency, bandwidth)):
+                if (scaling.predicted_seconds(spread, dag, latency, bandwidth, stage_seconds=stage_seconds)
+                        < scaling.predicted_seconds(one, dag, latency, bandwidth, stage_seconds=stage_seconds)):
                     alone.append(n)
             out[f"{script} {dtype}"] = {"all_ranks_from": min(every) if every else None, "picks": picks,
                                         "launch_from": min(alone) if alone else None}
@@ -314,8 +320,9 @@ def report(rows, weak, latency_points, launch_s, rules, meta) -> str:
     for nbytes in sorted(table):
         lines.append(f"| {nbytes} | " + " | ".join(f"{table[nbytes].get(op, float('nan')) * 1e6:.1f}" for op in OPS)
                      + " |")
-    lines += ["", "The rule (fusec.distributed.scaling) with this table: local time predicted as the bytes a"
-              " stage moves at the copy bandwidth plus a launch, collectives as measured. *Planner*: the"
+    lines += ["", "The rule (fusec.distributed.scaling) with this table: each stage's local time as the GPU's"
+              " performance model prices the best plan of its script, plus a launch; collectives as measured."
+              " *Planner*: the"
               f" smallest n at which fusec.distributed.compile has all {p} ranks hold rows (below it fewer do,"
               " and the others get the results by broadcast). *Launch*: the smallest n at which"
               f" {p} processes are predicted faster than one process alone (below it, start fewer).", "",
@@ -403,7 +410,7 @@ def main(argv=None) -> int:
                     print(f"{script} {dtype} n={n}: {r['one_gpu_us']:.1f} -> {r['p_gpus_us']:.1f} us"
                           f" ({r['speedup']:.2f}x; local {r['local_us']:.1f}, collective {r['collective_us']:.1f})",
                           file=sys.stderr, flush=True)
-    rules = rule_sizes(latency, ranks.size, scripts, dtypes, bandwidth)
+    rules = rule_sizes(latency, ranks.size, scripts, dtypes)
     meta = {"gpu": gpu, "ranks": ranks.size, "nccl": nccl.get_version(), "bandwidth": bandwidth,
             "repeat": args.repeat, "date": datetime.date.today().isoformat(),
             "command": "mpirun -n {} python -m mpi4py -m bench.distributed {}".format(ranks.size, " ".join(

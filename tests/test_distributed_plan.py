@@ -317,8 +317,30 @@ def test_the_rule_for_fewer_gpus():
         chosen.append(active_ranks(4, lambda a: predicted_seconds(plans[a], dag, latency, bandwidth)))
     assert chosen[0] == 1 and chosen[-1] == 4
     assert chosen == sorted(chosen)
-    applied = fd.plan(str(ROOT / "scripts/bicgk.script"), sizes={"n": 64}, ranks=4, latency=latency)
+    applied = fd.plan(str(ROOT / "scripts/bicgk.script"), sizes={"n": 64}, ranks=4, latency=latency, gpu="h100")
     assert applied.active == 1
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_rule_prices_stages_by_the_model_not_their_floor(gpu):
+    """SGEMVT's A^T y must be summed over every row before A x reads A again: one GPU
+    passes over A twice (or holds part of it), two ranks once each with an all-reduce
+    between. Priced at its floor (A read once) the one-rank plan looked as fast as two,
+    and the rule kept SGEMVT on one GPU at every size (two measured 1.6-1.9x faster
+    from n = 8192 on two H200s); priced by the model, both ranks hold rows there."""
+    from fusec.cost.perfdb import predictor_for
+    from fusec.distributed.scaling import modelled, shipped
+    script = str(ROOT / "scripts/sgemvt.script")
+    for n in (8192, 16384, 32768):
+        assert fd.plan(script, sizes={"n": n}, ranks=2, gpu=gpu, latency=None).active == 2, n
+    table, dag = shipped(gpu), script_dag("sgemvt")
+    predictor = predictor_for(library(), gpu)
+    plans = {a: _plan("sgemvt", 2, {"n": 16384}, active=a) for a in (1, 2)}
+    floor = {a: predicted_seconds(plans[a], dag, table, predictor.target.copy_bandwidth) for a in plans}
+    model = {a: predicted_seconds(plans[a], dag, table, predictor.target.copy_bandwidth,
+                                  stage_seconds=modelled(library(), "float32", predictor)) for a in plans}
+    assert floor[1] < floor[2]  # the floor's mistake: one pass over A for one rank
+    assert model[2] < 0.7 * model[1]
 
 
 def test_latency_interpolates_between_measured_sizes():
@@ -424,12 +446,37 @@ def test_the_solvers_pass_their_state_in_the_layouts_with_the_fewest_collectives
     for name, most in (("cg", 2), ("bicg", 3), ("bicgstab", 5)):
         method = METHODS[name]
         for ranks, n in ((2, 64), (3, 50)):
-            layouts = _input_layouts(method, "float64", n, ranks, fewest=True)
+            layouts, own = _input_layouts(method, "float64", n, ranks, "fewest")
+            assert not own
             state = {v: str(layouts[v]) for v in method.state}
             plan = fd.plan(method.script, dtype="float64", ranks=ranks, sizes={"n": n}, inputs=state,
                            results={f"{v}1": lay for v, lay in state.items()})
             steps = [s for s in plan.steps if s.conversion is not None and plan.conversions[s.conversion].op.collective]
             assert len(steps) == most, (name, ranks, state)
+
+
+def test_agreed_layouts_are_the_fewest_that_leave_no_sum_to_each_rank():
+    """The default: the fewest collectives among the layouts where every number the ranks use
+    is all-reduced, none summed by each rank for itself (those could differ in their last bits
+    between ranks whose kernels differ). BiCGStab's fewest are such (five collectives, not
+    seven); CG's and BiCG's fewest have every rank sum rr1 itself, so they keep the calls' own
+    layouts (three and four), planned without ``inputs=`` as before."""
+    from fusec.distributed.planner import summed_on_every_rank
+    from fusec.distributed.solvers import _input_layouts
+    from fusec.solvers.methods import METHODS
+    for name, count in (("cg", 3), ("bicg", 4), ("bicgstab", 5)):
+        method = METHODS[name]
+        dag = script_dag(f"solvers/{name}")
+        for ranks, n in ((2, 64), (3, 50)):
+            layouts, own = _input_layouts(method, "float64", n, ranks, "agreed")
+            assert own == (name != "bicgstab"), (name, ranks)
+            assert (layouts, True) == _input_layouts(method, "float64", n, ranks, "calls") or not own
+            state = {v: str(layouts[v]) for v in method.state}
+            plan = fd.plan(method.script, dtype="float64", ranks=ranks, sizes={"n": n},
+                           inputs=None if own else state, results={f"{v}1": lay for v, lay in state.items()})
+            assert not summed_on_every_rank(plan, dag, library())
+            steps = [s for s in plan.steps if s.conversion is not None and plan.conversions[s.conversion].op.collective]
+            assert len(steps) == count, (name, ranks, state)
 
 
 @pytest.mark.parametrize("solver, launches", [

@@ -57,19 +57,22 @@ def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, 
              latency: Latency | None = None, gpu: str | None = None,
              results: Mapping[str, str] | None = None, inputs: Mapping[str, str] | None = None) -> DistributedPlan:
     """The plan of a checked DAG; with a latency table and no ``active`` given,
-    the count of ranks holding rows is the one :mod:`.scaling` predicts fastest."""
+    the count of ranks holding rows is the one :mod:`.scaling` predicts fastest,
+    each stage priced by ``gpu``'s performance model."""
     from . import planner, scaling
     if active is not None or latency is None or ranks == 1:
         return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results, inputs=inputs)
-    from ..target import resolve
-    bandwidth = resolve(gpu).copy_bandwidth
+    from ..cost.perfdb import predictor_for
+    predictor = predictor_for(library, gpu)
+    stage_seconds = scaling.modelled(library, dtype, predictor)
     plans: dict[int, DistributedPlan] = {}
 
     def seconds(a: int) -> float:
         plans[a] = planner.plan(dag, library, ranks, sizes, dtype, active=a, results=results, inputs=inputs)
         if plans[a].active != a:  # fewer rows than ranks: a cannot hold rows each
             return float("inf")
-        return scaling.predicted_seconds(plans[a], dag, latency, bandwidth)
+        return scaling.predicted_seconds(plans[a], dag, latency, predictor.target.copy_bandwidth,
+                                         stage_seconds=stage_seconds)
     return plans[scaling.active_ranks(ranks, seconds)]
 
 

@@ -5,12 +5,19 @@ costs about the same few microseconds whatever its size at these sizes, so
 below some size fewer GPUs are faster. The rule: for each count of ranks
 holding rows, a = 1 .. P, predict
 
-    seconds(a) = sum over the stages of (bytes the stage must move on rank 0 / copy bandwidth + launch)
+    seconds(a) = sum over the stages of (the stage's local seconds on rank 0 + launch)
                + sum over the collectives of their measured latency at their bytes (P ranks take part)
 
-and take the a with the least (the fewest on a tie). The local part is the
-floor fusec's kernels run near (one pass over each array; bench.peers' "x floor"
-column is how near); the collective part and the launch cost come from a
+and take the a with the least (the fewest on a tie). A stage's local seconds are
+what fusec's performance model predicts for the best plan of the stage's script
+at rank 0's block (:func:`modelled`), the same model that picks the stage's
+kernels: one rank holding every row runs the whole script as one stage, and
+where a call needs a reduction over all the rows before another call reads the
+same matrix (SGEMVT, ATAX's second product) that stage passes over the matrix
+more than once, which only the model knows; with more ranks the reduction is a
+collective between two stages of one pass each. Without a model a stage is
+priced at its floor, the bytes it must move at the copy bandwidth
+(:func:`stage_bytes`). The collective part and the launch cost come from a
 table ``bench/distributed.py`` measures on the machine (:class:`Latency`).
 Without a table the rule is not applied: every rank holds rows.
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -34,8 +42,9 @@ from typing import Callable
 import numpy as np
 
 from ..ir.dag import Dag
+from ..library.model import Library
 from .layout import Op
-from .plan import DistributedPlan
+from .plan import DistributedPlan, Stage
 from .stages import dims_of
 
 
@@ -113,11 +122,38 @@ def stage_bytes(plan: DistributedPlan, dag: Dag) -> list[int]:
     return out
 
 
+StageSeconds = Callable[[Stage], float]  # a stage's local seconds on rank 0's block
+
+
+def modelled(library: Library, dtype: str, predictor) -> StageSeconds:
+    """A stage's local seconds as ``predictor`` prices the best plan of its script at
+    its sizes (kept by the stage's text and sizes: the rule asks again for each count)."""
+    from ..frontend import check, parse
+    from ..space.combinations import build_space
+    from ..space.search import SpaceCutWarning
+    known: dict[tuple, float] = {}
+
+    def seconds(stage: Stage) -> float:
+        key = (stage.source, stage.sizes)
+        if key not in known:
+            dag = check(parse(stage.source, stage.name), library)
+            with warnings.catch_warnings():  # the stage's compile says it, where it is compiled
+                warnings.simplefilter("ignore", SpaceCutWarning)
+                space = build_space(dag, library, dtype, dict(stage.sizes), predictor)
+            known[key] = space.best().predicted
+        return known[key]
+    return seconds
+
+
 def predicted_seconds(plan: DistributedPlan, dag: Dag, latency: Latency, bandwidth: float, *,
-                      idle_results: bool = True) -> float:
+                      idle_results: bool = True, stage_seconds: StageSeconds | None = None) -> float:
     """The plan's predicted seconds a call; without ``idle_results``, as if the
-    ranks holding no rows were not there (no broadcasts to them)."""
-    local = sum(b / bandwidth + latency.launch_seconds for b in stage_bytes(plan, dag))
+    ranks holding no rows were not there (no broadcasts to them). ``stage_seconds``:
+    each stage's local seconds (:func:`modelled`); without it, its bytes at ``bandwidth``."""
+    if stage_seconds is None:
+        local = sum(b / bandwidth + latency.launch_seconds for b in stage_bytes(plan, dag))
+    else:
+        local = sum(stage_seconds(stage) + latency.launch_seconds for stage in plan.stages)
     collectives = 0.0
     for launch in plan.launches:  # scalars packed into one all-reduce: one latency
         c = launch[0]
