@@ -50,11 +50,12 @@ def solve_on(ranks: int, name: str, A, b, x0=None, **options):
     return run_ranks(ranks, work, timeout=120)
 
 
-@pytest.mark.parametrize("layouts", ["calls", "fewest"])
+@pytest.mark.parametrize("layouts", ["calls", "fewest", "agreed"])
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("name", ["cg", "bicg", "bicgstab"])
 def test_a_solve_over_ranks_is_the_numpy_iteration(name, ranks, layouts):
-    """In the layouts the calls want and in those of the fewest collectives alike."""
+    """In the layouts the calls want, in those of the fewest collectives, and in the fewest
+    that leave no sum to each rank (the default) alike."""
     A, b = system(37, symmetric=name == "cg")
     results = solve_on(ranks, name, A, b, rtol=1e-8, layouts=layouts)
     assert [info for _, (_, info) in results] == [0] * ranks
@@ -105,7 +106,7 @@ def test_bad_blocks_are_argument_errors_naming_them(change, argument, why):
 
 @pytest.mark.parametrize(("option", "value", "why"), [
     ("rtol", 1.0, "it must be below 1"), ("atol", -1.0, "finite and >= 0"), ("maxiter", 0, "at least 1"),
-    ("check_every", 1.5, "pass a whole number"), ("layouts", "fast", "pass 'calls' or 'fewest'")])
+    ("check_every", 1.5, "pass a whole number"), ("layouts", "fast", "pass 'agreed', 'fewest' or 'calls'")])
 def test_bad_options_are_argument_errors(option, value, why):
     A, b = system(8, symmetric=True)
     with pytest.raises(ArgumentError, match=rf"argument '{option}': .*{why}"):
@@ -226,7 +227,7 @@ def test_the_layouts_default_from_the_environment(monkeypatch):
     with pytest.raises(ArgumentError, match=rf"argument '{ds.LAYOUTS_VARIABLE}': is 'most'"):
         ds._layouts_choice(None)
     monkeypatch.delenv(ds.LAYOUTS_VARIABLE)
-    assert ds._layouts_choice(None) == "calls"
+    assert ds._layouts_choice(None) == "agreed"
 
 
 def _compile_cg(comm, sources_by_rank, fewest: bool):

@@ -45,6 +45,7 @@ from . import comm as comm_module
 from . import communicator, plan
 from . import compile as compile_distributed
 from .layout import Layout, block
+from .planner import summed_on_every_rank
 
 # the first residual r0 = b - A x0 (x0 whole, as the gemv reads it), and the squared norm of a
 # split vector, all-reduced whole; a split vector gathered whole on every rank
@@ -108,11 +109,12 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     (:func:`fusec.distributed.compile`; the tests run stages with the oracle). ``graphs``: capture
     the iterations in CUDA graphs and replay them (see the module's docstring); default
     ``$FUSEC_DISTRIBUTED_GRAPHS`` (1 or 0), else on. ``layouts``: the state's layouts between
-    calls, ``"calls"`` (those the iteration's calls want: every number the stopping rule reads
-    all-reduced) or ``"fewest"`` (those of the fewest collectives a call, CG two instead of
+    calls: ``"calls"`` (those the iteration's calls want: every number the stopping rule reads
+    all-reduced), ``"fewest"`` (those of the fewest collectives a call, CG two instead of
     three: some sums then made by every rank for itself, so :func:`fusec.distributed.compile`
-    checks that the ranks compiled the same kernels); default ``$FUSEC_DISTRIBUTED_LAYOUTS``,
-    else ``"calls"``. The same on every rank."""
+    checks that the ranks compiled the same kernels) or ``"agreed"`` (the fewest that leave no
+    sum to each rank: BiCGStab five collectives instead of seven, CG and BiCG the calls' own);
+    default ``$FUSEC_DISTRIBUTED_LAYOUTS``, else ``"agreed"``. The same on every rank."""
     comm = communicator(comm, timeout=timeout)
     n = _check_system(A, b, x0)
     ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
@@ -129,7 +131,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     check_every = validate.count("check_every", check_every, 1)
     graphs = (validate.environment_flag(GRAPHS_VARIABLE, True) if graphs is None
               else validate.flag("graphs", graphs))
-    fewest = _layouts_choice(layouts) == "fewest"
+    mode = _layouts_choice(layouts)
 
     def distributed(script=None, source=None, name="<string>", results=None, inputs=None):
         key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())),
@@ -139,10 +141,10 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
             timeout=timeout, executor=executor, results=results, inputs=inputs))
     # the state's results in the layouts the next call reads them in (planned first: no GPU; a
     # plan and the script's DAG take tens of ms, so they are kept beside the programs)
-    layouts = _kept(comm, ("layouts", method.name, dtype, n, ranks, fewest),
-                    lambda: _input_layouts(method, dtype, n, ranks, fewest))
+    layouts, own = _kept(comm, ("layouts", method.name, dtype, n, ranks, mode),
+                         lambda: _input_layouts(method, dtype, n, ranks, mode))
     iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state},
-                            inputs={v: str(layouts[v]) for v in method.state} if fewest else None)
+                            inputs=None if own else {v: str(layouts[v]) for v in method.state})
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
     arrays = arrays_for(framework_of(b))
@@ -233,21 +235,27 @@ def _steppers(comm) -> Workspaces:
         return _STEPPERS.setdefault(comm, Workspaces())
 
 
+LAYOUT_MODES = ("agreed", "fewest", "calls")
+
+
 def _layouts_choice(layouts) -> str:
-    """``layouts=`` checked, or ``$FUSEC_DISTRIBUTED_LAYOUTS``, or "calls"."""
+    """``layouts=`` checked, or ``$FUSEC_DISTRIBUTED_LAYOUTS``, or "agreed"."""
     if layouts is None:
-        layouts = os.environ.get(LAYOUTS_VARIABLE, "").strip() or "calls"
+        layouts = os.environ.get(LAYOUTS_VARIABLE, "").strip() or "agreed"
         argument = LAYOUTS_VARIABLE
     else:
         argument = "layouts"
-    if layouts not in ("calls", "fewest"):
-        raise ArgumentError(argument, f"is {layouts!r}: pass 'calls' or 'fewest'")
+    if layouts not in LAYOUT_MODES:
+        raise ArgumentError(argument, f"is {layouts!r}: pass 'agreed', 'fewest' or 'calls'")
     return layouts
 
 
-def _input_layouts(method: Method, dtype: str, n: int, ranks: int, fewest: bool) -> dict[str, Layout]:
-    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name:
-    the layouts its calls want, or (``fewest``) those of the fewest collectives a call.
+def _input_layouts(method: Method, dtype: str, n: int, ranks: int, mode: str) -> tuple[dict[str, Layout], bool]:
+    """The layout each input of the method's iteration takes over ``ranks`` ranks, by name, and
+    whether they are those its calls want (the plan is then made without ``inputs=``):
+    the layouts its calls want (``"calls"``), or those of the fewest collectives a call
+    (``"fewest"``), or the fewest among those that leave no number summed by each rank for
+    itself (``"agreed"``: every sum is all-reduced, so the ranks cannot disagree on it).
 
     The iteration is passed its state in the layouts its last call returned it in, and what
     the plan does depends on them (a result returned whole may be made whole early and read so
@@ -256,13 +264,15 @@ def _input_layouts(method: Method, dtype: str, n: int, ranks: int, fewest: bool)
     returned so, and the choice with the fewest collectives is taken, then the fewest stages,
     then the fewest bytes moved (a few dozen plans at most, tens of ms each, kept with the
     programs)."""
-    dag = script_dag(method.script, None, None, resolve_library(None))
+    library = resolve_library(None)
+    dag = script_dag(method.script, None, None, library)
 
     def inputs(planned) -> dict[str, Layout]:
         return {dag.value(v).name: planned.layout(v) for v in dag.inputs}
-    if not fewest:
-        return inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
-    best, best_score = None, None
+    calls = inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
+    if mode == "calls":
+        return calls, True
+    best, best_key = None, None
     for layouts in itertools.product((Layout.SPLIT, Layout.WHOLE), repeat=len(method.state)):
         chosen = {v: str(layout) for v, layout in zip(method.state, layouts)}
         try:
@@ -270,10 +280,15 @@ def _input_layouts(method: Method, dtype: str, n: int, ranks: int, fewest: bool)
                            results={f"{v}1": layout for v, layout in chosen.items()})
         except ArgumentError:  # a state vector made in a layout no collective turns into the one asked for
             continue
-        score = (len(planned.launches), len(planned.stages), sum(c.bytes for c in planned.collectives))
-        if best_score is None or score < best_score:
-            best, best_score = inputs(planned), score
-    return best if best is not None else inputs(plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks))
+        if mode == "agreed" and summed_on_every_rank(planned, dag, library):
+            continue
+        key = (len(planned.launches), len(planned.stages), sum(c.bytes for c in planned.collectives),
+               mode == "agreed" and inputs(planned) != calls)  # "agreed" keeps the calls' own on a tie
+        if best_key is None or key < best_key:
+            best, best_key = inputs(planned), key
+    if best is None or (mode == "agreed" and best == calls):
+        return calls, True
+    return best, False
 
 
 def _check_system(A, b, x0) -> int:
