@@ -4,6 +4,7 @@ latency by size, the rule for fewer GPUs, and one case no single GPU holds.
     mpirun -n 2 python -m mpi4py -m bench.distributed [--scripts bicgk,atax,gemver,gesummv,sgemvt]
         [--sizes 8192,16384,32768] [--dtypes float32,float64] [--repeat 20] [--weak auto|on|off]
         [--budget 480] [--out bench/results] [--ship]
+    python -m bench.distributed --rules-from bench/results/<gpu>-p<P>-distributed.json   # no GPU
 
 One process per GPU (mpirun; mpi4py aligns the ranks on the host between
 samples), NCCL through CuPy. For each sequence, precision and n (every size of
@@ -34,6 +35,10 @@ n = 100000: an 80 GB matrix, more than one H100 holds, spread over P GPUs.
 Cases run in order until --budget seconds have passed; the rest are listed
 as not run. Tables go to bench/results/<gpu>-p<P>-distributed.md and .json
 (and a plot where matplotlib is there).
+
+``--rules-from`` (no GPU, no mpirun) recomputes a run's rule table with this
+fusec from the run's JSON and the collectives table beside it, and rewrites
+its report and JSON (the measurements kept, the report saying so).
 """
 
 from __future__ import annotations
@@ -327,6 +332,8 @@ def report(rows, weak, latency_points, launch_s, rules, meta) -> str:
               " and the others get the results by broadcast). *Launch*: the smallest n at which"
               f" {p} processes are predicted faster than one process alone (below it, start fewer).", "",
               "| sequence | planner: all ranks from n | launch: P processes from n |", "| --- | ---: | ---: |"]
+    if meta.get("rules_from"):
+        lines[-3:-3] = [f"This rule table was recomputed after the run: {meta['rules_from']}.", ""]
     for key, rule in rules.items():
         lines.append(f"| {key} | {rule['all_ranks_from'] or 'never (to 65536)'} |"
                      f" {rule.get('launch_from') or 'never (to 65536)'} |")
@@ -375,7 +382,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"),
                         help="folder of the tables, JSON and plot (default: bench/results)")
     parser.add_argument("--ship", action="store_true", help="merge the latency table into fusec/data/collectives")
+    parser.add_argument("--rules-from", metavar="JSON",
+                        help="no GPU: recompute the rule table of a run (its JSON, with the -collectives.json"
+                             " beside it) with this fusec, and rewrite the run's report and JSON")
     args = parser.parse_args(argv)
+    if args.rules_from:
+        return rules_again(parser, Path(args.rules_from))
     started = time.monotonic()
     from mpi4py import MPI
 
@@ -420,6 +432,28 @@ def main(argv=None) -> int:
     write(None)  # the strong cases are kept whatever the weak case does
     if args.weak != "off" and ranks.size > 1:
         write(weak_case(cupy, comm, ranks, args.repeat, bandwidth, force=args.weak == "on"))
+    return 0
+
+
+def rules_again(parser, path: Path) -> int:
+    """The rule table of the run in ``path`` recomputed for its GPU (by name) with this fusec;
+    its report, JSON and plot rewritten beside it, the measurements as they were."""
+    import fusec.distributed as fd
+    from fusec.target import slug
+    collectives = path.with_name(path.name.replace("-distributed.json", "-collectives.json"))
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+        meta, rows, weak = run["meta"], run["strong"], run["weak"]
+        latency = fd.Latency.load(collectives)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--rules-from {path}: not a bench.distributed run's JSON with its {collectives.name}"
+                     f" beside it ({type(exc).__name__}: {exc})")
+    scripts = list(dict.fromkeys(r["script"] for r in rows))
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    rules = rule_sizes(latency, meta["ranks"], scripts, dtypes, gpu=slug(meta["gpu"]))
+    meta = dict(meta, rules_from=f"`python -m bench.distributed --rules-from {path.name}` on"
+                                 f" {datetime.date.today().isoformat()}")
+    save(path.parent, rows, weak, latency, rules, meta, ship_it=False)
     return 0
 
 

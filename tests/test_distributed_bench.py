@@ -3,6 +3,8 @@ sizes its rule table gives, and shipping a latency table."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import bench.distributed as bench
@@ -60,3 +62,31 @@ def test_ship_merges_tables_by_rank_count(tmp_path, monkeypatch):
     merged = fd.Latency.load(tmp_path / "fusec" / "data" / "collectives" / "gpu.json")
     assert merged.seconds("all-reduce", 2, 4) == pytest.approx(30e-6)
     assert merged.seconds("all-reduce", 4, 4) == pytest.approx(20e-6)
+
+
+def test_rules_from_recomputes_a_runs_rule_table(tmp_path):
+    """--rules-from (no GPU): the run's measurements kept, its rule table recomputed with this
+    fusec for the run's GPU, the report saying so."""
+    meta = {"gpu": "NVIDIA H100 80GB HBM3", "ranks": 2, "nccl": 22800, "bandwidth": 3e12, "repeat": 20,
+            "date": "2026-11-27", "command": "mpirun -n 2 python -m mpi4py -m bench.distributed"}
+    rows = [{"script": "sgemvt", "dtype": "float32", "n": 16384, "ranks": 2, "one_gpu_us": 466.8,
+             "p_gpus_us": 292.7, "speedup": 466.8 / 292.7, "target": None, "local_us": 255.5,
+             "collective_us": 32.5, "collective_bytes": 65536, "collectives": ["all-reduce x"]}]
+    run = tmp_path / "h100-p2-distributed.json"
+    run.write_text(json.dumps({"meta": meta, "strong": rows, "weak": None, "rule": {}}))
+    (tmp_path / "h100-p2-collectives.json").write_text(_latency(10e-6, broadcast=7e-6).to_json())
+    assert bench.main(["--rules-from", str(run)]) == 0
+    again = json.loads(run.read_text())
+    assert again["strong"] == rows and again["rule"]["sgemvt float32"]["all_ranks_from"] is not None
+    text = (tmp_path / "h100-p2-distributed.md").read_text()
+    assert "recomputed after the run: `python -m bench.distributed --rules-from h100-p2-distributed.json`" in text
+    assert "| sgemvt | float32 | 16384 | 466.8 | 292.7 |" in text
+
+
+def test_rules_from_a_file_that_is_no_run_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "h100-p2-distributed.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit) as exited:
+        bench.main(["--rules-from", str(bad)])
+    assert exited.value.code == 2
+    assert f"--rules-from {bad}: not a bench.distributed run's JSON" in capsys.readouterr().err
