@@ -333,7 +333,7 @@ def report(rows, weak, latency_points, launch_s, rules, meta) -> str:
               f" {p} processes are predicted faster than one process alone (below it, start fewer).", "",
               "| sequence | planner: all ranks from n | launch: P processes from n |", "| --- | ---: | ---: |"]
     if meta.get("rules_from"):
-        lines[-3:-3] = [f"This rule table was recomputed after the run: {meta['rules_from']}.", ""]
+        lines[-3:-3] = ["", f"This rule table was recomputed after the run: {meta['rules_from']}."]
     for key, rule in rules.items():
         lines.append(f"| {key} | {rule['all_ranks_from'] or 'never (to 65536)'} |"
                      f" {rule.get('launch_from') or 'never (to 65536)'} |")
