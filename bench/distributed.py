@@ -273,9 +273,9 @@ def rule_sizes(latency, ranks: int, scripts, dtypes, gpu: str | None = None) -> 
     for script in scripts:
         dag = load_script(_script(script), lib)
         for dtype in dtypes:
-            stage_seconds = scaling.modelled(lib, dtype, predictor)
-            picks = {n: fd.plan(_script(script), sizes={"n": n}, ranks=ranks, dtype=dtype, latency=latency,
-                                gpu=gpu).active
+            stage_seconds = scaling.modelled(lib, dtype, predictor)  # one pricing for the picks and the launch
+            picks = {n: fd.plan_dag(dag, lib, ranks, {"n": n}, dtype, latency=latency, gpu=gpu,
+                                    stage_seconds=stage_seconds).active
                      for n in RULE_SIZES}
             every = [n for n, a in picks.items() if a == ranks]
             alone = []

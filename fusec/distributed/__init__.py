@@ -55,16 +55,18 @@ def _latency(latency, gpu) -> Latency | None:
 
 def plan_dag(dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *, active: int | None = None,
              latency: Latency | None = None, gpu: str | None = None,
-             results: Mapping[str, str] | None = None, inputs: Mapping[str, str] | None = None) -> DistributedPlan:
+             results: Mapping[str, str] | None = None, inputs: Mapping[str, str] | None = None,
+             stage_seconds: Callable | None = None) -> DistributedPlan:
     """The plan of a checked DAG; with a latency table and no ``active`` given,
     the count of ranks holding rows is the one :mod:`.scaling` predicts fastest,
-    each stage priced by ``gpu``'s performance model."""
+    each stage priced by ``gpu``'s performance model (``stage_seconds``: a
+    :func:`.scaling.modelled` pricing kept by a caller that plans many sizes)."""
     from . import planner, scaling
     if active is not None or latency is None or ranks == 1:
         return planner.plan(dag, library, ranks, sizes, dtype, active=active, results=results, inputs=inputs)
     from ..cost.perfdb import predictor_for
     predictor = predictor_for(library, gpu)
-    stage_seconds = scaling.modelled(library, dtype, predictor)
+    stage_seconds = stage_seconds or scaling.modelled(library, dtype, predictor)
     plans: dict[int, DistributedPlan] = {}
 
     def seconds(a: int) -> float:

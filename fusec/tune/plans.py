@@ -429,7 +429,7 @@ def script_path(name: str, folders: Sequence[Path]) -> Path | None:
     return None
 
 
-def refeature_all(points: training.TrainingData, library, target, folders: Sequence[Path],
+def refeature_all(data: training.TrainingData, library, target, folders: Sequence[Path],
                   log: Callable[[str], None] = lambda text: None) -> training.TrainingData:
     """``data`` with the points of other features' versions recomputed (:func:`refeatured`),
     each script read from ``<folder>/<name>.script`` in the first of ``folders`` that holds it
@@ -437,7 +437,7 @@ def refeature_all(points: training.TrainingData, library, target, folders: Seque
     is kept as it was (a fit leaves it out) and logged."""
     from ..frontend import load_script
     out = []
-    for point in points.points:
+    for point in data.points:
         if point.features_version == FEATURES_VERSION:
             out.append(point)
             continue
@@ -449,4 +449,4 @@ def refeature_all(points: training.TrainingData, library, target, folders: Seque
         except FusecError as exc:
             log(f"{point.label}: its features of version {point.features_version} not recomputed ({exc})")
             out.append(point)
-    return dataclasses.replace(points, points=tuple(out))
+    return dataclasses.replace(data, points=tuple(out))
