@@ -10,12 +10,13 @@ from .version import __version__
 
 
 def compile(script=None, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,
-            tuned=True, reproducible=False, source=None, name="<string>", device_scalars=()):
+            tuned=True, reproducible=False, source=None, name="<string>", device_scalars=(), measure=False):
     """Compile a script (a path, or its text as ``source=``) into a callable
     :class:`Program` (see :func:`fusec.api.compile`)."""
     from .api import compile as _compile
     return _compile(script, library, dtype, sizes=sizes, plan=plan, predictor=predictor, gpu=gpu, tuned=tuned,
-                    reproducible=reproducible, source=source, name=name, device_scalars=device_scalars)
+                    reproducible=reproducible, source=source, name=name, device_scalars=device_scalars,
+                    measure=measure)
 
 
 def __getattr__(name):

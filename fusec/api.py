@@ -14,7 +14,7 @@ from . import data, nvcc
 from . import validate as check
 from .cost.model import Predictor
 from .emit.program import generate
-from .errors import ArgumentError, FusecWarning, LibraryFormatError, ScriptSemanticError
+from .errors import ArgumentError, FusecWarning, GPUUnavailableError, LibraryFormatError, ScriptSemanticError
 from .frontend import check as check_script
 from .frontend import load_script
 from .frontend import parse as parse_script
@@ -28,7 +28,7 @@ from .runtime.program import Program
 from .space.combinations import build_space
 from .space.fusions import adds_with_atomics
 from .space.search import offered_for
-from .target import GpuTarget, chosen_slug, resolve
+from .target import GpuTarget, chosen_slug, present, resolve, slug
 from .tune import store as tuning
 from .tune.store import TuningEntry
 
@@ -148,7 +148,8 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
             dtype="float32", *, sizes: Mapping[str, int] | None = None,
             plan: ProgramPlan | None = None, predictor: Predictor | None = None,
             gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
-            source: str | None = None, name: str = "<string>", device_scalars=()) -> Program:
+            source: str | None = None, name: str = "<string>", device_scalars=(),
+            measure: bool = False) -> Program:
     """Compile a script into a :class:`Program`.
 
     The script is the file at ``script``, or the text ``source`` (errors then
@@ -165,6 +166,12 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     any size, and a call at sizes a plan was tuned for (other than ``sizes``)
     runs that plan, compiled once at the first such call (``tuned=True``).
     ``plan`` imposes a combination instead (a point of the space).
+    ``measure=True`` measures instead of predicting where the tuning cache has no plan for
+    ``sizes``: a quick tune (``fusec tune --quick``: about eight candidates, checked against the
+    oracle and timed on the GPU present, in seconds) picks the plan and the tuning cache keeps
+    it, so the next compile at these sizes finds it; a call at other sizes that needs another
+    plan is measured alike. It needs the GPU present (``gpu``, if given, must name it) and
+    PyCUDA; a quick tune that finds no correct candidate warns and predicts.
     ``gpu`` names the GPU to predict and look up tuning for (default:
     ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.target.target`).
     ``reproducible=True`` leaves out band kernels that add column sums with
@@ -179,7 +186,8 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     """
     lib = resolve_library(library)
     return compile_dag(script_dag(script, source, name, lib), lib, dtype, sizes=sizes, plan=plan, predictor=predictor,
-                       gpu=gpu, tuned=tuned, reproducible=reproducible, device_scalars=device_scalars)
+                       gpu=gpu, tuned=tuned, reproducible=reproducible, device_scalars=device_scalars,
+                       measure=measure)
 
 
 def script_dag(script, source, name, library: Library):
@@ -209,14 +217,14 @@ def script_dag(script, source, name, library: Library):
 def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                 plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                 gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
-                device_scalars=()) -> Program:
+                device_scalars=(), measure: bool = False) -> Program:
     """:func:`compile` for a script already checked into a DAG."""
     dag = device_dag(dag, device_scalars)  # marked on the DAG: replan's programs read them so too
     program = build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
-                            gpu=gpu, tuned=tuned, reproducible=reproducible)[0]
+                            gpu=gpu, tuned=tuned, reproducible=reproducible, measure=measure)[0]
     if plan is None:  # sizes its plan cannot serve, or tuned for, get the plan compile chooses for them
         program.replan = lambda other: compile_dag(dag, library, dtype, sizes=other, predictor=predictor, gpu=gpu,
-                                                   tuned=tuned, reproducible=reproducible)
+                                                   tuned=tuned, reproducible=reproducible, measure=measure)
         own = default_sizes(dag, sizes)
         if tuned:
             program.tuned_at = lambda other: (other != own and tuning.lookup(dag, library, dtype, other,
@@ -227,20 +235,27 @@ def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, i
 def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                   plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                   gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
-                  spill_arch: str | None = DEFAULT_ARCH, device_scalars=()) -> tuple[Program, TuningEntry | None]:
+                  spill_arch: str | None = DEFAULT_ARCH, device_scalars=(),
+                  measure: bool = False) -> tuple[Program, TuningEntry | None]:
     """:func:`compile_dag`, and the tuning-cache entry its plan came from, of these
-    sizes or nearby ones (None when the plan was imposed or predicted). A predicted plan's kernels are
+    sizes or nearby ones, or that ``measure`` made (None when the plan was imposed or
+    predicted). A predicted plan's kernels are
     compiled for ``spill_arch`` to check that they do not spill registers
     (None: not checked; ``fusec compile --no-nvcc``)."""
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     dag = device_dag(dag, device_scalars)
     tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
+    measure = check.flag("measure", measure)
+    if measure and not tuned:
+        raise ArgumentError("measure", "measures where the tuning cache has no plan and keeps the winner"
+                                       " there: it needs tuned=True")
     sizes = default_sizes(dag, sizes)  # checked even where a plan imposed makes no use of them
     if plan is not None:
         check_plan(dag, library, plan)
         target = predictor.target if predictor is not None else resolve(gpu)
         return Program(generate(dag, library, plan, dtype, target)), None
     entry = None
+    predictor_given = predictor is not None
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, chosen_slug(gpu))
         if entry is not None and reproducible and not _reproducible(dag, library, entry.plan):
@@ -253,7 +268,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     if entry is not None:
         # never trust a cache file: a plan edited (a step deleted or re-pointed, a shape
         # no kernel has) builds a program that computes something else, or nothing
-        offered = _offered(space)
+        offered = set(space.offered)
         if space.cut and not all(_offers(offered, k) for k in entry.plan.kernels):
             # a bounded space offers the one cover it found best: the tuned plan's own may differ
             try:
@@ -272,6 +287,11 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                 warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
+    if measure and plan is None:
+        measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None,
+                                reproducible, target)
+        if measured is not None:
+            return measured
     if tuned:
         borrowed = _nearby_plan(dag, library, dtype, sizes, chosen_slug(gpu), space, keep, target)
         if borrowed is not None:
@@ -281,12 +301,38 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     return Program(generated, predicted=predicted), None
 
 
+def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, reproducible: bool,
+                 target: GpuTarget):
+    """(the program, its entry) of a quick tune on the GPU present (``compile(measure=True)``),
+    its winner kept in the tuning cache; None, with a warning, where no candidate passed."""
+    from .runtime import cuda
+    from .tune.search import tune
+    if reproducible:
+        raise ArgumentError("measure", "a quick tune may pick a band kernel that adds with atomics:"
+                                       " leave out reproducible=True, or measure=True")
+    cuda.driver()  # a clear error when PyCUDA or the GPU is missing
+    info = present()
+    if info is None:
+        raise GPUUnavailableError("measure=True times candidates on a GPU, and none is present")
+    if gpu is not None and not info.slug.startswith(slug(gpu)):
+        raise ArgumentError("gpu", f"is {gpu!r}, but measure=True measures on the GPU present ({info.name}):"
+                                   " leave gpu out, or measure on that GPU")
+    result = tune(dag, library, dtype, sizes, predictor=predictor, progress=False, quick=True)
+    if result.entry is None:
+        warnings.warn(FusecWarning(f"{dag.file}: no candidate of the quick tune passed at"
+                                   f" {', '.join(f'{k}={v}' for k, v in sizes.items())}; predicting instead"))
+        return None
+    entry = result.entry
+    return (Program(generate(dag, library, entry.plan, dtype, target), tuned=entry.describe(),
+                    turning=entry.turning), entry)
+
+
 def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, space, keep, target: GpuTarget):
     """(the program, its entry) of the plan tuned at the nearest size (tuning.nearby)
     that ``space``, this size's, offers as it is and ``keep`` accepts; None if none does.
     A tuned plan fixes the whole launch (shapes, serial iterations, lags, what is held),
     so one offered here is one the predictor could have picked here too."""
-    offered = _offered(space)
+    offered = set(space.offered)
     for entry in tuning.nearby(dag, library, dtype, sizes, gpu):
         if not all(k in offered for k in entry.plan.kernels) or not keep(entry.plan):
             continue
@@ -298,11 +344,6 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
             continue
         return Program(generated, nearby=nearby_origin(entry), turning=entry.turning), entry
     return None
-
-
-def _offered(space) -> set:
-    """Every kernel plan ``space`` offers (a tuned plan is used only if made of these)."""
-    return {plan for options in space.options.values() for plan, _, _ in options}
 
 
 def _offers(offered: set, plan) -> bool:

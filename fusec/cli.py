@@ -193,8 +193,10 @@ def _run(args) -> int:
     _at_least("--seed", args.seed, 0)  # NumPy's generators take no negative seed
     library, dag = _load(args)
     sizes = _script_sizes(args, dag)
+    if args.measure and args.no_tuned:
+        raise ArgumentError("--measure", "keeps what it measures in the tuning cache: leave out --no-tuned")
     program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
-                          reproducible=args.reproducible)
+                          reproducible=args.reproducible, measure=args.measure)
     rng = np.random.default_rng(args.seed)
     host = oracle.random_inputs(program.dag, sizes, program.dtype, rng)
     cuda.driver()  # a clear error when PyCUDA or the GPU is missing
@@ -287,6 +289,7 @@ def _space(args) -> int:
 
 
 def _tune(args) -> int:
+    from .space.combinations import LAYOUTS
     from .tune import store as tuning
     from .tune.search import report, tune
     _at_least("--top", args.top, 1)
@@ -298,8 +301,11 @@ def _tune(args) -> int:
     _at_least("--seed", args.seed, 0)
     library, dag = _load(args)
     sizes = _script_sizes(args, dag)
-    result = tune(dag, library, args.dtype, sizes, top=args.top, layouts=args.layouts, repeat=args.repeat,
-                  warmup=args.warmup, seed=args.seed, progress=not args.quiet)
+    if args.quick and (args.top is not None or args.layouts is not None):
+        raise ArgumentError("--quick", "picks its own candidates: leave out --top and --layouts")
+    result = tune(dag, library, args.dtype, sizes, top=10 if args.top is None else args.top,
+                  layouts=LAYOUTS if args.layouts is None else args.layouts, repeat=args.repeat,
+                  warmup=args.warmup, seed=args.seed, progress=not args.quiet, quick=args.quick)
     print(report(result))
     if result.entry is not None and args.ship:
         print(f"shipped with the library: wrote {tuning.ship(result.entry, library)}")
@@ -444,6 +450,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-tuned", action="store_true",
                      help="ignore the tuning cache and the plans shipped with the library: run the"
                           " best-predicted combination")
+    run.add_argument("--measure", action="store_true",
+                     help="where nothing is tuned for these sizes, run a quick tune first ('fusec tune"
+                          " --quick', seconds) and keep its winner in the tuning cache, instead of"
+                          " predicting")
     reproducible(run)
     run.set_defaults(handler=_run)
 
@@ -472,13 +482,19 @@ def parser() -> argparse.ArgumentParser:
                " one JSON file per key in a folder per GPU; delete a file or the folder to forget.")
     common(tune)
     sizes(tune, "a size to tune for (repeatable); n=VALUE sets every size not given", required=True)
-    tune.add_argument("--top", type=int, default=10, metavar="K",
+    tune.add_argument("--top", type=int, default=None, metavar="K",
                       help="how many best-predicted combinations to measure (default: 10)")
-    tune.add_argument("--layouts", type=int, default=LAYOUTS, metavar="L",
+    tune.add_argument("--layouts", type=int, default=None, metavar="L",
                       help="also measure the best-predicted combination of each of the L best-predicted"
                            " layouts (calls, implementations, block shape, serial axis, lag) of the"
                            " heaviest kernel, not among the top K: the predictor's errors of 10 %% or so"
                            f" between shapes push a fast one far down the ranking (default: {LAYOUTS}; 0: none)")
+    tune.add_argument("--quick", action="store_true",
+                      help="measure about eight candidates in two rounds instead of the top K and L layouts:"
+                           " the 2 best-predicted, the best-predicted of each structure of kernel families"
+                           " (band, tile, horizontal, striped, held ...) and the plan tuned for the nearest"
+                           " size; then further layouts of the winner's cover and families (what"
+                           " fusec.compile(measure=True) and 'fusec run --measure' do where nothing is tuned)")
     tune.add_argument("--repeat", type=int, default=20,
                       help="timed runs of each candidate (default: 20; the median counts)")
     tune.add_argument("--warmup", type=int, default=3, help="untimed runs of each candidate first (default: 3)")

@@ -474,5 +474,10 @@ def test_a_first_choice_outside_the_wide_tune_is_measured_after_it(monkeypatch):
     point = prediction_draw.evaluate_point("bicgk", dag, library(), "float32", sizes, {"database": predictor()},
                                            top=2, layouts=2, measurer=FakeGpu(dag, library(), "float32", sizes))
     row = point["rows"][point["choices"]["database"]["row"]]
-    assert row is point["rows"][-1] and row["groups"] == ["first: database"] and row["measured_us"] > 0
-    assert point["complete"] and point["measured"] == len(wide) + 1
+    assert row is point["rows"][len(wide)] and row["groups"] == ["first: database"] and row["measured_us"] > 0
+    # then the quick tune's plans not measured yet, each once
+    quick = [r for r in point["rows"] if any(g.startswith("quick: ") for g in r["groups"])]
+    assert point["rows"][len(wide) + 1:] == [r for r in quick if not set(r["groups"]) & {"top", "layout", "class"}]
+    assert point["choices"]["database + quick"]["origin"].startswith("quick tune: the fastest of")
+    assert point["complete"] and point["measured"] == len(point["rows"]) == len({r["summary"] + str(r["groups"])
+                                                                                  for r in point["rows"]})

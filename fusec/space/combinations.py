@@ -44,6 +44,7 @@ from .striped import StripedFusion, striped_covers, striped_options
 
 Slot = Fusion | HorizontalFusion | StripedFusion  # one kernel of a cover
 LAYOUTS = 60  # fusec tune --layouts: GESUMMV's fastest plans on the H100 are its 49th (fp32) and 44th (fp64)
+ALL_LAYOUTS = 10 ** 6  # Space.layouts(ALL_LAYOUTS): every layout of the heaviest kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +72,11 @@ class Space:
     covers: list[tuple[Slot, ...]]
     horizontals: list[HorizontalFusion] = dataclasses.field(default_factory=list)
     cut: str = ""  # where the space was too large to enumerate: how it was bounded (SpaceCutWarning)
+
+    @property
+    def offered(self) -> frozenset:
+        """Every kernel plan the space offers (a tuned plan is used only if made of these)."""
+        return frozenset(plan for options in self.options.values() for plan, _, _ in options)
 
     @property
     def implementation_count(self) -> int:

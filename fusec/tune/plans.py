@@ -45,14 +45,13 @@ from ..errors import FusecError
 from ..ir.plan import ProgramPlan
 from ..progress import Progress
 from ..runtime.program import Program
-from ..space.combinations import Combination, Space
+from ..space.combinations import ALL_LAYOUTS, Combination, Space
 from .search import NOT_GENERATED, Measurement, headline
 
 SIZE_RANGE = (500, 20000)  # the sides drawn
 SQUARE = 1 / 3  # the share of square draws
 TOP = 4  # the top K measured (with twins)
 LAYOUTS = 8  # the best L layouts measured
-ALL_LAYOUTS = 10 ** 6
 DRAWS = 100  # draws a collection goes through at most (the budget ends it first)
 GRACE = 60.0  # seconds past the budget a point may run before it stops measuring
 NOT_MEASURED = "not measured (the budget ran out)"

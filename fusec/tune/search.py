@@ -38,6 +38,7 @@ from ..progress import Progress
 from ..runtime.program import Program
 from ..space.combinations import LAYOUTS, Combination, build_space
 from ..target import slug
+from . import quick as quick_rounds
 from . import store as tuning
 
 OK = "ok"
@@ -105,6 +106,7 @@ class TuneResult:
     # the row of the plan fusec.compile takes untuned: the best-predicted whose kernels
     # do not spill (fusec.api), rank 1 unless a better-ranked one spills; None if unmeasured
     first: Row | None = None
+    quick: bool = False  # the two rounds of fusec.tune.quick: ranked = the first round, by_layout = the second
 
 
 def untuned_choice(dag, library, dtype: str, sizes: Mapping[str, int], predictor, rows) -> Row | None:
@@ -195,7 +197,13 @@ def report(result: TuneResult) -> str:
     sizes = " ".join(f"{k}={v}" for k, v in result.sizes.items())
     lines = [f"{dag.name} ({dag.file}) {result.dtype}, {sizes}, on {result.gpu_name};"
              f" {len(result.rows)} candidate(s) ranked by predictor {result.predictor}"]
-    if result.by_layout:
+    if result.quick:
+        second = (f"; {result.ranked + 1}-{result.ranked + result.by_layout}: further layouts of the"
+                  " first round's winner's cover and kernel classes" if result.by_layout else "")
+        lines.append(f"(a quick tune: ranks 1-{result.ranked}: the {quick_rounds.FIRST} best-predicted, the"
+                     " best-predicted of each structure of kernel families, and the plans tuned for the nearest"
+                     f" size, before or for a sibling GPU where there are{second})")
+    elif result.by_layout:
         last = result.ranked + result.by_layout
         lines.append(f"(ranks 1-{result.ranked}: the top K; {result.ranked + 1}-{last}: the best-ranked"
                      f" combination of each further layout of the heaviest kernel"
@@ -408,13 +416,14 @@ class GpuMeasurer(Measurer):
 
 def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layouts: int = LAYOUTS,
          predictor=None, repeat: int = 20, warmup: int = 3, seed: int = 0, progress: bool = True,
-         measurer: Measurer | None = None, store: bool = True) -> TuneResult:
+         measurer: Measurer | None = None, store: bool = True, quick: bool = False) -> TuneResult:
     """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``,
     and the best of each of the ``layouts`` best-predicted layouts of the
     heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the
     fastest correct one (unless ``store`` is
-    false). ``predictor`` defaults to :func:`fusec.cost.perfdb.predictor_for` of
-    this GPU. Progress goes to stderr when ``progress``."""
+    false). With ``quick``, instead, the two rounds of :mod:`fusec.tune.quick` (about
+    eight plans; ``top`` and ``layouts`` unused). ``predictor`` defaults to
+    :func:`fusec.cost.perfdb.predictor_for` of this GPU. Progress goes to stderr when ``progress``."""
     from ..api import default_sizes
     from ..cost.perfdb import predictor_for
     from ..emit.program import generate
@@ -426,42 +435,23 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
     measurer = measurer or GpuMeasurer(dag, library, dtype, sizes, repeat=repeat, warmup=warmup, seed=seed)
     with measurer:
         predictor = predictor or predictor_for(library, measurer.gpu_slug)
-        ranked, by_layout = candidate_groups(dag, library, dtype, sizes, top, predictor, layouts)
-        chosen = ranked + by_layout
-        incumbent = _incumbent(dag, library, dtype, sizes, measurer.gpu_slug, predictor, chosen)
-        if incumbent is not None:
-            chosen.append(incumbent)
-        programs: list[Program | None] = []
-        failures: list[Measurement | None] = []
-        for combination in chosen:
-            try:
-                programs.append(Program(generate(dag, library, combination.plan, dtype)))
-                failures.append(None)
-            except FusecError as exc:  # a point the space should not have offered
-                programs.append(None)
-                failures.append(Measurement(NOT_GENERATED, reason=_first_line(exc)))
-        built = [i for i, p in enumerate(programs) if p is not None]
-        with Progress(len(built), "compiling", enabled=progress) as bar:
-            errors = measurer.compile([programs[i] for i in built], lambda _: bar.advance())
-        for i, error in zip(built, errors):
-            if error:
-                failures[i] = Measurement(COMPILE_FAILED, reason=error)
-        with Progress(1, "float64 oracle", enabled=progress) as bar:
-            measurer.expected  # once, for every candidate
-            bar.advance(label="reference results")
-        rows = []
-        with Progress(len(chosen), "measuring", enabled=progress) as bar:
-            for rank, (combination, program, failure) in enumerate(zip(chosen, programs, failures), 1):
-                measurement = failure or measurer.measure(program)
-                if not measurement.passed:
-                    bar.note(f"rank {rank} {measurement.verdict}: {headline(measurement.reason)}")
-                label = (f"rank {rank}: {measurement.seconds * 1e6:.1f} us" if measurement.passed
-                         else f"rank {rank}: {measurement.verdict}")
-                bar.advance(label=label)
-                nbytes = program.minimum_bytes(sizes) if program else 0
-                rows.append(Row(rank, combination.plan, combination.predicted, measurement, nbytes))
+        if quick:
+            space = build_space(dag, library, dtype, sizes, predictor)
+            chosen = ranked = quick_first_round(space, measurer.gpu_slug)
+        else:
+            ranked, by_layout = candidate_groups(dag, library, dtype, sizes, top, predictor, layouts)
+            chosen = ranked + by_layout
+            incumbent = _incumbent(dag, library, dtype, sizes, measurer.gpu_slug, predictor, chosen)
+            if incumbent is not None:
+                chosen.append(incumbent)
+        rows = _measure_all(measurer, dag, library, dtype, sizes, chosen, progress)
+        if quick:
+            leader = choose(rows)
+            by_layout = ([] if leader is None else
+                         quick_rounds.second_round(space, leader.plan, [r.plan for r in rows]))
+            rows += _measure_all(measurer, dag, library, dtype, sizes, by_layout, progress, first_rank=len(rows) + 1)
         winner = choose(rows)
-        ways = directions(measurer, programs[rows.index(winner)]) if winner is not None else {}
+        ways = directions(measurer, Program(generate(dag, library, winner.plan, dtype))) if winner else {}
         gpu_name, gpu_slug = measurer.gpu_name, measurer.gpu_slug
     # forwards only where it measured faster (a way that failed counts as inf)
     turning = not ways or ways[True].seconds <= ways[False].seconds
@@ -482,4 +472,70 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
             error = "not asked to"
     return TuneResult(dag, dtype, sizes, gpu_name, getattr(predictor, "name", type(predictor).__name__),
                       tuple(rows), winner, entry, path, error, time.perf_counter() - start,
-                      len(ranked), len(by_layout), ways, untuned_choice(dag, library, dtype, sizes, predictor, rows))
+                      len(ranked), len(by_layout), ways, untuned_choice(dag, library, dtype, sizes, predictor, rows),
+                      quick=quick)
+
+
+def _measure_all(measurer: Measurer, dag, library, dtype: str, sizes, chosen: list[Combination],
+                 progress: bool, first_rank: int = 1) -> list[Row]:
+    """Generate, compile (all at once), check and time ``chosen``, ranked from ``first_rank``."""
+    from ..emit.program import generate
+    if not chosen:
+        return []
+    programs: list[Program | None] = []
+    failures: list[Measurement | None] = []
+    for combination in chosen:
+        try:
+            programs.append(Program(generate(dag, library, combination.plan, dtype)))
+            failures.append(None)
+        except FusecError as exc:  # a point the space should not have offered
+            programs.append(None)
+            failures.append(Measurement(NOT_GENERATED, reason=_first_line(exc)))
+    built = [i for i, p in enumerate(programs) if p is not None]
+    with Progress(len(built), "compiling", enabled=progress) as bar:
+        errors = measurer.compile([programs[i] for i in built], lambda _: bar.advance())
+    for i, error in zip(built, errors):
+        if error:
+            failures[i] = Measurement(COMPILE_FAILED, reason=error)
+    with Progress(1, "float64 oracle", enabled=progress) as bar:
+        measurer.expected  # once, for every candidate
+        bar.advance(label="reference results")
+    rows = []
+    with Progress(len(chosen), "measuring", enabled=progress) as bar:
+        for rank, (combination, program, failure) in enumerate(zip(chosen, programs, failures), first_rank):
+            measurement = failure or measurer.measure(program)
+            if not measurement.passed:
+                bar.note(f"rank {rank} {measurement.verdict}: {headline(measurement.reason)}")
+            label = (f"rank {rank}: {measurement.seconds * 1e6:.1f} us" if measurement.passed
+                     else f"rank {rank}: {measurement.verdict}")
+            bar.advance(label=label)
+            nbytes = program.minimum_bytes(sizes) if program else 0
+            rows.append(Row(rank, combination.plan, combination.predicted, measurement, nbytes))
+    return rows
+
+
+def quick_first_round(space, gpu_slug: str | None) -> list[Combination]:
+    """The first round of a quick tune (:func:`fusec.tune.quick.first_round`), with the plan
+    tuned for the nearest size that ``space`` offers and the plan the tuning cache holds (or
+    one shipped before or for a sibling GPU), each with its predicted time."""
+    dag, library, dtype, sizes, predictor = space.dag, space.library, space.dtype, space.sizes, space.predictor
+    nearby = _nearby(space, dag, library, dtype, sizes, gpu_slug, predictor)
+    first = quick_rounds.first_round(space, also=[nearby] if nearby is not None else [])
+    incumbent = _incumbent(dag, library, dtype, sizes, gpu_slug, predictor, first)
+    return first + ([incumbent] if incumbent is not None else [])
+
+
+def _nearby(space, dag, library, dtype: str, sizes, gpu_slug: str, predictor) -> Combination | None:
+    """The plan tuned for the nearest size (tuning.nearby) that ``space`` offers as it is,
+    with its predicted time: what an untuned compile borrows (fusec.api), timed beside the others."""
+    from ..emit.program import generate
+    offered = space.offered
+    for entry in tuning.nearby(dag, library, dtype, sizes, gpu_slug):
+        if all(k in offered for k in entry.plan.kernels):
+            try:
+                kernels = generate(dag, library, entry.plan, dtype).kernels
+            except FusecError:
+                continue
+            times = tuple(predictor.kernel_seconds(k, dag, sizes) for k in kernels)
+            return Combination(entry.plan, sum(times), times)
+    return None

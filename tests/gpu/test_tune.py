@@ -97,3 +97,25 @@ def test_fusec_run_checks_and_says_whether_its_bits_repeat(capsys):
         program = fusec.compile(atax, library(), sizes={"m": 2048, "n": 2048}, reproducible=bool(extra))
         assert ("bits   two runs may differ" in out) == (not program.generated.reproducible), out
     assert "bits " not in out  # --reproducible
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compile_with_measure_tunes_quickly_once_and_the_program_is_right(dtype, cache):
+    """fusec.compile(measure=True) at an untuned size: a quick tune on this GPU, its winner
+    correct and cached; the next compile finds it without measuring."""
+    import time
+    sizes = {"m": 1733, "n": 1291}
+    dag = load_script(BICGK, library())
+    start = time.perf_counter()
+    program = fusec.compile(BICGK, library(), dtype, sizes=sizes, measure=True)
+    first = time.perf_counter() - start
+    assert program.tuned and program.tuned.startswith("tuned on "), program.origin
+    assert list((cache / "tuning").rglob("*.json")), "the quick tune's winner is not in the tuning cache"
+    inputs = oracle.random_inputs(dag, sizes, dtype, np.random.default_rng(3))
+    results = program.run(inputs, poison=True)
+    checks = oracle.check_outputs(dag, library(), inputs, dict(zip(program.outputs, results)), dtype)
+    assert all(c.passed for c in checks), checks
+    start = time.perf_counter()
+    again = fusec.compile(BICGK, library(), dtype, sizes=sizes, measure=True)
+    assert again.generated.plan == program.generated.plan and again.tuned == program.tuned
+    assert time.perf_counter() - start < first, "the second compile measured again"

@@ -1,0 +1,266 @@
+"""The quick tune (fusec.tune.quick, ``fusec tune --quick``, ``fusec.compile(measure=True)``), without a GPU.
+
+Its first round times the first choice, the next layouts, the best of each structure of kernel
+families predicted near the first choice and the plan tuned nearby; its second round further
+layouts of the first round's winner's structure. A fake measurer times plans from a table, so
+the winner is known: a tune keeps it, caches it, and compile(measure=True) runs it and finds
+it in the cache the next time. Bad arguments are typed errors naming the argument.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import fusec
+import fusec.api
+from fusec import cli, oracle
+from fusec.cost.analytic import DEFAULT
+from fusec.errors import ArgumentError, GPUUnavailableError
+from fusec.frontend import load_script
+from fusec.space.combinations import ALL_LAYOUTS, build_space
+from fusec.target import GpuInfo
+from fusec.tune import quick
+from fusec.tune import search as S
+from fusec.tune import store as tuning
+from tests.helpers import ROOT, library
+
+H100 = "NVIDIA H100 80GB HBM3"
+SIZES = {"m": 3000, "n": 3000}
+
+
+@pytest.fixture(autouse=True)
+def cache(monkeypatch, tmp_path):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    return folder
+
+
+def script(name="bicgk"):
+    return load_script(ROOT / "scripts" / f"{name}.script", library())
+
+
+def space_of(dag, sizes=SIZES, dtype="float32"):
+    return build_space(dag, library(), dtype, sizes, DEFAULT)
+
+
+@pytest.mark.parametrize("name", ["bicgk", "gemver", "gesummv"])
+def test_the_first_round_times_the_first_choice_and_each_family_structure_near_it(name):
+    dag = script(name)
+    space = space_of(dag)
+    first = quick.first_round(space)
+    every = space.layouts(ALL_LAYOUTS)
+    assert first[0].plan == space.top(1)[0].plan
+    assert len({c.plan for c in first}) == len(first)
+    assert {c.plan for c in every[:quick.FIRST]} <= {c.plan for c in first}
+    near = {quick.families(c.plan) for c in every if c.predicted <= quick.WITHIN * first[0].predicted}
+    assert near <= {quick.families(c.plan) for c in first}
+    # one of each structure past the first layouts, its best-predicted, none far slower
+    later = first[1 + quick.FIRST:]
+    assert len({quick.families(c.plan) for c in later}) == len(later)
+    for c in later:
+        assert c.predicted <= quick.WITHIN * first[0].predicted
+        assert c.plan == next(e.plan for e in every if quick.families(e.plan) == quick.families(c.plan))
+    assert len(first) < len(every)
+
+
+def test_a_structure_far_slower_than_the_first_choice_is_left_out():
+    dag = script("gemver")
+    space = space_of(dag)
+    wide = quick.first_round(space, within=100.0)
+    narrow = quick.first_round(space, within=1.0)
+    assert len(narrow) < len(wide)
+    assert {c.plan for c in narrow} == {c.plan for c in quick.first_round(space, within=1.0)}
+    also = space.layouts(ALL_LAYOUTS)[-1]
+    assert quick.first_round(space, within=1.0, also=[also])[-1].plan == also.plan
+
+
+def test_the_second_round_takes_further_layouts_of_the_winners_structure_only():
+    dag = script("bicgk")
+    space = space_of(dag)
+    first = quick.first_round(space)
+    winner = first[-1].plan
+    second = quick.second_round(space, winner, [c.plan for c in first])
+    assert 0 < len(second) <= quick.REFINE
+    assert all(quick.structure(c.plan) == quick.structure(winner) for c in second)
+    assert not {c.plan for c in second} & {c.plan for c in first}
+    assert [c.predicted for c in second] == sorted(c.predicted for c in second)
+    assert quick.second_round(space, winner, [c.plan for c in first], refine=1) == second[:1]
+
+
+class TableMeasurer(S.Measurer):
+    """Runs nothing: outputs from the oracle; each plan's time from ``seconds(plan)``."""
+
+    gpu_name = H100
+
+    def __init__(self, dag, sizes, seconds, dtype="float32"):
+        super().__init__(dag, library(), dtype, sizes)
+        self.seconds, self.timed, self.entered = seconds, [], 0
+
+    def __enter__(self):
+        self.entered += 1
+        return super().__enter__()
+
+    def compile(self, programs, done):
+        for i, _ in enumerate(programs):
+            done(i)
+        return ["" for _ in programs]
+
+    def run(self, program):
+        values = oracle.evaluate(self.dag, self.library, self.host)
+        return {self.dag.value(v).name: values[v].astype(self.dtype) for v in self.dag.outputs}
+
+    def time(self, program):
+        self.timed.append(program.generated.plan)
+        return [self.seconds(program.generated.plan) * 1e3] * 3
+
+
+def planted_times(space, fastest):
+    """Predicted times, except ``fastest``, which measures half its prediction."""
+    predicted = {c.plan: c.predicted for c in space.layouts(ALL_LAYOUTS)}
+    return lambda plan: predicted.get(plan, 1.0) * (0.5 if plan == fastest else 1.0)
+
+
+SMALL = {"m": 600, "n": 500}  # the oracle stays quick
+
+
+def test_a_quick_tune_keeps_a_plan_of_its_second_round_when_it_is_the_fastest(cache):
+    dag = script("bicgk")
+    space = space_of(dag, SMALL)
+    first = S.quick_first_round(space, "h100-80gb-hbm3")
+    winner_of_first = first[-1].plan  # made fastest of the first round, and one of the second faster still
+    second = quick.second_round(space, winner_of_first, [c.plan for c in first])
+    predicted = {c.plan: c.predicted for c in space.layouts(ALL_LAYOUTS)}
+
+    def seconds(plan):
+        if plan == second[-1].plan:
+            return 1e-7
+        return 2e-7 if plan == winner_of_first else predicted.get(plan, 1.0)
+
+    measurer = TableMeasurer(dag, SMALL, seconds)
+    result = S.tune(dag, library(), "float32", SMALL, predictor=DEFAULT, measurer=measurer, progress=False,
+                    quick=True)
+    assert result.quick and result.ranked == len(first) and result.by_layout == len(second)
+    assert [r.plan for r in result.rows] == [c.plan for c in first + second]
+    assert [r.rank for r in result.rows] == list(range(1, len(first) + len(second) + 1))
+    assert result.winner.plan == second[-1].plan
+    assert result.entry.top == len(result.rows) and result.cache_path.is_file()
+    assert tuning.lookup(dag, library(), "float32", SMALL, "h100-80gb-hbm3").plan == second[-1].plan
+    text = S.report(result)
+    assert "a quick tune" in text and "further layouts" in text and "winner: rank" in text
+
+
+def test_a_quick_tune_where_the_first_choice_is_fastest_keeps_it(cache):
+    dag = script("sgemvt")
+    sizes = {"m": 700, "n": 500}
+    space = space_of(dag, sizes)
+    best = space.top(1)[0].plan
+    result = S.tune(dag, library(), "float32", sizes, predictor=DEFAULT, progress=False, quick=True,
+                    measurer=TableMeasurer(dag, sizes, planted_times(space, best)))
+    assert result.winner.plan == best and result.winner.rank == 1
+
+
+def fake_gpu(monkeypatch, measurers: list, seconds=None):
+    """A GPU that is present, whose measurer times plans as predicted (or by ``seconds``)."""
+    h100 = GpuInfo(H100, 132, "9.0", "13.0")
+    monkeypatch.setattr(fusec.api, "present", lambda: h100)
+    monkeypatch.setattr("fusec.target.present", lambda: h100)  # where the tuning cache is looked up
+    monkeypatch.setattr("fusec.runtime.cuda.driver", lambda: None)
+
+    def measurer(dag, library_, dtype, sizes, **kwargs):
+        space = build_space(dag, library(), dtype, sizes, DEFAULT)
+        times = seconds or planted_times(space, space.layouts(ALL_LAYOUTS)[1].plan)
+        measurers.append(TableMeasurer(dag, sizes, times, dtype))
+        return measurers[-1]
+
+    monkeypatch.setattr(S, "GpuMeasurer", measurer)
+
+
+def test_compile_with_measure_runs_a_quick_tune_once_and_then_finds_its_plan(monkeypatch, cache):
+    measurers = []
+    fake_gpu(monkeypatch, measurers)
+    path = ROOT / "scripts" / "bicgk.script"
+    program = fusec.compile(path, sizes=SMALL, predictor=DEFAULT, measure=True)
+    assert len(measurers) == 1 and measurers[0].entered == 1
+    space = space_of(script(), SMALL)
+    assert program.generated.plan == space.layouts(ALL_LAYOUTS)[1].plan  # the one planted fastest
+    assert program.tuned and "K=" in program.tuned
+    again = fusec.compile(path, sizes=SMALL, predictor=DEFAULT, measure=True)
+    assert len(measurers) == 1 and again.generated.plan == program.generated.plan and again.tuned
+    assert fusec.compile(path, sizes=SMALL, predictor=DEFAULT).generated.plan == program.generated.plan
+    # another size the program is called at is measured alike
+    other = {"m": 640, "n": 520}
+    assert program.replan(other).tuned and len(measurers) == 2 and measurers[1].sizes == other
+
+
+def test_compile_with_measure_where_nothing_passes_warns_and_predicts(monkeypatch, cache):
+    measurers = []
+    fake_gpu(monkeypatch, measurers, seconds=lambda plan: float("nan"))
+    with pytest.warns(fusec.FusecWarning, match="no candidate of the quick tune passed"):
+        program = fusec.compile(ROOT / "scripts" / "bicgk.script", sizes=SMALL, predictor=DEFAULT, measure=True)
+    assert not program.tuned and program.generated.plan == space_of(script(), SMALL).top(1)[0].plan
+
+
+def test_measure_needs_the_tuning_cache_a_gpu_and_no_other_gpu_named(monkeypatch, cache):
+    path = ROOT / "scripts" / "bicgk.script"
+    with pytest.raises(ArgumentError, match="measure") as err:
+        fusec.compile(path, sizes=SMALL, measure=True, tuned=False)
+    assert err.value.argument == "measure"
+    with pytest.raises(ArgumentError) as err:
+        fusec.compile(path, sizes=SMALL, measure=True, reproducible=True, predictor=DEFAULT)
+    assert err.value.argument == "measure"
+    with pytest.raises(ArgumentError) as err:
+        fusec.compile(path, sizes=SMALL, measure="yes")
+    assert err.value.argument == "measure"
+    monkeypatch.setattr("fusec.runtime.cuda.driver", lambda: None)
+    monkeypatch.setattr(fusec.api, "present", lambda: None)
+    with pytest.raises(GPUUnavailableError, match="measure=True"):
+        fusec.compile(path, sizes=SMALL, measure=True, predictor=DEFAULT)
+    monkeypatch.setattr(fusec.api, "present", lambda: GpuInfo(H100, 132, "9.0", "13.0"))
+    with pytest.raises(ArgumentError, match="GPU present") as err:
+        fusec.compile(path, sizes=SMALL, measure=True, gpu="h200", predictor=DEFAULT)
+    assert err.value.argument == "gpu"
+
+
+def test_without_pycuda_measure_is_a_clear_error(monkeypatch, cache):
+    def no_driver():
+        raise GPUUnavailableError("running a program needs PyCUDA and an NVIDIA GPU")
+    monkeypatch.setattr("fusec.runtime.cuda.driver", no_driver)
+    with pytest.raises(GPUUnavailableError, match="PyCUDA"):
+        fusec.compile(ROOT / "scripts" / "bicgk.script", sizes=SMALL, measure=True, predictor=DEFAULT)
+
+
+def test_the_cli_refuses_quick_with_top_and_measure_with_no_tuned(capsys):
+    path = ROOT / "scripts" / "bicgk.script"
+    for argv, flag in ((["tune", path, "--size", "n=300", "--quick", "--top", "3"], "--quick"),
+                       (["tune", path, "--size", "n=300", "--quick", "--layouts", "0"], "--quick"),
+                       (["run", path, "--size", "n=300", "--measure", "--no-tuned"], "--measure")):
+        assert cli.main([str(a) for a in argv]) != 0
+        assert f"argument '{flag}'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "--help"])
+    assert "--quick" in capsys.readouterr().out
+
+
+def test_the_draw_scores_the_quick_tunes_choice_from_its_two_rounds():
+    from bench import prediction_draw
+    dag = script("bicgk")
+    space = space_of(dag, SMALL)
+    first = S.quick_first_round(space, None)
+    times = {c.plan: c.predicted for c in space.layouts(ALL_LAYOUTS)}
+    times[first[-1].plan] = 1e-9  # the first round's winner
+    asked = []
+
+    def add(chosen):
+        asked.append([c.groups for c in chosen])
+        return [times.get(c.plan, 1.0) for c in chosen]
+
+    choice = prediction_draw.quick_choice(dag, library(), "float32", SMALL, DEFAULT, add)
+    second = quick.second_round(space, first[-1].plan, [c.plan for c in first])
+    assert asked == [[("quick: first round",)] * len(first), [("quick: second round",)] * len(second)]
+    assert choice["plan"] == first[-1].plan
+    assert choice["origin"] == f"quick tune: the fastest of {len(first)} + {len(second)} plans"
+    assert prediction_draw.quick_choice(dag, library(), "float32", SMALL, DEFAULT,
+                                        lambda chosen: [None] * len(chosen))["origin"].startswith("failed")
+    assert prediction_draw.quick_predictor({"database": 0, "corrected": 0}) == "corrected"
+    assert prediction_draw.quick_predictor({"database": 0}) == "database"
