@@ -102,13 +102,25 @@ def evaluate_point(script, dag, library, dtype: str, sizes: dict, predictors: di
     generated = plans.generate_all(dag, library, dtype, [c.plan for c in candidates], target)
     with measurer:
         measurements = plans.measure(measurer, generated, deadline=deadline)
+
+        def add(chosen: list) -> list:
+            """Merge ``chosen`` (Candidates) into the candidates, measure those not measured yet;
+            the measured seconds of each chosen one (None where it did not pass)."""
+            nonlocal candidates, measurements, generated
+            candidates = plans.merge(candidates, chosen)  # a plan not among them comes last
+            extra = plans.generate_all(dag, library, dtype, [c.plan for c in candidates[len(generated):]], target)
+            if extra:
+                measurements += plans.measure(measurer, extra, deadline=deadline)
+                generated += extra
+            index = {c.plan: i for i, c in enumerate(candidates)}
+            return [measurements[index[c.plan]].seconds if measurements[index[c.plan]].passed else None
+                    for c in chosen]
+
         firsts = first_choices(dag, library, dtype, sizes, predictors)
-        chosen = [plans.Candidate(f["plan"], (f"first: {name}",)) for name, f in firsts.items() if "plan" in f]
-        candidates = plans.merge(candidates, chosen)  # a first choice not among them comes last
-        extra = plans.generate_all(dag, library, dtype, [c.plan for c in candidates[len(generated):]], target)
-        if extra:
-            measurements += plans.measure(measurer, extra, deadline=deadline)
-            generated += extra
+        add([plans.Candidate(f["plan"], (f"first: {name}",)) for name, f in firsts.items() if "plan" in f])
+        quick_name = quick_predictor(predictors)
+        if quick_name is not None:
+            firsts[f"{quick_name} + quick"] = quick_choice(dag, library, dtype, sizes, predictors[quick_name], add)
     predicted = [{name: _us(plans.plan_seconds(p, dag, sizes, g)) for name, p in predictors.items()}
                  for g in generated]
     complete = all(m.verdict != plans.NOT_MEASURED for m in measurements)
@@ -140,6 +152,32 @@ def first_choices(dag, library, dtype: str, sizes: dict, predictors: dict) -> di
             continue
         firsts[name] = {"plan": program.generated.plan, "origin": program.origin or "predicted"}
     return firsts
+
+
+def quick_predictor(predictors: dict) -> str | None:
+    """The predictor a quick tune ranks with (``fusec.compile(measure=True)`` takes the corrected one)."""
+    return next((name for name in ("corrected", "database") if name in predictors), None)
+
+
+def quick_choice(dag, library, dtype: str, sizes: dict, predictor, add) -> dict:
+    """The plan a quick tune (fusec.tune.quick) keeps here, from the draw's own measurements:
+    its first round measured by ``add`` (those of the wide tune are not timed again), then the
+    second round around the first's fastest. {"plan", "origin"}, or {"origin": why} where none passed."""
+    from fusec.space.combinations import build_space
+    from fusec.target import chosen_slug
+    from fusec.tune import plans, quick
+    from fusec.tune.search import quick_first_round
+    space = build_space(dag, library, dtype, sizes, predictor)
+    first = quick_first_round(space, chosen_slug(None))
+    times = add([plans.Candidate(c.plan, ("quick: first round",)) for c in first])
+    timed = [(t, c.plan) for t, c in zip(times, first) if t is not None]
+    if not timed:
+        return {"origin": "failed: no plan of the quick tune's first round passed"}
+    second = quick.second_round(space, min(timed, key=lambda tc: tc[0])[1], [c.plan for c in first])
+    times = add([plans.Candidate(c.plan, ("quick: second round",)) for c in second])
+    timed += [(t, c.plan) for t, c in zip(times, second) if t is not None]
+    plan = min(timed, key=lambda tc: tc[0])[1]
+    return {"plan": plan, "origin": f"quick tune: the fastest of {len(first)} + {len(second)} plans"}
 
 
 def _may_borrow(dag, library, dtype: str, sizes: dict) -> bool:
@@ -196,7 +234,9 @@ def markdown(report: dict) -> str:
              f" with their twins, the best of its {run['layouts']} best layouts, the best of every layout class,"
              " and each first choice. A choice's column is its measured time over the best measured;"
              " '+ nearby': as an untuned `fusec.compile` chooses, borrowing the plan tuned at the nearest sizes"
-             " where there is one. ρ: Spearman's rho of the predictor's times against the measured ones.", "",
+             " where there is one; '+ quick': the plan `fusec.compile(measure=True)` keeps, the fastest of its"
+             " quick tune's two rounds (fusec.tune.quick), from these same measurements."
+             " ρ: Spearman's rho of the predictor's times against the measured ones.", "",
              f"Targets (issue 49): every first choice ≤ {TARGET_EACH}x, geometric mean ≤ {TARGET_GMEAN}x,"
              f" ρ ≥ {TARGET_RHO}.", "",
              "| choice | points | geometric mean | worst | ≤ 1.05x | ρ mean | ρ worst |",
@@ -311,7 +351,8 @@ def main(argv=None) -> int:
     run.update(command=P.command_line("bench.prediction", argv), date=str(datetime.date.today()),
                predictors=[f"{p.name} from {args.previous}" if key == "previous" else p.name
                            for key, p in predictors.items()], top=top, layouts=layouts, repeat=args.repeat,
-               choices=[name for name, _ in choices_of(predictors)],
+               choices=[name for name, _ in choices_of(predictors)]
+               + ([f"{quick_predictor(predictors)} + quick"] if quick_predictor(predictors) else []),
                library=library.content_hash)
     done = {(p["script"], p["dtype"]) for p in run["points"] if p["complete"]}
     budget = plans.Budget(args.budget)
