@@ -201,6 +201,15 @@ def _verdict(measurement) -> str:
     return f"{measurement.verdict}: {headline(measurement.reason)}"[:300]
 
 
+def _rule(run: dict) -> str:
+    """', first 2, within 1.6x, ...': the quick tune's rule a run measured ('' if it says none)."""
+    rule = run.get("quick")
+    if not rule:
+        return ""
+    return (f": first {rule['first']}, within {rule['within']}x, refine {rule['refine']},"
+            f" orders {rule['orders']}")
+
+
 def _cell(value, digits=2, suffix="") -> str:
     return "—" if value is None else f"{value:.{digits}f}{suffix}"
 
@@ -235,7 +244,7 @@ def markdown(report: dict) -> str:
              " and each first choice. A choice's column is its measured time over the best measured;"
              " '+ nearby': as an untuned `fusec.compile` chooses, borrowing the plan tuned at the nearest sizes"
              " where there is one; '+ quick': the plan `fusec.compile(measure=True)` keeps, the fastest of its"
-             " quick tune's two rounds (fusec.tune.quick), from these same measurements."
+             " quick tune's two rounds (fusec.tune.quick" + _rule(run) + "), from these same measurements."
              " ρ: Spearman's rho of the predictor's times against the measured ones.", "",
              f"Targets (issue 49): every first choice ≤ {TARGET_EACH}x, geometric mean ≤ {TARGET_GMEAN}x,"
              f" ρ ≥ {TARGET_RHO}.", "",
@@ -266,7 +275,8 @@ def markdown(report: dict) -> str:
             done = [p for p in earlier["points"] if p["complete"]]
             parts = [f"{s['choice']} gmean {s['gmean']:.3f}, worst {s['worst']:.3f}"
                      for s in summary(done, earlier.get("choices"))]
-            lines.append(f"- seed {earlier['seed']} ({earlier['date']}, {len(done)} points): " + "; ".join(parts))
+            lines.append(f"- seed {earlier['seed']} ({earlier['date']}, {len(done)} points): " + "; ".join(parts)
+                         + (f" (quick tune{_rule(earlier)})" if earlier.get("quick") else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -288,7 +298,7 @@ def main(argv=None) -> int:
                              " its first choice is measured and scored beside the others, as 'previous'")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
-    from fusec.tune import plans
+    from fusec.tune import plans, quick
     scripts = [s for s in args.scripts.split(",") if s]
     unknown = [s for s in scripts if s not in SCRIPTS]
     if unknown:
@@ -353,6 +363,7 @@ def main(argv=None) -> int:
                            for key, p in predictors.items()], top=top, layouts=layouts, repeat=args.repeat,
                choices=[name for name, _ in choices_of(predictors)]
                + ([f"{quick_predictor(predictors)} + quick"] if quick_predictor(predictors) else []),
+               quick=quick.rule(),
                library=library.content_hash)
     done = {(p["script"], p["dtype"]) for p in run["points"] if p["complete"]}
     budget = plans.Budget(args.budget)

@@ -167,7 +167,7 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     runs that plan, compiled once at the first such call (``tuned=True``).
     ``plan`` imposes a combination instead (a point of the space).
     ``measure=True`` measures instead of predicting where the tuning cache has no plan for
-    ``sizes``: a quick tune (``fusec tune --quick``: about eight candidates, checked against the
+    ``sizes``: a quick tune (``fusec tune --quick``: about ten candidates, checked against the
     oracle and timed on the GPU present, in seconds) picks the plan and the tuning cache keeps
     it, so the next compile at these sizes finds it; a call at other sizes that needs another
     plan is measured alike. It needs the GPU present (``gpu``, if given, must name it) and

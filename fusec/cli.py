@@ -490,10 +490,11 @@ def parser() -> argparse.ArgumentParser:
                            " heaviest kernel, not among the top K: the predictor's errors of 10 %% or so"
                            f" between shapes push a fast one far down the ranking (default: {LAYOUTS}; 0: none)")
     tune.add_argument("--quick", action="store_true",
-                      help="measure about eight candidates in two rounds instead of the top K and L layouts:"
-                           " the 2 best-predicted, the best-predicted of each structure of kernel families"
-                           " (band, tile, horizontal, striped, held ...) and the plan tuned for the nearest"
-                           " size; then further layouts of the winner's cover and families (what"
+                      help="measure about ten candidates in two rounds instead of the top K and L layouts:"
+                           " the first choice and the next 2 layouts, the best-predicted of each structure"
+                           " of kernel families (band, tile, horizontal, striped, held ...) and the plan tuned"
+                           " for the nearest size; then further layouts and routine orders of the winner's"
+                           " cover and families (what"
                            " fusec.compile(measure=True) and 'fusec run --measure' do where nothing is tuned)")
     tune.add_argument("--repeat", type=int, default=20,
                       help="timed runs of each candidate (default: 20; the median counts)")

@@ -81,11 +81,12 @@ def test_the_second_round_takes_further_layouts_of_the_winners_structure_only():
     first = quick.first_round(space)
     winner = first[-1].plan
     second = quick.second_round(space, winner, [c.plan for c in first])
-    assert 0 < len(second) <= quick.REFINE
+    assert 0 < len(second) <= quick.REFINE + quick.ORDERS
     assert all(quick.structure(c.plan) == quick.structure(winner) for c in second)
     assert not {c.plan for c in second} & {c.plan for c in first}
-    assert [c.predicted for c in second] == sorted(c.predicted for c in second)
-    assert quick.second_round(space, winner, [c.plan for c in first], refine=1) == second[:1]
+    layouts = quick.second_round(space, winner, [c.plan for c in first], orders=0)
+    assert [c.predicted for c in layouts] == sorted(c.predicted for c in layouts) and len(layouts) <= quick.REFINE
+    assert quick.second_round(space, winner, [c.plan for c in first], refine=1, orders=0) == layouts[:1]
 
 
 class TableMeasurer(S.Measurer):
@@ -264,3 +265,28 @@ def test_the_draw_scores_the_quick_tunes_choice_from_its_two_rounds():
                                         lambda chosen: [None] * len(chosen))["origin"].startswith("failed")
     assert prediction_draw.quick_predictor({"database": 0, "corrected": 0}) == "corrected"
     assert prediction_draw.quick_predictor({"database": 0}) == "database"
+
+
+def test_the_second_round_adds_other_routine_orders_of_the_winners_heaviest_kernel():
+    dag = script("bicgk")
+    space = space_of(dag)
+    winner = next(c for c in space.layouts(ALL_LAYOUTS) if len(c.plan.kernels) == 1
+                  and quick.routine_orders(space, c.plan))
+    orders = quick.routine_orders(space, winner.plan)
+    kernel = winner.plan.kernels[0]
+    assert all(o.plan.kernels[0].layout() == kernel.layout() and o.plan.kernels[0] != kernel for o in orders)
+    assert len({o.plan for o in orders}) == len(orders)
+    assert [o.predicted for o in orders] == sorted(o.predicted for o in orders)
+    second = quick.second_round(space, winner.plan, [winner.plan], refine=0)
+    assert second == orders[:quick.ORDERS]
+    both = quick.second_round(space, winner.plan, [winner.plan])
+    assert both[-len(second):] == second and len(both) <= quick.REFINE + quick.ORDERS
+    # a plan that is none of the space's combinations has no orders
+    assert quick.routine_orders(space_of(script("sgemvt")), winner.plan) == []
+
+
+def test_the_draw_report_names_the_quick_rule_each_run_measured():
+    from bench import prediction_draw
+    assert prediction_draw._rule({"quick": quick.rule()}) == (
+        f": first {quick.FIRST}, within {quick.WITHIN}x, refine {quick.REFINE}, orders {quick.ORDERS}")
+    assert prediction_draw._rule({}) == ""

@@ -15,9 +15,11 @@ family at another shape, ranks down. So a quick tune times
    (:func:`fusec.tune.search.quick_first_round` adds those two);
 2. then, of the winner's *structure* (its cover and each kernel's class), the best
    of the ``refine`` next-best layouts not timed yet: its shape and serial
-   iterations, which the model prices within a few per cent of each other.
+   iterations, which the model prices within a few per cent of each other; and the
+   ``orders`` best-predicted other routine orders of its heaviest kernel (how many
+   phases it loads its operands in), which layouts leave out.
 
-About eight plans in all; the study behind the defaults is
+About ten plans in all; the study behind the defaults is
 experiments/results/h200-prediction-quick.md.
 """
 
@@ -31,6 +33,7 @@ from ..space.combinations import ALL_LAYOUTS, Combination, Space
 
 FIRST = 2  # the best-predicted layouts timed in the first round, beside the first choice
 REFINE = 3  # the further layouts of the winner's structure timed in the second
+ORDERS = 2  # and the other routine orders (load phases) of the winner's heaviest kernel
 # A family structure is timed only if its best is predicted within this factor of the first
 # choice: in the H200's 140 drawn points the fastest plan measured was predicted at most 1.52x
 # the first choice (95 % within 1.2x), while GEMVER has structures of four kernels at 2x
@@ -70,9 +73,10 @@ def first_round(space: Space, first: int = FIRST, also: Iterable[Combination] = 
 
 
 def second_round(space: Space, winner: ProgramPlan, measured: Iterable[ProgramPlan],
-                 refine: int = REFINE) -> list[Combination]:
+                 refine: int = REFINE, orders: int = ORDERS) -> list[Combination]:
     """The best-predicted combination of each of the ``refine`` best-predicted layouts of
-    ``winner``'s structure that are not among ``measured``."""
+    ``winner``'s structure, then the ``orders`` best-predicted other routine orders of its
+    heaviest kernel (:func:`routine_orders`), none among ``measured``."""
     wanted, done = structure(winner), set(measured)
     out = []
     for combination in space.layouts(ALL_LAYOUTS):
@@ -81,7 +85,38 @@ def second_round(space: Space, winner: ProgramPlan, measured: Iterable[ProgramPl
         if combination.plan not in done and structure(combination.plan) == wanted:
             done.add(combination.plan)
             out.append(combination)
-    return out
+    return out + [c for c in routine_orders(space, winner) if c.plan not in done][:orders]
+
+
+def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
+    """``plan`` with its heaviest kernel in each other routine order the space offers for it
+    (the same layout: calls, implementations, shape, serial axis), best-predicted first.
+    Layouts leave the order out, yet a kernel loading its operands in two phases instead of
+    one measured 8-20 % apart at small sizes (AXPYDOT fp64 n = 1418481, BiCGK fp64 3219 x 999:
+    bench/results/h200-prediction-draw.md, seeds 815831556 and 1701336686). Empty where ``plan`` is none of
+    the space's combinations."""
+    for cover in space.covers:
+        if len(cover) != len(plan.kernels):
+            continue
+        picked = [next((o for o in space.options[slot] if o[0] == kernel), None)
+                  for slot, kernel in zip(cover, plan.kernels)]
+        if None in picked:
+            continue
+        heaviest = max(range(len(cover)), key=lambda i: (picked[i][2], -i))
+        layout = plan.kernels[heaviest].layout()
+        out = []
+        for option in space.options[cover[heaviest]]:  # best-predicted first
+            if option[0] != plan.kernels[heaviest] and option[0].layout() == layout:
+                chosen = picked[:heaviest] + [option] + picked[heaviest + 1:]
+                times = tuple(t for _, _, t in chosen)
+                out.append(Combination(ProgramPlan(tuple(p for p, _, _ in chosen)), sum(times), times))
+        return out
+    return []
+
+
+def rule() -> dict:
+    """The quick tune's parameters, for a report to say which rule it measured."""
+    return {"first": FIRST, "within": WITHIN, "refine": REFINE, "orders": ORDERS}
 
 
 def _distinct(combinations: Sequence[Combination]) -> list[Combination]:

@@ -198,11 +198,12 @@ def report(result: TuneResult) -> str:
     lines = [f"{dag.name} ({dag.file}) {result.dtype}, {sizes}, on {result.gpu_name};"
              f" {len(result.rows)} candidate(s) ranked by predictor {result.predictor}"]
     if result.quick:
-        second = (f"; {result.ranked + 1}-{result.ranked + result.by_layout}: further layouts of the"
+        second = (f"; {result.ranked + 1}-{result.ranked + result.by_layout}: further layouts and routine orders of the"
                   " first round's winner's cover and kernel classes" if result.by_layout else "")
-        lines.append(f"(a quick tune: ranks 1-{result.ranked}: the {quick_rounds.FIRST} best-predicted, the"
-                     " best-predicted of each structure of kernel families, and the plans tuned for the nearest"
-                     f" size, before or for a sibling GPU where there are{second})")
+        lines.append(f"(a quick tune: ranks 1-{result.ranked}: the first choice, the best of the next"
+                     f" {quick_rounds.FIRST} layouts, the best-predicted of each structure of kernel families"
+                     f" near it, and the plans tuned for the nearest size, before or for a sibling GPU where there"
+                     f" are{second})")
     elif result.by_layout:
         last = result.ranked + result.by_layout
         lines.append(f"(ranks 1-{result.ranked}: the top K; {result.ranked + 1}-{last}: the best-ranked"
@@ -422,7 +423,7 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
     heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the
     fastest correct one (unless ``store`` is
     false). With ``quick``, instead, the two rounds of :mod:`fusec.tune.quick` (about
-    eight plans; ``top`` and ``layouts`` unused). ``predictor`` defaults to
+    ten plans; ``top`` and ``layouts`` unused). ``predictor`` defaults to
     :func:`fusec.cost.perfdb.predictor_for` of this GPU. Progress goes to stderr when ``progress``."""
     from ..api import default_sizes
     from ..cost.perfdb import predictor_for
