@@ -1,0 +1,141 @@
+"""Which few plans should a quick tune time, to land near a wide tune's best? (CPU)
+
+    python -m experiments.prediction_quick [--draws bench/results/h200-prediction-draw.json]
+        [--seeds N,...] [--out experiments/results]
+
+QUESTION (issue 49). Timing the predictor's first k choices gains little past k = 3
+(``experiments.prediction_topk``): where the predictor errs, the fastest plan is of another
+kernel family or of another shape of the same family, ranked far down. Would timing, instead,
+the first choice and the best-predicted plan of each *family structure* (each kernel's class:
+band, tile, horizontal, striped, held), then a few more plans of the winner's *structure* (its
+cover and kernel classes), get within 1.05x everywhere, and for how many timings?
+
+METHOD. The draws of ``bench.prediction --draw`` measured at each point tens of plans (a wide
+tune) and kept the corrected predictor's price of each. Each rule here picks among those
+measured plans, by the corrected price, and is scored by the fastest it picks over the best
+measured. The plans' kernel structure is read from their summaries (``[band`` marks a band
+kernel; ``H{``, ``S{``, ``B{`` horizontal, striped and held fusions; the rest tile), an
+approximation of :func:`fusec.tune.quick.families` that cannot tell vector from tile kernels. A
+rule limited to the measured plans may miss a plan the real quick tune would time: the GPU
+draws since (the ``+ quick`` column) measure the rule as built.
+
+ANSWER (the H200's 7 draws before the quick tune, 140 points; committed table
+``experiments/results/h200-prediction-quick.md``): the first choice alone 1.068 gmean (worst
+1.555); the first 2 by price plus the best of each family structure 1.023 (1.26, 82 % within
+1.05x) for 5.5 timings on average; a second round of 3 more plans of the winner's structure
+1.012 (1.233, 93 %) for 8.5; with the plan tuned at the nearest size in the first round, 1.009
+(worst 1.10, 95 %). That rule was built (fusec.tune.quick, with layouts in place of the next
+ranks, structures priced over 1.6x the first choice left out, and later the winner's other
+routine orders): three GPU draws since scored its choice 1.003-1.007 gmean, worst 1.057-1.070,
+95 % within 1.05x (bench/results/h200-prediction-draw.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAWS = ROOT / "bench" / "results" / "h200-prediction-draw.json"
+BEFORE_QUICK = 7  # the draws measured before the quick tune existed
+
+
+def kernels(summary: str) -> list[str]:
+    return [k.strip() for k in summary.split(" | ")]
+
+
+def kernel_class(kernel: str) -> str:
+    for mark, name in (("H{", "horizontal"), ("S{", "striped"), ("B{", "held")):
+        if kernel.startswith(mark):
+            return name
+    return "band" if "[band" in kernel else "tile"
+
+
+def calls(kernel: str) -> str:
+    return re.sub(r"\[[^\]]*\]", "", kernel).replace("(band)", "").replace("(registers)", "").strip()
+
+
+def families(summary: str) -> tuple:
+    return tuple(kernel_class(k) for k in kernels(summary))
+
+
+def structure(summary: str) -> tuple:
+    return tuple((calls(k), kernel_class(k)) for k in kernels(summary))
+
+
+def pick(point: dict, first: int, refine: int, nearby: bool, structures: bool = True) -> list[dict]:
+    """The measured rows a rule times at ``point``: the ``first`` best-priced, the best-priced
+    of each family structure (``structures``), the nearby plan (``nearby``), then ``refine``
+    more of the winner's structure."""
+    rows = sorted((r for r in point["rows"] if r.get("measured_us") and "corrected" in r["predicted_us"]),
+                  key=lambda r: r["predicted_us"]["corrected"])
+    chosen, seen = rows[:first], set()
+    for row in rows if structures else ():
+        key = families(row["summary"])
+        if key not in seen:
+            seen.add(key)
+            if row not in chosen:
+                chosen.append(row)
+    borrowed = point["choices"].get("corrected + nearby", {})
+    if nearby and borrowed.get("row") is not None and "nearest" in str(borrowed.get("origin")):
+        row = point["rows"][borrowed["row"]]
+        if row.get("measured_us") and row not in chosen:
+            chosen.append(row)
+    if refine:
+        winner = min(chosen, key=lambda r: r["measured_us"])
+        chosen += [r for r in rows if structure(r["summary"]) == structure(winner["summary"])
+                   and r not in chosen][:refine]
+    return chosen
+
+
+def score(points: list[dict], first: int, refine: int, nearby: bool, structures: bool = True) -> dict:
+    ratios, counts = [], []
+    for point in points:
+        chosen = pick(point, first, refine, nearby, structures)
+        ratios.append(min(r["measured_us"] for r in chosen) / point["best_us"])
+        counts.append(len(chosen))
+    return {"first": first, "refine": refine, "nearby": nearby, "points": len(ratios),
+            "gmean": math.exp(sum(map(math.log, ratios)) / len(ratios)), "worst": max(ratios),
+            "within_1_05": sum(r <= 1.05 for r in ratios) / len(ratios), "timings": sum(counts) / len(counts)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", default=str(DRAWS), help="a bench.prediction --draw JSON (default: the H200's)")
+    parser.add_argument("--runs", type=int, default=BEFORE_QUICK,
+                        help="score its first N runs (default: %(default)s, those before the quick tune)")
+    parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    args = parser.parse_args(argv)
+    try:
+        report = json.loads(Path(args.draws).read_text(encoding="utf-8"))
+        points = [p for run in report["runs"][:args.runs] for p in run["points"] if p.get("best_us")]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--draws {args.draws}: not a bench.prediction --draw JSON ({type(exc).__name__}: {exc})")
+    if args.runs < 1 or not points:
+        parser.error(f"--runs {args.runs}: no measured point in the first {args.runs} run(s)")
+    rows = [score(points, k, 0, False, structures=False) | {"rule": f"the first {k} by price"} for k in (1, 3, 8)]
+    for first in (1, 2, 3):
+        for refine in (0, 2, 3, 4):
+            for nearby in (False, True):
+                rows.append(score(points, first, refine, nearby)
+                            | {"rule": f"first {first} + each family structure" + (" + nearby" if nearby else "")
+                               + (f"; then {refine} of the winner's structure" if refine else "")})
+    lines = ["# Which plans a quick tune should time: rules scored on the H200's draws", "",
+             f"`python -m experiments.prediction_quick --runs {args.runs}` over `{Path(args.draws).name}`"
+             f" ({len(points)} points; CPU, see the module's docstring for the method and its answer).", "",
+             "| rule | timings (mean) | geometric mean | worst | within 1.05x |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['rule']} | {r['timings']:.1f} | {r['gmean']:.3f} | {r['worst']:.3f} | {r['within_1_05']:.0%} |"
+              for r in rows]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "h200-prediction-quick.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "h200-prediction-quick.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
