@@ -10,7 +10,7 @@ from .version import __version__
 
 
 def compile(script=None, library=None, dtype="float32", *, sizes=None, plan=None, predictor=None, gpu=None,
-            tuned=True, reproducible=False, source=None, name="<string>", device_scalars=(), measure=False):
+            tuned=True, reproducible=False, source=None, name="<string>", device_scalars=(), measure=None):
     """Compile a script (a path, or its text as ``source=``) into a callable
     :class:`Program` (see :func:`fusec.api.compile`)."""
     from .api import compile as _compile

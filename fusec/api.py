@@ -149,7 +149,7 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
             plan: ProgramPlan | None = None, predictor: Predictor | None = None,
             gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
             source: str | None = None, name: str = "<string>", device_scalars=(),
-            measure: bool = False) -> Program:
+            measure: bool | None = None) -> Program:
     """Compile a script into a :class:`Program`.
 
     The script is the file at ``script``, or the text ``source`` (errors then
@@ -171,7 +171,9 @@ def compile(script: str | os.PathLike | None = None, library: str | os.PathLike 
     oracle and timed on the GPU present, in seconds) picks the plan and the tuning cache keeps
     it, so the next compile at these sizes finds it; a call at other sizes that needs another
     plan is measured alike. It needs the GPU present (``gpu``, if given, must name it) and
-    PyCUDA; a quick tune that finds no correct candidate warns and predicts.
+    PyCUDA; a quick tune that finds no correct candidate warns and predicts. ``measure=None``
+    (the default) takes ``$FUSEC_MEASURE`` (1: measure wherever ``tuned`` and not
+    ``reproducible``; default 0), so a whole application (its solvers too) can measure unchanged.
     ``gpu`` names the GPU to predict and look up tuning for (default:
     ``$FUSEC_GPU``, else the GPU present; see :func:`fusec.target.target`).
     ``reproducible=True`` leaves out band kernels that add column sums with
@@ -217,7 +219,7 @@ def script_dag(script, source, name, library: Library):
 def compile_dag(dag, library: Library, dtype="float32", *, sizes: Mapping[str, int] | None = None,
                 plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                 gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
-                device_scalars=(), measure: bool = False) -> Program:
+                device_scalars=(), measure: bool | None = None) -> Program:
     """:func:`compile` for a script already checked into a DAG."""
     dag = device_dag(dag, device_scalars)  # marked on the DAG: replan's programs read them so too
     program = build_program(dag, library, dtype, sizes=sizes, plan=plan, predictor=predictor,
@@ -236,7 +238,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                   plan: ProgramPlan | None = None, predictor: Predictor | None = None,
                   gpu: str | None = None, tuned: bool = True, reproducible: bool = False,
                   spill_arch: str | None = DEFAULT_ARCH, device_scalars=(),
-                  measure: bool = False) -> tuple[Program, TuningEntry | None]:
+                  measure: bool | None = None) -> tuple[Program, TuningEntry | None]:
     """:func:`compile_dag`, and the tuning-cache entry its plan came from, of these
     sizes or nearby ones, or that ``measure`` made (None when the plan was imposed or
     predicted). A predicted plan's kernels are
@@ -245,10 +247,18 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     dag = device_dag(dag, device_scalars)
     tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
+    if measure is None:  # the application's choice; it yields to what this call asks
+        measure = (check.environment_flag("FUSEC_MEASURE", False) and tuned and not reproducible
+                   and plan is None)
     measure = check.flag("measure", measure)
+    if measure and plan is not None:
+        raise ArgumentError("measure", "a plan given is compiled as it is: there is nothing to measure")
     if measure and not tuned:
         raise ArgumentError("measure", "measures where the tuning cache has no plan and keeps the winner"
                                        " there: it needs tuned=True")
+    if measure and reproducible:
+        raise ArgumentError("measure", "a quick tune may pick a band kernel that adds with atomics:"
+                                       " leave out reproducible=True, or measure=True")
     sizes = default_sizes(dag, sizes)  # checked even where a plan imposed makes no use of them
     if plan is not None:
         check_plan(dag, library, plan)
@@ -287,9 +297,8 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                 warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))
     keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
-    if measure and plan is None:
-        measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None,
-                                reproducible, target)
+    if measure:
+        measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None, target)
         if measured is not None:
             return measured
     if tuned:
@@ -301,15 +310,11 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     return Program(generated, predicted=predicted), None
 
 
-def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, reproducible: bool,
-                 target: GpuTarget):
+def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, target: GpuTarget):
     """(the program, its entry) of a quick tune on the GPU present (``compile(measure=True)``),
     its winner kept in the tuning cache; None, with a warning, where no candidate passed."""
     from .runtime import cuda
     from .tune.search import tune
-    if reproducible:
-        raise ArgumentError("measure", "a quick tune may pick a band kernel that adds with atomics:"
-                                       " leave out reproducible=True, or measure=True")
     cuda.driver()  # a clear error when PyCUDA or the GPU is missing
     info = present()
     if info is None:

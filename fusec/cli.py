@@ -450,10 +450,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-tuned", action="store_true",
                      help="ignore the tuning cache and the plans shipped with the library: run the"
                           " best-predicted combination")
-    run.add_argument("--measure", action="store_true",
+    run.add_argument("--measure", action="store_const", const=True, default=None,
                      help="where nothing is tuned for these sizes, run a quick tune first ('fusec tune"
                           " --quick', seconds) and keep its winner in the tuning cache, instead of"
-                          " predicting")
+                          " predicting (default: $FUSEC_MEASURE, else off)")
     reproducible(run)
     run.set_defaults(handler=_run)
 

@@ -55,6 +55,7 @@ def pytest_configure(config):
     os.environ["FUSEC_CACHE_DIR"] = given or _OWN_CACHE
     os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans fusec/data/blas ships (tests of them set it)
     os.environ["FUSEC_CORRECTION"] = "0"  # nor a fitted correction of the database (tests of it set it)
+    os.environ.pop("FUSEC_MEASURE", None)  # compile predicts, as CI's does (tests of measuring set it)
 
 
 def pytest_unconfigure(config):

@@ -290,3 +290,29 @@ def test_the_draw_report_names_the_quick_rule_each_run_measured():
     assert prediction_draw._rule({"quick": quick.rule()}) == (
         f": first {quick.FIRST}, within {quick.WITHIN}x, refine {quick.REFINE}, orders {quick.ORDERS}")
     assert prediction_draw._rule({}) == ""
+
+
+def test_fusec_measure_in_the_environment_measures_unless_the_call_says_otherwise(monkeypatch, cache):
+    measurers = []
+    fake_gpu(monkeypatch, measurers)
+    path = ROOT / "scripts" / "bicgk.script"
+    monkeypatch.setenv("FUSEC_MEASURE", "1")
+    assert not fusec.compile(path, sizes=SMALL, predictor=DEFAULT, measure=False).tuned and not measurers
+    assert not fusec.compile(path, sizes=SMALL, predictor=DEFAULT, tuned=False).tuned and not measurers
+    assert not fusec.compile(path, sizes=SMALL, predictor=DEFAULT, reproducible=True).tuned and not measurers
+    plan = space_of(script(), SMALL).top(1)[0].plan
+    assert fusec.compile(path, sizes=SMALL, plan=plan).generated.plan == plan and not measurers
+    assert fusec.compile(path, sizes=SMALL, predictor=DEFAULT).tuned and len(measurers) == 1
+    monkeypatch.setenv("FUSEC_MEASURE", "0")
+    assert not fusec.compile(path, sizes={"m": 610, "n": 500}, predictor=DEFAULT).tuned and len(measurers) == 1
+    monkeypatch.setenv("FUSEC_MEASURE", "yes")
+    with pytest.raises(ArgumentError) as err:
+        fusec.compile(path, sizes=SMALL, predictor=DEFAULT)
+    assert err.value.argument == "$FUSEC_MEASURE"
+
+
+def test_measure_with_a_plan_given_is_refused(cache):
+    plan = space_of(script(), SMALL).top(1)[0].plan
+    with pytest.raises(ArgumentError) as err:
+        fusec.compile(ROOT / "scripts" / "bicgk.script", sizes=SMALL, plan=plan, measure=True)
+    assert err.value.argument == "measure"
