@@ -165,6 +165,17 @@ def test_one_rank_compiles_the_same_cuda(script):
     assert staged.source == plain.source
 
 
+def test_the_stages_are_never_measured_whatever_fusec_measure_says(monkeypatch):
+    """Ranks timing their own candidates could compile different kernels: stages predict (or
+    take a tuned plan), and $FUSEC_MEASURE=1 reaches no GPU."""
+    monkeypatch.setenv("FUSEC_MEASURE", "1")
+    monkeypatch.setattr("fusec.api._quick_tuned", lambda *args: pytest.fail("a stage was measured"))
+    path = str(ROOT / "scripts" / "bicgk.script")
+    (stage,) = fd.plan(path, sizes={"n": 1000}, ranks=1).stages
+    staged = fd.fusec_executor(library(), "float32", gpu="h100")(stage)
+    assert not staged.tuned and staged.generated.plan is not None
+
+
 def test_blocks_cover_the_rows_and_differ_by_at_most_one():
     for length in (1, 2, 3, 7, 1001, 4097):
         for ranks in RANKS:

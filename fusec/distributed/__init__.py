@@ -110,8 +110,11 @@ def fusec_executor(library, dtype: str, *, gpu: str | None = None, tuned: bool =
         key = (stage.source, stage.device_scalars, dtype)
         if cache is not None and key in cache:
             return cache[key]
+        # never measured here, whatever $FUSEC_MEASURE says: each rank would time its own
+        # candidates (and may pick others than its neighbours, whose sums must match them)
         program = fusec.compile(source=stage.source, name=stage.name, library=library, dtype=dtype,
-                                sizes=dict(stage.sizes), gpu=gpu, tuned=tuned, device_scalars=stage.device_scalars)
+                                sizes=dict(stage.sizes), gpu=gpu, tuned=tuned, device_scalars=stage.device_scalars,
+                                measure=False)
         if cache is not None:
             cache[key] = program
         return program
