@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import data, nvcc
+from . import data
 from . import validate as check
 from .cost.model import Predictor
 from .emit.program import generate
@@ -26,11 +26,12 @@ from .library.model import Kind, Library
 from .nvcc import DEFAULT_ARCH
 from .runtime.program import Program
 from .space.combinations import build_space
-from .space.fusions import adds_with_atomics
 from .space.search import offered_for
 from .target import GpuTarget, chosen_slug, present, resolve, slug
 from .tune import store as tuning
+from .tune import untuned
 from .tune.store import TuningEntry
+from .validate import default_sizes
 
 BUNDLED_LIBRARY = data.LIBRARY
 
@@ -52,28 +53,6 @@ def resolve_library(library: str | os.PathLike | Library | None) -> Library:
             raise LibraryFormatError("no library given and no default found: pass library=PATH"
                                      " (or set FUSEC_LIBRARY)")
     return load_library(library)
-
-
-DEFAULT_SIZE = 8192
-
-
-def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """The sizes to compile for: those given; a size not given takes the value
-    given for ``n`` (``{"n": 4096}`` sets every size of a script whose sizes
-    are m and n), else DEFAULT_SIZE. ``fusec compile --size`` follows the
-    same rule."""
-    if sizes is not None and not isinstance(sizes, Mapping):
-        raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
-                                     " whole numbers, e.g. {'n': 8192}")
-    sizes = dict(sizes or {})
-    unknown = set(sizes) - set(dag.sizes) - {"n"}
-    if unknown:
-        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}"
-                                     f" (its sizes: {', '.join(dag.sizes)})")
-    fill = sizes.get("n", DEFAULT_SIZE)
-    chosen = {s: check.size(s, sizes.get(s, fill)) for s in dag.sizes}
-    check.sizes_fit({v.name: v.dims for v in dag.values if v.dims}, chosen)
-    return chosen
 
 
 def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
@@ -268,7 +247,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     predictor_given = predictor is not None
     if tuned:
         entry = tuning.lookup(dag, library, dtype, sizes, chosen_slug(gpu))
-        if entry is not None and reproducible and not _reproducible(dag, library, entry.plan):
+        if entry is not None and reproducible and not untuned.adds_no_atomics(dag, library, entry.plan):
             entry = None  # the tuned plan adds with atomics: predict among those that do not
     if predictor is None:
         from .cost.perfdb import predictor_for  # the perfdb may import much; only when predicting
@@ -296,7 +275,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
             except Exception as exc:  # whatever a bad plan breaks, predict
                 warnings.warn(FusecWarning(f"ignoring the tuning-cache entry {entry.path}:"
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))
-    keep = (lambda p: _reproducible(dag, library, p)) if reproducible else (lambda p: True)
+    keep = (lambda p: untuned.adds_no_atomics(dag, library, p)) if reproducible else (lambda p: True)
     if measure:
         measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None, target)
         if measured is not None:
@@ -306,7 +285,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
         if borrowed is not None:
             return borrowed
     best = space.best_where(keep)
-    generated, predicted = _without_spills(dag, library, dtype, space.ranked(), keep, best, spill_arch, target)
+    generated, predicted = untuned.without_spills(dag, library, dtype, space.ranked(), keep, best, spill_arch, target)
     return Program(generated, predicted=predicted), None
 
 
@@ -376,52 +355,3 @@ def nearby_origin(entry: TuningEntry) -> str:
     """How a program says its plan was tuned at another size."""
     sizes = ", ".join(f"{k}={v}" for k, v in entry.key.sizes)
     return f"tuned for the nearest size, {sizes} ({entry.describe()})"
-
-
-# The predictor's register estimate is rough (fusec.cost.registers.estimate), and a kernel
-# that spills runs far slower than it was priced: GESUMMV at fp32 n = 6000, whose
-# best-predicted band kernel spilled 224 bytes, took 142.5 us against 95.3 for the best
-# of its space (fusec tune, 2026-11-24). So where nvcc is present the best-predicted
-# combination is compiled, and while a kernel of it spills the next one without that
-# kernel is taken, compiling at most this many.
-SPILL_CHECKS = 8
-RANKS_SEARCHED = 20000  # combinations looked at for one free of the spilling kernels
-
-
-def _without_spills(dag, library: Library, dtype: str, ranked, keep, best, arch: str | None, target: GpuTarget):
-    """(the generated program, how it was chosen): the best-ranked combination
-    ``keep`` accepts whose kernels ptxas compiles for ``arch`` without spilling
-    (``best``, the first accepted, when ``arch`` is None, nvcc is missing or
-    fails, or every one checked spills)."""
-    if arch is None:
-        return generate(dag, library, best.plan, dtype, target), "predicted (rank 1)"
-    if nvcc.nvcc_path() is None:
-        return generate(dag, library, best.plan, dtype, target), "predicted (rank 1; registers not checked: no nvcc)"
-    spilled: dict = {}  # kernel plan -> (kernel name, bytes spilled)
-    checked = 0
-    for rank, combination in enumerate(ranked, start=1):
-        if rank > RANKS_SEARCHED or checked == SPILL_CHECKS:
-            break
-        if not keep(combination.plan) or any(k in spilled for k in combination.plan.kernels):
-            continue
-        generated = generate(dag, library, combination.plan, dtype, target)
-        try:
-            compiled = nvcc.compile_cubin(generated.source, arch)
-        except Exception:  # nvcc's own error comes again, whole, when the program is loaded
-            return (generate(dag, library, best.plan, dtype, target),
-                    "predicted (rank 1; registers not checked: nvcc failed)")
-        checked += 1
-        for plan, kernel in zip(combination.plan.kernels, generated.kernels):
-            used = compiled.resources.get(kernel.name)
-            if used is not None and used.spill_stores + used.spill_loads:
-                spilled[plan] = (kernel.name, used.spill_stores + used.spill_loads)
-        if not any(k in spilled for k in combination.plan.kernels):
-            if not spilled:
-                return generated, "predicted (rank 1)"
-            names = ", ".join(f"{name} {count} bytes" for name, count in spilled.values())
-            return generated, f"predicted rank {rank}: better-ranked combinations spill registers ({names})"
-    return generate(dag, library, best.plan, dtype, target), "predicted (rank 1; its kernels spill registers)"
-
-
-def _reproducible(dag, library: Library, plan: ProgramPlan) -> bool:
-    return not any(adds_with_atomics(dag, library, k) for k in plan.kernels)

@@ -214,3 +214,25 @@ def file_in_the_way(path: Path) -> Path | None:
         if place.exists():
             return None if place.is_dir() else place
     return None
+
+
+DEFAULT_SIZE = 8192
+
+
+def default_sizes(dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
+    """The sizes to compile for: those given; a size not given takes the value
+    given for ``n`` (``{"n": 4096}`` sets every size of a script whose sizes
+    are m and n), else DEFAULT_SIZE. ``fusec compile --size`` follows the
+    same rule."""
+    if sizes is not None and not isinstance(sizes, Mapping):
+        raise ArgumentError("sizes", f"is a {type(sizes).__name__}: pass a mapping of size names to"
+                                     " whole numbers, e.g. {'n': 8192}")
+    sizes = dict(sizes or {})
+    unknown = set(sizes) - set(dag.sizes) - {"n"}
+    if unknown:
+        raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}"
+                                     f" (its sizes: {', '.join(dag.sizes)})")
+    fill = sizes.get("n", DEFAULT_SIZE)
+    chosen = {s: size(s, sizes.get(s, fill)) for s in dag.sizes}
+    sizes_fit({v.name: v.dims for v in dag.values if v.dims}, chosen)
+    return chosen

@@ -1,5 +1,5 @@
 """The predictor's choice, checked by ptxas: fusec.compile takes the best-predicted
-combination whose kernels compile without spilling registers (fusec.api.SPILL_CHECKS)."""
+combination whose kernels compile without spilling registers (fusec.tune.untuned.SPILL_CHECKS)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import re
 
 import pytest
 
-from fusec import api, nvcc
+from fusec import nvcc
 from fusec.api import build_program
 from fusec.cost.perfdb import predictor_for
 from fusec.emit.program import generate
 from fusec.frontend import load_script
 from fusec.nvcc import Compiled, Resources
 from fusec.space.combinations import build_space
+from fusec.tune import untuned
 from tests.helpers import ROOT, library
 
 GPU = "h100-80gb-hbm3"  # the bundled performance database's
@@ -66,7 +67,7 @@ def test_where_every_combination_checked_spills_the_first_is_kept(monkeypatch):
     space = build_space(dag, library(), "float32", sizes, predictor_for(library(), GPU))
     seen = _fake_nvcc(monkeypatch, lambda source, name: True)
     program, _ = build_program(dag, library(), "float32", sizes=sizes, gpu=GPU)
-    assert len(seen) == api.SPILL_CHECKS
+    assert len(seen) == untuned.SPILL_CHECKS
     assert program.generated.plan == space.best().plan
     assert program.predicted == "predicted (rank 1; its kernels spill registers)"
 

@@ -38,8 +38,10 @@ from ..progress import Progress
 from ..runtime.program import Program
 from ..space.combinations import LAYOUTS, Combination, build_space
 from ..target import slug
+from ..validate import default_sizes
 from . import quick as quick_rounds
 from . import store as tuning
+from . import untuned
 
 OK = "ok"
 WRONG = "wrong"
@@ -110,13 +112,16 @@ class TuneResult:
 
 
 def untuned_choice(dag, library, dtype: str, sizes: Mapping[str, int], predictor, rows) -> Row | None:
-    """The row of the plan :func:`fusec.compile` takes without a tuned plan, if measured."""
-    from ..api import build_program
+    """The row of the plan :func:`fusec.compile` takes without a tuned plan (the best-predicted
+    whose kernels do not spill: :func:`fusec.tune.untuned.without_spills`), if measured."""
+    from ..nvcc import DEFAULT_ARCH
     try:
-        program, _ = build_program(dag, library, dtype, sizes=sizes, predictor=predictor, tuned=False)
+        space = build_space(dag, library, dtype, sizes, predictor)
+        generated, _ = untuned.without_spills(dag, library, dtype, space.ranked(), lambda p: True,
+                                              space.best_where(lambda p: True), DEFAULT_ARCH, predictor.target)
     except FusecError:
         return None
-    return next((r for r in rows if r.plan == program.generated.plan), None)
+    return next((r for r in rows if r.plan == generated.plan), None)
 
 
 # ---------------------------------------------------------------------------- GPU-free parts
@@ -425,7 +430,6 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
     false). With ``quick``, instead, the two rounds of :mod:`fusec.tune.quick` (about
     ten plans; ``top`` and ``layouts`` unused). ``predictor`` defaults to
     :func:`fusec.cost.perfdb.predictor_for` of this GPU. Progress goes to stderr when ``progress``."""
-    from ..api import default_sizes
     from ..cost.perfdb import predictor_for
     from ..emit.program import generate
     dtype = geo.dtype_name(dtype)
