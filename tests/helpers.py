@@ -26,6 +26,15 @@ def no_gpu_named():
         yield
 
 
+def own_cache(monkeypatch, tmp_path) -> Path:
+    """A tuning and cubin cache of this test's own, and no GPU named from outside: the
+    folder ($FUSEC_CACHE_DIR) a tuning test writes to."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    return folder
+
+
 @functools.lru_cache(maxsize=None)
 def library():
     from fusec.library.loader import load_library

@@ -22,7 +22,7 @@ from fusec.target import GpuInfo
 from fusec.tune import quick
 from fusec.tune import search as S
 from fusec.tune import store as tuning
-from tests.helpers import ROOT, library
+from tests.helpers import ROOT, library, own_cache
 
 H100 = "NVIDIA H100 80GB HBM3"
 SIZES = {"m": 3000, "n": 3000}
@@ -30,10 +30,7 @@ SIZES = {"m": 3000, "n": 3000}
 
 @pytest.fixture(autouse=True)
 def cache(monkeypatch, tmp_path):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
-    monkeypatch.delenv("FUSEC_GPU", raising=False)
-    return folder
+    return own_cache(monkeypatch, tmp_path)
 
 
 def script(name="bicgk"):

@@ -47,7 +47,7 @@ from fusec.tune.search import (
     report,
     tune,
 )
-from tests.helpers import LIBRARY, ROOT, library
+from tests.helpers import LIBRARY, ROOT, library, own_cache
 
 BICGK = ROOT / "scripts" / "bicgk.script"
 GESUMMV = ROOT / "scripts" / "gesummv.script"
@@ -58,11 +58,7 @@ SIZES = {"m": 300, "n": 200}
 
 @pytest.fixture(autouse=True)
 def cache(monkeypatch, tmp_path):
-    """A cache of this test's own, and no GPU named from outside."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
-    monkeypatch.delenv("FUSEC_GPU", raising=False)
-    return folder
+    return own_cache(monkeypatch, tmp_path)
 
 
 def bicgk():

@@ -15,7 +15,7 @@ import fusec
 from fusec import cli, oracle
 from fusec.frontend import load_script
 from fusec.tune.search import OK, report, tune
-from tests.helpers import DTYPES, LIBRARY, ROOT, library
+from tests.helpers import DTYPES, LIBRARY, ROOT, library, own_cache
 
 pytestmark = pytest.mark.gpu
 
@@ -25,9 +25,7 @@ CASES = [{"m": 1000, "n": 1000}, {"m": 1501, "n": 1000}]  # square, and m = n + 
 
 @pytest.fixture(autouse=True)
 def cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("FUSEC_GPU", raising=False)
-    return tmp_path / "cache"
+    return own_cache(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
