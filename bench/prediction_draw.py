@@ -207,7 +207,7 @@ def _rule(run: dict) -> str:
     if not rule:
         return ""
     return (f": first {rule['first']}, within {rule['within']}x, refine {rule['refine']},"
-            f" orders {rule['orders']}")
+            f" orders {rule['orders']}, register-bound twins {rule.get('twins', 'apart')}")
 
 
 def _cell(value, digits=2, suffix="") -> str:

@@ -1,7 +1,8 @@
 """Which few plans should a quick tune time, to land near a wide tune's best? (CPU)
 
     python -m experiments.prediction_quick [--draws bench/results/h200-prediction-draw.json]
-        [--seeds N,...] [--out experiments/results]
+        [--runs 7] [--out experiments/results]
+    python -m experiments.prediction_quick --replay [--draws ...] [--out experiments/results]
 
 QUESTION (issue 49). Timing the predictor's first k choices gains little past k = 3
 (``experiments.prediction_topk``): where the predictor errs, the fastest plan is of another
@@ -18,6 +19,12 @@ kernel; ``H{``, ``S{``, ``B{`` horizontal, striped and held fusions; the rest ti
 approximation of :func:`fusec.tune.quick.families` that cannot tell vector from tile kernels. A
 rule limited to the measured plans may miss a plan the real quick tune would time: the GPU
 draws since (the ``+ quick`` column) measure the rule as built.
+
+REPLAY (``--replay``). The quick tune as fusec builds it now (:mod:`fusec.tune.quick`, on the
+space rebuilt on the CPU with the shipped H200 predictor), its rounds scored from the measured
+plans of each draw that scored a quick choice (a plan it picks that the draw did not measure
+counts as not timed, and is counted): how the rule as it is now would have chosen at those
+points. Where the draw ran this same rule the replay must give the draw's own choice.
 
 ANSWER (the H200's 7 draws before the quick tune, 140 points; committed table
 ``experiments/results/h200-prediction-quick.md``): the first choice alone 1.068 gmean (worst
@@ -102,15 +109,86 @@ def score(points: list[dict], first: int, refine: int, nearby: bool, structures:
             "within_1_05": sum(r <= 1.05 for r in ratios) / len(ratios), "timings": sum(counts) / len(counts)}
 
 
+def replay(report: dict) -> list[dict]:
+    """Per draw that scored a quick choice: the quick rule as built now, from its measurements."""
+    import warnings
+
+    from fusec import data
+    from fusec.cost.perfdb import predictor_for
+    from fusec.frontend import load_script
+    from fusec.library.loader import load_library
+    from fusec.space.combinations import build_space
+    from fusec.tune import quick
+    from fusec.tune.search import quick_first_round
+    library = load_library(data.LIBRARY)
+    predictor = predictor_for(library, "h200")
+    out = []
+    for run in report["runs"]:
+        if "quick" not in run:
+            continue
+        ratios, picked, unmeasured, same = [], 0, 0, 0
+        for point in run["points"]:
+            dag = load_script(ROOT / "scripts" / f"{point['script']}.script", library)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                space = build_space(dag, library, point["dtype"], point["sizes"], predictor)
+            measured = {r["summary"]: r["measured_us"] for r in point["rows"] if r.get("measured_us")}
+            first = quick_first_round(space, "h200")
+            timed = [(measured[c.plan.summary(dag)], c.plan) for c in first if c.plan.summary(dag) in measured]
+            second = quick.second_round(space, min(timed, key=lambda t: t[0])[1], [c.plan for c in first])
+            timed += [(measured[c.plan.summary(dag)], c.plan) for c in second if c.plan.summary(dag) in measured]
+            picked += len(first) + len(second)
+            unmeasured += len(first) + len(second) - len(timed)
+            ratio = min(t for t, _ in timed) / point["best_us"]
+            ratios.append(ratio)
+            same += abs(ratio - point["choices"]["corrected + quick"]["ratio"]) < 1e-9
+        out.append({"seed": run["seed"], "rule": run["quick"], "points": len(ratios),
+                    "gmean": math.exp(sum(map(math.log, ratios)) / len(ratios)), "worst": max(ratios),
+                    "within_1_05": sum(r <= 1.05 for r in ratios) / len(ratios),
+                    "draw_gmean": math.exp(sum(math.log(p["choices"]["corrected + quick"]["ratio"])
+                                               for p in run["points"]) / len(run["points"])),
+                    "draw_worst": max(p["choices"]["corrected + quick"]["ratio"] for p in run["points"]),
+                    "picked": picked, "unmeasured": unmeasured, "same_choice": same})
+    return out
+
+
+def replay_markdown(rows: list[dict], draws: str) -> str:
+    lines = ["# The quick tune as built now, replayed on the H200's draws", "",
+             f"`python -m experiments.prediction_quick --replay` over `{Path(draws).name}` (CPU, see the"
+             " module's docstring): each draw that scored a quick choice, with the rule it ran then, and"
+             " the rule as it is now scored from that draw's measurements.", "",
+             "| seed | rule then | draw: gmean | draw: worst | now: gmean | now: worst | now: within 1.05x"
+             " | plans picked | not measured in the draw | points choosing as the draw |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rule = ", ".join(f"{k} {v}" for k, v in r["rule"].items()).replace("twins", "register-bound twins")
+        lines.append(f"| {r['seed']} | {rule} | {r['draw_gmean']:.3f} | {r['draw_worst']:.3f} | {r['gmean']:.3f}"
+                     f" | {r['worst']:.3f} | {r['within_1_05']:.0%} | {r['picked']} | {r['unmeasured']}"
+                     f" | {r['same_choice']}/{r['points']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--draws", default=str(DRAWS), help="a bench.prediction --draw JSON (default: the H200's)")
     parser.add_argument("--runs", type=int, default=BEFORE_QUICK,
                         help="score its first N runs (default: %(default)s, those before the quick tune)")
+    parser.add_argument("--replay", action="store_true",
+                        help="replay the quick tune as built now on the draws that scored one (see REPLAY)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = parser.parse_args(argv)
     try:
         report = json.loads(Path(args.draws).read_text(encoding="utf-8"))
+        if args.replay:
+            rows = replay(report)
+            text = replay_markdown(rows, args.draws)
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "h200-prediction-quick-replay.md").write_text(text, encoding="utf-8")
+            (out / "h200-prediction-quick-replay.json").write_text(json.dumps(rows, indent=1) + "\n",
+                                                                    encoding="utf-8")
+            print(text)
+            return 0
         points = [p for run in report["runs"][:args.runs] for p in run["points"] if p.get("best_us")]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         parser.error(f"--draws {args.draws}: not a bench.prediction --draw JSON ({type(exc).__name__}: {exc})")

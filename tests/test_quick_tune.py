@@ -285,7 +285,10 @@ def test_the_second_round_adds_other_routine_orders_of_the_winners_heaviest_kern
 def test_the_draw_report_names_the_quick_rule_each_run_measured():
     from bench import prediction_draw
     assert prediction_draw._rule({"quick": quick.rule()}) == (
-        f": first {quick.FIRST}, within {quick.WITHIN}x, refine {quick.REFINE}, orders {quick.ORDERS}")
+        f": first {quick.FIRST}, within {quick.WITHIN}x, refine {quick.REFINE}, orders {quick.ORDERS},"
+        " register-bound twins as one layout")
+    assert prediction_draw._rule({"quick": {"first": 2, "within": 1.6, "refine": 3, "orders": 0}}).endswith(
+        "register-bound twins apart")
     assert prediction_draw._rule({}) == ""
 
 
@@ -313,3 +316,21 @@ def test_measure_with_a_plan_given_is_refused(cache):
     with pytest.raises(ArgumentError) as err:
         fusec.compile(ROOT / "scripts" / "bicgk.script", sizes=SMALL, plan=plan, measure=True)
     assert err.value.argument == "measure"
+
+
+def test_register_bound_twins_count_as_one_layout_in_the_second_round_and_as_variants():
+    """A horizontal fusion's register-bounded twin moves the same bytes: the second round
+    takes further layouts past it, and offers it among the winner's variants."""
+    dag = script("bicgk")
+    space = space_of(dag, {"m": 795, "n": 795})
+    horizontal = [c for c in space.layouts(ALL_LAYOUTS) if quick.families(c.plan) == ("horizontal",)]
+    winner = next(c.plan for c in horizontal
+                  if any(o.plan.kernels[0].bound != c.plan.kernels[0].bound
+                         for o in quick.routine_orders(space, c.plan)))
+    twins = [o.plan for o in quick.routine_orders(space, winner)
+             if o.plan.kernels[0].bound != winner.kernels[0].bound]
+    assert twins and all(quick._bytes_moved(t) == quick._bytes_moved(winner) for t in twins)
+    second = quick.second_round(space, winner, [winner], orders=0)
+    keys = [quick._bytes_moved(c.plan) for c in second]
+    assert len(set(keys)) == len(keys) and quick._bytes_moved(winner) not in keys
+    assert all(quick.structure(c.plan) == quick.structure(winner) for c in second)

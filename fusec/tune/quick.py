@@ -25,15 +25,16 @@ experiments/results/h200-prediction-quick.md.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Sequence
 
 from ..cost.features import plan_class
-from ..ir.plan import ProgramPlan
+from ..ir.plan import HorizontalPlan, ProgramPlan
 from ..space.combinations import ALL_LAYOUTS, Combination, Space
 
 FIRST = 2  # the best-predicted layouts timed in the first round, beside the first choice
-REFINE = 3  # the further layouts of the winner's structure timed in the second
-ORDERS = 2  # and the other routine orders (load phases) of the winner's heaviest kernel
+REFINE = 3  # the further layouts of the winner's structure timed in the second (register-bound twins as one)
+ORDERS = 2  # and other variants (routine orders, register bounds) of the winner's heaviest kernel
 # A family structure is timed only if its best is predicted within this factor of the first
 # choice: in the H200's 140 drawn points the fastest plan measured was predicted at most 1.52x
 # the first choice (95 % within 1.2x), while GEMVER has structures of four kernels at 2x
@@ -78,23 +79,27 @@ def second_round(space: Space, winner: ProgramPlan, measured: Iterable[ProgramPl
     ``winner``'s structure, then the ``orders`` best-predicted other routine orders of its
     heaviest kernel (:func:`routine_orders`), none among ``measured``."""
     wanted, done = structure(winner), set(measured)
+    seen = {_bytes_moved(plan) for plan in done}
     out = []
     for combination in space.layouts(ALL_LAYOUTS):
         if len(out) == refine:
             break
-        if combination.plan not in done and structure(combination.plan) == wanted:
+        key = _bytes_moved(combination.plan)
+        if key not in seen and structure(combination.plan) == wanted:
+            seen.add(key)
             done.add(combination.plan)
             out.append(combination)
     return out + [c for c in routine_orders(space, winner) if c.plan not in done][:orders]
 
 
 def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
-    """``plan`` with its heaviest kernel in each other routine order the space offers for it
-    (the same layout: calls, implementations, shape, serial axis), best-predicted first.
-    Layouts leave the order out, yet a kernel loading its operands in two phases instead of
-    one measured 8-20 % apart at small sizes (AXPYDOT fp64 n = 1418481, BiCGK fp64 3219 x 999:
-    bench/results/h200-prediction-draw.md, seeds 815831556 and 1701336686). Empty where ``plan`` is none of
-    the space's combinations."""
+    """``plan`` with its heaviest kernel in each other variant the space offers for it, best-
+    predicted first: another routine order, or for a horizontal fusion another register
+    bound, of the same calls, implementations, shapes and serial axes. Layouts leave the
+    order out, yet a kernel loading its operands in two phases instead of one measured 8-20 %
+    apart at small sizes (AXPYDOT fp64 n = 1418481, BiCGK fp64 3219 x 999:
+    bench/results/h200-prediction-draw.md, seeds 815831556 and 1701336686). Empty where
+    ``plan`` is none of the space's combinations."""
     for cover in space.covers:
         if len(cover) != len(plan.kernels):
             continue
@@ -103,10 +108,10 @@ def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
         if None in picked:
             continue
         heaviest = max(range(len(cover)), key=lambda i: (picked[i][2], -i))
-        layout = plan.kernels[heaviest].layout()
+        layout = _moves(plan.kernels[heaviest])
         out = []
         for option in space.options[cover[heaviest]]:  # best-predicted first
-            if option[0] != plan.kernels[heaviest] and option[0].layout() == layout:
+            if option[0] != plan.kernels[heaviest] and _moves(option[0]) == layout:
                 chosen = picked[:heaviest] + [option] + picked[heaviest + 1:]
                 times = tuple(t for _, _, t in chosen)
                 out.append(Combination(ProgramPlan(tuple(p for p, _, _ in chosen)), sum(times), times))
@@ -114,9 +119,24 @@ def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
     return []
 
 
+def _moves(kernel):
+    """A kernel plan less what varies its code but not how it moves its bytes: its routine
+    order (:meth:`layout`) and, for a horizontal fusion, its register bound."""
+    layout = kernel.layout()
+    return dataclasses.replace(layout, bound=0) if isinstance(layout, HorizontalPlan) else layout
+
+
+def _bytes_moved(plan: ProgramPlan) -> tuple:
+    """Each kernel's :func:`_moves`: a second round times one combination of each. Among
+    layouts a register-bounded twin counts apart, yet times as a variant (BiCGK fp32 795 x 795:
+    the fastest plan, a fourth layout, was left for two twins of those before it;
+    bench/results/h200-prediction-quick-reruns.md)."""
+    return tuple(_moves(k) for k in plan.kernels)
+
+
 def rule() -> dict:
     """The quick tune's parameters, for a report to say which rule it measured."""
-    return {"first": FIRST, "within": WITHIN, "refine": REFINE, "orders": ORDERS}
+    return {"first": FIRST, "within": WITHIN, "refine": REFINE, "orders": ORDERS, "twins": "as one layout"}
 
 
 def _distinct(combinations: Sequence[Combination]) -> list[Combination]:
