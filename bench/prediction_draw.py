@@ -13,7 +13,9 @@ layouts and the best of every layout class (fusec.tune.plans.wide_candidates) of
 the database's ranking and of the corrected one, and the plan ``fusec.compile``
 takes with each predictor, without the nearby-plan borrowing (``tuned=False``:
 the best-predicted plan whose kernels do not spill) and with it (as an untuned
-compile does: the plan tuned for the nearest sizes where the space offers it).
+compile does: the plan tuned for the nearest sizes where the space offers it), and the
+plan a quick tune keeps (``fusec.compile(measure=True)``, fusec.tune.quick: its two rounds'
+plans are measured too, and its choice is the fastest of them; the run records the rule).
 --previous FILE adds another correction of the same database (the one a refit
 replaced): its ranking joins the wide tune and its first choice is scored as
 'previous'.
