@@ -226,7 +226,8 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     dtype = check_arguments(dag, dtype, plan, predictor, gpu)
     dag = device_dag(dag, device_scalars)
     tuned, reproducible = check.flag("tuned", tuned), check.flag("reproducible", reproducible)
-    if measure is None:  # the application's choice; it yields to what this call asks
+    asked = measure is not None  # else the application's choice: it yields to what this call asks
+    if not asked:
         measure = (check.environment_flag("FUSEC_MEASURE", False) and tuned and not reproducible
                    and plan is None)
     measure = check.flag("measure", measure)
@@ -277,7 +278,8 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
                                            f" its plan does not build ({type(exc).__name__}: {exc})"))
     keep = (lambda p: untuned.adds_no_atomics(dag, library, p)) if reproducible else (lambda p: True)
     if measure:
-        measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None, target)
+        measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None, target,
+                                asked=asked)
         if measured is not None:
             return measured
     if tuned:
@@ -289,16 +291,27 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     return Program(generated, predicted=predicted), None
 
 
-def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, target: GpuTarget):
+def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, target: GpuTarget, *,
+                 asked: bool = True):
     """(the program, its entry) of a quick tune on the GPU present (``compile(measure=True)``),
-    its winner kept in the tuning cache; None, with a warning, where no candidate passed."""
+    its winner kept in the tuning cache; None, with a warning, where no candidate passed.
+    Not ``asked`` ($FUSEC_MEASURE=1 alone), where no GPU is present or ``gpu`` names another,
+    None too: the environment's wish yields to the machine and to the call."""
     from .runtime import cuda
     from .tune.search import tune
-    cuda.driver()  # a clear error when PyCUDA or the GPU is missing
-    info = present()
-    if info is None:
-        raise GPUUnavailableError("measure=True times candidates on a GPU, and none is present")
+    try:
+        cuda.driver()  # a clear error when PyCUDA or the GPU is missing
+        info = present()
+        if info is None:
+            raise GPUUnavailableError("measure=True times candidates on a GPU, and none is present")
+    except GPUUnavailableError as exc:
+        if asked:
+            raise
+        warnings.warn(FusecWarning(f"$FUSEC_MEASURE=1, but nothing can be measured here ({exc}): predicting"))
+        return None
     if gpu is not None and not info.slug.startswith(slug(gpu)):
+        if not asked:
+            return None  # the call chose kernels for another GPU
         raise ArgumentError("gpu", f"is {gpu!r}, but measure=True measures on the GPU present ({info.name}):"
                                    " leave gpu out, or measure on that GPU")
     result = tune(dag, library, dtype, sizes, predictor=predictor, progress=False, quick=True)

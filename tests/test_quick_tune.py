@@ -334,3 +334,22 @@ def test_register_bound_twins_count_as_one_layout_in_the_second_round_and_as_var
     keys = [quick._bytes_moved(c.plan) for c in second]
     assert len(set(keys)) == len(keys) and quick._bytes_moved(winner) not in keys
     assert all(quick.structure(c.plan) == quick.structure(winner) for c in second)
+
+
+def test_fusec_measure_without_a_gpu_or_for_another_gpu_predicts(monkeypatch, cache):
+    """The environment's wish yields to the machine and to the call: no GPU, a warning and
+    the predicted plan (where measure=True is an error); gpu= naming another GPU, predicted."""
+    path = ROOT / "scripts" / "bicgk.script"
+    monkeypatch.setenv("FUSEC_MEASURE", "1")
+
+    def no_driver():
+        raise GPUUnavailableError("running a program needs PyCUDA and an NVIDIA GPU")
+    monkeypatch.setattr("fusec.runtime.cuda.driver", no_driver)
+    with pytest.warns(fusec.FusecWarning, match=r"\$FUSEC_MEASURE=1, but nothing can be measured here"):
+        program = fusec.compile(path, sizes=SMALL, predictor=DEFAULT)
+    assert not program.tuned and program.generated.plan == space_of(script(), SMALL).top(1)[0].plan
+    measurers = []
+    fake_gpu(monkeypatch, measurers)
+    assert not fusec.compile(path, sizes=SMALL, predictor=DEFAULT, gpu="h200").tuned and not measurers
+    with pytest.raises(ArgumentError):
+        fusec.compile(path, sizes=SMALL, predictor=DEFAULT, gpu="h200", measure=True)
