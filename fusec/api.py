@@ -279,7 +279,7 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     keep = (lambda p: untuned.adds_no_atomics(dag, library, p)) if reproducible else (lambda p: True)
     if measure:
         measured = _quick_tuned(dag, library, dtype, sizes, gpu, predictor if predictor_given else None, target,
-                                asked=asked)
+                                space, asked=asked)
         if measured is not None:
             return measured
     if tuned:
@@ -291,10 +291,12 @@ def build_program(dag, library: Library, dtype="float32", *, sizes: Mapping[str,
     return Program(generated, predicted=predicted), None
 
 
-def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, target: GpuTarget, *,
-                 asked: bool = True):
+def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, predictor, target: GpuTarget,
+                 space, *, asked: bool = True):
     """(the program, its entry) of a quick tune on the GPU present (``compile(measure=True)``),
     its winner kept in the tuning cache; None, with a warning, where no candidate passed.
+    ``space``: the one compile built, which the tune draws from where it was ranked for
+    the GPU present (``predictor`` given, or chosen for that GPU), rather than building it again.
     Not ``asked`` ($FUSEC_MEASURE=1 alone), where no GPU is present or ``gpu`` names another,
     None too: the environment's wish yields to the machine and to the call."""
     from .runtime import cuda
@@ -314,7 +316,9 @@ def _quick_tuned(dag, library: Library, dtype: str, sizes, gpu: str | None, pred
             return None  # the call chose kernels for another GPU
         raise ArgumentError("gpu", f"is {gpu!r}, but measure=True measures on the GPU present ({info.name}):"
                                    " leave gpu out, or measure on that GPU")
-    result = tune(dag, library, dtype, sizes, predictor=predictor, progress=False, quick=True)
+    for_this_gpu = predictor is not None or chosen_slug(gpu) == info.slug
+    result = tune(dag, library, dtype, sizes, predictor=predictor, progress=False, quick=True,
+                  space=space if for_this_gpu else None)
     if result.entry is None:
         warnings.warn(FusecWarning(f"{dag.file}: no candidate of the quick tune passed at"
                                    f" {', '.join(f'{k}={v}' for k, v in sizes.items())}; predicting instead"))
@@ -329,7 +333,7 @@ def _nearby_plan(dag, library: Library, dtype: str, sizes, gpu: str | None, spac
     that ``space``, this size's, offers as it is and ``keep`` accepts; None if none does.
     A tuned plan fixes the whole launch (shapes, serial iterations, lags, what is held),
     so one offered here is one the predictor could have picked here too."""
-    offered = set(space.offered)
+    offered = space.offered
     for entry in tuning.nearby(dag, library, dtype, sizes, gpu):
         if not all(k in offered for k in entry.plan.kernels) or not keep(entry.plan):
             continue

@@ -25,11 +25,10 @@ experiments/results/h200-prediction-quick.md.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterable, Sequence
 
 from ..cost.features import plan_class
-from ..ir.plan import HorizontalPlan, ProgramPlan
+from ..ir.plan import ProgramPlan
 from ..space.combinations import ALL_LAYOUTS, Combination, Space
 
 FIRST = 2  # the best-predicted layouts timed in the first round, beside the first choice
@@ -108,10 +107,10 @@ def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
         if None in picked:
             continue
         heaviest = max(range(len(cover)), key=lambda i: (picked[i][2], -i))
-        layout = _moves(plan.kernels[heaviest])
+        layout = plan.kernels[heaviest].traffic()
         out = []
         for option in space.options[cover[heaviest]]:  # best-predicted first
-            if option[0] != plan.kernels[heaviest] and _moves(option[0]) == layout:
+            if option[0] != plan.kernels[heaviest] and option[0].traffic() == layout:
                 chosen = picked[:heaviest] + [option] + picked[heaviest + 1:]
                 times = tuple(t for _, _, t in chosen)
                 out.append(Combination(ProgramPlan(tuple(p for p, _, _ in chosen)), sum(times), times))
@@ -119,19 +118,12 @@ def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
     return []
 
 
-def _moves(kernel):
-    """A kernel plan less what varies its code but not how it moves its bytes: its routine
-    order (:meth:`layout`) and, for a horizontal fusion, its register bound."""
-    layout = kernel.layout()
-    return dataclasses.replace(layout, bound=0) if isinstance(layout, HorizontalPlan) else layout
-
-
 def _bytes_moved(plan: ProgramPlan) -> tuple:
-    """Each kernel's :func:`_moves`: a second round times one combination of each. Among
-    layouts a register-bounded twin counts apart, yet times as a variant (BiCGK fp32 795 x 795:
+    """Each kernel's :meth:`~fusec.ir.plan.Plan.traffic`: a second round times one combination
+    of each. Among layouts a register-bounded twin counts apart, yet times as a variant (BiCGK fp32 795 x 795:
     the fastest plan, a fourth layout, was left for two twins of those before it;
     bench/results/h200-prediction-quick-reruns.md)."""
-    return tuple(_moves(k) for k in plan.kernels)
+    return tuple(k.traffic() for k in plan.kernels)
 
 
 def rule() -> dict:

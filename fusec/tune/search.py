@@ -111,12 +111,13 @@ class TuneResult:
     quick: bool = False  # the two rounds of fusec.tune.quick: ranked = the first round, by_layout = the second
 
 
-def untuned_choice(dag, library, dtype: str, sizes: Mapping[str, int], predictor, rows) -> Row | None:
+def untuned_choice(dag, library, dtype: str, sizes: Mapping[str, int], predictor, rows, space=None) -> Row | None:
     """The row of the plan :func:`fusec.compile` takes without a tuned plan (the best-predicted
-    whose kernels do not spill: :func:`fusec.tune.untuned.without_spills`), if measured."""
+    whose kernels do not spill: :func:`fusec.tune.untuned.without_spills`), if measured.
+    ``space``: the space of these arguments where the caller built it already."""
     from ..nvcc import DEFAULT_ARCH
     try:
-        space = build_space(dag, library, dtype, sizes, predictor)
+        space = space or build_space(dag, library, dtype, sizes, predictor)
         generated, _ = untuned.without_spills(dag, library, dtype, space.ranked(), lambda p: True,
                                               space.best_where(lambda p: True), DEFAULT_ARCH, predictor.target)
     except FusecError:
@@ -164,18 +165,23 @@ def _incumbent(dag, library, dtype: str, sizes, gpu_slug: str, predictor, chosen
     previous version: tuning.previous; else the one it ships for a GPU of the same
     compute capability: tuning.sibling), with its predicted time, unless it is among
     the candidates already (or there is none, or it no longer builds)."""
-    from ..emit.program import generate
     entry = (tuning.lookup(dag, library, dtype, sizes, gpu_slug)  # warns about a damaged entry
              or tuning.previous(dag, library, dtype, sizes, gpu_slug)
              or tuning.sibling(dag, library, dtype, sizes, gpu_slug))
     if entry is None or any(c.plan == entry.plan for c in chosen):
         return None
+    return _priced(entry.plan, dag, library, dtype, sizes, predictor)
+
+
+def _priced(plan: ProgramPlan, dag, library, dtype: str, sizes, predictor) -> Combination | None:
+    """A tuned plan as a candidate, with its predicted time; None where it no longer builds."""
+    from ..emit.program import generate
     try:
-        kernels = generate(dag, library, entry.plan, dtype).kernels
+        kernels = generate(dag, library, plan, dtype).kernels
     except FusecError:
         return None
     times = tuple(predictor.kernel_seconds(k, dag, sizes) for k in kernels)
-    return Combination(entry.plan, sum(times), times)
+    return Combination(plan, sum(times), times)
 
 
 def choose(rows: list[Row] | tuple[Row, ...]) -> Row | None:
@@ -422,16 +428,16 @@ class GpuMeasurer(Measurer):
 
 def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layouts: int = LAYOUTS,
          predictor=None, repeat: int = 20, warmup: int = 3, seed: int = 0, progress: bool = True,
-         measurer: Measurer | None = None, store: bool = True, quick: bool = False) -> TuneResult:
+         measurer: Measurer | None = None, store: bool = True, quick: bool = False, space=None) -> TuneResult:
     """Measure the ``top`` best-predicted combinations of ``dag`` at ``sizes``,
     and the best of each of the ``layouts`` best-predicted layouts of the
     heaviest kernel not among them (:func:`candidate_groups`), on the GPU present and cache the
     fastest correct one (unless ``store`` is
     false). With ``quick``, instead, the two rounds of :mod:`fusec.tune.quick` (about
-    ten plans; ``top`` and ``layouts`` unused). ``predictor`` defaults to
+    ten plans; ``top`` and ``layouts`` unused), drawn from ``space`` where the caller built it
+    (its predictor then ranks them). ``predictor`` defaults to
     :func:`fusec.cost.perfdb.predictor_for` of this GPU. Progress goes to stderr when ``progress``."""
     from ..cost.perfdb import predictor_for
-    from ..emit.program import generate
     dtype = geo.dtype_name(dtype)
     sizes = default_sizes(dag, sizes)
     if repeat < 1 or warmup < 0:
@@ -439,9 +445,10 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
     start = time.perf_counter()
     measurer = measurer or GpuMeasurer(dag, library, dtype, sizes, repeat=repeat, warmup=warmup, seed=seed)
     with measurer:
-        predictor = predictor or predictor_for(library, measurer.gpu_slug)
+        predictor = (space.predictor if space is not None and quick
+                     else predictor or predictor_for(library, measurer.gpu_slug))
         if quick:
-            space = build_space(dag, library, dtype, sizes, predictor)
+            space = space or build_space(dag, library, dtype, sizes, predictor)
             chosen = ranked = quick_first_round(space, measurer.gpu_slug)
         else:
             ranked, by_layout = candidate_groups(dag, library, dtype, sizes, top, predictor, layouts)
@@ -449,14 +456,16 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
             incumbent = _incumbent(dag, library, dtype, sizes, measurer.gpu_slug, predictor, chosen)
             if incumbent is not None:
                 chosen.append(incumbent)
-        rows = _measure_all(measurer, dag, library, dtype, sizes, chosen, progress)
+        rows, programs = _measure_all(measurer, dag, library, dtype, sizes, chosen, progress)
         if quick:
             leader = choose(rows)
             by_layout = ([] if leader is None else
                          quick_rounds.second_round(space, leader.plan, [r.plan for r in rows]))
-            rows += _measure_all(measurer, dag, library, dtype, sizes, by_layout, progress, first_rank=len(rows) + 1)
+            more, more_programs = _measure_all(measurer, dag, library, dtype, sizes, by_layout, progress,
+                                               first_rank=len(rows) + 1)
+            rows, programs = rows + more, programs + more_programs
         winner = choose(rows)
-        ways = directions(measurer, Program(generate(dag, library, winner.plan, dtype))) if winner else {}
+        ways = directions(measurer, programs[rows.index(winner)]) if winner is not None else {}
         gpu_name, gpu_slug = measurer.gpu_name, measurer.gpu_slug
     # forwards only where it measured faster (a way that failed counts as inf)
     turning = not ways or ways[True].seconds <= ways[False].seconds
@@ -477,16 +486,18 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
             error = "not asked to"
     return TuneResult(dag, dtype, sizes, gpu_name, getattr(predictor, "name", type(predictor).__name__),
                       tuple(rows), winner, entry, path, error, time.perf_counter() - start,
-                      len(ranked), len(by_layout), ways, untuned_choice(dag, library, dtype, sizes, predictor, rows),
+                      len(ranked), len(by_layout), ways,
+                      untuned_choice(dag, library, dtype, sizes, predictor, rows, space if quick else None),
                       quick=quick)
 
 
 def _measure_all(measurer: Measurer, dag, library, dtype: str, sizes, chosen: list[Combination],
-                 progress: bool, first_rank: int = 1) -> list[Row]:
-    """Generate, compile (all at once), check and time ``chosen``, ranked from ``first_rank``."""
+                 progress: bool, first_rank: int = 1) -> tuple[list[Row], list[Program | None]]:
+    """Generate, compile (all at once), check and time ``chosen``, ranked from ``first_rank``:
+    a row each, and its program (None where it was not generated)."""
     from ..emit.program import generate
     if not chosen:
-        return []
+        return [], []
     programs: list[Program | None] = []
     failures: list[Measurement | None] = []
     for combination in chosen:
@@ -516,7 +527,7 @@ def _measure_all(measurer: Measurer, dag, library, dtype: str, sizes, chosen: li
             bar.advance(label=label)
             nbytes = program.minimum_bytes(sizes) if program else 0
             rows.append(Row(rank, combination.plan, combination.predicted, measurement, nbytes))
-    return rows
+    return rows, programs
 
 
 def quick_first_round(space, gpu_slug: str | None) -> list[Combination]:
@@ -533,14 +544,10 @@ def quick_first_round(space, gpu_slug: str | None) -> list[Combination]:
 def _nearby(space, dag, library, dtype: str, sizes, gpu_slug: str, predictor) -> Combination | None:
     """The plan tuned for the nearest size (tuning.nearby) that ``space`` offers as it is,
     with its predicted time: what an untuned compile borrows (fusec.api), timed beside the others."""
-    from ..emit.program import generate
     offered = space.offered
     for entry in tuning.nearby(dag, library, dtype, sizes, gpu_slug):
         if all(k in offered for k in entry.plan.kernels):
-            try:
-                kernels = generate(dag, library, entry.plan, dtype).kernels
-            except FusecError:
-                continue
-            times = tuple(predictor.kernel_seconds(k, dag, sizes) for k in kernels)
-            return Combination(entry.plan, sum(times), times)
+            priced = _priced(entry.plan, dag, library, dtype, sizes, predictor)
+            if priced is not None:
+                return priced
     return None
