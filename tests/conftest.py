@@ -56,6 +56,9 @@ def pytest_configure(config):
     os.environ["FUSEC_SHIPPED_TUNINGS"] = "0"  # nor the plans fusec/data/blas ships (tests of them set it)
     os.environ["FUSEC_CORRECTION"] = "0"  # nor a fitted correction of the database (tests of it set it)
     os.environ.pop("FUSEC_MEASURE", None)  # compile predicts, as CI's does (tests of measuring set it)
+    # JAX takes 75 % of the GPU's memory at its first array unless told not to: the worker
+    # that ran a JAX test held 110 of an H200's 140 GB, and the others' next tests failed
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def pytest_unconfigure(config):

@@ -73,6 +73,21 @@ def test_numpy_arguments_bind_and_give_the_sizes():
     assert binding.family == "numpy"
 
 
+def test_an_array_still_being_written_is_waited_for_before_its_address_is_taken():
+    """JAX's interface (version 2, no stream) comes before its array is written: an array
+    offering block_until_ready is waited for by the host; one naming a stream is not."""
+    waits = []
+    unordered = {"block_until_ready": lambda self: waits.append(self)}
+    A, p = device((3, 5), **unordered), device((5,), **unordered)
+    A._cai["version"] = p._cai["version"] = 2
+    bicgk().bind(bicgk_args(A=A, p=p, r=device((3,))))
+    assert waits == [A, p]
+    ordered = device((3, 5), **unordered)
+    ordered._cai["stream"] = 7  # its producer's stream: the GPU waits for it, not the host
+    bound = bicgk().bind(bicgk_args(A=ordered)).arrays.values()
+    assert next(a.stream for a in bound if a.name == "A") == 7 and waits == [A, p]
+
+
 @pytest.mark.parametrize("m,n", [(1, 1), (1, 7), (7, 1), (33, 1000), (1000, 33)])
 def test_rectangular_sizes_are_inferred(m, n):
     assert bicgk().bind(bicgk_args(m=m, n=n)).sizes == {"m": m, "n": n}

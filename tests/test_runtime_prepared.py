@@ -65,6 +65,9 @@ def test_no_signature_for_what_only_the_whole_way_handles():
     assert signature(1, sgemv_device(A=[[1.0]]), ARRAYS, SCALARS) is None
     assert signature(1, sgemv_device(A=None), ARRAYS, SCALARS) is None
     assert signature(1, {"alpha": 1.0}, (), frozenset({"alpha"})) is None  # no array at all
+    unordered = device_class("unordered_device", block_until_ready=lambda self: None)()
+    unordered._cai = sgemv_device()["A"]._cai  # an array JAX may still be writing: waited for every call
+    assert signature(1, sgemv_device(A=unordered), ARRAYS, SCALARS) is None
 
 
 def test_a_prepared_call_declines_misaligned_outputs():

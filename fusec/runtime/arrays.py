@@ -190,6 +190,8 @@ def _checked_array(name: str, value: int, obj: Any, dtype: np.dtype, what: str, 
         contiguous = strides is None or 0 in shape or all(  # an axis of extent 1 may have any stride
             extent == 1 or s == c for extent, s, c in zip(shape, strides, _c_strides(shape, got_dtype.itemsize)))
         where, family, stream = DEVICE, _family(obj), interface_stream(cai)
+        if stream is None and unordered(obj):
+            obj.block_until_ready()
     else:
         raise ArgumentError(name, f"must be {what}: a NumPy array or a device array with"
                                   f" __cuda_array_interface__, got {_describe(obj)}")
@@ -205,6 +207,16 @@ def _checked_array(name: str, value: int, obj: Any, dtype: np.dtype, what: str, 
     if 0 in shape:
         raise ArgumentError(name, f"is empty {tuple(shape)}; every size must be at least 1")
     return ArrayArg(name, value, obj, where, family, tuple(int(s) for s in shape), pointer, stream)
+
+
+def unordered(obj: Any) -> bool:
+    """Whether ``obj`` may still be being written when its ``__cuda_array_interface__`` is read.
+
+    JAX hands out its arrays' interface (version 2, no stream) before the computation
+    that makes them has ended, so a kernel launched at once read a half-written (all-zero)
+    matrix under load; such an array offers ``block_until_ready``, which the host calls
+    before each call that reads it (:func:`_checked_array`; never a prepared call)."""
+    return callable(getattr(obj, "block_until_ready", None))
 
 
 DLPACK_CUDA, DLPACK_MANAGED = 2, 13  # kDLCUDA, kDLCUDAManaged

@@ -28,7 +28,7 @@ import math
 import struct
 from typing import Any, Callable, Mapping, Sequence
 
-from .arrays import scalar_value
+from .arrays import scalar_value, unordered
 
 # Outputs up to this many bytes in all are made one call ahead by the C extension
 # (it holds them between calls, and with CuPy the last results too once the caller
@@ -105,8 +105,8 @@ SIGNATURE_STEADY: dict[Callable, tuple[bool, ...]] = {
 
 def _interface_signature(obj) -> tuple | None:
     interface = getattr(obj, "__cuda_array_interface__", None)
-    if interface is None or interface.get("stream") is not None:
-        return None  # one naming its producer's stream is waited for on the whole way, every call
+    if interface is None or interface.get("stream") is not None or unordered(obj):
+        return None  # one naming its producer's stream, or one to wait for, goes the whole way every call
     return (interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"])
 
 
