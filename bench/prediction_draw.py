@@ -208,7 +208,8 @@ def _rule(run: dict) -> str:
     rule = run.get("quick")
     if not rule:
         return ""
-    return (f": first {rule['first']}, within {rule['within']}x, refine {rule['refine']},"
+    cap = f" (at most {rule['families']} family structures)" if "families" in rule else ""
+    return (f": first {rule['first']}, within {rule['within']}x{cap}, refine {rule['refine']},"
             f" orders {rule['orders']}, register-bound twins {rule.get('twins', 'apart')}")
 
 

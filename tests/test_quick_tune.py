@@ -72,6 +72,42 @@ def test_a_structure_far_slower_than_the_first_choice_is_left_out():
     assert quick.first_round(space, within=1.0, also=[also])[-1].plan == also.plan
 
 
+def structures_near(space, within=quick.WITHIN):
+    """The best-predicted plan of each family structure predicted within ``within`` times the
+    first choice, best first: what the first round would time with no cap."""
+    best = {}
+    for c in space.layouts(ALL_LAYOUTS):
+        if c.predicted > within * space.top(1)[0].predicted:
+            break
+        best.setdefault(quick.families(c.plan), c)
+    return list(best.values())
+
+
+def test_a_solver_iterations_first_round_times_the_best_predicted_family_structures_only():
+    space = space_of(script("solvers/cg"), {"n": 3000})
+    near = structures_near(space)
+    assert len(near) > quick.FAMILIES  # CG's seven calls combine into more structures than the cap
+    first = quick.first_round(space)
+    assert len(first) <= 1 + quick.FIRST + quick.FAMILIES
+    assert len({quick.families(c.plan) for c in first}) <= quick.FAMILIES
+    # the first choice, the best layouts, then the best of the FAMILIES best-predicted structures, in order
+    every = space.layouts(ALL_LAYOUTS)
+    head = [space.top(1)[0].plan] + [c.plan for c in every[:quick.FIRST] if c.plan != space.top(1)[0].plan]
+    kept = [c.plan for c in near[:quick.FAMILIES] if c.plan not in head]
+    assert [c.plan for c in first] == head + kept
+    for cap in (1, 2, 5):
+        capped = quick.first_round(space, family_structures=cap)
+        assert [c.plan for c in capped] == head + [c.plan for c in near[:cap] if c.plan not in head]
+    assert len(quick.first_round(space, family_structures=len(near))) > len(first)
+
+
+@pytest.mark.parametrize("name", ["bicgk", "gemver", "gesummv"])
+def test_the_cap_on_family_structures_leaves_the_sequences_first_rounds_as_they_were(name):
+    space = space_of(script(name))
+    assert len(structures_near(space)) < quick.FAMILIES
+    assert quick.first_round(space) == quick.first_round(space, family_structures=10**6)
+
+
 def test_the_second_round_takes_further_layouts_of_the_winners_structure_only():
     dag = script("bicgk")
     space = space_of(dag)
@@ -285,7 +321,8 @@ def test_the_second_round_adds_other_routine_orders_of_the_winners_heaviest_kern
 def test_the_draw_report_names_the_quick_rule_each_run_measured():
     from bench import prediction_draw
     assert prediction_draw._rule({"quick": quick.rule()}) == (
-        f": first {quick.FIRST}, within {quick.WITHIN}x, refine {quick.REFINE}, orders {quick.ORDERS},"
+        f": first {quick.FIRST}, within {quick.WITHIN}x (at most {quick.FAMILIES} family structures),"
+        f" refine {quick.REFINE}, orders {quick.ORDERS},"
         " register-bound twins as one layout")
     assert prediction_draw._rule({"quick": {"first": 2, "within": 1.6, "refine": 3, "orders": 0}}).endswith(
         "register-bound twins apart")

@@ -10,17 +10,19 @@ family at another shape, ranks down. So a quick tune times
 1. the predictor's first choice and the best of the ``first`` best-predicted layouts
    (:meth:`~fusec.space.combinations.Space.layouts`); the best-predicted of each
    *family structure* (the class of each kernel: band, tile, vector, horizontal,
-   striped, held) predicted within ``within`` times the first choice; the plan tuned
-   for the nearest size where the space offers it, and the one the tuning cache holds
-   (:func:`fusec.tune.search.quick_first_round` adds those two);
+   striped, held) predicted within ``within`` times the first choice, of the
+   ``FAMILIES`` best-predicted structures at most (a solver iteration's many calls
+   combine into some 40 within ``within``, the eleven sequences' into 10 or fewer); the
+   plan tuned for the nearest size where the space offers it, and the one the tuning
+   cache holds (:func:`fusec.tune.search.quick_first_round` adds those two);
 2. then, of the winner's *structure* (its cover and each kernel's class), the best
    of the ``refine`` next-best layouts not timed yet: its shape and serial
    iterations, which the model prices within a few per cent of each other; and the
    ``orders`` best-predicted other routine orders of its heaviest kernel (how many
    phases it loads its operands in), which layouts leave out.
 
-About ten plans in all; the study behind the defaults is
-experiments/results/h200-prediction-quick.md.
+About ten plans in all (the first round at most 1 + ``first`` + ``FAMILIES`` before those
+two); the study behind the defaults is experiments/results/h200-prediction-quick.md.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ ORDERS = 2  # and other variants (routine orders, register bounds) of the winner
 # choice: in the H200's 140 drawn points the fastest plan measured was predicted at most 1.52x
 # the first choice (95 % within 1.2x), while GEMVER has structures of four kernels at 2x
 WITHIN = 1.6
+# and at most this many family structures, best-predicted first: the eleven sequences' spaces
+# offer 10 or fewer within WITHIN (GEMVER the most, at the H200's drawn sizes and on a grid of
+# 300 to 20000), while a solver iteration's many calls combine into some 40 (CG), each one
+# more plan to compile and time at first use
+FAMILIES = 12
 
 
 def families(plan: ProgramPlan) -> tuple[str, ...]:
@@ -52,18 +59,19 @@ def structure(plan: ProgramPlan) -> tuple:
 
 
 def first_round(space: Space, first: int = FIRST, also: Iterable[Combination] = (),
-                within: float = WITHIN) -> list[Combination]:
+                within: float = WITHIN, family_structures: int = FAMILIES) -> list[Combination]:
     """The first choice and the best of the ``first`` best-predicted layouts, then the
     best-predicted of each family structure predicted within ``within`` times the first
-    choice not among them, then ``also`` (a nearby size's tuned plan, the cached one),
-    each plan once, in that order."""
+    choice not among them (of the ``family_structures`` best-predicted structures, those
+    of the plans before counted), then ``also`` (a nearby size's tuned plan, the cached
+    one), each plan once, in that order."""
     every = space.layouts(ALL_LAYOUTS)  # best first
     # the first choice, then the best of the next layouts: the next combinations of the
     # ranking mostly differ from it in routine order only, which times alike
     out = _distinct(space.top(1) + every[:first])
     seen_families = set()
     for combination in every:
-        if combination.predicted > within * out[0].predicted:
+        if len(seen_families) == family_structures or combination.predicted > within * out[0].predicted:
             break
         key = families(combination.plan)
         if key not in seen_families:
@@ -128,7 +136,8 @@ def _bytes_moved(plan: ProgramPlan) -> tuple:
 
 def rule() -> dict:
     """The quick tune's parameters, for a report to say which rule it measured."""
-    return {"first": FIRST, "within": WITHIN, "refine": REFINE, "orders": ORDERS, "twins": "as one layout"}
+    return {"first": FIRST, "within": WITHIN, "families": FAMILIES, "refine": REFINE, "orders": ORDERS,
+            "twins": "as one layout"}
 
 
 def _distinct(combinations: Sequence[Combination]) -> list[Combination]:
