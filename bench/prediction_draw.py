@@ -175,7 +175,7 @@ def quick_choice(dag, library, dtype: str, sizes: dict, predictor, add) -> dict:
     timed = [(t, c.plan) for t, c in zip(times, first) if t is not None]
     if not timed:
         return {"origin": "failed: no plan of the quick tune's first round passed"}
-    second = quick.second_round(space, min(timed, key=lambda tc: tc[0])[1], [c.plan for c in first])
+    second = quick.second_round(space, timed, [c.plan for c in first])
     times = add([plans.Candidate(c.plan, ("quick: second round",)) for c in second])
     timed += [(t, c.plan) for t, c in zip(times, second) if t is not None]
     plan = min(timed, key=lambda tc: tc[0])[1]
@@ -209,8 +209,10 @@ def _rule(run: dict) -> str:
     if not rule:
         return ""
     cap = f" (at most {rule['families']} family structures)" if "families" in rule else ""
-    return (f": first {rule['first']}, within {rule['within']}x{cap}, refine {rule['refine']},"
-            f" orders {rule['orders']}, register-bound twins {rule.get('twins', 'apart')}")
+    first_orders = f", {rule['first_orders']} other routine order each" if "first_orders" in rule else ""
+    tie = f", structures within {rule['tie']}x of the fastest" if "tie" in rule else ""
+    return (f": first {rule['first']}, within {rule['within']}x{cap}{first_orders}; refine {rule['refine']},"
+            f" orders {rule['orders']}{tie}, register-bound twins {rule.get('twins', 'apart')}")
 
 
 def _cell(value, digits=2, suffix="") -> str:

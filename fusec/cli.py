@@ -492,9 +492,10 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--quick", action="store_true",
                       help="measure about ten candidates in two rounds instead of the top K and L layouts:"
                            " the first choice and the next 2 layouts, the best-predicted of each structure"
-                           " of kernel families (band, tile, horizontal, striped, held ...) and the plan tuned"
-                           " for the nearest size; then further layouts and routine orders of the winner's"
-                           " cover and families (what"
+                           " of kernel families (band, tile, horizontal, striped, held ...), the plan tuned"
+                           " for the nearest size and another routine order of each fused plan; then further"
+                           " layouts and routine orders of the winner's cover and families, and of those"
+                           " timed within 2 %% of it (what"
                            " fusec.compile(measure=True) and 'fusec run --measure' do where nothing is tuned)")
     tune.add_argument("--repeat", type=int, default=20,
                       help="timed runs of each candidate (default: 20; the median counts)")

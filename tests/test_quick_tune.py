@@ -113,13 +113,13 @@ def test_the_second_round_takes_further_layouts_of_the_winners_structure_only():
     space = space_of(dag)
     first = quick.first_round(space)
     winner = first[-1].plan
-    second = quick.second_round(space, winner, [c.plan for c in first])
+    second = quick.second_round(space, [(1.0, winner)], [c.plan for c in first])
     assert 0 < len(second) <= quick.REFINE + quick.ORDERS
     assert all(quick.structure(c.plan) == quick.structure(winner) for c in second)
     assert not {c.plan for c in second} & {c.plan for c in first}
-    layouts = quick.second_round(space, winner, [c.plan for c in first], orders=0)
+    layouts = quick.second_round(space, [(1.0, winner)], [c.plan for c in first], orders=0)
     assert [c.predicted for c in layouts] == sorted(c.predicted for c in layouts) and len(layouts) <= quick.REFINE
-    assert quick.second_round(space, winner, [c.plan for c in first], refine=1, orders=0) == layouts[:1]
+    assert quick.second_round(space, [(1.0, winner)], [c.plan for c in first], refine=1, orders=0) == layouts[:1]
 
 
 class TableMeasurer(S.Measurer):
@@ -163,7 +163,7 @@ def test_a_quick_tune_keeps_a_plan_of_its_second_round_when_it_is_the_fastest(ca
     space = space_of(dag, SMALL)
     first = S.quick_first_round(space, "h100-80gb-hbm3")
     winner_of_first = first[-1].plan  # made fastest of the first round, and one of the second faster still
-    second = quick.second_round(space, winner_of_first, [c.plan for c in first])
+    second = quick.second_round(space, [(2e-7, winner_of_first)], [c.plan for c in first])
     predicted = {c.plan: c.predicted for c in space.layouts(ALL_LAYOUTS)}
 
     def seconds(plan):
@@ -290,7 +290,7 @@ def test_the_draw_scores_the_quick_tunes_choice_from_its_two_rounds():
         return [times.get(c.plan, 1.0) for c in chosen]
 
     choice = prediction_draw.quick_choice(dag, library(), "float32", SMALL, DEFAULT, add)
-    second = quick.second_round(space, first[-1].plan, [c.plan for c in first])
+    second = quick.second_round(space, [(1e-9, first[-1].plan)], [c.plan for c in first])
     assert asked == [[("quick: first round",)] * len(first), [("quick: second round",)] * len(second)]
     assert choice["plan"] == first[-1].plan
     assert choice["origin"] == f"quick tune: the fastest of {len(first)} + {len(second)} plans"
@@ -310,9 +310,9 @@ def test_the_second_round_adds_other_routine_orders_of_the_winners_heaviest_kern
     assert all(o.plan.kernels[0].layout() == kernel.layout() and o.plan.kernels[0] != kernel for o in orders)
     assert len({o.plan for o in orders}) == len(orders)
     assert [o.predicted for o in orders] == sorted(o.predicted for o in orders)
-    second = quick.second_round(space, winner.plan, [winner.plan], refine=0)
+    second = quick.second_round(space, [(1.0, winner.plan)], [winner.plan], refine=0)
     assert second == orders[:quick.ORDERS]
-    both = quick.second_round(space, winner.plan, [winner.plan])
+    both = quick.second_round(space, [(1.0, winner.plan)], [winner.plan])
     assert both[-len(second):] == second and len(both) <= quick.REFINE + quick.ORDERS
     # a plan that is none of the space's combinations has no orders
     assert quick.routine_orders(space_of(script("sgemvt")), winner.plan) == []
@@ -322,8 +322,8 @@ def test_the_draw_report_names_the_quick_rule_each_run_measured():
     from bench import prediction_draw
     assert prediction_draw._rule({"quick": quick.rule()}) == (
         f": first {quick.FIRST}, within {quick.WITHIN}x (at most {quick.FAMILIES} family structures),"
-        f" refine {quick.REFINE}, orders {quick.ORDERS},"
-        " register-bound twins as one layout")
+        f" {quick.FIRST_ORDERS} other routine order each; refine {quick.REFINE}, orders {quick.ORDERS},"
+        f" structures within {quick.TIE}x of the fastest, register-bound twins as one layout")
     assert prediction_draw._rule({"quick": {"first": 2, "within": 1.6, "refine": 3, "orders": 0}}).endswith(
         "register-bound twins apart")
     assert prediction_draw._rule({}) == ""
@@ -367,7 +367,7 @@ def test_register_bound_twins_count_as_one_layout_in_the_second_round_and_as_var
     twins = [o.plan for o in quick.routine_orders(space, winner)
              if o.plan.kernels[0].bound != winner.kernels[0].bound]
     assert twins and all(quick._bytes_moved(t) == quick._bytes_moved(winner) for t in twins)
-    second = quick.second_round(space, winner, [winner], orders=0)
+    second = quick.second_round(space, [(1.0, winner)], [winner], orders=0)
     keys = [quick._bytes_moved(c.plan) for c in second]
     assert len(set(keys)) == len(keys) and quick._bytes_moved(winner) not in keys
     assert all(quick.structure(c.plan) == quick.structure(winner) for c in second)
@@ -390,3 +390,41 @@ def test_fusec_measure_without_a_gpu_or_for_another_gpu_predicts(monkeypatch, ca
     assert not fusec.compile(path, sizes=SMALL, predictor=DEFAULT, gpu="h200").tuned and not measurers
     with pytest.raises(ArgumentError):
         fusec.compile(path, sizes=SMALL, predictor=DEFAULT, gpu="h200", measure=True)
+
+
+def test_the_first_round_adds_another_routine_order_of_each_plan_fusing_calls_in_an_order():
+    """The model prices a vertical fusion's routine orders alike (BiCGK fp32 3342 x 667 measured
+    16.3 against 11.8 us): each such plan of the first round brings its best other order;
+    horizontal fusions (whose variants are register bounds) and single calls bring none."""
+    space = space_of(script("bicgk"), {"m": 3342, "n": 667})
+    every = space.layouts(ALL_LAYOUTS)
+    vertical = next(c for c in every if len(c.plan.kernels) == 1 and len(c.plan.kernels[0].calls) == 2
+                    and quick.families(c.plan) in (("tile",), ("band",)))
+    horizontal = next(c for c in every if quick.families(c.plan) == ("horizontal",)
+                      and quick.routine_orders(space, c.plan))
+    apart = next(c for c in every if all(len(k.calls) == 1 for k in c.plan.kernels))
+    other = quick.routine_orders(space, vertical.plan)[0]
+    assert other.plan.kernels[0].calls == vertical.plan.kernels[0].calls and other.plan != vertical.plan
+    assert quick.with_other_orders(space, [vertical, horizontal, apart]) == [vertical, horizontal, apart, other]
+    twice = quick.with_other_orders(space, [vertical, other])  # each its next order not yet there
+    assert twice[:2] == [vertical, other] and len({c.plan for c in twice}) == len(twice) > 2
+    assert quick.with_other_orders(space, [vertical], orders=0) == [vertical]
+    first = S.quick_first_round(space, None)
+    assert first[:len(quick.first_round(space))] == quick.first_round(space)
+
+
+def test_the_second_round_refines_every_structure_timed_within_a_tie_of_the_fastest():
+    space = space_of(script("bicgk"), {"m": 3342, "n": 667})
+    by_structure = {}
+    for c in space.layouts(ALL_LAYOUTS):
+        by_structure.setdefault(quick.structure(c.plan), []).append(c.plan)
+    x, x2 = next(plans for plans in by_structure.values() if len(plans) > 1)[:2]
+    y, z = [plans[0] for key, plans in by_structure.items() if key != quick.structure(x)][:2]
+    timed = [(1.0, x), (1.01, x2), (1.0 + (quick.TIE - 1) / 2, y), (quick.TIE + 0.01, z)]
+    assert quick.leaders(timed) == [x, y]
+    assert quick.leaders(timed, tie=1.0) == [x]
+    both = quick.second_round(space, timed, [p for _, p in timed])
+    assert {quick.structure(c.plan) for c in both} == {quick.structure(x), quick.structure(y)}
+    alone = quick.second_round(space, timed, [p for _, p in timed], tie=1.0)
+    assert both[:len(alone)] == alone and len(both) > len(alone)
+    assert not {c.plan for c in both} & {p for _, p in timed} and len({c.plan for c in both}) == len(both)

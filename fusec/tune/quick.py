@@ -14,12 +14,15 @@ family at another shape, ranks down. So a quick tune times
    ``FAMILIES`` best-predicted structures at most (a solver iteration's many calls
    combine into some 40 within ``within``, the eleven sequences' into 10 or fewer); the
    plan tuned for the nearest size where the space offers it, and the one the tuning
-   cache holds (:func:`fusec.tune.search.quick_first_round` adds those two);
-2. then, of the winner's *structure* (its cover and each kernel's class), the best
-   of the ``refine`` next-best layouts not timed yet: its shape and serial
-   iterations, which the model prices within a few per cent of each other; and the
-   ``orders`` best-predicted other routine orders of its heaviest kernel (how many
-   phases it loads its operands in), which layouts leave out.
+   cache holds (:func:`fusec.tune.search.quick_first_round` adds those two); and of
+   each of these whose heaviest kernel fuses calls one after another, its best-predicted
+   other routine order (:func:`with_other_orders`);
+2. then, of the winner's *structure* (its cover and each kernel's class), and of each
+   other structure timed within ``TIE`` of it (:func:`leaders`), the best of the
+   ``refine`` next-best layouts not timed yet: its shape and serial iterations, which
+   the model prices within a few per cent of each other; and the ``orders``
+   best-predicted other routine orders of its heaviest kernel (how many phases it loads
+   its operands in), which layouts leave out.
 
 About ten plans in all (the first round at most 1 + ``first`` + ``FAMILIES`` before those
 two); the study behind the defaults is experiments/results/h200-prediction-quick.md.
@@ -45,6 +48,15 @@ WITHIN = 1.6
 # 300 to 20000), while a solver iteration's many calls combine into some 40 (CG), each one
 # more plan to compile and time at first use
 FAMILIES = 12
+# Of each plan the first round times, its best-predicted other routine order too, where its
+# heaviest kernel fuses calls in an order: the model prices the orders alike, yet BiCGK fp32
+# 3342 x 667 measured 16.3 us for q before s against 11.8 for s before q (same layout), so the
+# first round ranked that structure third and the second refined another
+FIRST_ORDERS = 1
+# The second round refines the structure of each first-round plan within this factor of the
+# fastest, not only the fastest's: two structures apart by less are apart by noise (GEMVER fp32
+# 1127 x 9309: 49.1 against 49.3 us, and the faster structure's refinement lost to the other's)
+TIE = 1.02
 
 
 def families(plan: ProgramPlan) -> tuple[str, ...]:
@@ -80,23 +92,65 @@ def first_round(space: Space, first: int = FIRST, also: Iterable[Combination] = 
     return _distinct(out + list(also))
 
 
-def second_round(space: Space, winner: ProgramPlan, measured: Iterable[ProgramPlan],
-                 refine: int = REFINE, orders: int = ORDERS) -> list[Combination]:
-    """The best-predicted combination of each of the ``refine`` best-predicted layouts of
-    ``winner``'s structure, then the ``orders`` best-predicted other routine orders of its
-    heaviest kernel (:func:`routine_orders`), none among ``measured``."""
-    wanted, done = structure(winner), set(measured)
+def with_other_orders(space: Space, combinations: Sequence[Combination],
+                      orders: int = FIRST_ORDERS) -> list[Combination]:
+    """``combinations``, then of each whose heaviest kernel fuses several calls one after
+    another, the ``orders`` best-predicted other routine orders of that kernel
+    (:func:`routine_orders`; a horizontal fusion's variants are register bounds, left to the
+    second round), each plan once."""
+    out = _distinct(combinations)
+    done = {c.plan for c in out}
+    for combination in list(out):
+        variants = [c for c in routine_orders(space, combination.plan) if c.plan not in done]
+        if variants and _varies_an_order(combination.plan, variants[0].plan):
+            for variant in variants[:orders]:
+                done.add(variant.plan)
+                out.append(variant)
+    return out
+
+
+def _varies_an_order(plan: ProgramPlan, variant: ProgramPlan) -> bool:
+    kernel = next(k for k, v in zip(plan.kernels, variant.kernels) if k != v)
+    return len(kernel.calls) > 1 and plan_class(kernel) != "horizontal"
+
+
+def leaders(timed: Iterable[tuple[float, ProgramPlan]], tie: float = TIE) -> list[ProgramPlan]:
+    """The fastest of ``timed`` ((seconds, plan) pairs), then the fastest of each other
+    structure timed within ``tie`` times it: the structures the second round refines."""
+    ranked = sorted(timed, key=lambda t: t[0])
+    out, seen = [], set()
+    for seconds, plan in ranked:
+        if seconds > tie * ranked[0][0]:
+            break
+        if structure(plan) not in seen:
+            seen.add(structure(plan))
+            out.append(plan)
+    return out
+
+
+def second_round(space: Space, timed: Iterable[tuple[float, ProgramPlan]], measured: Iterable[ProgramPlan],
+                 refine: int = REFINE, orders: int = ORDERS, tie: float = TIE) -> list[Combination]:
+    """For each of the first round's :func:`leaders` (of ``timed``), the best-predicted
+    combination of each of the ``refine`` best-predicted layouts of its structure, then the
+    ``orders`` best-predicted other routine orders of its heaviest kernel
+    (:func:`routine_orders`), none among ``measured`` (every plan the first round timed)."""
+    done = set(measured)
     seen = {_bytes_moved(plan) for plan in done}
     out = []
-    for combination in space.layouts(ALL_LAYOUTS):
-        if len(out) == refine:
-            break
-        key = _bytes_moved(combination.plan)
-        if key not in seen and structure(combination.plan) == wanted:
-            seen.add(key)
-            done.add(combination.plan)
-            out.append(combination)
-    return out + [c for c in routine_orders(space, winner) if c.plan not in done][:orders]
+    for leader in leaders(timed, tie):
+        wanted, layouts = structure(leader), []
+        for combination in space.layouts(ALL_LAYOUTS):
+            if len(layouts) == refine:
+                break
+            key = _bytes_moved(combination.plan)
+            if key not in seen and structure(combination.plan) == wanted:
+                seen.add(key)
+                done.add(combination.plan)
+                layouts.append(combination)
+        variants = [c for c in routine_orders(space, leader) if c.plan not in done][:orders]
+        done.update(c.plan for c in variants)
+        out += layouts + variants
+    return out
 
 
 def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
@@ -136,8 +190,8 @@ def _bytes_moved(plan: ProgramPlan) -> tuple:
 
 def rule() -> dict:
     """The quick tune's parameters, for a report to say which rule it measured."""
-    return {"first": FIRST, "within": WITHIN, "families": FAMILIES, "refine": REFINE, "orders": ORDERS,
-            "twins": "as one layout"}
+    return {"first": FIRST, "within": WITHIN, "families": FAMILIES, "first_orders": FIRST_ORDERS,
+            "refine": REFINE, "orders": ORDERS, "tie": TIE, "twins": "as one layout"}
 
 
 def _distinct(combinations: Sequence[Combination]) -> list[Combination]:

@@ -210,11 +210,12 @@ def report(result: TuneResult) -> str:
              f" {len(result.rows)} candidate(s) ranked by predictor {result.predictor}"]
     if result.quick:
         second = (f"; {result.ranked + 1}-{result.ranked + result.by_layout}: further layouts and routine orders of the"
-                  " first round's winner's cover and kernel classes" if result.by_layout else "")
+                  " first round's winner's cover and kernel classes, and of those timed within"
+                  f" {(quick_rounds.TIE - 1) * 100:.0f} % of it" if result.by_layout else "")
         lines.append(f"(a quick tune: ranks 1-{result.ranked}: the first choice, the best of the next"
                      f" {quick_rounds.FIRST} layouts, the best-predicted of each structure of kernel families"
                      f" near it, and the plans tuned for the nearest size, before or for a sibling GPU where there"
-                     f" are{second})")
+                     f" are, with another routine order of each that fuses calls{second})")
     elif result.by_layout:
         last = result.ranked + result.by_layout
         lines.append(f"(ranks 1-{result.ranked}: the top K; {result.ranked + 1}-{last}: the best-ranked"
@@ -458,9 +459,8 @@ def tune(dag, library, dtype, sizes: Mapping[str, int], *, top: int = 10, layout
                 chosen.append(incumbent)
         rows, programs = _measure_all(measurer, dag, library, dtype, sizes, chosen, progress)
         if quick:
-            leader = choose(rows)
-            by_layout = ([] if leader is None else
-                         quick_rounds.second_round(space, leader.plan, [r.plan for r in rows]))
+            timed = [(r.measured, r.plan) for r in rows if r.passed]
+            by_layout = quick_rounds.second_round(space, timed, [r.plan for r in rows]) if timed else []
             more, more_programs = _measure_all(measurer, dag, library, dtype, sizes, by_layout, progress,
                                                first_rank=len(rows) + 1)
             rows, programs = rows + more, programs + more_programs
@@ -538,7 +538,7 @@ def quick_first_round(space, gpu_slug: str | None) -> list[Combination]:
     nearby = _nearby(space, dag, library, dtype, sizes, gpu_slug, predictor)
     first = quick_rounds.first_round(space, also=[nearby] if nearby is not None else [])
     incumbent = _incumbent(dag, library, dtype, sizes, gpu_slug, predictor, first)
-    return first + ([incumbent] if incumbent is not None else [])
+    return quick_rounds.with_other_orders(space, first + ([incumbent] if incumbent is not None else []))
 
 
 def _nearby(space, dag, library, dtype: str, sizes, gpu_slug: str, predictor) -> Combination | None:
