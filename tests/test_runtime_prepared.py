@@ -472,3 +472,34 @@ def test_a_program_takes_dependent_launch_as_a_bool():
     assert Program(program.generated, dependent_launch=False).dependent_launch is False
     with pytest.raises(TypeError, match="dependent_launch must be True or False"):
         Program(program.generated, dependent_launch="no")
+
+
+def test_results_made_by_pycuda_are_made_in_a_context_pycuda_knows(monkeypatch):
+    """A prepared call runs with a context current through the driver only (pushed by the
+    extension, or left by CuPy or JAX), which PyCUDA's own context stack does not hold: its
+    results for arrays of no framework fusec knows are made inside ``cuda.context()``, which
+    pushes one the PyCUDA way where none is on that stack."""
+    import sys
+    import types
+
+    from fusec.runtime import cuda
+    events = []
+
+    class Recording:
+        def __enter__(self):
+            events.append("enter")
+
+        def __exit__(self, *exc):
+            events.append("exit")
+
+    def empty(shape, dtype):
+        events.append(("empty", shape, dtype))
+        return types.SimpleNamespace(gpudata=4096)
+
+    gpuarray = types.ModuleType("pycuda.gpuarray")
+    gpuarray.empty = empty
+    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
+    monkeypatch.setitem(sys.modules, "pycuda.gpuarray", gpuarray)
+    monkeypatch.setattr(cuda, "context", Recording)
+    array, pointer = cuda.allocator("cuda", np.dtype(np.float32), None)((3, 5))
+    assert pointer == 4096 and events == ["enter", ("empty", (3, 5), np.dtype(np.float32)), "exit"]

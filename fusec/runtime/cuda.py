@@ -209,7 +209,15 @@ def allocator(family: str, dtype: np.dtype, reference) -> Allocator:
                 return cupy.ndarray(shape, dtype)
         return Allocator(on_device, pointer=("data", "ptr"), sole=CUPY_HOLDERS)
     import pycuda.gpuarray as gpuarray
-    return Allocator(gpuarray.empty, (dtype,), pointer=("gpudata", "__int__()"))
+
+    def in_a_context(shape):
+        # PyCUDA allocates in the context on its own stack, which a prepared call's context
+        # (current through the driver: pushed by fusec's extension, or left by CuPy or JAX) is
+        # not on: without one pushed the PyCUDA way, a repeated call on arrays of another
+        # framework (a bare __cuda_array_interface__) failed with "no currently active context"
+        with context():
+            return gpuarray.empty(shape, dtype)
+    return Allocator(in_a_context, pointer=("gpudata", "__int__()"))
 
 
 def check_resident(name: str, grid: int, per_sm: int, sms: int, block: int, shared: int) -> None:

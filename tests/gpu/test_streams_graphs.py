@@ -256,6 +256,26 @@ def test_arrays_offering_only_dlpack_are_read_without_a_copy():
     assert {a.pointer for a in bound.arrays.values()} == {v.data.ptr for v in device.values()}  # no copy
 
 
+class _InterfaceOnly:
+    """A device array of a framework fusec does not know: only ``__cuda_array_interface__``
+    (as Numba's device arrays offer); its results are PyCUDA arrays."""
+
+    def __init__(self, array):
+        self._array = array
+        self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+
+def test_arrays_of_another_framework_are_called_again_and_again():
+    """The second call on the same arrays is a prepared call, made in the context the driver
+    has current, which PyCUDA's own stack does not hold: its results must still be made."""
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk(m=300, n=500, seed=9)
+    arrays = {k: _InterfaceOnly(cupy.asarray(v)) for k, v in inputs.items()}
+    for _ in range(3):
+        _check(prog, inputs, prog(**arrays))
+    assert prog._prepared  # the calls after the first took the prepared path
+
+
 def test_jax_arrays_are_taken_in_place():
     jax = pytest.importorskip("jax")
     if not any(d.platform == "gpu" for d in jax.devices()):
