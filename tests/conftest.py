@@ -29,16 +29,45 @@ def _gpu() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _gpus_visible() -> tuple[str, ...]:
+    """The GPUs this session may use, as $CUDA_VISIBLE_DEVICES names them (else 0, 1, ...);
+    none without a usable GPU."""
+    if _gpu() is not None:
+        return ()
+    from fusec.runtime import cuda
+    count = cuda.driver().Device.count()
+    given = [name.strip() for name in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if name.strip()]
+    return tuple(given[:count]) if given else tuple(str(i) for i in range(count))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: a worker per core, but at most four where a GPU is usable: every worker
-    holds its own context and programs on the one GPU (with sixteen, one test of
+    """`-n auto`: a worker per core, but at most four a GPU where GPUs are usable: every
+    worker holds its own context and programs on its GPU (with sixteen on one, a test of
     tests/gpu/test_space.py ran out of GPU memory on an H200)."""
     cores = os.cpu_count() or 1
-    return cores if _gpu() is not None else min(cores, GPU_WORKERS)
+    return cores if _gpu() is not None else min(cores, GPU_WORKERS * len(_gpus_visible()))
 
 
 GPU_WORKERS = 4
+
+
+def gpu_for_worker(worker: str, visible: tuple[str, ...]) -> str:
+    """The GPU of pytest-xdist worker ``worker`` (``gw0``, ``gw1``, ...) among ``visible``: in turn."""
+    return visible[int(worker.removeprefix("gw")) % len(visible)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, on the controller: where several GPUs are usable each worker is given one, in
+    turn (`-n 8` on two GPUs: four on each), as its $CUDA_VISIBLE_DEVICES; the tests that
+    start processes over several GPUs find them all in $FUSEC_TEST_ALL_GPUS.
+    $FUSEC_TEST_SPREAD_GPUS=0 leaves every worker every GPU."""
+    visible = _gpus_visible()
+    if len(visible) > 1 and os.environ.get("FUSEC_TEST_SPREAD_GPUS", "1") != "0":
+        node.workerinput["fusec_gpu"] = gpu_for_worker(node.gateway.id, visible)
+        node.workerinput["fusec_all_gpus"] = ",".join(visible)
 _OWN_CACHE: str | None = None  # the cache folder this session made, removed at its end
 
 
@@ -49,6 +78,10 @@ def pytest_configure(config):
     refitted would move the first choices the regression tests pin. $FUSEC_TEST_CACHE_DIR
     lets several pytest runs of one session share compiled cubins (and is kept)."""
     global _OWN_CACHE
+    spread = getattr(config, "workerinput", {}).get("fusec_gpu")
+    if spread is not None:  # before any test makes a CUDA context in this worker
+        os.environ["FUSEC_TEST_ALL_GPUS"] = config.workerinput["fusec_all_gpus"]
+        os.environ["CUDA_VISIBLE_DEVICES"] = spread
     given = os.environ.get("FUSEC_TEST_CACHE_DIR")
     if not given:
         _OWN_CACHE = tempfile.mkdtemp(prefix="fusec-test-cache-")

@@ -48,6 +48,11 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 
 
 def _gpus() -> int:
+    """The GPUs the ranks may use: all the session's, where pytest-xdist gave this worker one
+    of them (tests/conftest.py's $FUSEC_TEST_ALL_GPUS)."""
+    spread = os.environ.get("FUSEC_TEST_ALL_GPUS")
+    if spread:
+        return len(spread.split(","))
     try:
         from fusec.runtime import cuda
         return cuda.driver().Device.count()
@@ -75,6 +80,8 @@ def _environment() -> dict[str, str]:
     env = dict(os.environ, **MULTICAST_OFF, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    if env.get("FUSEC_TEST_ALL_GPUS"):  # this worker sees one GPU; its ranks see them all
+        env["CUDA_VISIBLE_DEVICES"] = env["FUSEC_TEST_ALL_GPUS"]
     return env
 
 
