@@ -164,7 +164,8 @@ def quick_predictor(predictors: dict) -> str | None:
 def quick_choice(dag, library, dtype: str, sizes: dict, predictor, add) -> dict:
     """The plan a quick tune (fusec.tune.quick) keeps here, from the draw's own measurements:
     its first round measured by ``add`` (those of the wide tune are not timed again), then the
-    second round around the first's fastest. {"plan", "origin"}, or {"origin": why} where none passed."""
+    second round around the first's leaders (its fastest, and another structure timed within
+    a tie of it). {"plan", "origin"}, or {"origin": why} where none passed."""
     from fusec.space.combinations import build_space
     from fusec.target import chosen_slug
     from fusec.tune import plans, quick

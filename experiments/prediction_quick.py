@@ -37,10 +37,11 @@ routine orders): three GPU draws since scored its choice 1.003-1.007 gmean, wors
 95 % within 1.05x (bench/results/h200-prediction-draw.md). A fourth, with register-bound twins
 as one layout: 1.007, worst 1.112 (BiCGK fp32 3342 x 667, measured again at 1.09-1.13x: the
 first round had timed that point's fastest structure in its slow routine order). With each
-fused first-round plan's other routine order and the second round refining every structure
-within 2 % of the fastest, the replay of the four draws gives 1.000 / 1.001 / 1.007 / 1.002,
-worst 1.002 / 1.025 / 1.070 / 1.042 (the 1.070, VADD fp32, was the sitting's noise), for 9.3
-plans a point instead of 7.6: chosen with that miss in view, and not yet measured on a GPU.
+fused first-round plan's other routine order and the second round refining each structure
+within 2 % of the fastest (two at most), the replay of the four draws gives 1.000 / 1.001 /
+1.007 / 1.002, worst 1.002 / 1.025 / 1.070 / 1.042 (the 1.070, VADD fp32, was the sitting's
+noise), for 9.25 plans a point instead of 7.6: chosen with that miss in view, and not yet
+measured on a GPU.
 """
 
 from __future__ import annotations

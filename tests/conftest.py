@@ -47,7 +47,7 @@ def pytest_xdist_auto_num_workers(config):
     worker holds its own context and programs on its GPU (with sixteen on one, a test of
     tests/gpu/test_space.py ran out of GPU memory on an H200)."""
     cores = os.cpu_count() or 1
-    return cores if _gpu() is not None else min(cores, GPU_WORKERS * len(_gpus_visible()))
+    return cores if _gpu() is not None else min(cores, GPU_WORKERS * max(len(_spread_over()), 1))
 
 
 GPU_WORKERS = 4
@@ -63,11 +63,21 @@ def pytest_configure_node(node):
     """xdist, on the controller: where several GPUs are usable each worker is given one, in
     turn (`-n 8` on two GPUs: four on each), as its $CUDA_VISIBLE_DEVICES; the tests that
     start processes over several GPUs find them all in $FUSEC_TEST_ALL_GPUS.
-    $FUSEC_TEST_SPREAD_GPUS=0 leaves every worker every GPU."""
-    visible = _gpus_visible()
-    if len(visible) > 1 and os.environ.get("FUSEC_TEST_SPREAD_GPUS", "1") != "0":
+    $FUSEC_TEST_SPREAD_GPUS=0 (or $FUSEC_DEVICE) leaves every worker every GPU."""
+    visible = _spread_over()
+    if visible:
         node.workerinput["fusec_gpu"] = gpu_for_worker(node.gateway.id, visible)
         node.workerinput["fusec_all_gpus"] = ",".join(visible)
+
+
+def _spread_over() -> tuple[str, ...]:
+    """The GPUs the workers take in turn: none where there is one or none, where
+    $FUSEC_TEST_SPREAD_GPUS=0, or where $FUSEC_DEVICE picks one (its index would name no GPU
+    in a worker that sees one)."""
+    if os.environ.get("FUSEC_TEST_SPREAD_GPUS", "1") == "0" or os.environ.get("FUSEC_DEVICE"):
+        return ()
+    visible = _gpus_visible()
+    return visible if len(visible) > 1 else ()
 _OWN_CACHE: str | None = None  # the cache folder this session made, removed at its end
 
 

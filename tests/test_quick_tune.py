@@ -410,7 +410,10 @@ def test_the_first_round_adds_another_routine_order_of_each_plan_fusing_calls_in
     assert twice[:2] == [vertical, other] and len({c.plan for c in twice}) == len(twice) > 2
     assert quick.with_other_orders(space, [vertical], orders=0) == [vertical]
     first = S.quick_first_round(space, None)
-    assert first[:len(quick.first_round(space))] == quick.first_round(space)
+    round_one = quick.first_round(space)
+    assert first[:len(round_one)] == round_one
+    assert first[len(round_one):] == quick.with_other_orders(space, round_one)[len(round_one):]
+    assert len(first) > len(round_one)  # this point's vertical fusions bring their other orders
 
 
 def test_the_second_round_refines_every_structure_timed_within_a_tie_of_the_fastest():
@@ -423,6 +426,7 @@ def test_the_second_round_refines_every_structure_timed_within_a_tie_of_the_fast
     timed = [(1.0, x), (1.01, x2), (1.0 + (quick.TIE - 1) / 2, y), (quick.TIE + 0.01, z)]
     assert quick.leaders(timed) == [x, y]
     assert quick.leaders(timed, tie=1.0) == [x]
+    assert quick.leaders(timed, most=1) == [x]  # at most LEADERS structures, however many tie
     both = quick.second_round(space, timed, [p for _, p in timed])
     assert {quick.structure(c.plan) for c in both} == {quick.structure(x), quick.structure(y)}
     alone = quick.second_round(space, timed, [p for _, p in timed], tie=1.0)

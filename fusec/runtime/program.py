@@ -378,7 +378,8 @@ class Program:
         return self.run(arrays, out=out, stream=stream)
 
     def bind(self, arrays: Mapping[str, Any]) -> Binding:
-        """Check arguments and infer sizes without touching the GPU."""
+        """Check arguments and infer sizes without launching anything (the host waits only for a
+        JAX input's producer: :func:`fusec.runtime.arrays.unordered`)."""
         return bind(self.dag, self.dtype, arrays)
 
     def run(self, arrays: Mapping[str, Any], *, out: Mapping[str, Any] | None = None, stream: Any = None,

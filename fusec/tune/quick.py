@@ -24,8 +24,9 @@ family at another shape, ranks down. So a quick tune times
    best-predicted other routine orders of its heaviest kernel (how many phases it loads
    its operands in), which layouts leave out.
 
-About ten plans in all (the first round at most 1 + ``first`` + ``FAMILIES`` before those
-two); the study behind the defaults is experiments/results/h200-prediction-quick.md.
+About ten plans in all for the eleven sequences (the first round at most 1 + ``first`` +
+``FAMILIES`` before the nearby and cached plans, and as many other routine orders again at
+most); the study behind the defaults is experiments/results/h200-prediction-quick.md.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ FIRST_ORDERS = 1
 # fastest, not only the fastest's: two structures apart by less are apart by noise (GEMVER fp32
 # 1127 x 9309: 49.1 against 49.3 us, and the faster structure's refinement lost to the other's)
 TIE = 1.02
+LEADERS = 2  # at most: where many structures tie (small, launch-bound sizes) the second round stays short
 
 
 def families(plan: ProgramPlan) -> tuple[str, ...]:
@@ -114,13 +116,14 @@ def _varies_an_order(plan: ProgramPlan, variant: ProgramPlan) -> bool:
     return len(kernel.calls) > 1 and plan_class(kernel) != "horizontal"
 
 
-def leaders(timed: Iterable[tuple[float, ProgramPlan]], tie: float = TIE) -> list[ProgramPlan]:
+def leaders(timed: Iterable[tuple[float, ProgramPlan]], tie: float = TIE, most: int = LEADERS) -> list[ProgramPlan]:
     """The fastest of ``timed`` ((seconds, plan) pairs), then the fastest of each other
-    structure timed within ``tie`` times it: the structures the second round refines."""
+    structure timed within ``tie`` times it, ``most`` in all: the structures the second
+    round refines."""
     ranked = sorted(timed, key=lambda t: t[0])
     out, seen = [], set()
     for seconds, plan in ranked:
-        if seconds > tie * ranked[0][0]:
+        if seconds > tie * ranked[0][0] or len(out) == most:
             break
         if structure(plan) not in seen:
             seen.add(structure(plan))
@@ -129,7 +132,8 @@ def leaders(timed: Iterable[tuple[float, ProgramPlan]], tie: float = TIE) -> lis
 
 
 def second_round(space: Space, timed: Iterable[tuple[float, ProgramPlan]], measured: Iterable[ProgramPlan],
-                 refine: int = REFINE, orders: int = ORDERS, tie: float = TIE) -> list[Combination]:
+                 refine: int = REFINE, orders: int = ORDERS, tie: float = TIE,
+                 most: int = LEADERS) -> list[Combination]:
     """For each of the first round's :func:`leaders` (of ``timed``), the best-predicted
     combination of each of the ``refine`` best-predicted layouts of its structure, then the
     ``orders`` best-predicted other routine orders of its heaviest kernel
@@ -137,7 +141,7 @@ def second_round(space: Space, timed: Iterable[tuple[float, ProgramPlan]], measu
     done = set(measured)
     seen = {_bytes_moved(plan) for plan in done}
     out = []
-    for leader in leaders(timed, tie):
+    for leader in leaders(timed, tie, most):
         wanted, layouts = structure(leader), []
         for combination in space.layouts(ALL_LAYOUTS):
             if len(layouts) == refine:
@@ -191,7 +195,8 @@ def _bytes_moved(plan: ProgramPlan) -> tuple:
 def rule() -> dict:
     """The quick tune's parameters, for a report to say which rule it measured."""
     return {"first": FIRST, "within": WITHIN, "families": FAMILIES, "first_orders": FIRST_ORDERS,
-            "refine": REFINE, "orders": ORDERS, "tie": TIE, "twins": "as one layout"}
+            "refine": REFINE, "orders": ORDERS, "tie": TIE, "leaders": LEADERS,
+            "twins": "as one layout"}
 
 
 def _distinct(combinations: Sequence[Combination]) -> list[Combination]:

@@ -70,7 +70,7 @@ def _mpirun() -> list[str] | None:
     if "Open MPI" in version or "OpenRTE" in version:  # runs as root in the GPU machines; no core binding
         command += ["--allow-run-as-root", "--bind-to", "none"]
         env = _environment()
-        for name in ("PYTHONPATH", "FUSEC_CACHE_DIR", "FUSEC_SHIPPED_TUNINGS", *MULTICAST_OFF):
+        for name in ("PYTHONPATH", "FUSEC_CACHE_DIR", "FUSEC_SHIPPED_TUNINGS", "CUDA_VISIBLE_DEVICES", *MULTICAST_OFF):
             if name in env:
                 command += ["-x", name]
     return command
