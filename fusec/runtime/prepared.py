@@ -105,8 +105,8 @@ SIGNATURE_STEADY: dict[Callable, tuple[bool, ...]] = {
 
 def _interface_signature(obj) -> tuple | None:
     interface = getattr(obj, "__cuda_array_interface__", None)
-    if interface is None or interface.get("stream") is not None or unordered(obj):
-        return None  # one naming its producer's stream, or one to wait for, goes the whole way every call
+    if interface is None or interface.get("stream") is not None:
+        return None  # one naming its producer's stream is waited for on the whole way, every call
     return (interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"])
 
 
@@ -117,10 +117,11 @@ def _signer(kind: type) -> Callable[[Any], tuple | None]:
     """How to read an argument's signature cheaply, once per argument type:
     CuPy and PyTorch through their own attributes (PyTorch builds its
     ``__cuda_array_interface__`` in Python, several µs), others through the
-    interface. NumPy arrays and anything else have none."""
+    interface. NumPy arrays, arrays the host waits for every call (JAX's:
+    :func:`~fusec.runtime.arrays.unordered`) and anything else have none."""
     if kind not in _SIGNERS:
         module = kind.__module__.split(".")[0]
-        if module == "numpy":
+        if module == "numpy" or unordered(kind):
             _SIGNERS[kind] = lambda obj: None
         elif module == "cupy" and hasattr(kind, "data") and hasattr(kind, "strides"):
             _SIGNERS[kind] = _cupy_signature

@@ -140,10 +140,10 @@ def second_round(space: Space, timed: Iterable[tuple[float, ProgramPlan]], measu
     (:func:`routine_orders`), none among ``measured`` (every plan the first round timed)."""
     done = set(measured)
     seen = {_bytes_moved(plan) for plan in done}
-    out = []
+    every, out = space.layouts(ALL_LAYOUTS), []  # best first; once for every leader
     for leader in leaders(timed, tie, most):
         wanted, layouts = structure(leader), []
-        for combination in space.layouts(ALL_LAYOUTS):
+        for combination in every:
             if len(layouts) == refine:
                 break
             key = _bytes_moved(combination.plan)

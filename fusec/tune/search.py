@@ -535,19 +535,19 @@ def quick_first_round(space, gpu_slug: str | None) -> list[Combination]:
     tuned for the nearest size that ``space`` offers and the plan the tuning cache holds (or
     one shipped before or for a sibling GPU), each with its predicted time."""
     dag, library, dtype, sizes, predictor = space.dag, space.library, space.dtype, space.sizes, space.predictor
-    nearby = _nearby(space, dag, library, dtype, sizes, gpu_slug, predictor)
+    nearby = _nearby(space, gpu_slug)
     first = quick_rounds.first_round(space, also=[nearby] if nearby is not None else [])
     incumbent = _incumbent(dag, library, dtype, sizes, gpu_slug, predictor, first)
     return quick_rounds.with_other_orders(space, first + ([incumbent] if incumbent is not None else []))
 
 
-def _nearby(space, dag, library, dtype: str, sizes, gpu_slug: str, predictor) -> Combination | None:
+def _nearby(space, gpu_slug: str | None) -> Combination | None:
     """The plan tuned for the nearest size (tuning.nearby) that ``space`` offers as it is,
     with its predicted time: what an untuned compile borrows (fusec.api), timed beside the others."""
     offered = space.offered
-    for entry in tuning.nearby(dag, library, dtype, sizes, gpu_slug):
+    for entry in tuning.nearby(space.dag, space.library, space.dtype, space.sizes, gpu_slug):
         if all(k in offered for k in entry.plan.kernels):
-            priced = _priced(entry.plan, dag, library, dtype, sizes, predictor)
+            priced = _priced(entry.plan, space.dag, space.library, space.dtype, space.sizes, space.predictor)
             if priced is not None:
                 return priced
     return None
