@@ -210,6 +210,7 @@ def _rule(run: dict) -> str:
     if not rule:
         return ""
     cap = f" (at most {rule['families']} family structures)" if "families" in rule else ""
+    cap += f", fusions {rule['fusions']}" if "fusions" in rule else ""
     first_orders = f", {rule['first_orders']} other routine order each" if "first_orders" in rule else ""
     tie = f", structures within {rule['tie']}x of the fastest" if "tie" in rule else ""
     return (f": first {rule['first']}, within {rule['within']}x{cap}{first_orders}; refine {rule['refine']},"

@@ -40,8 +40,16 @@ first round had timed that point's fastest structure in its slow routine order).
 fused first-round plan's other routine order and the second round refining each structure
 within 2 % of the fastest (two at most), the replay of the four draws gives 1.000 / 1.001 /
 1.007 / 1.002, worst 1.002 / 1.025 / 1.070 / 1.042 (the 1.070, VADD fp32, was the sitting's
-noise), for 9.25 plans a point instead of 7.6: chosen with that miss in view, and not yet
-measured on a GPU.
+noise), for 9.25 plans a point instead of 7.6: chosen with that miss in view. Its GPU draw (seed
+1838348157): 1.011, worst 1.112, 91 % within 1.05x; the replay gives the draw's own choice at
+22 of 22 points. Of its two misses, SGEMVT fp32 1654 x 1024 (1.09x) had its fastest plan, a
+held fusion of band parts, stand behind one of tile parts as "the held structure": with a
+fusion's class spelled with its parts' (``held(band,band)``) the replay of the five draws
+gives 1.000 / 1.001 / 1.007 / 1.002 / 1.007, worst 1.002 / 1.025 / 1.070 / 1.042 / 1.112,
+for 9.5 plans a point. The other, ATAX fp64 1510 x 510 (1.11x), is the model's: both kernels
+at 128 threads measured fastest where every plan predicted near the first choice has 256
+(:meth:`~fusec.space.combinations.Space.layouts` varies the heaviest kernel only); no rule
+over these measurements reaches it without timing plans no draw measured.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ family at another shape, ranks down. So a quick tune times
 1. the predictor's first choice and the best of the ``first`` best-predicted layouts
    (:meth:`~fusec.space.combinations.Space.layouts`); the best-predicted of each
    *family structure* (the class of each kernel: band, tile, vector, horizontal,
-   striped, held) predicted within ``within`` times the first choice, of the
+   striped, held, a fusion's with its parts') predicted within ``within`` times the first choice, of the
    ``FAMILIES`` best-predicted structures at most (a solver iteration's many calls
    combine into some 40 within ``within``, the eleven sequences' into 10 or fewer); the
    plan tuned for the nearest size where the space offers it, and the one the tuning
@@ -61,15 +61,25 @@ TIE = 1.02
 LEADERS = 2  # at most: where many structures tie (small, launch-bound sizes) the second round stays short
 
 
+def kernel_class(kernel) -> str:
+    """A kernel's class; a fusion's with its parts' (``held(band,band)``): a held fusion of
+    band parts and one of tile parts time apart by more than the model's error (SGEMVT fp32
+    1654 x 1024: the fastest plan, held with band parts, was predicted 1.44x the first
+    choice, and the held fusion timed, of tile parts, measured 1.09x it)."""
+    if not kernel.composite:
+        return plan_class(kernel)
+    return f"{plan_class(kernel)}({','.join(plan_class(p) for p in kernel.parts)})"
+
+
 def families(plan: ProgramPlan) -> tuple[str, ...]:
     """Each kernel's class, in launch order: the first round times the best of each."""
-    return tuple(plan_class(k) for k in plan.kernels)
+    return tuple(kernel_class(k) for k in plan.kernels)
 
 
 def structure(plan: ProgramPlan) -> tuple:
     """The cover (the calls of each kernel) and each kernel's class: the second round
     times further layouts of the winner's."""
-    return tuple((k.calls, plan_class(k)) for k in plan.kernels)
+    return tuple((k.calls, kernel_class(k)) for k in plan.kernels)
 
 
 def first_round(space: Space, first: int = FIRST, also: Iterable[Combination] = (),
@@ -196,7 +206,7 @@ def rule() -> dict:
     """The quick tune's parameters, for a report to say which rule it measured."""
     return {"first": FIRST, "within": WITHIN, "families": FAMILIES, "first_orders": FIRST_ORDERS,
             "refine": REFINE, "orders": ORDERS, "tie": TIE, "leaders": LEADERS,
-            "twins": "as one layout"}
+            "twins": "as one layout", "fusions": "by their parts' classes"}
 
 
 def _distinct(combinations: Sequence[Combination]) -> list[Combination]:
