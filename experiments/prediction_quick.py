@@ -49,7 +49,9 @@ gives 1.000 / 1.001 / 1.007 / 1.002 / 1.007, worst 1.002 / 1.025 / 1.070 / 1.042
 for 9.5 plans a point. The other, ATAX fp64 1510 x 510 (1.11x), is the model's: both kernels
 at 128 threads measured fastest where every plan predicted near the first choice has 256
 (:meth:`~fusec.space.combinations.Space.layouts` varies the heaviest kernel only); no rule
-over these measurements reaches it without timing plans no draw measured.
+over these measurements reaches it without timing plans no draw measured. Two live draws of
+the rule with a fusion's parts in its class (seeds 998389348, 2070343796): 1.004 and 1.003,
+worst 1.042 and 1.033, every point within 1.05x; the replay gives their own choices at 44 of 44.
 """
 
 from __future__ import annotations
