@@ -167,3 +167,72 @@ def test_a_tuned_plan_of_another_cover_than_the_bounded_search_finds_is_used(mon
     from fusec.space.search import offered_for
     three = HorizontalPlan(tuple(k for k in unfused.kernels[:3]))
     assert offered_for(dag, library(), "float64", sizes, predictor, [three]) == set()
+
+
+def _shipped_entries():
+    """(entry file, script file) of each plan shipped with the library whose script is a file here
+    (the distributed programs' stage scripts are made at run time)."""
+    import json
+
+    from fusec import data
+    out = []
+    for path in sorted((LIBRARY / "tunings").glob("*/*.json")):
+        name = json.loads(path.read_text())["script"].split(" ")[0]
+        script = next((s for s in (ROOT / "scripts" / f"{name}.script", data.SOLVERS / f"{name}.script")
+                       if s.is_file()), None)
+        if script is not None:
+            out.append(pytest.param(path, script, id=f"{path.parent.name}/{name}/{path.stem[:8]}"))
+    return out
+
+
+@pytest.mark.parametrize("path,script", _shipped_entries())
+def test_every_plan_shipped_with_the_library_is_taken_at_its_sizes(path, script, monkeypatch, tmp_path):
+    """A shipped plan is one the space offered when it was tuned; a compile at its sizes for its
+    GPU takes it, whatever the predictor shipped since ranks first (BiCGStab fp32 n = 1024 on
+    the H200 lost its plan so: two of its kernels pair parts the refitted correction no longer
+    ranks first of their block size). A plan gone stale (a library file changed) fails here:
+    tune it again, or re-key it (tools/rekey.py) where its kernels did not change."""
+    import json
+
+    import fusec
+    from fusec.errors import FusecWarning
+    from fusec.ir.plan import ProgramPlan
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
+    monkeypatch.setenv("FUSEC_CORRECTION", "1")  # the predictor a user's compile ranks by
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    entry = json.loads(path.read_text())
+    key = entry["key"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FusecWarning)
+        warnings.simplefilter("ignore", SpaceCutWarning)  # (the later filter is matched first)
+        program = fusec.compile(script, library(), key["dtype"], sizes=key["sizes"], gpu=key["gpu"])
+    assert program.tuned, f"{path.name}: not taken"
+    assert program.generated.plan == ProgramPlan.from_json(json.dumps(entry["plan"]))
+
+
+def test_a_tuned_pair_of_parts_the_predictor_no_longer_ranks_first_is_offered():
+    """The search pairs each part's best-predicted option per block of threads only; a tuned
+    plan pairing others (as ranked under the predictor of its tuning) is offered all the same,
+    and one whose part no option of that part's fusion is (a shape edited) is not."""
+    import dataclasses
+
+    from fusec import data
+    from fusec.frontend import load_script
+    from fusec.ir.plan import HorizontalPlan
+    from fusec.space.search import offered_for
+    dag = load_script(data.SOLVERS / "bicgstab.script", library())
+    predictor = predictor_for(library(), "h200")
+    sizes = {"n": 1024}
+    search = Search(dag, library(), "float32", sizes, predictor)
+    x1, r1 = Fusion((8,)), Fusion((9, 10))  # x1 = x + alpha p beside r1 = s - omega t with rho1 = <r1, r0>
+    pair = search.pair_of(x1, r1)[0][1]()
+    paired = {(plan.parts[0], plan.parts[1]) for plan, _, _ in pair}
+    options = [search.fusion(f, 6)() for f in (x1, r1)]
+    other = next((a, b) for a, _, _ in options[0] for b, _, _ in options[1]
+                 if (a, b) not in paired and a.geometry is b.geometry and a.shape.block == b.shape.block)
+    plan = HorizontalPlan(other)
+    assert plan in offered_for(dag, library(), "float32", sizes, predictor, [plan])
+    edited = HorizontalPlan((other[0], dataclasses.replace(other[1], shape=dataclasses.replace(other[1].shape,
+                                                                                             block=96))))
+    assert edited not in offered_for(dag, library(), "float32", sizes, predictor, [edited])

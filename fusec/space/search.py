@@ -162,23 +162,36 @@ class Search:
             out.append((plan, kernel, seconds))
         return out
 
-    def pair_of(self, a: Fusion, b: Fusion) -> list:
+    def pair_of(self, a: Fusion, b: Fusion, only: dict | None = None) -> list:
         """Pairs of the two fusions (``a`` runs first) as one kernel: side by side
-        where independent, striped or held where ``b`` needs ``a``'s reductions."""
+        where independent, striped or held where ``b`` needs ``a``'s reductions.
+        ``only`` (each fusion's part plan): the pairs of these very parts, whatever the
+        predictor now ranks first among each part's options (:func:`offered_for`)."""
         dag, library = self.dag, self.library
         if self.horizontal and independent(dag, a, b):
             pair = HorizontalFusion(tuple(sorted((a, b), key=lambda f: f.calls)))
-            return [(pair, self._cached("horizontal", tuple(p.calls for p in pair.parts), lambda: horizontal_options(
-                dag, library, pair, [self._own(best_per_block(_tiles(self.fusion(p)()))) for p in pair.parts],
-                self.predictor, self.sizes)))]
+            compute = lambda: horizontal_options(  # noqa: E731
+                dag, library, pair, [self._own(best_per_block(_tiles(self._part(p, only)))) for p in pair.parts],
+                self.predictor, self.sizes)
+            return [(pair, _Options(compute(), None) if only else
+                     self._cached("horizontal", tuple(p.calls for p in pair.parts), compute))]
         if (self.striped and all(function_of(dag, library, c).hof.nested for c in a.calls + b.calls)
                 and crosses_reduction(dag, library, a, b)):
             pair = StripedFusion(a, b)
+            if only:
+                return [(pair, _Options(self._across(pair, only), None))]
             return [(pair, self._cached("striped", (a.calls, b.calls), lambda: self._across(pair)))]
         return []
 
-    def _across(self, pair: StripedFusion) -> list:
-        parts = [_tiles(self.fusion(p)()) for p in pair.parts]
+    def _part(self, fusion: Fusion, only: dict | None) -> list:
+        """A pair's part's options: the fusion's own (its first call order), or with ``only``
+        the one option of any of its orders that is ``only[fusion]``."""
+        if not only:
+            return self.fusion(fusion)()
+        return [o for o in self.fusion(fusion, MOST_ORDERS)() if o[0] == only[fusion]]
+
+    def _across(self, pair: StripedFusion, only: dict | None = None) -> list:
+        parts = [_tiles(self._part(p, only)) for p in pair.parts]
         both = striped_options(self.dag, self.library, pair, [self._own(_first(o, PER_PART, _striped_group))
                                                               for o in parts], self.predictor, self.sizes)
         if self.held:
@@ -188,6 +201,8 @@ class Search:
                     self.dag, self.library, part, self.dtype, HELD_SHAPES, None, self.target, CUT_ORDERS)
                     if kernel.grid(self.sizes) <= MAX_PER_SM * self.sms)
                 options = sorted(found + extra + _bands(self.fusion(part)()), key=by_time)
+                if only:
+                    options = [o for o in options if o[0] == only[part]]
                 resident = [o for o in options if o[1].grid(self.sizes) <= MAX_PER_SM * self.sms]
                 wider.append(self._own(_first(resident, HELD_PER_PART, lambda plan: (plan.shape, plan.serial))))
             both += held_options(self.dag, self.library, pair, wider, self.predictor, self.sizes)
@@ -294,7 +309,10 @@ def offered_for(dag: Dag, library: Library, dtype: str, sizes, predictor, kernel
             first, second = (Fusion(tuple(sorted(part.calls))) for part in kernel.parts)
             if not (search.fusible(first.calls) and search.fusible(second.calls)):
                 continue
-            pairs = search.pair_of(first, second) + search.pair_of(second, first)
+            # the pairs of its very parts: the builders pair each part's best-predicted options
+            # only, which a predictor refitted since the tuning may rank otherwise
+            only = {first: kernel.parts[0], second: kernel.parts[1]}
+            pairs = search.pair_of(first, second, only) + search.pair_of(second, first, only)
             offered |= {plan for _, options in pairs for plan, _, _ in options()}
         elif search.fusible(calls := tuple(sorted(kernel.calls))):
             offered |= {plan for plan, _, _ in search.fusion(Fusion(calls), MOST_ORDERS)()}
