@@ -1,0 +1,113 @@
+"""Where does a small solve's time go? (GPU)
+
+    python -m experiments.solver_fixed_cost [--cases bicgstab:float32:1024,...] [--repeat 30]
+
+QUESTION (issue 46). At n = 1024 fp32 a BiCGStab iteration takes about 17 us (bench.solvers,
+50 iterations replayed), yet a solve to rtol 1e-5 (13 iterations) took 0.63-0.78 ms on the
+H200, at or behind JAX's 0.58-0.77: most of a small solve is not its iterations. Which phase
+holds the rest?
+
+METHOD. bench.solvers' systems (the better-conditioned one to tolerance; the hard one, which
+does not converge, for a solve cut at ``maxiter = 1``), CuPy arrays, the stepper kept from the
+solve before (as a solver inside an application runs). Each phase of
+``fusec.solvers.api.solve_with_outcome`` is wrapped with a device synchronisation on each side
+and timed by the host clock: the checks (the survey: one kernel over A, b and x0, one read),
+the program's lookup, x0's zeros, the stepper's ``begin`` (copying the start into its own
+arrays), ``driver.run`` (the GPU loop: one launch, one read), the copy of x. Medians of
+``--repeat`` solves after two warm ones; the whole solve timed alone (no phase synchronised)
+beside them. JAX is not imported: the phases are fusec's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import statistics
+import time
+
+PHASES = (("checks", "check", "the checks (survey)"), ("api", "program_for", "the program's lookup"),
+          ("zeros", "zeros_like", "x0's zeros"), ("stepper", "begin", "the stepper's begin"),
+          ("driver", "run", "the loop (driver.run)"), ("copy", "copy", "the copy of x"))
+
+
+def instrument(sync, spent):
+    """Wrap each phase's function so that it records its time, synchronised on each side."""
+    from fusec.solvers import api, checks, driver
+    from fusec.solvers.arrays import CupyArrays
+    from fusec.solvers.stepper import ProgramStepper
+    owners = {"checks": checks, "api": api, "zeros": CupyArrays, "stepper": ProgramStepper, "driver": driver,
+              "copy": CupyArrays}
+    for key, name, label in PHASES:
+        owner = owners[key]
+        function = getattr(owner, name)
+
+        @functools.wraps(function)
+        def timed(*args, __function=function, __label=label, **kwargs):
+            sync()
+            start = time.perf_counter()
+            try:
+                return __function(*args, **kwargs)
+            finally:
+                sync()
+                spent[__label].append((time.perf_counter() - start) * 1e6)
+        setattr(owner, name, timed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default="bicgstab:float32:1024,cg:float32:1024,bicgstab:float64:1024")
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    import cupy
+
+    from bench.solvers import systems
+    from fusec.solvers import api
+    from fusec.solvers.methods import METHODS
+    sync = cupy.cuda.Device().synchronize
+    print(f"GPU: {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}", flush=True)
+
+    def whole(solve) -> float:
+        times = []
+        for _ in range(args.repeat):
+            sync()
+            start = time.perf_counter()
+            solve()
+            sync()
+            times.append((time.perf_counter() - start) * 1e6)
+        return statistics.median(times)
+
+    rows = []
+    for case in args.cases.split(","):
+        name, dtype, n = case.split(":")
+        hard, easy, b = systems(cupy, int(n), dtype)
+        rtol = 1e-5 if dtype == "float32" else 1e-8
+        for label, A, maxiter in (("to tolerance", easy, 10 * int(n)), ("maxiter 1", hard, 1)):
+            def solve(A=A, maxiter=maxiter):
+                return api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=maxiter)[1]
+            outcome = solve()
+            solve()
+            rows.append((name, dtype, n, label, outcome.iterations, whole(solve), None))
+    spent = collections.defaultdict(list)
+    instrument(sync, spent)
+    for k, (name, dtype, n, label, iterations, alone, _) in enumerate(rows):
+        hard, easy, b = systems(cupy, int(n), dtype)
+        A, maxiter = (easy, 10 * int(n)) if label == "to tolerance" else (hard, 1)
+        rtol = 1e-5 if dtype == "float32" else 1e-8
+        for _ in range(2):
+            api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=maxiter)
+        spent.clear()
+        synced = whole(lambda: api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=maxiter))
+        rows[k] = rows[k][:6] + ({lab: statistics.median(v) for lab, v in spent.items()} | {"synced": synced},)
+    labels = [label for _, _, label in PHASES]
+    print("\n| solver | dtype | n | solve | iterations | whole solve us | with each phase synced us | "
+          + " | ".join(labels) + " |")
+    print("|---|---|---:|---|---:|---:|---:|" + "---:|" * len(labels))
+    for name, dtype, n, label, iterations, alone, phases in rows:
+        cells = " | ".join(f"{phases.get(lab, 0.0):.0f}" for lab in labels)
+        print(f"| {name} | {dtype} | {n} | {label} | {iterations} | {alone:.0f} | {phases['synced']:.0f} | {cells} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
