@@ -61,21 +61,14 @@ def main() -> None:
     args = parser.parse_args()
     import cupy
 
-    from bench.solvers import systems
+    from bench.solvers import systems, wall_us
     from fusec.solvers import api
     from fusec.solvers.methods import METHODS
     sync = cupy.cuda.Device().synchronize
     print(f"GPU: {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}", flush=True)
 
     def whole(solve) -> float:
-        times = []
-        for _ in range(args.repeat):
-            sync()
-            start = time.perf_counter()
-            solve()
-            sync()
-            times.append((time.perf_counter() - start) * 1e6)
-        return statistics.median(times)
+        return wall_us(solve, sync, args.repeat)
 
     rows = []
     for case in args.cases.split(","):
