@@ -15,7 +15,14 @@ and timed by the host clock: the checks (the survey: one kernel over A, b and x0
 the program's lookup, x0's zeros, the stepper's ``begin`` (copying the start into its own
 arrays), ``driver.run`` (the GPU loop: one launch, one read), the copy of x. Medians of
 ``--repeat`` solves after two warm ones; the whole solve timed alone (no phase synchronised)
-beside them. JAX is not imported: the phases are fusec's own.
+beside them. JAX is not imported for those: the phases are fusec's own.
+
+Then (``--jax``, where JAX imports) the first case's maxiter-1 solve, unsynchronised, timed
+before and after JAX's jitted solver of the same name has run once in this process, with the
+current context's scheduling flags (``cuCtxGetFlags``, the three low bits: 0 auto, 1 spin,
+2 yield, 4 blocking sync) each time: in one process that had run JAX's solver, fusec's
+maxiter-1 solve measured 625-691 us against 354 without JAX (one H200), and bench.solvers
+times both in one process.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default="bicgstab:float32:1024,cg:float32:1024,bicgstab:float64:1024")
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--jax", action=argparse.BooleanOptionalAction, default=True,
+                        help="time the first case's maxiter-1 solve before and after JAX's solver runs")
     args = parser.parse_args()
     import cupy
 
@@ -100,6 +109,42 @@ def main() -> None:
         cells = " | ".join(f"{phases.get(lab, 0.0):.0f}" for lab in labels)
         print(f"| {name} | {dtype} | {n} | {label} | {iterations} | {alone:.0f} | {phases['synced']:.0f} | {cells} |",
               flush=True)
+    if args.jax:
+        beside_jax(cupy, args.cases.split(",")[0], lambda solve: wall_us(solve, sync, args.repeat))
+
+
+def scheduling_flags() -> int:
+    """The current CUDA context's scheduling flags (CU_CTX_SCHED_MASK bits)."""
+    import ctypes
+    flags = ctypes.c_uint(0)
+    ctypes.CDLL("libcuda.so.1").cuCtxGetFlags(ctypes.byref(flags))
+    return flags.value & 7
+
+
+def beside_jax(cupy, case: str, whole) -> None:
+    """A case's maxiter-1 solve (phases not synchronised) before and after JAX's solver ran."""
+    try:
+        import jax
+        from jax.scipy.sparse import linalg
+    except ImportError as exc:
+        print(f"\nJAX not importable ({exc}): its part left out")
+        return
+    from bench.solvers import systems
+    from fusec.solvers import api
+    from fusec.solvers.methods import METHODS
+    name, dtype, n = case.split(":")
+    if not hasattr(linalg, name):
+        print(f"\nJAX has no {name}: its part left out")
+        return
+    hard, _, b = systems(cupy, int(n), dtype)
+    solve = lambda: api.solve_with_outcome(METHODS[name], hard, b, rtol=1e-30, maxiter=1)  # noqa: E731
+    solve()
+    before, flags_before = whole(solve), scheduling_flags()
+    run = jax.jit(lambda A, b: getattr(linalg, name)(A, b, tol=0.0, atol=0.0, maxiter=5)[0])
+    run(jax.dlpack.from_dlpack(hard), jax.dlpack.from_dlpack(b)).block_until_ready()
+    after, flags_after = whole(solve), scheduling_flags()
+    print(f"\n{name} {dtype} n = {n}, maxiter 1, whole solve: {before:.0f} us before JAX's solver ran in this process"
+          f" (context scheduling flags {flags_before}), {after:.0f} us after (flags {flags_after})", flush=True)
 
 
 if __name__ == "__main__":
