@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--jax", action=argparse.BooleanOptionalAction, default=True,
                         help="time the first case's maxiter-1 solve before and after JAX's solver runs")
     args = parser.parse_args()
+    cases = [(name, dtype, int(n)) for name, dtype, n in (case.split(":") for case in args.cases.split(","))]
     import cupy
 
     from bench.solvers import systems, wall_us
@@ -79,28 +80,25 @@ def main() -> None:
     def whole(solve) -> float:
         return wall_us(solve, sync, args.repeat)
 
-    rows = []
-    for case in args.cases.split(","):
-        name, dtype, n = case.split(":")
-        hard, easy, b = systems(cupy, int(n), dtype)
+    rows = []  # (name, dtype, n, solve label, iterations, whole solve us, the solve)
+    for name, dtype, n in cases:
+        hard, easy, b = systems(cupy, n, dtype)
         rtol = 1e-5 if dtype == "float32" else 1e-8
-        for label, A, maxiter in (("to tolerance", easy, 10 * int(n)), ("maxiter 1", hard, 1)):
-            def solve(A=A, maxiter=maxiter):
+        for label, A, maxiter in (("to tolerance", easy, 10 * n), ("maxiter 1", hard, 1)):
+            def solve(name=name, A=A, b=b, rtol=rtol, maxiter=maxiter):
                 return api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=maxiter)[1]
             outcome = solve()
             solve()
-            rows.append((name, dtype, n, label, outcome.iterations, whole(solve), None))
+            rows.append((name, dtype, n, label, outcome.iterations, whole(solve), solve))
     spent = collections.defaultdict(list)
     instrument(sync, spent)
-    for k, (name, dtype, n, label, iterations, alone, _) in enumerate(rows):
-        hard, easy, b = systems(cupy, int(n), dtype)
-        A, maxiter = (easy, 10 * int(n)) if label == "to tolerance" else (hard, 1)
-        rtol = 1e-5 if dtype == "float32" else 1e-8
+    for k, row in enumerate(rows):
+        solve = row[-1]
         for _ in range(2):
-            api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=maxiter)
+            solve()
         spent.clear()
-        synced = whole(lambda: api.solve_with_outcome(METHODS[name], A, b, rtol=rtol, maxiter=maxiter))
-        rows[k] = rows[k][:6] + ({lab: statistics.median(v) for lab, v in spent.items()} | {"synced": synced},)
+        synced = whole(solve)
+        rows[k] = row[:6] + ({lab: statistics.median(v) for lab, v in spent.items()} | {"synced": synced},)
     labels = [label for _, _, label in PHASES]
     print("\n| solver | dtype | n | solve | iterations | whole solve us | with each phase synced us | "
           + " | ".join(labels) + " |")
@@ -110,7 +108,7 @@ def main() -> None:
         print(f"| {name} | {dtype} | {n} | {label} | {iterations} | {alone:.0f} | {phases['synced']:.0f} | {cells} |",
               flush=True)
     if args.jax:
-        beside_jax(cupy, args.cases.split(",")[0], lambda solve: wall_us(solve, sync, args.repeat))
+        beside_jax(cupy, cases[0], whole)
 
 
 def scheduling_flags() -> int:
@@ -121,7 +119,7 @@ def scheduling_flags() -> int:
     return flags.value & 7
 
 
-def beside_jax(cupy, case: str, whole) -> None:
+def beside_jax(cupy, case: tuple[str, str, int], whole) -> None:
     """A case's maxiter-1 solve (phases not synchronised) before and after JAX's solver ran."""
     try:
         import jax
@@ -132,11 +130,11 @@ def beside_jax(cupy, case: str, whole) -> None:
     from bench.solvers import systems
     from fusec.solvers import api
     from fusec.solvers.methods import METHODS
-    name, dtype, n = case.split(":")
+    name, dtype, n = case
     if not hasattr(linalg, name):
         print(f"\nJAX has no {name}: its part left out")
         return
-    hard, _, b = systems(cupy, int(n), dtype)
+    hard, _, b = systems(cupy, n, dtype)
     solve = lambda: api.solve_with_outcome(METHODS[name], hard, b, rtol=1e-30, maxiter=1)  # noqa: E731
     solve()
     before, flags_before = whole(solve), scheduling_flags()
