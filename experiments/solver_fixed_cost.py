@@ -68,7 +68,9 @@ def main() -> None:
     parser.add_argument("--jax", action=argparse.BooleanOptionalAction, default=True,
                         help="time the first case's maxiter-1 solve before and after JAX's solver runs")
     args = parser.parse_args()
-    cases = [(name, dtype, int(n)) for name, dtype, n in (case.split(":") for case in args.cases.split(","))]
+    cases = [_case(parser, case) for case in args.cases.split(",")]
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: 1 or more")
     import cupy
 
     from bench.solvers import systems, wall_us
@@ -109,6 +111,17 @@ def main() -> None:
               flush=True)
     if args.jax:
         beside_jax(cupy, cases[0], whole)
+
+
+def _case(parser, text: str) -> tuple[str, str, int]:
+    """``solver:dtype:n`` of --cases, checked: a solver of fusec.solvers, float32 or float64, n >= 2."""
+    from fusec.solvers.methods import METHODS
+    parts = text.split(":")
+    if (len(parts) != 3 or parts[0] not in METHODS or parts[1] not in ("float32", "float64")
+            or not parts[2].isdigit() or int(parts[2]) < 2):
+        parser.error(f"--cases {text!r}: pass solver:dtype:n, solver one of {', '.join(sorted(METHODS))},"
+                     " dtype float32 or float64, n a whole number of 2 or more")
+    return parts[0], parts[1], int(parts[2])
 
 
 def scheduling_flags() -> int:
