@@ -6,6 +6,9 @@ SciPy is importable, and with the NumPy reference of :mod:`fusec.solvers.methods
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pytest
 
@@ -348,8 +351,9 @@ class NumpyLoop:
     made: list = []
 
     def __init__(self, arrays, like, stream):
-        self.stream, self.bodies, self.runs, self.captures = stream, {}, 0, 0
+        self.stream, self.bodies, self.runs, self.captures, self.starts = stream, {}, 0, 0, 0
         self.done = []  # the iterations each run did
+        self.record = None
         NumpyLoop.made.append(self)
 
     def captured(self, start):
@@ -360,11 +364,29 @@ class NumpyLoop:
         self.captures += 1
 
     def run(self, start, squared_tolerance, most):
+        self.record = [squared_tolerance, float(most), 0.0, 0.0]
+        _, done, why = self.launch(start)
+        return done, why
+
+    def start(self, survey, rtol, atol, most, pairs, x):
+        """fusec_loop_start's rule: the record from the survey, x zeroed, b copied."""
+        self.starts += 1
+        tol = max(rtol * math.sqrt(survey.bb), atol)
+        refused = (not (survey.b_finite and survey.x0_finite and math.isfinite(survey.A_sum))
+                   or survey.zero_rows or survey.zero_columns)
+        why = (device_loop.REFUSED if refused else device_loop.CONVERGED if survey.bb <= tol * tol
+               else device_loop.RUNNING)
+        self.record = [tol * tol, float(most), 0.0, why]
+        x[...] = 0
+        for dst, src in pairs:
+            dst[...] = src
+
+    def launch(self, start):
         self.runs += 1
-        record, going = [squared_tolerance, float(most), 0.0, 0.0], [True]
+        record, going = self.record, [True]
 
         def test(squared_norm):
-            if record[3] != device_loop.RUNNING:  # the body's first test stopped the loop
+            if record[3] != device_loop.RUNNING:  # the body's first test (or the start) stopped the loop
                 going[0] = False
                 return
             done, rr = record[2] + 1, float(squared_norm)
@@ -380,7 +402,7 @@ class NumpyLoop:
         while going[0]:
             self.bodies[start](test, copy)
         self.done.append(int(record[2]))
-        return int(record[2]), int(record[3])
+        return record[0], int(record[2]), int(record[3])
 
     def forget(self):
         self.bodies.clear()
@@ -495,6 +517,80 @@ def test_a_breakdown_inside_the_gpu_loop_is_found_from_its_checkpoint(method, br
     assert (outcome.info, outcome.iterations) == (-broken, broken - 1)
     np.testing.assert_array_equal(x, x_after(method, A, b, x0, broken - 1))
     assert NumpyLoop.made[0].runs == 1
+
+
+def started(method, A, b, **kwargs):
+    """A solve of ``A x = b`` by a stepper kept from a solve before on ``A`` (started on the GPU:
+    no plain iterations, no capture), and the loop it ran."""
+    program = kwargs.pop("program", None) or OracleProgram(method)
+    NumpyLoop.made.clear()
+    solve_with_outcome(method, A, np.ones_like(b), rtol=1e-10, program=program, make_loop=NumpyLoop)
+    (loop,) = NumpyLoop.made
+    result = solve_with_outcome(method, A, b, program=program, make_loop=NumpyLoop, **kwargs)
+    assert loop.captures == 1 and loop.starts == 1
+    return result, loop
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_kept_steppers_next_solve_starts_on_the_gpu_with_the_hosts_answer(method):
+    A, b, _ = system(method, n=40, seed=5)
+    x_host, host = solve_with_outcome(method, A, b, rtol=1e-10, check_every=1, program=OracleProgram(method))
+    (x, outcome), loop = started(method, A, b, rtol=1e-10)
+    assert (outcome.info, outcome.iterations) == (host.info, host.iterations) and host.info == 0
+    assert loop.done[-1] == outcome.iterations  # every iteration in the one launch
+    np.testing.assert_array_equal(x, x_host)
+
+
+@pytest.mark.parametrize("maxiter", [5, 6])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_started_solve_stops_at_maxiter_with_that_iterate(method, maxiter):
+    A, b, _ = system(method)
+    (x, outcome), _ = started(method, A, b, rtol=0.0, maxiter=maxiter)
+    assert (outcome.info, outcome.iterations) == (maxiter, maxiter)
+    np.testing.assert_allclose(x, reference_iterates(method, A, b, np.zeros_like(b), maxiter), rtol=1e-12,
+                               atol=1e-13)
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_started_solve_of_b_within_the_tolerance_is_zeros(method):
+    A, b, _ = system(method, n=40, seed=5)
+    (x, outcome), loop = started(method, A, b, atol=2 * np.linalg.norm(b))
+    assert (outcome.info, outcome.iterations) == (0, 0) and loop.done[-1] == 0
+    np.testing.assert_array_equal(x, np.zeros_like(b))
+
+
+@pytest.mark.parametrize("broken", [5, 6], ids=["first-of-a-body", "second-of-a-body"])
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_breakdown_in_a_started_solve_is_found_from_its_checkpoint(method, broken):
+    A, b, _ = system(method, seed=3)
+    zeros = np.zeros_like(b)
+    program = BreaksAfter(method, x_after(method, A, b, zeros, broken - 1))
+    (x, outcome), _ = started(method, A, b, rtol=0.0, program=program)
+    assert (outcome.info, outcome.iterations) == (-broken, broken - 1)
+    np.testing.assert_array_equal(x, x_after(method, A, b, zeros, broken - 1))
+
+
+@pytest.mark.parametrize("spoil, name, says", [
+    (lambda A, b: b.__setitem__(3, np.nan), "b", "contains NaN or infinity"),
+    (lambda A, b: A.__setitem__((7, slice(None)), 0.0), "A", "row 7 is zero: A is singular"),
+    (lambda A, b: A.__setitem__((slice(None), 2), 0.0), "A", "column 2 is zero: A is singular"),
+    (lambda A, b: A.__setitem__((1, 1), np.inf), "A", "contains NaN or infinity"),
+], ids=["nan-in-b", "zero-row", "zero-column", "inf-in-A"])
+def test_a_started_solve_refuses_what_the_checks_refuse_and_the_next_solve_is_right(spoil, name, says):
+    A, b, _ = system(CG, n=40, seed=6)
+    program = OracleProgram(CG)
+    NumpyLoop.made.clear()
+    solve_with_outcome(CG, A, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    (loop,) = NumpyLoop.made
+    kept, bad = A.copy(), b.copy()
+    spoil(A, bad)  # A in place: the memory the loop was captured on
+    with pytest.raises(ArgumentError, match=re.escape(says)) as caught:
+        solve_with_outcome(CG, A, bad, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    assert caught.value.argument == name and loop.starts == 1 and loop.done[-1] == 0
+    A[...] = kept
+    x, outcome = solve_with_outcome(CG, A, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    assert outcome.info == 0 and loop.starts == 2
+    assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
 
 
 def test_a_solve_looping_on_the_gpu_does_not_look_up_the_gpus_bandwidth(monkeypatch):

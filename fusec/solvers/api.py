@@ -101,19 +101,24 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
     graphs = check.flag("graphs", graphs)
     check_finite = check.flag("check_finite", check_finite)
     found = framework_of(A)
-    problem = checks.check(arrays_for(found) if found else NumpyArrays(), A, b, x0, rtol, atol, maxiter, check_every,
-                           check_finite)
+    host_arrays = arrays_for(found) if found else NumpyArrays()
+    problem = checks.arguments(host_arrays, A, b, x0, rtol, atol, maxiter, check_every)
+    if x0 is None and graphs and problem.check_every is None and host_arrays.contiguous(b):
+        started = _solve_started(method, problem, program, check_finite, bandwidth)
+        if started is not None:
+            return started
+    problem = checks.surveyed(host_arrays, problem, check_finite)
     where = problem.framework
     if where == "numpy" and program is None:
         where = _device_framework()
         A, b, x0 = (_to_device(where, a) for a in (problem.A, problem.b, problem.x0))
+    key = _kept_key(method, where, problem, A, program)
     if program is None:
         program = program_for(method.name, problem.dtype, problem.n)
     if make_loop is None and where != "numpy" and kernels.unsupported() is None:
         guarded = device_loop.guards(matrix_bytes(method, problem.n, problem.dtype))
         make_loop = functools.partial(device_loop.DeviceLoop, guarded=guarded)
     on_device = make_loop is not None and problem.check_every is None and graphs  # a given check_every: the host's
-    key = (method.name, where, problem.dtype, problem.n, str(getattr(A, "device", "")), id(program))
     with _KEPT.take(key, lambda: Kept(arrays_for(where))) as kept:
         arrays = kept.arrays
         with arrays.stream():
@@ -144,6 +149,48 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
     if problem.framework == "numpy" and where != "numpy":
         x = x.get() if where == "cupy" else x.cpu().numpy()
     return x, outcome
+
+
+def _kept_key(method: Method, where: str, problem: checks.Problem, A, program) -> tuple:
+    """Which kept stepper a solve takes: one per method, framework, precision, size and device,
+    and per program given (None: the method's own, :func:`program_for`)."""
+    return (method.name, where, problem.dtype, problem.n, str(getattr(A, "device", "")),
+            None if program is None else id(program))
+
+
+def _solve_started(method: Method, problem: checks.Problem, program, check_finite: bool,
+                   bandwidth: float | None) -> tuple | None:
+    """:func:`solve_with_outcome` from x = 0 on a kept stepper whose GPU loop is captured on
+    ``problem.A``, started on the GPU: the arguments' survey, then one launch writing the loop's
+    record and the first state from it, then the loop, and one read for them all (the checks'
+    own read, the tolerance computed from it by the host and the start's copies each cost the
+    host a wait or a launch). The survey's verdict comes with the loop's: where it refuses the
+    arguments the loop did not iterate, and the survey is read to raise the checks' error.
+    None where no kept stepper can start so (the solve then goes the host's way)."""
+    key = _kept_key(method, problem.framework, problem, problem.A, program)
+    with _KEPT.take(key, lambda: None) as kept:  # none kept: nothing is made
+        if kept is None or kept.stepper is None:
+            return None
+        stepper, arrays, A, b = kept.stepper, kept.arrays, problem.A, problem.b
+        with arrays.stream():
+            if not stepper.can_start_on_device(A):
+                return None
+            try:
+                survey = arrays.launch_survey(A if check_finite else None, b)
+                per_launch = driver.most_per_launch(matrix_bytes(method, problem.n, problem.dtype))
+                limit, looped = stepper.start_on_device(A, b, survey, problem.rtol, problem.atol,
+                                                        min(problem.maxiter, per_launch))
+                done, why, _ = looped
+                if why == device_loop.REFUSED:
+                    checks.judge(arrays.read_survey(survey, problem.n))
+                    return None  # refused on the GPU, not on the host: the host's way decides
+                if done == 0:  # b within the tolerance: x0, zeros
+                    return arrays.zeros_like(b), driver.Outcome(0, 0)
+                every = functools.partial(_host_check_every, method, problem, bandwidth)
+                outcome = driver.resume(stepper, limit, problem.maxiter, looped, every, most_per_launch=per_launch)
+                return arrays.copy(stepper.x()), outcome
+            finally:
+                stepper.end()
 
 
 _ARGS = """

@@ -117,6 +117,16 @@ class NumpyArrays:
                                                  self.squared_norm_here(b)])
         return Survey(b_finite, x0_finite, 0.0, bb, 0, -1, 0, -1)
 
+    def launch_survey(self, A, b):
+        """The survey of a solve from x = 0 (``A`` None: of ``b`` alone), not read where that
+        can wait: what :meth:`read_survey` reads and a GPU loop's start takes
+        (:meth:`.device_loop.DeviceLoop.start`). On the host, the :class:`Survey` itself."""
+        return self.survey(A, b, None) if A is not None else self.survey_vectors(b, None)
+
+    def read_survey(self, surveyed, n: int) -> Survey:
+        """The :class:`Survey` of what :meth:`launch_survey` gave (a read on a GPU)."""
+        return surveyed
+
     def nonzero_lines_here(self, A):
         """Whether each row and each column of A has an entry that is not 0 (NaN is not), two
         boolean vectors where A is: by blocks of rows, so that no temporary is of A's size."""
@@ -198,6 +208,16 @@ class _DeviceArrays(NumpyArrays):
             from . import kernels
             return Survey(*kernels.survey(self, None, b, x0, dtype_name(b)))
         return super().survey_vectors(b, x0)
+
+    def launch_survey(self, A, b):
+        """The survey's kernel launched, unread: its output array (``b`` contiguous, the
+        kernels running here, as wherever a GPU loop runs)."""
+        from . import kernels
+        return kernels.launch_survey(self, A, b, None, dtype_name(b))
+
+    def read_survey(self, surveyed, n: int) -> Survey:
+        from . import kernels
+        return Survey(*kernels.read_survey(self, surveyed, n))
 
     def _by_kernel(self, b, x0) -> bool:
         """Whether the survey's kernel can read ``b`` and ``x0``: contiguous, the kernels running here."""

@@ -29,7 +29,7 @@ class Problem:
     atol: float
     maxiter: int
     check_every: int | None  # None: the solve chooses it from the iteration's cost
-    b_squared_norm: float  # ||b||^2 in float64 (read with the checks)
+    b_squared_norm: float | None  # ||b||^2 in float64, read with the survey (None: not surveyed yet)
 
 
 def _array(name: str, obj, framework: str | None = None):
@@ -67,11 +67,13 @@ def _count(name: str, value, default: int | None) -> int | None:
 
 
 def check(arrays, A, b, x0, rtol, atol, maxiter, check_every, check_finite: bool = True) -> Problem:
-    """The checked problem. ``arrays.survey`` (:mod:`.arrays` for A's framework) finds whether
-    ``b`` and ``x0`` are finite, the sum of ``A`` (NaN and infinities make it not finite), the
-    rows and columns of ``A`` that are all zeros (each makes A singular) and ``||b||^2``: one
-    pass over A, no temporary of its size, read together (on a GPU: one wait). Without
-    ``check_finite``, ``b`` and ``x0`` alone (``arrays.survey_vectors``): A is not read."""
+    """The checked problem: :func:`arguments`, then :func:`surveyed`."""
+    return surveyed(arrays, arguments(arrays, A, b, x0, rtol, atol, maxiter, check_every), check_finite)
+
+
+def arguments(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
+    """The problem with everything checked that the host sees without reading the arrays:
+    types, shapes, dtypes, layout, tolerances, counts (``b_squared_norm`` None)."""
     framework = _array("A", A)
     if len(A.shape) != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ArgumentError("A", f"has shape {tuple(A.shape)}: pass a square matrix (n, n), n >= 1")
@@ -96,7 +98,25 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every, check_finite: bool
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
     maxiter = _count("maxiter", maxiter, 10 * n)
     check_every = _count("check_every", check_every, None)
+    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every, None)
+
+
+def surveyed(arrays, problem: Problem, check_finite: bool = True) -> Problem:
+    """``problem`` with ``||b||^2``, its arrays surveyed and judged (:func:`judge`).
+    ``arrays.survey`` (:mod:`.arrays` for A's framework) finds whether ``b`` and ``x0`` are
+    finite, the sum of ``A`` (NaN and infinities make it not finite), the rows and columns of
+    ``A`` that are all zeros (each makes A singular) and ``||b||^2``: one pass over A, no
+    temporary of its size, read together (on a GPU: one wait). Without ``check_finite``,
+    ``b`` and ``x0`` alone (``arrays.survey_vectors``): A is not read."""
+    A, b, x0 = problem.A, problem.b, problem.x0
     survey = arrays.survey(A, b, x0) if check_finite else arrays.survey_vectors(b, x0)
+    judge(survey)
+    return dataclasses.replace(problem, b_squared_norm=survey.bb)
+
+
+def judge(survey) -> None:
+    """Raise the :class:`~fusec.errors.ArgumentError` a survey (:class:`.arrays.Survey`) calls
+    for, if any."""
     for name, finite in (("b", survey.b_finite), ("x0", survey.x0_finite)):
         if not finite:
             raise ArgumentError(name, "contains NaN or infinity")
@@ -104,7 +124,6 @@ def check(arrays, A, b, x0, rtol, atol, maxiter, check_every, check_finite: bool
         raise ArgumentError("A", "contains NaN or infinity (its sum is not finite)")
     if survey.zero_rows or survey.zero_columns:
         raise ArgumentError("A", _zero_lines(survey))
-    return Problem(A, b, x0, framework, dtype, n, rtol, atol, maxiter, check_every, survey.bb)
 
 
 def _zero_lines(survey) -> str:

@@ -15,7 +15,9 @@ iteration cannot repay (experiments/results/h200-loop-guard.md): bodies are guar
 iteration reads at least GUARD_BYTES of A; where the driver refuses the nested node, unguarded.
 
 The record is four doubles: the squared tolerance and the most iterations (written by the host
-before a launch), the iterations done and why the loop stopped (written by the tests).
+before a launch), the iterations done and why the loop stopped (written by the tests). A solve
+started on the GPU (:meth:`DeviceLoop.start`) has the record written by a kernel instead, from
+the survey of its arguments, so that the host's one read after the launch answers both.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..runtime import while_graph
 from . import kernels
 from .arrays import dtype_name
 
-RUNNING, CONVERGED, NOT_FINITE, MOST_ITERATIONS = 0, 1, 2, 3
+RUNNING, CONVERGED, NOT_FINITE, MOST_ITERATIONS, REFUSED = 0, 1, 2, 3, 4  # REFUSED: by the start's survey
 GUARD_BYTES = 1 << 30  # an iteration reading this much of A, or more, guards its loop's second iterations
 
 
@@ -92,9 +94,23 @@ class DeviceLoop:
     def run(self, start: int, squared_tolerance: float, most: int) -> tuple[int, int]:
         """Launch the loop from set ``start``; ``(iterations done, why it stopped)`` (one read)."""
         self.arrays.upload_into(self.record, np.array([squared_tolerance, most, 0.0, 0.0]))
+        _, done, why = self.launch(start)
+        return done, why
+
+    def start(self, survey, rtol: float, atol: float, most: int, pairs, x) -> None:
+        """Write the record on the GPU from ``survey`` (the array ``arrays.launch_survey`` gave,
+        written before this in the stream): the squared tolerance ``max(rtol ||b||, atol)^2``, ``most``,
+        and REFUSED or CONVERGED as the reason where the loop must not iterate; and the first
+        state (``x`` zeroed, each ``(dst, b)`` of ``pairs`` copied), in one launch. Then
+        :meth:`launch`."""
+        kernels.start_loop(self.arrays, survey, rtol, atol, most, self.record, pairs, x, self.stream)
+
+    def launch(self, start: int) -> tuple[float, int, int]:
+        """Launch the loop from set ``start`` on the record as it stands; ``(the squared tolerance,
+        iterations done, why it stopped)``, read at once."""
         self.graphs[start].launch(self.stream)
-        done, why = self.arrays.download(self.record)[2:]
-        return int(done), int(why)
+        limit, _, done, why = self.arrays.download(self.record).tolist()
+        return limit, int(done), int(why)
 
     def forget(self) -> None:
         """Drop the graphs (they hold the addresses of the matrix they were captured with)."""

@@ -65,11 +65,28 @@ def run(stepper, first_squared_norm: float, tol: float, maxiter: int, check_ever
     limit = tol * tol
     if first_squared_norm <= limit:
         return Outcome(0, 0)
-    done = 0
+    return _iterate(stepper, limit, maxiter, check_every, on_device, most_per_launch)
+
+
+def resume(stepper, limit: float, maxiter: int, looped: tuple[int, int, int], check_every: int | Callable[[], int], *,
+           most_per_launch: int | None = None) -> Outcome:
+    """:func:`run` on the GPU after its first launch of the loop was made with the solve's
+    start (``stepper.start_on_device``: ``looped`` its result, at least one iteration done;
+    ``limit`` the squared tolerance that start computed)."""
+    return _iterate(stepper, limit, maxiter, check_every, True, most_per_launch, looped)
+
+
+def _iterate(stepper, limit: float, maxiter: int, check_every, on_device: bool, most_per_launch: int | None,
+             looped: tuple[int, int, int] | None = None) -> Outcome:
+    """The loop of :func:`run` from the first iteration (``looped``: the first launch's result, made)."""
+    done, first = 0, looped
     while done < maxiter:
-        looping = on_device and stepper.loops_on_device()
-        most = min(maxiter - done, most_per_launch or maxiter)
-        looped = stepper.loop(limit, most) if looping else None
+        if first is not None:
+            looped, first = first, None
+        else:
+            looping = on_device and stepper.loops_on_device()
+            most = min(maxiter - done, most_per_launch or maxiter)
+            looped = stepper.loop(limit, most) if looping else None
         if looped is not None:
             ran, why, saved_at = looped
             if why == device_loop.CONVERGED:

@@ -2,8 +2,9 @@
 copy of the loop's checkpoint (all the state arrays in one launch), and the survey of its
 arguments (whether ``b`` and ``x0`` are finite, the sum of ``A``, ``||b||^2``, the rows and
 columns of ``A`` that are all zeros: one kernel reading A once, and one read, where CuPy or
-PyTorch would take seven kernels of their own and more for the zeros). Compiled by nvcc once
-per GPU architecture (cached) and loaded once per context.
+PyTorch would take seven kernels of their own and more for the zeros), and the start of a solve
+whose loop is captured (its record and first state from the survey, read with the loop's).
+Compiled by nvcc once per GPU architecture (cached) and loaded once per context.
 """
 
 from __future__ import annotations
@@ -252,6 +253,33 @@ extern "C" __global__ void fusec_copy_arrays(fusec_copies copies, int count, lon
             copies.dst[k][i] = copies.src[k][i];
 }
 
+// The start of a solve from x = 0 whose loop is captured already, after the survey of its
+// arguments (out, as survey writes it): the loop's record and the first state in one launch.
+// x (words of it) is zeroed and the state's other vectors get b (copies: src b each). The
+// record's reason is set where the loop must not iterate, its first test then keeping the
+// record (0 iterations done): 4 where the survey refuses the arguments, 1 where b meets the
+// tolerance as it is. The tolerance as the host takes it: max(rtol ||b||, atol), squared.
+extern "C" __global__ void fusec_loop_start(const double *out, double rtol, double atol, double most,
+                                            double *record, fusec_copies copies, int count, unsigned int *x,
+                                            long long words)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        const unsigned int *lines = (const unsigned int *)(out + 4);
+        double bb = out[3], tol = fmax(rtol * sqrt(bb), atol);
+        bool refused = out[0] != 0.0 || out[1] != 0.0 || !isfinite(out[2]) || lines[0] != 0u || lines[2] != 0u;
+        record[0] = tol * tol;
+        record[1] = most;
+        record[2] = 0.0;
+        record[3] = refused ? 4.0 : bb <= tol * tol ? 1.0 : 0.0;
+    }
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        x[i] = 0u;
+        for (int k = 0; k < count; k++)
+            copies.dst[k][i] = copies.src[k][i];
+    }
+}
+
 extern "C" __global__ void fusec_survey_float32(const float *A, int n, int rows, int vector, const float *b,
                                                 const float *x0, double *out, unsigned int *flags)
 { survey<float>(A, n, rows, vector, b, x0, out, flags); }
@@ -301,6 +329,12 @@ def survey(arrays, A, b, x0, dtype: str) -> list[float]:
     columns, the first (-1: none)]`` (1.0 or 0.0 for the first two; x0 None counts as finite) by
     one kernel on the current stream of ``arrays`` (A read once), and one read. ``A`` None: b and
     x0 alone (A's sum 0, no zero line)."""
+    return read_survey(arrays, launch_survey(arrays, A, b, x0, dtype), int(b.shape[0]))
+
+
+def launch_survey(arrays, A, b, x0, dtype: str):
+    """:func:`survey`'s kernel, launched and not read: the array it writes (the workspace of
+    :func:`survey_workspace`, whose first HEADER_BYTES :func:`read_survey` reads)."""
     n = int(b.shape[0])
     work = survey_workspace(arrays, b, n)
     stream = arrays.stream_handle()
@@ -313,6 +347,11 @@ def survey(arrays, A, b, x0, dtype: str) -> list[float]:
                                               pointer(b), pointer(x0), pointer(work),
                                               ctypes.c_void_p(arrays.address(work) + HEADER_BYTES)],
                     stream, threads=THREADS, blocks=blocks)
+    return work
+
+
+def read_survey(arrays, work, n: int) -> list[float]:
+    """:func:`survey`'s list from the array :func:`launch_survey` wrote (a read: the host waits)."""
     header = arrays.download(work[:HEADER_BYTES // 8])
     nonfinite_b, nonfinite_x0, total, bb = header[:4].tolist()
     zero_rows, after_first_row, zero_columns, first_column = header[4:].view(np.uint32)[:4].tolist()
@@ -334,17 +373,37 @@ class _Copies(ctypes.Structure):  # struct fusec_copies
     _fields_ = [("src", ctypes.c_void_p * COPIES), ("dst", ctypes.c_void_p * COPIES)]
 
 
+def _copies(arrays, pairs) -> _Copies:
+    copies = _Copies()
+    for k, (dst, src) in enumerate(pairs):
+        copies.src[k], copies.dst[k] = arrays.address(src), arrays.address(dst)
+    return copies
+
+
 def copy_arrays(arrays, pairs, stream: int) -> None:
     """``dst[...] = src`` for each ``(dst, src)`` of ``pairs`` (contiguous arrays of one size in
     bytes, a multiple of 4), eight to a launch on ``stream``."""
     words = pairs[0][0].nbytes // 4
     for start in range(0, len(pairs), COPIES):
         group = pairs[start:start + COPIES]
-        copies = _Copies()
-        for k, (dst, src) in enumerate(group):
-            copies.src[k], copies.dst[k] = arrays.address(src), arrays.address(dst)
-        loaded().launch("fusec_copy_arrays", [copies, ctypes.c_int(len(group)), ctypes.c_longlong(words)], stream,
+        loaded().launch("fusec_copy_arrays", [_copies(arrays, group), ctypes.c_int(len(group)),
+                                              ctypes.c_longlong(words)], stream,
                         threads=THREADS, blocks=_blocks(words), dependent=True)
+
+
+def start_loop(arrays, survey, rtol: float, atol: float, most: int, record, pairs, x, stream: int) -> None:
+    """Launch ``fusec_loop_start`` on ``stream``: the loop's ``record`` from the ``survey``
+    (:func:`launch_survey`'s array, written before it in the stream), ``x`` zeroed and each
+    ``(dst, b)`` of ``pairs`` copied (contiguous arrays of x's size, COPIES at most)."""
+    if len(pairs) > COPIES:
+        raise ValueError(f"fusec_loop_start copies {COPIES} arrays at most, not {len(pairs)}")
+    words = x.nbytes // 4
+    loaded().launch("fusec_loop_start", [ctypes.c_void_p(arrays.address(survey)), ctypes.c_double(rtol),
+                                         ctypes.c_double(atol), ctypes.c_double(most),
+                                         ctypes.c_void_p(arrays.address(record)), _copies(arrays, pairs),
+                                         ctypes.c_int(len(pairs)), ctypes.c_void_p(arrays.address(x)),
+                                         ctypes.c_longlong(words)],
+                    stream, threads=THREADS, blocks=_blocks(words))
 
 
 HEADER_BYTES = 64  # a survey's output: 4 doubles, then 8 unsigned ints (5 used); the columns' bits follow

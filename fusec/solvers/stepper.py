@@ -18,7 +18,10 @@ for these sizes, and every result goes to a state array, so a call on the new ``
 allocates nothing).
 
 Where the driver can loop on the GPU (:mod:`.device_loop`), :meth:`ProgramStepper.loop` runs
-the whole loop as one launch of a graph whose body is two iterations with a test after each.
+the whole loop as one launch of a graph whose body is two iterations with a test after each;
+once that loop is captured, :meth:`ProgramStepper.start_on_device` starts the next solve from
+x = 0 on the GPU too (the arguments' survey, the first state and the loop's record, then the
+loop, read once).
 """
 
 from __future__ import annotations
@@ -152,6 +155,29 @@ class ProgramStepper:
         self.saved_from = start
         self.current = (start + done) % 2  # an odd count stopped inside a body: the set its first iteration wrote
         return done, why, (done - 1) // 2 * 2
+
+    def can_start_on_device(self, A) -> bool:
+        """Whether a solve on ``A`` from x = 0 may start on the GPU (:meth:`start_on_device`): its
+        loop captured from the first set on the current stream, on ``A``'s memory."""
+        return (self.loops_on_device() and self.gpu_loop is not None and self.gpu_loop.captured(0)
+                and self.gpu_loop.stream == self.arrays.stream_handle()
+                and self.arrays.placement(A) == self.A_placement)
+
+    def start_on_device(self, A, b, survey, rtol: float, atol: float, most: int) -> tuple[float, tuple[int, int, int]]:
+        """Start a solve of ``A x = b`` from x = 0 and launch its loop, the host reading once:
+        the record and the first state written on the GPU from ``survey`` (the arguments'
+        survey launched before, :meth:`.device_loop.DeviceLoop.start`), then the loop from
+        the first set. ``(the squared tolerance, (iterations done, why, iterations done where
+        the checkpoint was saved))`` as :meth:`loop`; no iterations done where the survey
+        refused the arguments (REFUSED) or ``b`` met the tolerance (CONVERGED), the state then
+        undefined. Only where :meth:`can_start_on_device`."""
+        self.A = A
+        pairs = [(self.fixed[name], b) for name in self.method.fixed]
+        pairs += [(self.sets[0][name], b) for name in self.method.state if name != "x"]
+        self.gpu_loop.start(survey, rtol, atol, most, pairs, self.sets[0]["x"])
+        limit, done, why = self.gpu_loop.launch(0)
+        self.saved_from, self.current = 0, done % 2
+        return limit, (done, why, (done - 1) // 2 * 2)
 
     def restore(self) -> None:
         """Back to the state the last :meth:`advance` started from."""

@@ -41,7 +41,7 @@ class Workspaces:
     def take(self, key: Hashable, make: Callable[[], object]):
         """The value kept for ``key``, or ``make()``'s; kept again for the next taker when the
         block ends (a solve that raised leaves its stepper's state undefined, not its arrays:
-        the next solve copies its own state in)."""
+        the next solve copies its own state in). ``make`` may give None: nothing is kept."""
         with self._lock:
             value = self._free.pop(key, None)
         if value is None:
@@ -49,11 +49,12 @@ class Workspaces:
         try:
             yield value
         finally:
-            with self._lock:
-                self._free.pop(key, None)  # a solve beside this one may have put one back
-                while len(self._free) >= self.most:
-                    del self._free[next(iter(self._free))]
-                self._free[key] = value
+            if value is not None:
+                with self._lock:
+                    self._free.pop(key, None)  # a solve beside this one may have put one back
+                    while len(self._free) >= self.most:
+                        del self._free[next(iter(self._free))]
+                    self._free[key] = value
 
     def clear(self) -> None:
         with self._lock:
