@@ -11,7 +11,10 @@ replayed), in both precisions, at n = 33, 1000, 4097, on well-conditioned system
   at once;
 - the survey of the arguments by its kernel against NumPy: A's zero rows and columns (where a
   stripe or a block of threads begins or ends, n = 1 to 4097, past 2^31 entries), NaN not zero,
-  and a zero row or column named before anything runs.
+  and a zero row or column named before anything runs;
+- a kept stepper's solve started on the GPU (survey, start and loop read once): the host's
+  answer and iterations, b within the tolerance answered by zeros, and bad arguments refused
+  with the checks' own errors, the next solve right.
 """
 
 from __future__ import annotations
@@ -198,19 +201,19 @@ def test_a_kept_stepper_solves_the_next_system_right(name, framework):
 
 @pytest.fixture
 def loop_runs(monkeypatch):
-    """The number of GPU loops launched, and the loops made (a solve loops on the GPU where the
-    driver has conditional graph nodes; a given check_every makes the host loop)."""
+    """The GPU loops launched (a solve loops on the GPU where the driver has conditional graph
+    nodes; a given check_every makes the host loop)."""
     from fusec.solvers import device_loop, kernels
     if kernels.unsupported():
         pytest.skip(f"no loop on the GPU here: {kernels.unsupported()}")
     runs = []
-    run = device_loop.DeviceLoop.run
+    launch = device_loop.DeviceLoop.launch
 
     def counted(self, *args):
         runs.append(args)
-        return run(self, *args)
+        return launch(self, *args)
 
-    monkeypatch.setattr(device_loop.DeviceLoop, "run", counted)
+    monkeypatch.setattr(device_loop.DeviceLoop, "launch", counted)  # the host's launches and started solves'
     return runs
 
 
@@ -503,6 +506,76 @@ def test_the_gpu_loop_skips_a_bodys_second_iteration_once_its_first_stops_the_lo
         answer = host(stepper.x())
     np.testing.assert_allclose(answer, reference_iterates(method, A, b, x0, 7), rtol=1e-10, atol=1e-11)
     np.testing.assert_allclose(other, reference_iterates(method, A, b, x0, 6), rtol=1e-10, atol=1e-11)
+
+
+@pytest.fixture
+def starts(monkeypatch):
+    """The solves started on the GPU (a kept stepper's, from x = 0: survey, start, loop, one read)."""
+    from fusec.solvers.stepper import ProgramStepper
+    made = []
+    start = ProgramStepper.start_on_device
+
+    def counted(self, *args):
+        made.append(args)
+        return start(self, *args)
+
+    monkeypatch.setattr(ProgramStepper, "start_on_device", counted)
+    return made
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_started_solve_answers_as_the_hosts_start_does(name, dtype, framework, loop_runs, starts):
+    """The second solve on A starts on the GPU: the answer and iterations of a solve started
+    by the host (checked every iteration), b unchanged; b within atol: zeros at once."""
+    pytest.importorskip(framework)
+    from fusec.solvers.api import solve_with_outcome
+    method = SOLVERS[name][1]
+    A, b, _ = (a.astype(dtype) for a in system(name, 1000, seed=11))
+    dA, db = device(framework, A), device(framework, b)
+    rtol = RTOL[dtype]
+    x_every, every = solve_with_outcome(method, dA, db, rtol=rtol, check_every=1)
+    solve_with_outcome(method, dA, device(framework, b[::-1].copy()), rtol=rtol)  # keeps a warm stepper
+    assert not starts
+    x, outcome = solve_with_outcome(method, dA, db, rtol=rtol)
+    assert len(starts) == 1 and outcome.info == every.info == 0
+    # float32 sums added by atomics in another order may cross the tolerance an iteration apart
+    assert abs(outcome.iterations - every.iterations) <= (dtype == "float32")
+    np.testing.assert_allclose(host(x), host(x_every), rtol=AGREE[dtype], atol=AGREE[dtype] * np.abs(host(x)).max())
+    np.testing.assert_array_equal(host(db), b)
+    zeros, at_once = solve_with_outcome(method, dA, db, atol=2 * float(np.linalg.norm(b.astype(np.float64))))
+    assert len(starts) == 2 and (at_once.info, at_once.iterations) == (0, 0) and not host(zeros).any()
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_started_solve_refuses_what_the_checks_refuse_and_the_next_is_right(name, framework, starts):
+    """Bad arguments to a solve started on the GPU: the checks' own errors (the survey read
+    after the loop, which did not iterate), and the kept stepper serves the next solve."""
+    from fusec import ArgumentError
+    pytest.importorskip(framework)
+    solve, _ = SOLVERS[name]
+    A, b, _ = system(name, 1000, seed=10)
+    dA, db = device(framework, A), device(framework, b)
+    solve(dA, db)  # the stepper kept, its loop captured on dA
+    bad = b.copy()
+    bad[5] = np.nan
+    with pytest.raises(ArgumentError, match="contains NaN or infinity") as caught:
+        solve(dA, device(framework, bad))
+    assert caught.value.argument == "b" and len(starts) == 1
+    spoiled = A.copy()
+    spoiled[17, :] = 0
+    spoiled[:, [3, 500]] = 0
+    dA[...] = device(framework, spoiled)  # in place: the memory the loop was captured on
+    with pytest.raises(ArgumentError) as caught:
+        solve(dA, db)
+    assert len(starts) == 2 and caught.value.argument == "A"
+    assert str(caught.value) == "argument 'A': row 17 is zero; column 3 is the first of 2 zero columns: A is singular"
+    dA[...] = device(framework, A)
+    x, info = solve(dA, db)
+    assert len(starts) == 3 and info == 0
+    assert np.linalg.norm(b - A @ host(x).astype(np.float64)) <= 1e-5 * np.linalg.norm(b) * 1.01
 
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
