@@ -69,19 +69,6 @@ def wall_us(run, synchronize, repeat: int, before=None) -> float:
     return statistics.median(samples)
 
 
-def interleaved(runs: dict, synchronize, repeat: int, before: dict | None = None) -> dict:
-    """Median µs of each of ``runs`` (name -> function) as :func:`wall_us` times it, taken in
-    turns (each turn runs each once, in order; ``before[name]()`` untimed before ``name``'s),
-    so that a drift of the host's speed falls on all of them alike (fusec's CG fp32 n = 1024 to
-    tolerance, a host-bound solve, measured 0.50 and 0.80 ms in two processes of one H200
-    machine, 2026-11-29, one commit)."""
-    samples = {name: [] for name in runs}
-    for _ in range(repeat):
-        for name, run in runs.items():
-            samples[name].append(wall_us(run, synchronize, 1, before=(before or {}).get(name)))
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def copy_bandwidth(cupy) -> float:
     """Bytes per second of a device-to-device copy of 1 GiB (read + write)."""
     a = cupy.ones(1 << 28, dtype=cupy.float32)
@@ -235,11 +222,11 @@ def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
     from fusec.solvers import api
     from fusec.solvers.methods import METHODS
     sync = cupy.cuda.Device().synchronize
-    solves, residual, outcomes = {}, {}, {}
+    ms, residual, outcomes = {}, {}, {}
 
     def timed(key, solve):
         x = solve()  # warm: compiles, captures
-        solves[key] = solve
+        ms[key] = wall_us(solve, sync, repeat) / 1e3
         residual[key] = true_residual(cupy, A, b, x)
 
     # "fusec": the stepper kept from the solve before, its graphs replayed (the same A);
@@ -265,11 +252,6 @@ def to_tolerance(cupy, name, A, b, rtol, peers, skipped, repeat) -> dict:
         jA, jb = jax.dlpack.from_dlpack(A), jax.dlpack.from_dlpack(b)
         run = jax.jit(lambda A, b: solver(A, b, tol=rtol, maxiter=MAXITER)[0])
         timed("jax", lambda: run(jA, jb).block_until_ready())
-    # in turns, "fusec_new" last (it drops the kept stepper, which an untimed solve makes again
-    # before the next turn's "fusec")
-    order = sorted(solves, key=lambda key: key == "fusec_new")
-    ms = {key: us / 1e3 for key, us in interleaved({key: solves[key] for key in order}, sync, repeat,
-                                                    before={"fusec": solves["fusec"]}).items()}
     return {"ms": ms, "info": {k: o.info for k, o in outcomes.items()},
             "iterations": {k: o.iterations for k, o in outcomes.items()}, "residual": residual}
 
@@ -292,8 +274,7 @@ def report(rows, device, bandwidth, command, skipped_sizes) -> str:
                 cells.append("skipped" if p in r["skipped"] else "")
         lines.append(f"| {r['solver']} | {r['dtype']} | {r['n']} | {r['floor_us']:.1f}"
                      f" | {r['us_per_iteration']['fusec']:.1f} | {r['over_floor']:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "Time to tolerance (ms, median of whole solves after a warm one, every column's solves taken in"
-              " turns; fusec: the solver's stepper"
+    lines += ["", "Time to tolerance (ms, median of whole solves after a warm one; fusec: the solver's stepper"
               " kept from the solve before, on the same A; fusec, new A: every solve as the first on its"
               " matrix (no kept stepper: plain first chunk, then a graph captured); check_finite=False: as"
               " fusec, without the pass over A that checks it before the solve; all three with check_every"

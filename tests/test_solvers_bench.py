@@ -147,12 +147,3 @@ def test_plot_from_a_file_that_is_no_run_names_the_argument(tmp_path, text):
         source.write_text(text)
     with pytest.raises(SystemExit, match=f"--plot-from {source}: not a run's JSON"):
         B.main(["--plot-from", str(source)])
-
-
-def test_interleaved_times_each_run_in_turns_with_its_untimed_before():
-    from bench.solvers import interleaved
-    calls = []
-    runs = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
-    medians = interleaved(runs, lambda: None, 3, before={"b": lambda: calls.append("before b")})
-    assert calls == ["a", "before b", "b"] * 3
-    assert set(medians) == {"a", "b"} and all(us >= 0 for us in medians.values())
