@@ -461,7 +461,7 @@ def main(argv=None) -> int:
     began = time.monotonic()
     import cupy
     peers = [p for p in args.peers.split(",") if p]
-    if "jax" in peers:  # only then: JAX in the process slows the host's side of fusec's small solves
+    if "jax" in peers:  # only then: with --peers "" fusec is timed in a process JAX never entered
         try:
             import jax
             jax.config.update("jax_enable_x64", True)
