@@ -170,15 +170,15 @@ def test_graph_replays_give_the_plain_iterates(method, k):
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
-def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(method):
+def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(method, monkeypatch):
     A, b, x0 = system(method, seed=8)
     other_b = np.flip(b).copy()
 
     def start(A, b):
         return method.start(x0, b - A @ x0, np.copy)
 
-    def fresh(A, b):
-        plain = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, start(A, b), graphs=False)
+    def fresh(A, b, first=None):
+        plain = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, first or start(A, b), graphs=False)
         plain.advance(4)
         plain.advance(4)
         return plain.x().copy()
@@ -200,17 +200,28 @@ def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(metho
     kept.begin(moved, start(moved, b))
     calls = kept.program.calls
     kept.advance(4)
-    assert arrays.captures == 2  # captured again at once: the sets are warm from the first matrix
+    assert arrays.captures == 2  # captured again at once, on the stepper's own copy: the sets are warm
     assert kept.program.calls == calls + 4  # the capture's calls (the fake graph runs them), no plain ones
     kept.advance(4)
     assert arrays.captures == 2
     np.testing.assert_array_equal(kept.x(), fresh(A, b))
-    transposed = moved.T  # the same memory read with other strides: another matrix to a graph
+    transposed = moved.T  # the same memory read with other strides: its values copied into the own matrix
     kept.begin(transposed, start(transposed, b))
     kept.advance(4)
-    assert arrays.captures == 3
+    assert arrays.captures == 2
     kept.advance(4)
-    np.testing.assert_array_equal(kept.x(), fresh(transposed, b))
+    # the iterations read its values in C order (the first residual as the start gave it)
+    np.testing.assert_array_equal(kept.x(), fresh(np.ascontiguousarray(transposed), b, start(transposed, b)))
+    from fusec.solvers import stepper
+    monkeypatch.setattr(stepper, "OWN_MATRIX_BYTES", 0)  # no matrix copied: each captured on
+    big = ProgramStepper(OracleProgram(method), method, CapturingArrays(), A, start(A, b))
+    big.advance(4)
+    big.advance(4)
+    big.begin(transposed, start(transposed, b))  # the same memory read with other strides: another matrix
+    big.advance(4)
+    assert big.arrays.captures == 2
+    big.advance(4)
+    np.testing.assert_array_equal(big.x(), fresh(transposed, b))
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
@@ -461,9 +472,29 @@ def test_a_kept_stepper_loops_on_a_new_matrix_at_once(method):
     (loop,) = NumpyLoop.made
     moved = A.copy()  # the same values in other memory: the loop's graphs hold the old address
     x, outcome = solve_with_outcome(method, moved, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
-    assert loop.runs == 2 and loop.captures == 2  # captured again on the new matrix
+    assert loop.runs == 2 and loop.captures == 2  # captured again, on the stepper's own copy of A
     assert loop.done[-1] == outcome.iterations  # every iteration in the loop: no plain ones first
     assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
+    other = A + np.diag(np.linspace(0.5, 1.0, A.shape[0]))  # new memory again, other values
+    y, outcome = solve_with_outcome(method, other, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    assert loop.runs == 3 and loop.captures == 2 and loop.starts == 1  # copied in, started, replayed
+    assert outcome.info == 0 and np.linalg.norm(b - other @ y) <= 1e-9 * np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
+def test_a_large_new_matrix_is_captured_on_not_copied(method, monkeypatch):
+    from fusec.solvers import stepper
+    monkeypatch.setattr(stepper, "OWN_MATRIX_BYTES", 1000)  # below the 40 x 40 float64 A
+    A, b, _ = system(method, n=40, seed=5)
+    program = OracleProgram(method)
+    NumpyLoop.made.clear()
+    solve_with_outcome(method, A, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    (loop,) = NumpyLoop.made
+    for k in range(2):
+        moved = A.copy()
+        x, outcome = solve_with_outcome(method, moved, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+        assert loop.captures == 2 + k and loop.starts == 0  # on its own memory each time: no copy kept
+        assert outcome.info == 0 and np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
 
 
 @pytest.mark.parametrize("method, n, dtype, guarded", [

@@ -32,6 +32,8 @@ from typing import Any, Callable
 from ..errors import FusecError, FusecWarning
 from .methods import Method
 
+OWN_MATRIX_BYTES = 64 << 20  # an A this small, on memory the graphs were not captured on, is copied
+
 
 class ProgramStepper:
     """Iterations of ``method`` by ``program`` (anything called as
@@ -44,6 +46,7 @@ class ProgramStepper:
                  make_loop: Callable | None = None):
         self.program, self.method, self.arrays = program, method, arrays
         self.A, self.A_placement = A, arrays.placement(A)
+        self.own_matrix = None  # A's values copied here (small A after a new matrix), or None
         self.fixed = {name: arrays.copy(start[name]) for name in method.fixed}
         first = {name: arrays.copy(start[name]) for name in method.state}  # its own: start may share arrays
         second = {name: arrays.empty_like(first[name]) for name in method.state}
@@ -63,16 +66,12 @@ class ProgramStepper:
 
     def begin(self, A, start: dict, *, graphs: bool = True, make_loop: Callable | None = None) -> None:
         """Start another solve from ``start`` (copied into this stepper's arrays). The graphs
-        captured before are replayed again where ``A`` is the same memory as the last solve's;
-        another matrix drops them and captures anew on it, with no plain calls first (the sets
-        stay warm: only the addresses the launches carry change). ``make_loop``,
+        captured before are replayed again where ``A`` is the same memory as the last solve's or
+        is copied into the stepper's own matrix (:meth:`_take_matrix`); a large matrix elsewhere
+        drops them and captures anew on it, with no plain calls first (the sets stay warm: only
+        the addresses the launches carry change). ``make_loop``,
         where given, is kept for the loops to come (unless a loop was refused here)."""
-        placement = self.arrays.placement(A)
-        if placement != self.A_placement:
-            self.graphs.clear()
-            if self.gpu_loop is not None:
-                self.gpu_loop.forget()
-        self.A, self.A_placement = A, placement
+        self._take_matrix(A)
         for name in self.method.fixed:
             self.arrays.copy_into(self.fixed[name], start[name])
         for name in self.method.state:  # one framework copy each: one launch for all measured no faster
@@ -80,6 +79,24 @@ class ProgramStepper:
         self.current, self.saved_from = 0, None
         self.graphs_allowed = graphs and self.capture_works
         self.make_loop = make_loop or self.make_loop
+
+    def _take_matrix(self, A) -> None:
+        """Make the iterations read ``A``: as it is where it is the memory the graphs were
+        captured on; else, where it is at most OWN_MATRIX_BYTES, copied into the stepper's own
+        matrix, which the graphs are captured on once and replayed from then on (every later
+        solve copies its A in: microseconds, where graphs captured anew on a new address cost
+        about a millisecond of the host's); else the graphs are dropped, to be captured on A."""
+        if self.own_matrix is None and self.arrays.placement(A) != self.A_placement and A.nbytes <= OWN_MATRIX_BYTES:
+            self.own_matrix = self.arrays.empty_like(A)
+        if self.own_matrix is not None:
+            self.arrays.copy_into(self.own_matrix, A)
+            A = self.own_matrix
+        placement = self.arrays.placement(A)
+        if placement != self.A_placement:
+            self.graphs.clear()
+            if self.gpu_loop is not None:
+                self.gpu_loop.forget()
+        self.A, self.A_placement = A, placement
 
     def end(self) -> None:
         """Let go of the solve's ``A`` (a kept stepper must not keep a caller's matrix alive);
@@ -158,10 +175,11 @@ class ProgramStepper:
 
     def can_start_on_device(self, A) -> bool:
         """Whether a solve on ``A`` from x = 0 may start on the GPU (:meth:`start_on_device`): its
-        loop captured from the first set on the current stream, on ``A``'s memory."""
+        loop captured from the first set on the current stream, on ``A``'s memory or on the
+        stepper's own matrix (which ``A`` is copied into)."""
         return (self.loops_on_device() and self.gpu_loop is not None and self.gpu_loop.captured(0)
                 and self.gpu_loop.stream == self.arrays.stream_handle()
-                and self.arrays.placement(A) == self.A_placement)
+                and (self.own_matrix is not None or self.arrays.placement(A) == self.A_placement))
 
     def start_on_device(self, A, b, survey, rtol: float, atol: float, most: int) -> tuple[float, tuple[int, int, int]]:
         """Start a solve of ``A x = b`` from x = 0 and launch its loop, the host reading once:
@@ -171,7 +189,7 @@ class ProgramStepper:
         the checkpoint was saved))`` as :meth:`loop`; no iterations done where the survey
         refused the arguments (REFUSED) or ``b`` met the tolerance (CONVERGED), the state then
         undefined. Only where :meth:`can_start_on_device`."""
-        self.A = A
+        self._take_matrix(A)
         pairs = [(self.fixed[name], b) for name in self.method.fixed]
         pairs += [(self.sets[0][name], b) for name in self.method.state if name != "x"]
         self.gpu_loop.start(survey, rtol, atol, most, pairs, self.sets[0]["x"])

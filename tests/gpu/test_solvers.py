@@ -579,6 +579,24 @@ def test_a_started_solve_refuses_what_the_checks_refuse_and_the_next_is_right(na
     assert np.linalg.norm(b - A @ host(x).astype(np.float64)) <= 1e-5 * np.linalg.norm(b) * 1.01
 
 
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_new_matrices_of_one_shape_are_copied_in_and_started(name, framework, starts):
+    """A kept stepper given matrices on new memory (a Newton method's) copies each into its own
+    matrix and starts on the GPU from the second on: each answer converged on its own A."""
+    pytest.importorskip(framework)
+    solve, _ = SOLVERS[name]
+    _, b, _ = system(name, 1000, seed=12)
+    db = device(framework, b)
+    for k, seed in enumerate((12, 13, 14, 13)):
+        A = system(name, 1000, seed=seed)[0]
+        before = len(starts)
+        x, info = solve(device(framework, A), db, rtol=1e-10)
+        assert info == 0 and np.linalg.norm(b - A @ host(x)) <= 1e-10 * np.linalg.norm(b) * 1.01
+        if k >= 2:  # the first solves warm and capture (on the own matrix from the second)
+            assert len(starts) == before + 1
+
+
 @pytest.mark.parametrize("name", sorted(SOLVERS))
 def test_a_solve_over_several_launches_of_the_gpu_loop_stops_where_one_launch_does(name, loop_runs, monkeypatch):
     from fusec.solvers import driver
