@@ -207,9 +207,10 @@ _ARGS = """
     ``> 0`` the iterations done without converging; ``< 0`` broke down at iteration ``-info``
     (a zero denominator), ``x`` then being the iterate before. ``graphs=False`` makes plain
     calls instead of replaying CUDA graphs. Bad arguments raise
-    :class:`fusec.ArgumentError` naming the argument, before anything runs: NaN or infinity in
-    ``A``, ``b`` or ``x0``, a row or column of ``A`` that is all zeros (found in one pass over
-    ``A`` on the GPU). ``check_finite=False`` (as SciPy's ``scipy.linalg`` functions) leaves that
+    :class:`fusec.ArgumentError` naming the argument, before the solve iterates (a solve the GPU
+    starts reads the check with its loop, which then stops before its first iteration counts;
+    nothing of the caller's is written): NaN or infinity in ``A``, ``b`` or ``x0``, a row or
+    column of ``A`` that is all zeros (found in one pass over ``A`` on the GPU). ``check_finite=False`` (as SciPy's ``scipy.linalg`` functions) leaves that
     pass over ``A`` out, a saving worth an iteration where ``A`` is large; such an ``A`` then
     ends the solve in a breakdown or without converging instead. ``b`` and ``x0`` are checked either way."""
 
