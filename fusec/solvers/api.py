@@ -210,9 +210,10 @@ _ARGS = """
     :class:`fusec.ArgumentError` naming the argument, before the solve iterates (a solve the GPU
     starts reads the check with its loop, which then stops before its first iteration counts;
     nothing of the caller's is written): NaN or infinity in ``A``, ``b`` or ``x0``, a row or
-    column of ``A`` that is all zeros (found in one pass over ``A`` on the GPU). ``check_finite=False`` (as SciPy's ``scipy.linalg`` functions) leaves that
-    pass over ``A`` out, a saving worth an iteration where ``A`` is large; such an ``A`` then
-    ends the solve in a breakdown or without converging instead. ``b`` and ``x0`` are checked either way."""
+    column of ``A`` that is all zeros (found in one pass over ``A`` on the GPU).
+    ``check_finite=False`` (as SciPy's ``scipy.linalg`` functions) leaves that pass over ``A``
+    out, a saving worth an iteration where ``A`` is large; such an ``A`` then ends the solve in
+    a breakdown or without converging instead. ``b`` and ``x0`` are checked either way."""
 
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=None, graphs=True, check_finite=True):
