@@ -20,6 +20,10 @@ pytest.importorskip("experiments.solver_fixed_cost", reason="experiments/ is bes
     ("loop_against_replay", ["--k", "7"], "--k 7: an even count of 2 or more"),
     ("loop_against_replay", ["--k", "0"], "--k 0: an even count of 2 or more"),
     ("loop_against_replay", ["--repeat", "0"], "--repeat 0: 1 or more"),
+    ("rho_ceiling", ["--scripts", "atax,gemm"], "--scripts: no sequence 'gemm'"),
+    ("rho_ceiling", ["--seed", "-1"], "--seed -1: 0 or more"),
+    ("rho_ceiling", ["--budget", "0"], "--budget 0: seconds, more than 0"),
+    ("rho_ceiling", ["--repeat", "0"], "--repeat 0: 1 or more"),
 ])
 def test_an_experiment_refuses_a_bad_argument(module, argv, message, monkeypatch, capsys):
     main = importlib.import_module(f"experiments.{module}").main
