@@ -51,7 +51,8 @@ at 128 threads measured fastest where every plan predicted near the first choice
 (:meth:`~fusec.space.combinations.Space.layouts` varies the heaviest kernel only); no rule
 over these measurements reaches it without timing plans no draw measured. Two live draws of
 the rule with a fusion's parts in its class (seeds 998389348, 2070343796): 1.004 and 1.003,
-worst 1.042 and 1.033, every point within 1.05x; the replay gives their own choices at 44 of 44.
+worst 1.042 and 1.033, every point within 1.05x; two more (37295766, 504874318): 1.003 and
+1.005, worst 1.053 and 1.047; the replay gives each of the four its own choices at every point.
 """
 
 from __future__ import annotations
