@@ -915,3 +915,16 @@ def test_public_functions_take_scipys_arguments():
     for function in (fusec.solvers.cg, fusec.solvers.bicg, fusec.solvers.bicgstab):
         with pytest.raises(ArgumentError, match="maxiter"):
             function(spd(3), np.ones(3), None, rtol=1e-6, atol=0.0, maxiter=0)
+
+
+def test_forgetting_the_kept_steppers_lets_go_of_their_own_matrices():
+    import fusec.solvers
+    from fusec.solvers import api
+    A, b, _ = system(CG, n=40, seed=5)
+    program = OracleProgram(CG)
+    for matrix in (A, A.copy()):  # the second, on new memory, is copied into the stepper's own matrix
+        solve_with_outcome(CG, matrix, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+    (kept,) = [k for k in api._KEPT._free.values() if k.stepper.program is program]
+    assert kept.stepper.own_matrix is not None
+    fusec.solvers.forget_kept_steppers()
+    assert not any(k.stepper.program is program for k in api._KEPT._free.values())

@@ -5,6 +5,6 @@
 
 See docs/solvers.md."""
 
-from .api import bicg, bicgstab, cg, solve
+from .api import bicg, bicgstab, cg, forget_kept_steppers, solve
 
-__all__ = ["cg", "bicg", "bicgstab", "solve"]
+__all__ = ["cg", "bicg", "bicgstab", "solve", "forget_kept_steppers"]

@@ -21,7 +21,8 @@ _KEPT = Workspaces()
 
 
 def forget_kept_steppers() -> None:
-    """Drop the steppers kept between solves (the next solve of each size starts afresh)."""
+    """Drop the steppers kept between solves, and the memory they hold (their state arrays, graphs
+    and the copies of small matrices: :mod:`.stepper`); the next solve of each size starts afresh."""
     _KEPT.clear()
 
 
