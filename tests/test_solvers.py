@@ -177,8 +177,8 @@ def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(metho
     def start(A, b):
         return method.start(x0, b - A @ x0, np.copy)
 
-    def fresh(A, b, first=None):
-        plain = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, first or start(A, b), graphs=False)
+    def fresh(A, b):
+        plain = ProgramStepper(OracleProgram(method), method, NumpyArrays(), A, start(A, b), graphs=False)
         plain.advance(4)
         plain.advance(4)
         return plain.x().copy()
@@ -200,28 +200,30 @@ def test_a_stepper_begun_again_replays_its_graphs_for_the_same_matrix_only(metho
     kept.begin(moved, start(moved, b))
     calls = kept.program.calls
     kept.advance(4)
-    assert arrays.captures == 2  # captured again at once, on the stepper's own copy: the sets are warm
+    assert arrays.captures == 2  # captured again at once, on moved: the sets are warm
     assert kept.program.calls == calls + 4  # the capture's calls (the fake graph runs them), no plain ones
     kept.advance(4)
-    assert arrays.captures == 2
+    assert arrays.captures == 2 and kept.own_matrix is None  # one change of matrix: no copy
     np.testing.assert_array_equal(kept.x(), fresh(A, b))
-    transposed = moved.T  # the same memory read with other strides: its values copied into the own matrix
-    kept.begin(transposed, start(transposed, b))
-    kept.advance(4)
-    assert arrays.captures == 2
-    kept.advance(4)
-    # the iterations read its values in C order (the first residual as the start gave it)
-    np.testing.assert_array_equal(kept.x(), fresh(np.ascontiguousarray(transposed), b, start(transposed, b)))
+    for k in range(2):  # other matrices: the second change copies into the stepper's own, captured once
+        other = A + np.diag(np.linspace(0.5, 1.0, A.shape[0]) * (k + 1))
+        kept.begin(other, start(other, b))
+        kept.advance(4)
+        kept.advance(4)
+        assert arrays.captures == 3 and kept.own_matrix is not None
+        np.testing.assert_array_equal(kept.x(), fresh(other, b))
+    transposed = moved.T  # the same memory read with other strides: another matrix to a graph
     from fusec.solvers import stepper
     monkeypatch.setattr(stepper, "OWN_MATRIX_BYTES", 0)  # no matrix copied: each captured on
     big = ProgramStepper(OracleProgram(method), method, CapturingArrays(), A, start(A, b))
     big.advance(4)
     big.advance(4)
-    big.begin(transposed, start(transposed, b))  # the same memory read with other strides: another matrix
-    big.advance(4)
-    assert big.arrays.captures == 2
-    big.advance(4)
-    np.testing.assert_array_equal(big.x(), fresh(transposed, b))
+    for k, matrix in enumerate((transposed, moved)):  # other strides: another matrix to a graph
+        big.begin(matrix, start(matrix, b))
+        big.advance(4)
+        assert big.arrays.captures == 2 + k and big.own_matrix is None
+        big.advance(4)
+        np.testing.assert_array_equal(big.x(), fresh(matrix, b))
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
@@ -472,13 +474,14 @@ def test_a_kept_stepper_loops_on_a_new_matrix_at_once(method):
     (loop,) = NumpyLoop.made
     moved = A.copy()  # the same values in other memory: the loop's graphs hold the old address
     x, outcome = solve_with_outcome(method, moved, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
-    assert loop.runs == 2 and loop.captures == 2  # captured again, on the stepper's own copy of A
+    assert loop.runs == 2 and loop.captures == 2  # captured again on the new matrix
     assert loop.done[-1] == outcome.iterations  # every iteration in the loop: no plain ones first
     assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
-    other = A + np.diag(np.linspace(0.5, 1.0, A.shape[0]))  # new memory again, other values
-    y, outcome = solve_with_outcome(method, other, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
-    assert loop.runs == 3 and loop.captures == 2 and loop.starts == 1  # copied in, started, replayed
-    assert outcome.info == 0 and np.linalg.norm(b - other @ y) <= 1e-9 * np.linalg.norm(b)
+    for k in range(3):  # new memory again, other values: captured once on the stepper's own copy
+        other = A + np.diag(np.linspace(0.5, 1.0, A.shape[0]) * (k + 1))
+        y, outcome = solve_with_outcome(method, other, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
+        assert loop.runs == 3 + k and loop.captures == 3 and loop.starts == k  # then copied in, started
+        assert outcome.info == 0 and np.linalg.norm(b - other @ y) <= 1e-9 * np.linalg.norm(b)
 
 
 @pytest.mark.parametrize("method", METHOD_LIST, ids=IDS)
@@ -490,7 +493,7 @@ def test_a_large_new_matrix_is_captured_on_not_copied(method, monkeypatch):
     NumpyLoop.made.clear()
     solve_with_outcome(method, A, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
     (loop,) = NumpyLoop.made
-    for k in range(2):
+    for k in range(3):
         moved = A.copy()
         x, outcome = solve_with_outcome(method, moved, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
         assert loop.captures == 2 + k and loop.starts == 0  # on its own memory each time: no copy kept
@@ -922,7 +925,7 @@ def test_forgetting_the_kept_steppers_lets_go_of_their_own_matrices():
     from fusec.solvers import api
     A, b, _ = system(CG, n=40, seed=5)
     program = OracleProgram(CG)
-    for matrix in (A, A.copy()):  # the second, on new memory, is copied into the stepper's own matrix
+    for matrix in (A, A.copy(), A.copy()):  # the third, the second change, is copied into the own matrix
         solve_with_outcome(CG, matrix, b, rtol=1e-10, program=program, make_loop=NumpyLoop)
     (kept,) = [k for k in api._KEPT._free.values() if k.stepper.program is program]
     assert kept.stepper.own_matrix is not None

@@ -15,7 +15,10 @@ with, so the graphs are kept only while ``A`` is the same memory read with the s
 graph reads whatever that memory holds when it is replayed). Another ``A`` of the same shape is
 captured on at once: the sets stay warm (the program's modules are loaded and its buffers made
 for these sizes, and every result goes to a state array, so a call on the new ``A`` loads and
-allocates nothing).
+allocates nothing). From the second change of matrix on, an ``A`` of at most OWN_MATRIX_BYTES
+is copied into a matrix of the stepper's own instead, the graphs captured on that once, and
+every later solve copies its ``A`` in and replays: a solver called on new matrices of one shape
+(a Newton method's) pays a copy, not a capture.
 
 Where the driver can loop on the GPU (:mod:`.device_loop`), :meth:`ProgramStepper.loop` runs
 the whole loop as one launch of a graph whose body is two iterations with a test after each;
@@ -32,7 +35,7 @@ from typing import Any, Callable
 from ..errors import FusecError, FusecWarning
 from .methods import Method
 
-OWN_MATRIX_BYTES = 64 << 20  # an A this small, on memory the graphs were not captured on, is copied
+OWN_MATRIX_BYTES = 64 << 20  # an A this small is copied into the stepper's own matrix from the second new one on
 
 
 class ProgramStepper:
@@ -46,7 +49,8 @@ class ProgramStepper:
                  make_loop: Callable | None = None):
         self.program, self.method, self.arrays = program, method, arrays
         self.A, self.A_placement = A, arrays.placement(A)
-        self.own_matrix = None  # A's values copied here (small A after a new matrix), or None
+        self.own_matrix = None  # A's values copied here (small A, from the second new matrix on), or None
+        self.changes = 0  # times A came on memory other than the graphs were captured on
         self.fixed = {name: arrays.copy(start[name]) for name in method.fixed}
         first = {name: arrays.copy(start[name]) for name in method.state}  # its own: start may share arrays
         second = {name: arrays.empty_like(first[name]) for name in method.state}
@@ -82,12 +86,17 @@ class ProgramStepper:
 
     def _take_matrix(self, A) -> None:
         """Make the iterations read ``A``: as it is where it is the memory the graphs were
-        captured on; else, where it is at most OWN_MATRIX_BYTES, copied into the stepper's own
-        matrix, which the graphs are captured on once and replayed from then on (every later
-        solve copies its A in: microseconds, where graphs captured anew on a new address cost
-        about a millisecond of the host's); else the graphs are dropped, to be captured on A."""
-        if self.own_matrix is None and self.arrays.placement(A) != self.A_placement and A.nbytes <= OWN_MATRIX_BYTES:
-            self.own_matrix = self.arrays.empty_like(A)
+        captured on. A matrix on other memory drops the graphs, to be captured on it, the
+        first time; from the second such change on (a solver given new matrices, as a Newton
+        method's), where ``A`` is at most OWN_MATRIX_BYTES, it is copied into the stepper's own
+        matrix, which the graphs are captured on once and replayed from then on: every later
+        solve copies its A in (microseconds, where graphs captured anew on a new address cost
+        about a millisecond of the host's; a caller who changed matrices once and keeps the
+        second pays no copy)."""
+        if self.own_matrix is None and self.arrays.placement(A) != self.A_placement:
+            self.changes += 1
+            if self.changes >= 2 and A.nbytes <= OWN_MATRIX_BYTES:
+                self.own_matrix = self.arrays.empty_like(A)
         if self.own_matrix is not None:
             self.arrays.copy_into(self.own_matrix, A)
             A = self.own_matrix
