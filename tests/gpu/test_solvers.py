@@ -582,19 +582,23 @@ def test_a_started_solve_refuses_what_the_checks_refuse_and_the_next_is_right(na
 @pytest.mark.parametrize("framework", ["cupy", "torch"])
 @pytest.mark.parametrize("name", sorted(SOLVERS))
 def test_new_matrices_of_one_shape_are_copied_in_and_started(name, framework, starts):
-    """A kept stepper given matrices on new memory (a Newton method's) copies each into its own
-    matrix and starts on the GPU from the second on: each answer converged on its own A."""
+    """A kept stepper given matrices on new memory (a Newton method's) captures on the first
+    change of matrix, copies each into its own matrix from the second on, and starts on the
+    GPU from the third: each answer converged on its own A."""
+    import fusec.solvers
     pytest.importorskip(framework)
     solve, _ = SOLVERS[name]
     _, b, _ = system(name, 1000, seed=12)
     db = device(framework, b)
-    for k, seed in enumerate((12, 13, 14, 13)):
+    fusec.solvers.forget_kept_steppers()  # a stepper of its own, from its first solve
+    held = []  # every matrix kept alive: each on memory of its own
+    for k, seed in enumerate((12, 13, 14, 15, 13)):
         A = system(name, 1000, seed=seed)[0]
+        held.append(device(framework, A))
         before = len(starts)
-        x, info = solve(device(framework, A), db, rtol=1e-10)
+        x, info = solve(held[-1], db, rtol=1e-10)
         assert info == 0 and np.linalg.norm(b - A @ host(x)) <= 1e-10 * np.linalg.norm(b) * 1.01
-        if k >= 2:  # the first solves warm and capture (on the own matrix from the second)
-            assert len(starts) == before + 1
+        assert len(starts) == before + (k >= 3), k  # new stepper, first change, second (the copy's capture)
 
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
