@@ -71,9 +71,9 @@ class ProgramStepper:
     def begin(self, A, start: dict, *, graphs: bool = True, make_loop: Callable | None = None) -> None:
         """Start another solve from ``start`` (copied into this stepper's arrays). The graphs
         captured before are replayed again where ``A`` is the same memory as the last solve's or
-        is copied into the stepper's own matrix (:meth:`_take_matrix`); a large matrix elsewhere
-        drops them and captures anew on it, with no plain calls first (the sets stay warm: only
-        the addresses the launches carry change). ``make_loop``,
+        is copied into the stepper's own matrix; a matrix elsewhere drops them and captures anew
+        on it (:meth:`_take_matrix`), with no plain calls first (the sets stay warm: only the
+        addresses the launches carry change). ``make_loop``,
         where given, is kept for the loops to come (unless a loop was refused here)."""
         self._take_matrix(A)
         for name in self.method.fixed:
