@@ -93,14 +93,14 @@ class ProgramStepper:
         solve copies its A in (microseconds, where graphs captured anew on a new address cost
         about a millisecond of the host's; a caller who changed matrices once and keeps the
         second pays no copy)."""
-        if self.own_matrix is None and self.arrays.placement(A) != self.A_placement:
+        placement = self.arrays.placement(A)
+        if self.own_matrix is None and placement != self.A_placement:
             self.changes += 1
             if self.changes >= 2 and A.nbytes <= OWN_MATRIX_BYTES:
                 self.own_matrix = self.arrays.empty_like(A)
         if self.own_matrix is not None:
             self.arrays.copy_into(self.own_matrix, A)
-            A = self.own_matrix
-        placement = self.arrays.placement(A)
+            A, placement = self.own_matrix, self.arrays.placement(self.own_matrix)
         if placement != self.A_placement:
             self.graphs.clear()
             if self.gpu_loop is not None:
