@@ -456,9 +456,16 @@ def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
     text = body(source_of(kernel), kernel)
     finish = text[text.index("// finish "):]
     # after the block's last store, before every finish: the barrier, then thread 0's fence
-    fence = text.index("BARRIER();\n  if (threadIdx.x == 0) __threadfence();")
+    barrier = text.rindex("BARRIER();", 0, text.index("__threadfence();"))
+    fence = text.index("if (threadIdx.x == 0) __threadfence();")
     assert text.count("__threadfence();") == 1
-    assert text.rindex("_store(", 0, text.index("// finish ")) < fence < text.index("// finish ")
+    assert text.rindex("_store(", 0, text.index("// finish ")) < barrier < fence < text.index("// finish ")
+    if kernel.plan.geometry is Geometry.VECTOR:  # a grid of one block: its partial is the sum, no ticket
+        alone = text[barrier:fence]
+        assert "if (gridDim.x == 1) {" in alone and "} else {" in alone
+        assert f"g_{var}[i] = acc; }}(0, ws_{var}[0]);" in alone and "atomicAdd" not in alone
+    else:
+        assert "gridDim.x == 1" not in text
     # thread 0 takes the ticket after its fence; the tile's sum waits for its answer
     tickets = text[fence:text.index("// finish ")]
     assert f"atomicAdd(cnt_{var}" in tickets and f"fusec_came_last(cnt_{var}" in tickets

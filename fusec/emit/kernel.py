@@ -323,11 +323,15 @@ def _emit_finishes(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, th
     w("// block's barrier, then one fence by the thread that takes the tickets (as cooperative")
     w("// groups' grid sync does), not one per warp")
     w("BARRIER();")
-    w(f"if ({tid} == 0) __threadfence();")
     if not threads.tickets_at_once:
+        w(f"if ({tid} == 0) __threadfence();")
         for t in all_tickets:
             _emit_finish_in_turn(w, t, kernel, dag, library, threads)
         return
+    alone = all(r.axis is None for r in kernel.reductions)
+    if alone:  # a vector kernel of one block (its size fits one): its partials are the sums
+        _emit_one_block_finish(w, all_tickets, dag, library, threads)
+    w(f"if ({tid} == 0) __threadfence();")
     for t in all_tickets:
         if t.first:
             w(t.first)
@@ -356,6 +360,29 @@ def _emit_finishes(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, th
     w("BARRIER();")
     for t, slot in zip(all_tickets, slots):
         _emit_finish(w, t, slot, dag, library, threads)
+    if alone:
+        w.close()
+
+
+def _emit_one_block_finish(w: CudaWriter, all_tickets: list[_Tickets], dag: Dag, library: Library,
+                           threads: Threads) -> None:
+    """Where the grid is one block, the partial each whole-vector reduction stored is its sum:
+    after the block's barrier one thread writes the result (the finish's expression applied),
+    and the block takes no ticket, fences nothing and sums nothing (a solver's vector kernels
+    at n = 1024 are one block each). Opens the ``else`` that a larger grid's tickets and sums
+    go in."""
+    tid = threads.tid
+    w("// one block: no other block stores a partial, so this block's are the sums")
+    w.open(f"if ({threads.grid} == 1)")
+    w.open(f"if ({tid} == 0)")
+    for t in all_tickets:
+        c = dag.value(t.reduction.value).c_name
+        _, _, emit = _finish_lines(t, dag, library, threads)
+        w(f"{emit}(0, ws_{c}[0]);  // stored before the barrier above")
+    w.close()
+    w.close()
+    w.lines[-1] += " else {"
+    w.depth += 1
 
 
 def _at(slot: str, index: str) -> str:
