@@ -793,3 +793,31 @@ def test_nvcc_failure_is_a_compile_error_with_the_log(cache):
     assert "nvcc failed" in message and "sm_90" in message
     assert "undefined_name" in message and "error" in message
     assert cached_files(cache) == []  # nothing cached for a failure
+
+
+def test_a_one_block_grid_writes_its_sums_in_a_part_of_a_horizontal_fusion_too():
+    """CG's horizontal fusions at n = 1024 (a dot beside the gemv, or beside the residual's
+    update): a vector part works out its own grid, and one of a single block writes its partial
+    as the sum on its own threads, its tickets in the else."""
+    import warnings
+
+    from fusec.cost.perfdb import predictor_for
+    from fusec.emit.program import generate
+    from fusec.frontend import load_script
+    from fusec.space.combinations import build_space
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dag = load_script(ROOT / "fusec" / "data" / "solvers" / "cg.script", library())
+        space = build_space(dag, library(), "float32", {"n": 1024}, predictor_for(library(), "h200"))
+    plan = next(c.plan for c in space.ranked() if any(k.family == "horizontal" for k in c.plan.kernels))
+    source = generate(dag, library(), plan, "float32").source
+    checked = 0
+    for part in re.findall(r"namespace (k\d+p\d+_\w+) \{", source):
+        body = source[source.index(f"namespace {part} {{"):source.index(f"}}  // namespace {part}")]
+        if "// finish " not in body or "fusec_chunk c;" not in body:  # no reduction, or a tile part's
+            continue
+        alone = body[body.index("if (part_grid == 1) {"):body.index("__threadfence();")]
+        assert "if (tid == 0) {" in alone and "(0, ws_" in alone and "} else {" in alone
+        assert "atomicAdd" not in alone
+        checked += 1
+    assert checked >= 1
