@@ -801,13 +801,14 @@ def test_a_one_block_grid_writes_its_sums_in_a_part_of_a_horizontal_fusion_too()
     as the sum on its own threads, its tickets in the else."""
     import warnings
 
+    from fusec import data
     from fusec.cost.perfdb import predictor_for
     from fusec.emit.program import generate
     from fusec.frontend import load_script
     from fusec.space.combinations import build_space
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dag = load_script(ROOT / "fusec" / "data" / "solvers" / "cg.script", library())
+        dag = load_script(data.SOLVERS / "cg.script", library())
         space = build_space(dag, library(), "float32", {"n": 1024}, predictor_for(library(), "h200"))
     plan = next(c.plan for c in space.ranked() if any(k.family == "horizontal" for k in c.plan.kernels))
     source = generate(dag, library(), plan, "float32").source
