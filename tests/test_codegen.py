@@ -13,19 +13,23 @@ import dataclasses
 import functools
 import re
 import subprocess
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import fusec
-from fusec import nvcc
+from fusec import data, nvcc
+from fusec.cost.perfdb import predictor_for
+from fusec.emit.program import generate
 from fusec.errors import CompileError, FusecWarning
 from fusec.frontend import load_script
 from fusec.ir.barriers import LOOP, POST, PRE
 from fusec.ir.plan import HeldPlan, HorizontalPlan, ProgramPlan
 from fusec.library.model import Geometry, RoutineKind
 from fusec.space import COLS, ROWS, unfused_plan
+from fusec.space.combinations import build_space
 from tests.helpers import DTYPES, ROOT, library, program, script_names, tile_program
 
 # These tests compile without naming a GPU: where none is present fusec says it predicts with the
@@ -799,13 +803,6 @@ def test_a_one_block_grid_writes_its_sums_in_a_part_of_a_horizontal_fusion_too()
     """CG's horizontal fusions at n = 1024 (a dot beside the gemv, or beside the residual's
     update): a vector part works out its own grid, and one of a single block writes its partial
     as the sum on its own threads, its tickets in the else."""
-    import warnings
-
-    from fusec import data
-    from fusec.cost.perfdb import predictor_for
-    from fusec.emit.program import generate
-    from fusec.frontend import load_script
-    from fusec.space.combinations import build_space
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dag = load_script(data.SOLVERS / "cg.script", library())

@@ -178,6 +178,11 @@ class ProgramStepper:
             self.loop_refused, self.gpu_loop = True, None
             return None
         done, why = self.gpu_loop.run(start, squared_tolerance, most)
+        return self._looped(start, done, why)
+
+    def _looped(self, start: int, done: int, why: int) -> tuple[int, int, int]:
+        """After a launch of the loop from set ``start``: where the state is, and what
+        :meth:`loop` answers (``(done, why, iterations done where the checkpoint was saved)``)."""
         self.saved_from = start
         self.current = (start + done) % 2  # an odd count stopped inside a body: the set its first iteration wrote
         return done, why, (done - 1) // 2 * 2
@@ -203,8 +208,7 @@ class ProgramStepper:
         pairs += [(self.sets[0][name], b) for name in self.method.state if name != "x"]
         self.gpu_loop.start(survey, rtol, atol, most, pairs, self.sets[0]["x"])
         limit, done, why = self.gpu_loop.launch(0)
-        self.saved_from, self.current = 0, done % 2
-        return limit, (done, why, (done - 1) // 2 * 2)
+        return limit, self._looped(0, done, why)
 
     def restore(self) -> None:
         """Back to the state the last :meth:`advance` started from."""
