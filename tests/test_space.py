@@ -125,6 +125,20 @@ def test_fused_bicgk_is_first_and_never_mixes_register_and_shared_tiles():
         assert plan.implementations[0] == ("band" if plan.geometry is Geometry.BAND else "registers")
 
 
+def test_a_vector_kernel_of_one_block_is_priced_without_a_grids_finish():
+    """One block's partial is its dot (fusec.emit.kernel writes it back, no ticket): one round
+    of the finish, no counter; two blocks take tickets and the last sums both partials."""
+    dag = dag_of("axpydot")
+    space = build_space(dag, library(), "float32", {"n": 4096}, DEFAULT)
+    ((_, kernel, _),) = [o for o in space.options[Fusion((0, 1))] if o[0] == space.best().plan.kernels[0]]
+    assert kernel.plan.geometry is Geometry.VECTOR and kernel.grid({"n": 4096}) == 1
+    assert DEFAULT.reduction_seconds(kernel, {"n": 4096}) == (0.0, DEFAULT.finish_round)
+    sizes = {"n": 4096 + 1}
+    assert kernel.grid(sizes) == 2
+    assert DEFAULT.reduction_seconds(kernel, sizes) == pytest.approx(
+        (2 * DEFAULT.atomic, DEFAULT.finish_tile + DEFAULT.finish_round))
+
+
 def test_orders_dominated_in_on_chip_memory_are_pruned():
     """Fused GESUMMV with both gemvs staged in shared memory: loading every tile
     first keeps both tiles alive at once, loading each before its compute lets

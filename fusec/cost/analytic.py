@@ -22,6 +22,7 @@ from ..ir import geometry as geo
 from ..ir.dag import Dag
 from ..ir.kernel import Kernel
 from ..ir.plan import COLS
+from ..library.model import Geometry
 from ..target import GpuTarget, reference
 from .model import natural_blocks
 from .registers import estimate
@@ -83,10 +84,15 @@ class AnalyticPredictor:
         A block finishes, one after another, every output tile it stored a partial
         of: ITERS of them when the serial loop walks across the outputs. Each
         costs a fixed part (atomic, fence, barriers) and rounds of dependent
-        partial loads; fitted on the H100 from per-kernel times (bench.prediction)."""
+        partial loads; fitted on the H100 from per-kernel times (bench.prediction).
+        A vector kernel of one block has no counter and no sum: its thread 0 reads its
+        own partial back after the barrier (``fusec.emit.kernel``), one round."""
         counters, finish = 0.0, 0.0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)
+            if arrivals == 1 and kernel.plan.geometry is Geometry.VECTOR:
+                finish += self.finish_round
+                continue
             counters = max(counters, arrivals * self.atomic)
             tiles = 1
             if reduction.axis is not None and reduction.axis != kernel.plan.serial:
