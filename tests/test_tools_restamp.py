@@ -5,6 +5,7 @@ priced as recorded; the H200's shipped database and training data as the case.""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import pytest
@@ -33,10 +34,22 @@ def _stamped_before(training, was):
         dataclasses.replace(p, library=was["library"]["hash"], perfdb_built=was["built"]) for p in training.points))
 
 
+@functools.cache
+def _priced_as_recorded():
+    """The points today's model prices as their file records: a change of the model since
+    they were measured (8b4478a priced a one-block vector kernel's finish anew) leaves the
+    others where they are, as the tool should, whatever the database."""
+    training, now = read(TRAINING), _now()
+    moved_data, _, _ = restamp(GPU, _before(now), now, _stamped_before(training, _before(now)), library(), SCRIPTS)
+    kept = tuple(p for p in moved_data.points if p.perfdb_built == now["built"])
+    assert len(kept) >= 0.8 * len(training.points)  # else the file no longer tests the tool
+    return dataclasses.replace(training, points=kept)
+
+
 def test_points_priced_alike_move_to_the_extended_database():
     now = _now()
     was = _before(now, [e for e in now["routines"] if not e["routine"].startswith(("tri", "strict", "syr"))])
-    training = _stamped_before(read(TRAINING), was)
+    training = _stamped_before(_priced_as_recorded(), was)
     moved_data, moved, left = restamp(GPU, was, now, training, library(), SCRIPTS)
     assert moved == len(training.points) > 0 and not left
     assert {(p.library, p.perfdb_built) for p in moved_data.points} == {(now["library"]["hash"], now["built"])}
@@ -56,7 +69,7 @@ def test_a_point_whose_script_is_in_no_folder_stays_and_is_named():
 def test_a_point_whose_price_differs_stays():
     now = _now()
     was = _before(now)
-    training = _stamped_before(read(TRAINING), was)
+    training = _stamped_before(_priced_as_recorded(), was)
     first = training.points[0]
     plan = next(p for p in first.plans if p.kernels)
     kernel = dataclasses.replace(plan.kernels[0], predicted=plan.kernels[0].predicted * 1.01)
@@ -89,7 +102,7 @@ def test_timings_of_routines_the_library_redefined_may_change():
     retimed = [dict(e, seconds={k: v * 2 for k, v in e["seconds"].items()}) if e["routine"] in stale else e
                for e in now["routines"]]
     assert retimed != now["routines"]
-    training = _stamped_before(read(TRAINING), was)
+    training = _stamped_before(_priced_as_recorded(), was)
     _, moved, left = restamp(GPU, was, {**now, "routines": retimed}, training, library(), SCRIPTS)
     assert moved == len(training.points) and not left
 
