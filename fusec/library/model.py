@@ -24,6 +24,7 @@ from ..errors import Coord
 # the triangles a ``stored`` line may name, each with the word for it: ``triu`` on and above
 # the diagonal, ``tril`` on and below it (NumPy's names, as in a reference)
 TRIANGLES: Mapping[str, str] = MappingProxyType({"triu": "upper", "tril": "lower"})
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"  # a name in a library's files: function, parameter, routine, mapping
 
 
 class Kind(str, enum.Enum):
