@@ -39,11 +39,8 @@ class AnalyticPredictor:
     # kernels compute between their loads, so they need more requested at once.
     tile_in_flight: int = 120 * 1024
     vector_in_flight: int = 64 * 1024
-    # A band kernel's loads leave together and it computes little between them. BiCGK fp32
-    # n = 4096 (`fusec tune`, H100, 2026-11-23), launch (3.4 us) left out: 1024 threads of 32
-    # bytes per SM streamed at 2030 GB/s (0.70 of the copy), 64 KB per SM (1024 threads of 64
-    # bytes) at 2900; ATAX n = 16384, 512 threads of 128 bytes per SM (one block: 121
-    # registers), at 3014
+    # A band kernel's loads leave together and it computes little between them, so fewer
+    # bytes keep DRAM busy (fitted on the H100: docs/design/optimization-space.md)
     band_in_flight: int = 46 * 1024
     atomic: float = 5e-9  # seconds per atomic on one counter: they queue at its L2 slice
     # Seconds per atomic add into one 128-byte line of a band kernel's column-sum

@@ -87,8 +87,8 @@ def emit_band_body(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, th
     w()
     if hold is not None and hold.unrolled:
         # Only the iterations holding registers are unrolled (`it` a constant in each copy
-        # indexes them); the rest stay one rolled copy: unrolled whole, GEMVER's loop loading
-        # ahead was about 10 us slower at fp32 n = 4096 (instruction fetch).
+        # indexes them); the rest stay one rolled copy: unrolled whole, the loop waited on
+        # instruction fetch (docs/design/kernel-families.md).
         # `continue`, not `break`: with an exit of its own nvcc left a loop with a block
         # barrier rolled (the consumer's, 1 row of 4 pieces), its held registers on the stack
         w(f"// the first {hold.registers} instances, held in registers: unrolled")

@@ -431,8 +431,8 @@ def _emit_finish_in_turn(w: CudaWriter, tickets: _Tickets, kernel: Kernel, dag: 
     """One reduction's tickets and sums, tile by tile: each ticket (fusec_arrive: thread 0,
     then the barrier) just before that tile's sum, and a barrier after. Striped parts keep
     this, fusec's earlier order, to the letter: every rewrite of it measured, even one
-    that changes only where declarations stand, compiled to a kernel with other register
-    assignments throughout and took ATAX fp32 n = 16384 1.5-2 % longer."""
+    that moves only declarations, compiled to other register assignments and ran slower
+    (docs/design/kernel-families.md)."""
     c = dag.value(tickets.reduction.value).c_name
     call, partials, emit = _finish_lines(tickets, dag, library, threads)
     tid = threads.tid

@@ -74,18 +74,14 @@ from .striped import STRIPE_L2_SHARE, STRIPE_REREAD_COST, crossing, matrices_rer
 
 # A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after) writes
 # in its pass only what the consumer re-reads, past evict-first loads, so L2 keeps more of
-# it: experiments.held (n = 4096, GEMVER's held band plans holding 38-44 %) measured it faster in
-# every pair, 0.9-3.4 us at fp32 (3.1 for the tuned plan's layout) and 1.9-8.4 at fp64
-# (bench/results/h100-held-after.md); this share gives that plan 1.8 us.
+# it: faster in every pair measured (experiments/results/h100-held-after.md).
 STORES_AFTER_L2_SHARE = 0.75
 # A held fusion whose producer leaves its held tiles unstored (HeldPlan.stores_after)
 # moves their stores out of its pass into the consumer's, where they go to DRAM beside
 # the consumer's stream from chip and L2 and slow it by this share of their own time
 # (never finishing sooner than DRAM takes them). Fitted to 36 held GEMVER plans
-# measured with and without the option (fp32 n = 4096 and fp64 n = 2048, 0-3
-# instances in registers and 0-7 in shared memory; bench/results/h100-held-grid.md):
-# at fp32 the option gained 1.1-1.6 us holding 19 % and 8.6 us holding 62 %, which
-# pricing it by STORES_AFTER_L2_SHARE alone had put at 3.4 and 0 us.
+# measured with and without the option (experiments/results/h100-held-grid.md), whose gains
+# the L2 share alone had priced the wrong way round.
 STORES_AFTER_EXPOSED = 0.6
 # A held fusion's blocks meet once: bench/one_barrier.cu's blocks (GEMVER fp32 n = 4096,
 # one per SM) left its grid barrier 2.8 us after the last one arrived (a scratch copy
@@ -366,7 +362,7 @@ def why_not_held(dag: Dag, plan: HeldPlan, parts: tuple[Kernel, Kernel] | None =
     if scalar:
         return scalar
     if (plan.stores_after or plan.finish_after) and producer.geometry is not Geometry.BAND:
-        # tile plans measured slower with their held stores moved (bench/results/h100-held-stores.md)
+        # tile plans measured slower with their held stores moved (experiments/results/h100-held-stores.md)
         return "stores or finishes after the barrier: band parts only"
     if plan.stores_after and not (plan.registers or plan.shared):
         return "held stores after the barrier, but nothing is held"

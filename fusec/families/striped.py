@@ -57,20 +57,15 @@ from .horizontal import emit_part, union_args
 
 # A striped consumer's read of a tile its producer read or wrote a stripe or two
 # before costs about half a DRAM byte: the consumer sits in the same launch behind
-# the producer's stream (GEMVER on the H100, scratch measurement: the striped kernel
-# saved 185 of the 373 us its w = B x would spend reading B from DRAM at fp32
-# n = 16384, and 105 of 193 at fp64 n = 8192).
+# the producer's stream (docs/design/striped-fusion.md, "Prediction").
 STRIPE_REREAD_COST = 0.5
 # A consumer block waits for the producer's blocks of its stripe, holding its slot;
 # they finish about one block's time (its bytes at its share of DRAM) after their
 # tickets, which a lag of L stripes covers for L stripes' time. What the rest costs
-# grows with its square: fitted on the H100 to `fusec tune` of GEMVER, SGEMVT and
-# ATAX (fp32 n = 16384: producer blocks of 32 serial iterations waited ~80-180 us
-# and lost 200-1000 us; those of 8 waited ~15-30 us and lost next to nothing).
+# grows with its square: fitted on the H100 to `fusec tune` of GEMVER, SGEMVT and ATAX.
 STRIPE_WAIT_SCALE = 33e-6  # seconds
 # The consumer finds a stripe's tiles in L2 only while the stripes in flight (the lag's
-# and its own) fit in about half of it: lag 4 with 8 MB stripes (GEMVER, SGEMVT fp32
-# n = 16384) cost 7.5 %, with 4 MB stripes it gained 2-5 % (bench/results/h100-striped-variants.md).
+# and its own) fit in about half of it (experiments/results/h100-striped-variants.md).
 STRIPE_L2_SHARE = 0.5
 
 SCHEDULE_COUNTERS = 2  # the ticket counter and the blocks-done counter, before the stripes' counters
@@ -241,8 +236,7 @@ def assemble(dag: Dag, library: Library, plan: StripedPlan, parts: tuple[Kernel,
                   for p, k in enumerate(parts))
     # L2 should keep what the consumer reads again: the producer's loads of a matrix the
     # consumer reads stay plain, its other matrix loads are evict-first even where it
-    # stores a matrix (GEMVER's B then stays for the consumer: 1128 -> 943 us in the
-    # scratch measurement that led here, fp32 n = 16384, against 1057 without).
+    # stores a matrix (GEMVER's B then stays for the consumer; docs/design/striped-fusion.md).
     reread = set(matrices_reread(dag, plan))
     loaded = {a.value for a in parts[0].args if a.role == "in" and dag.value(a.value).kind is Kind.MATRIX}
     parts = (dataclasses.replace(parts[0], stream_matrices=not loaded & reread), parts[1])

@@ -40,10 +40,9 @@ class TileFamily:
         slots = model.sms * blocks_per_sm
         resident = min(grid, slots) * block / model.sms  # threads per SM
         # DRAM stays busy when enough bytes are requested at once (loads and stores
-        # per thread per iteration, times resident threads): Nsight Compute on the
-        # H100 showed a lone gemv at 47 warps x 80 B per thread (120 KB per SM) at
-        # 91% of DRAM peak and fused BiCGK at 40 warps (102 KB) at 82%; vector
-        # kernels with 61-123 KB ran at 90-100% of the copy bandwidth.
+        # per thread per iteration, times resident threads): below the analytic model's
+        # thresholds fewer bytes are in flight than DRAM's latency needs
+        # (docs/design/optimization-space.md).
         in_flight = resident * max(kernel.loop_bytes, geo.VEC_BYTES)
         target = model.tile_in_flight if kernel.plan.geometry is not Geometry.VECTOR else model.vector_in_flight
         occupancy = max(min(1.0, in_flight / target), 1e-3)

@@ -97,11 +97,9 @@ class Threads:
     the block's ticket names, not the block's index, and its grid is its own.
 
     ``tickets_at_once``: a block with reductions takes all its tickets before
-    it sums any tile (one round trip to L2; BiCGK fp32 n = 4096 2.3 % faster),
-    or each tile's ticket just before that tile's sum, fusec's earlier order,
-    which striped parts keep: at once took ATAX fp32 n = 16384 3.4 % and
-    SGEMVT 1.6 % longer there, and so did the earlier order written any other
-    way (see _emit_finish_in_turn)."""
+    it sums any tile (one round trip to L2), or each tile's ticket just before
+    that tile's sum, the order striped parts keep, where it measured faster
+    (docs/design/kernel-families.md)."""
 
     tid: str = "threadIdx.x"
     grid: str = "gridDim.x"
@@ -160,16 +158,15 @@ class Kernel(LaunchNeeds):
     shared_reals: int
     # Tile kernels that store no matrix read their matrices once and re-read only
     # vectors and partials: their matrix loads are marked evict-first (STREAM_MATRIX),
-    # so the stream leaves those in L2: 3.4% / 4.5% on BiCGK (fp32 / fp64); a kernel that
-    # stores a matrix (GEMVER's sger, MADD) is slower with it (bench/results/h100-l2-policies.md).
+    # so the stream leaves those in L2; a kernel that stores a matrix (GEMVER's sger,
+    # MADD) is slower with it (docs/design/kernel-families.md).
     stream_matrices: bool = False
     # Of a kernel that turns and streams its matrices: the blocks at the end of the grid (the
     # last to run) whose matrix loads are plain, not evict-first, about keep_l2_bytes(target) of them.
     # The next launch walks the other way and starts on those tiles, so it finds them in L2.
-    # Evict-first alone never displaces what L2 already holds: after other work had filled L2
-    # with its lines (generating the inputs on the GPU is enough) fp32 n = 4096 SGEMV took
-    # 25.8 us against 21.9 from an empty L2, BiCGK 27.9 against 24.7; with the last 30 % of the
-    # blocks plain, 21.5 / 21.0 and 24.2 / 23.4 (experiments.l2_keep --l2 polluted / clean).
+    # Evict-first alone never displaces what L2 already holds, so after other work had filled
+    # L2 the streamed kernels ran slower than from an empty one; with their last blocks plain
+    # they run alike either way (docs/design/kernel-families.md).
     keep_blocks: int = 0
     # A held fusion's band parts with HeldPlan.finish_after (fusec/families/held.py). The
     # producer adds its column sums into the half of a doubled accumulator that its launch's
@@ -199,8 +196,7 @@ class Kernel(LaunchNeeds):
     def turns(self) -> bool:
         """Whether a launch says which way its blocks walk the grid (``backwards``):
         the runtime alternates it, so a launch starts on the tiles the launch
-        before ended on, whose lines L2 still holds (BiCGK fp32 n = 4096: 29.8 ->
-        27.2 us when calls repeat). Block i takes item i or the last but i; the
+        before ended on, whose lines L2 still holds. Block i takes item i or the last but i; the
         work of an item, and so every result bit, is the same either way."""
         return TURN_ARG in self.args
 

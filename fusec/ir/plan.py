@@ -29,7 +29,7 @@ ROWS, COLS = "rows", "cols"  # the axes serial iterations can walk in the tile g
 # evict-first loads, or evict-first (streaming) stores. Where a call's vectors fit in
 # L2 beside each other, keeping its inputs there and streaming the rest out pays:
 # fp32 n = 2^22 on the H100, VADD 0.93x with evict-first loads, WAXPBY 0.75x with
-# streaming stores; past L2 the hints cost 3-5 % (bench/results/h100-cache-hints.md).
+# streaming stores; past L2 the hints cost 3-5 % (experiments/results/h100-cache-hints.md).
 # The space offers all three; `fusec tune` measures which one a size wants.
 L2_PLAIN, L2_EVICT_LOADS, L2_STREAM_STORES = 0, 1, 2
 L2_NAMES = {L2_PLAIN: "plain", L2_EVICT_LOADS: "ld.cs", L2_STREAM_STORES: "st.cs"}

@@ -351,8 +351,7 @@ class GpuClock:
     That holds only while the host queues the work before the spin ends. A
     host stalled longer (another process on the CPU, a garbage collection)
     leaves the GPU idle after the start event, and the sample counts the
-    stall (with 32 processes busy on a 16-core H100 host, VADD at 4M elements
-    had samples of up to 2 ms against a median of 18.3 us). So each sample
+    stall (on a busy host, samples a hundred times the median). So each sample
     also times the spin, a sample the host queued for longer is *late* and
     taken again (``RETAKES``), and one still late then is kept and counted in
     ``late_samples``, for the caller to report."""
@@ -400,9 +399,8 @@ class GpuClock:
     def empty_l2(self) -> None:
         """Leave L2 holding nothing, so what runs next starts as it would after
         unrelated work, not with lines an earlier program left: lines loaded
-        evict-first never displace those, so a program could keep another's
-        (fusec tune's ATAX plan at fp32 n = 4096: 45.7 us right after another
-        plan, 51.7 after itself). Queued on the default stream; not timed."""
+        evict-first never displace those, so a program could keep another's and
+        time faster than it runs alone. Queued on the default stream; not timed."""
         if self._sweep is None:
             self._sweep = DeviceBuffer(L2_SWEEP * self.l2_bytes)
         lines = self._sweep.nbytes // 128

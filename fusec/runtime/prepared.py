@@ -33,9 +33,8 @@ from .arrays import scalar_value, unordered
 # Outputs up to this many bytes in all are made one call ahead by the C extension
 # (it holds them between calls, and with CuPy the last results too once the caller
 # lets them go, so this is memory kept aside per warm program, twice over at most).
-# Allocating on the call's way costs the host 5-15 us before the first launch
-# (GEMVER at fp32 n = 4096, whose B takes 64 MB); past this an allocation is
-# short beside the kernels (over 300 us of GPU time there).
+# Allocating on the call's way delays the first launch by several microseconds, which a
+# small program notices; past this size an allocation is short beside the kernels.
 SPARE_BYTES = 128 << 20
 
 
@@ -95,8 +94,8 @@ SIGNATURE_STEPS: dict[Callable, tuple[tuple[str, ...], ...]] = {
 # reference tells it so). A CuPy array's data pointer, strides and dtype cannot
 # be set (its strides follow its shape, which can: ``a.shape = ...`` reshapes
 # in place); CuPy's private setters (``_set_shape_and_strides``) are not
-# followed. Reading them costs about 0.4 us per array, 2.8 us of GEMVER's
-# call. A PyTorch tensor can change anything in place (``set_``, ``resize_``,
+# followed. Reading them costs the host a fraction of a microsecond per array
+# (docs/notes/striped-fusion-measurements.md). A PyTorch tensor can change anything in place (``set_``, ``resize_``,
 # ``.data =``), so every item is read every time.
 SIGNATURE_STEADY: dict[Callable, tuple[bool, ...]] = {
     _cupy_signature: (True, False, True, True),

@@ -10,8 +10,8 @@ from the set the first wrote, and once a test has stopped the loop the next leav
 alone. Where an iteration is long, the second iteration and its test are guarded instead (an IF
 node nested in the body, :class:`~fusec.runtime.while_graph.Guard`): the test after the first
 runs them only while the loop goes on, so a solve stopping after an odd number of iterations
-does not pay for one more. The IF node costs about 5 us a body on an H200, which a short
-iteration cannot repay (experiments/results/h200-loop-guard.md): bodies are guarded where an
+does not pay for one more. The IF node's cost a body a short iteration cannot repay
+(experiments/results/h200-loop-guard.md): bodies are guarded where an
 iteration reads at least GUARD_BYTES of A; where the driver refuses the nested node, unguarded.
 
 The record is four doubles: the squared tolerance and the most iterations (written by the host

@@ -362,9 +362,8 @@ def read_survey(arrays, work, n: int) -> list[float]:
 def stripes(n: int) -> tuple[int, int]:
     """Rows of A a block of the survey takes at a time and the blocks (MOST_BLOCKS at most, each
     then taking every gridDim-th stripe). Every block ORs its columns into every word of the
-    columns' bits, so thin stripes cost contended atomics and tall ones leave blocks idle: of
-    4 to 64 rows, STRIPE_ROWS was fastest or within 2 % of it at n = 1024, 4096 and 16384 in
-    both precisions but fp64 n = 1024 (experiments/results/h200-survey-cost.md)."""
+    columns' bits, so thin stripes cost contended atomics and tall ones leave blocks idle;
+    STRIPE_ROWS measured best overall (experiments/results/h200-survey-cost.md)."""
     rows = min(STRIPE_ROWS, n)
     return rows, min(MOST_BLOCKS, -(-n // rows))
 

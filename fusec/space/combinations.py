@@ -167,8 +167,7 @@ class Space:
                     out.append(c)
             # and the best held ones of tile kernels and of band kernels, whose predictions
             # are the least sure (the performance database has no timings of tile shapes at a
-            # resident grid, and none of band routines: experiments.held measured GEMVER fp32
-            # n = 4096 at 77.6 us where it predicted 128)
+            # resident grid, and none of band routines)
             for geometry in (Geometry.TILE, Geometry.BAND):
                 held = (c for c in self.with_held() if _held_geometry(c.plan) is geometry)
                 for c in itertools.islice(held, max(1, count // 4)):

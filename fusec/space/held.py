@@ -42,13 +42,13 @@ from .striped import StripedFusion
 
 PER_PART = 3  # implementations of each part per shape and serial axis that are paired
 # Shapes offered to held fusions besides the space's: at a resident grid a block must
-# keep more bytes in flight than the space's 256-thread blocks do (experiments.held, fp32
-# n = 4096: SGEMVT held with 512 threads and 128-row tiles 45.5 us, with 256 threads
-# and 64-row tiles, two per SM, 47.2; bench/results/h100-held-shapes.md).
+# keep more bytes in flight than the space's 256-thread blocks do
+# (experiments/results/h100-held-shapes.md).
 HELD_SHAPES = (Shape(Geometry.TILE, 512, 8, 128), Shape(Geometry.TILE, 512, 16, 64),
                Shape(Geometry.TILE, 1024, 16, 64))
 # The counts of units held in registers the space offers: tiles 0, 2, 4, ...; instances of
-# rows (at most 16 a block) every count (GEMVER fp32 n = 4096: 3 instances 57.5 us, 2 58.4).
+# rows (at most 16 a block) every count, since one more or less measured apart
+# (docs/notes/striped-fusion-measurements.md).
 REGISTER_STEP = {Geometry.TILE: 2, Geometry.BAND: 1}
 MAX_PER_SM = 2  # blocks resident on each SM at most: more would hold little each
 

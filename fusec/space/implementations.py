@@ -29,11 +29,8 @@ from ..target import GpuTarget, reference
 from .fusions import Fusion, why_not_fusible
 
 # The block shapes searched: threads per block, and for tiles the rows of a tile
-# (rows per thread = TILE_ROWS / BLOCK_Y), with a few serial iteration counts.
-# On the H100 (scratch measurements of y = A x and C = A + B, n = 16384): a gemv
-# streams fastest with 1-2 rows per thread and 4 tiles per block along a row
-# (~2% over 4 rows and 2 tiles); an elementwise map with one 16-byte access per
-# thread and operand, and 1024-thread blocks for vectors.
+# (rows per thread = TILE_ROWS / BLOCK_Y), with a few serial iteration counts: the shapes
+# a gemv and an elementwise map streamed fastest with on the H100, and their neighbours.
 VECTOR_SHAPES = tuple(Shape(Geometry.VECTOR, block, iters)
                       for block in (128, 256, 512, 1024) for iters in (1, 4, 16))
 TILE_SHAPES = tuple(Shape(Geometry.TILE, 32 * block_y, iters, tile_rows)
@@ -124,9 +121,8 @@ def load_phases(plan: KernelPlan) -> int:
 def by_time(option) -> tuple:
     """The order of a slot's (plan, kernel, seconds) options: predicted time, ties
     to the plan whose kernels wait for memory fewest times per iteration (the
-    predictor cannot tell routine orders apart; on the H100, fp32 n = 8192, one
-    load phase measured 0.1-5 % faster than three in all ten striped GEMVER pairs
-    of bench.prediction's set, and than two in all ten GESUMMV pairs), then the plan.
+    predictor cannot tell routine orders apart, and fewer phases measured faster:
+    docs/design/optimization-space.md), then the plan.
     A held plan's registers also hold tiles, and loading everything at once needs
     more of them: its ties go by load phases only where :func:`_loads_at_once_fit`."""
     plan, kernel, seconds = option
@@ -137,14 +133,9 @@ def by_time(option) -> tuple:
 
 def _loads_at_once_fit(plan: HeldPlan, kernel) -> bool:
     """Whether a held plan may load all its calls' operands in one phase without
-    spilling: band parts whose estimate leaves more than BAND_REGISTER_MARGIN.
-    Among the 40 best-predicted held GEMVER options with such twins, one load phase
-    measured a median 0.991 of three at fp32 n = 4096 (32 of 40 faster) and 0.997
-    at fp64 n = 2048 (31 of 40; bench/results/h100-held-grid.md). ptxas spilled 4 of 16 one-phase band
-    plans whose estimate left just the margin (fp64 n = 2048), none of 8 three-phase
-    ones, and none of 376 that left more (the best-predicted held GEMVER options at
-    fp32 n = 1024 and 4096, fp64 n = 2048 and 4096); a tile plan whose estimate left 20 of 255 (fp64 n = 4096,
-    4 tiles in registers) spilled 92 bytes with one phase and none with three."""
+    spilling: band parts whose estimate leaves more than BAND_REGISTER_MARGIN. One phase
+    measured a little faster than three where it fits, and spilled where the estimate left
+    only the margin (docs/notes/striped-fusion-measurements.md)."""
     return (plan.producer.geometry is Geometry.BAND
             and kernel.most_registers - kernel.estimated_registers > BAND_REGISTER_MARGIN)
 

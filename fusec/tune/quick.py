@@ -1,9 +1,8 @@
 """The candidates of a quick tune: a few plans the model cannot tell apart, timed in two rounds.
 
-The predictor's first choice is within 1.05x of a wide tune's best at only about
-60 % of sizes nobody tuned, and timing more of its first choices helps little
-(experiments/results/h200-prediction-topk.md: the fastest of its first 8 is still
-1.29x slow at worst): where it errs, the fastest plan is of another kernel family
+The predictor's first choice is often more than 1.05x a wide tune's best at sizes nobody
+tuned, and timing more of its first choices helps little
+(experiments/results/h200-prediction-topk.md): where it errs, the fastest plan is of another kernel family
 (a tile kernel where a band one was ranked first, or the reverse) or of the same
 family at another shape, ranks down. So a quick tune times
 
@@ -41,31 +40,26 @@ FIRST = 2  # the best-predicted layouts timed in the first round, beside the fir
 REFINE = 3  # the further layouts of the winner's structure timed in the second (register-bound twins as one)
 ORDERS = 2  # and other variants (routine orders, register bounds) of the winner's heaviest kernel
 # A family structure is timed only if its best is predicted within this factor of the first
-# choice: in the H200's 140 drawn points the fastest plan measured was predicted at most 1.52x
-# the first choice (95 % within 1.2x), while GEMVER has structures of four kernels at 2x
+# choice: the fastest plan measured in the H200's draws was never predicted further off, and
+# structures priced past it are many (docs/tuning.md, "Quick tunes at first use")
 WITHIN = 1.6
-# and at most this many family structures, best-predicted first: the eleven sequences' spaces
-# offer 10 or fewer within WITHIN (GEMVER the most, at the H200's drawn sizes and on a grid of
-# 300 to 20000), while a solver iteration's many calls combine into some 40 (CG), each one
-# more plan to compile and time at first use
+# and at most this many family structures, best-predicted first: the eleven sequences offer
+# fewer, a solver iteration's many calls many more, each one more plan to compile and time
 FAMILIES = 12
 # Of each plan the first round times, its best-predicted other routine order too, where its
-# heaviest kernel fuses calls in an order: the model prices the orders alike, yet BiCGK fp32
-# 3342 x 667 measured 16.3 us for q before s against 11.8 for s before q (same layout), so the
-# first round ranked that structure third and the second refined another
+# heaviest kernel fuses calls in an order: the model prices the orders alike, and they can
+# time far apart (bench/results/h200-prediction-quick-reruns.md)
 FIRST_ORDERS = 1
 # The second round refines the structure of each first-round plan within this factor of the
-# fastest, not only the fastest's: two structures apart by less are apart by noise (GEMVER fp32
-# 1127 x 9309: 49.1 against 49.3 us, and the faster structure's refinement lost to the other's)
+# fastest, not only the fastest's: two structures apart by less are apart by noise
 TIE = 1.02
 LEADERS = 2  # at most: where many structures tie (small, launch-bound sizes) the second round stays short
 
 
 def kernel_class(kernel) -> str:
     """A kernel's class; a fusion's with its parts' (``held(band,band)``): a held fusion of
-    band parts and one of tile parts time apart by more than the model's error (SGEMVT fp32
-    1654 x 1024: the fastest plan, held with band parts, was predicted 1.44x the first
-    choice, and the held fusion timed, of tile parts, measured 1.09x it)."""
+    band parts and one of tile parts time apart by more than the model's error, so each is a
+    structure of its own."""
     if not kernel.composite:
         return plan_class(kernel)
     return f"{plan_class(kernel)}({','.join(plan_class(p) for p in kernel.parts)})"

@@ -233,12 +233,9 @@ def sibling(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None)
 
 
 # A plan tuned at one size is usually faster a little way off than the predictor's first
-# choice there: `python -m bench.nearby` (H100, 2026-11-24; bench/results/h100-nearby*.md)
-# timed both at 36 untuned points (fp32 n = 3000-12000, fp64 n = 3000-6000): the borrowed
-# plan took 0.52-1.07x the predicted one's time, 0.90x on the geometric mean, slower by
-# more than 1 % only for GEMVER fp32's striped plans (1.02-1.07x). So an untuned size
-# borrows the plan of the nearest tuned one, within this factor of every size (fusec.api:
-# only where this size's space offers that same plan).
+# choice there (bench/results/h100-nearby*.md). So an untuned size borrows the plan of the
+# nearest tuned one, within this factor of every size (fusec.api: only where this size's
+# space offers that same plan).
 NEARBY_FACTOR = 2.0
 
 

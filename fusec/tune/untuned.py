@@ -13,11 +13,9 @@ from ..space.fusions import adds_with_atomics
 from ..target import GpuTarget
 
 # The predictor's register estimate is rough (fusec.cost.registers.estimate), and a kernel
-# that spills runs far slower than it was priced: GESUMMV at fp32 n = 6000, whose
-# best-predicted band kernel spilled 224 bytes, took 142.5 us against 95.3 for the best
-# of its space (fusec tune, 2026-11-24). So where nvcc is present the best-predicted
-# combination is compiled, and while a kernel of it spills the next one without that
-# kernel is taken, compiling at most this many.
+# that spills runs far slower than it was priced (docs/design/optimization-space.md). So where nvcc is present
+# the best-predicted combination is compiled, and while a kernel of it spills the next one
+# without that kernel is taken, compiling at most this many.
 SPILL_CHECKS = 8
 RANKS_SEARCHED = 20000  # combinations looked at for one free of the spilling kernels
 
