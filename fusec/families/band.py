@@ -53,9 +53,9 @@ def band_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
                                                    analytic.target))
     grid = kernel.grid(sizes)
     resident = min(grid, slots) * block / sms
-    # Loads issued one instance ahead (KernelPlan.ahead) are priced as without: in one tune
-    # at fp32 n = 4096 they took ATAX (512 threads of 2 pieces, 1 row) 28.6 -> 25.4 us and
-    # SGEMV (256 threads of 4 pieces, 2 rows) 18.5 -> 19.2, so fusec tune decides.
+    # Loads issued one instance ahead (KernelPlan.ahead) are priced as without: they
+    # helped one sequence and hurt another (docs/design/optimization-space.md), so
+    # fusec tune decides.
     occupancy = max(min(1.0, resident * max(kernel.loop_bytes, geo.VEC_BYTES) / analytic.band_in_flight), 1e-3)
     waves = grid / slots
     moved = traffic(kernel, dag, sizes, analytic.target.l2_bytes)
@@ -71,9 +71,8 @@ def band_atomic_seconds(analytic, kernel, sizes: Mapping[str, int], slots: int) 
     piece in fp32 (sm_90's vector atomics) and one per element in fp64, and a line
     takes them one at a time (``atomic_line_add``). The blocks of one wave end
     together, so the last wave's adds (``slots`` blocks at most) queue after the
-    streaming; earlier waves' adds overlap the later waves' loads. (BiCGK fp64
-    n = 1024, 256 blocks each adding 16 elements into every line: band plans
-    priced 10.4 us without them measured 16.3-18.4.)"""
+    streaming; earlier waves' adds overlap the later waves' loads (priced without
+    them, small band plans measured far slower: docs/design/performance-database.md)."""
     itemsize = geo.DTYPES[kernel.dtype].itemsize
     adds_per_line = PARTIALS_LINE // (geo.VEC_BYTES if itemsize == 4 else itemsize)
     sizes = dict(sizes)

@@ -148,10 +148,8 @@ class Hold:
     def unrolled(self) -> bool:
         """Whether the part's loop is unrolled: held registers need constant indices.
         Units held only in shared memory are found at run time, and the loop stays
-        rolled. Unrolled, GEMVER's held band kernel (fp32 n = 4096, 16 instances a
-        block) was 9120 instructions, its warps stalled on instruction fetch in 17 %
-        of ncu's samples; rolled, it took the same time (70.2 / 70.0 us against
-        70.2 / 70.2, bench in the 2026-11-23 session note), in a fraction of the code.
+        rolled: unrolled, a held band kernel's warps stalled on instruction fetch, and
+        rolled it took the same time in a fraction of the code (docs/notes/striped-fusion-measurements.md).
         A band part unrolls only its first ``registers`` iterations
         (:func:`.band.emit_band_body`); a tile part its whole loop."""
         return self.registers > 0
@@ -644,9 +642,8 @@ def held_seconds(predictor, kernel, dag: Dag, sizes: Mapping[str, int], launch: 
     in_l2 = min(unheld, share * predictor.target.l2_bytes)
     # Bytes the consumer takes from chip or L2 are bytes it no longer waits for: its time
     # shrinks by them at the rate it streams alone, below the bandwidth where too few loads
-    # are in flight. (GEMVER fp32 n = 4096, held band plans holding 2-3 of 16 instances in
-    # registers and 7 in shared memory: priced 72-73 us when they went at the bandwidth,
-    # 62-63 at the consumer's rate; measured 57.5-58.8.)
+    # are in flight (priced at the bandwidth, held GEMVER plans came out far slower than
+    # measured: docs/notes/striped-fusion-measurements.md).
     producer, consumer = seconds
     rate = min(bandwidth, traffic(kernel.parts[1], dag, sizes, predictor.target.l2_bytes) / max(consumer, 1e-12))
     consumer -= (reread - unheld + in_l2 * (1.0 - STRIPE_REREAD_COST)) / rate
@@ -673,9 +670,8 @@ def held_part_seconds(predictor, kernel, part, dag: Dag, sizes: Mapping[str, int
                        bandwidth: float) -> float:
     """A held fusion's part as it would run alone on the same grid, its blocks resident
     as the fusion's are: ``per_sm`` to an SM, all in one wave. (Priced with the blocks
-    its own registers would allow, GEMVER's consumer at fp32 n = 4096, 128 blocks of
-    512 threads, left a second slot per SM empty and paid for a partial wave: 74.8 us
-    against 39.1 for the same consumer loading ahead, whose registers allow one.)"""
+    its own registers would allow, a part could leave a slot per SM empty and pay for a
+    partial wave the fusion never runs: docs/notes/striped-fusion-measurements.md.)"""
     if part.plan.geometry is Geometry.BAND:  # held_seconds adds the atomics
         return band_seconds(predictor, part, dag, sizes, launch, bandwidth, predictor.sms,
                             blocks_per_sm=kernel.plan.per_sm, atomics=False)

@@ -165,9 +165,8 @@ def routine_orders(space: Space, plan: ProgramPlan) -> list[Combination]:
     """``plan`` with its heaviest kernel in each other variant the space offers for it, best-
     predicted first: another routine order, or for a horizontal fusion another register
     bound, of the same calls, implementations, shapes and serial axes. Layouts leave the
-    order out, yet a kernel loading its operands in two phases instead of one measured 8-20 %
-    apart at small sizes (AXPYDOT fp64 n = 1418481, BiCGK fp64 3219 x 999:
-    bench/results/h200-prediction-draw.md, seeds 815831556 and 1701336686). Empty where
+    order out, yet the order of a kernel's operand loads can time far apart at small sizes
+    (docs/tuning.md). Empty where
     ``plan`` is none of the space's combinations."""
     for cover in space.covers:
         if len(cover) != len(plan.kernels):
