@@ -22,7 +22,6 @@ from ..ir import geometry as geo
 from ..ir.dag import Dag
 from ..ir.kernel import Kernel
 from ..ir.plan import COLS
-from ..library.model import Geometry
 from ..target import GpuTarget, reference
 from .model import natural_blocks
 from .registers import estimate
@@ -82,12 +81,12 @@ class AnalyticPredictor:
         of: ITERS of them when the serial loop walks across the outputs. Each
         costs a fixed part (atomic, fence, barriers) and rounds of dependent
         partial loads; fitted on the H100 from per-kernel times (bench.prediction).
-        A vector kernel of one block has no counter and no sum: its thread 0 reads its
-        own partial back after the barrier (``fusec.emit.kernel``), one round."""
+        A grid of one block summing whole vectors has no counter and no sum: its thread 0
+        reads its own partial back after the barrier (``fusec.emit.kernel``), one round."""
         counters, finish = 0.0, 0.0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)
-            if arrivals == 1 and kernel.plan.geometry is Geometry.VECTOR:
+            if arrivals == 1 and kernel.sums_whole_vectors:
                 finish += self.finish_round
                 continue
             counters = max(counters, arrivals * self.atomic)

@@ -328,8 +328,8 @@ def _emit_finishes(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, th
         for t in all_tickets:
             _emit_finish_in_turn(w, t, kernel, dag, library, threads)
         return
-    alone = all(r.axis is None for r in kernel.reductions)
-    if alone:  # a vector kernel of one block (its size fits one): its partials are the sums
+    alone = kernel.sums_whole_vectors
+    if alone:  # where the grid is one block (its size fits one), its partials are the sums
         _emit_one_block_finish(w, all_tickets, dag, library, threads)
     w(f"if ({tid} == 0) __threadfence();")
     for t in all_tickets:
@@ -380,9 +380,7 @@ def _emit_one_block_finish(w: CudaWriter, all_tickets: list[_Tickets], dag: Dag,
         _, _, emit = _finish_lines(t, dag, library, threads)
         w(f"{emit}(0, ws_{c}[0]);  // stored before the barrier above")
     w.close()
-    w.close()
-    w.lines[-1] += " else {"
-    w.depth += 1
+    w.otherwise()
 
 
 def _at(slot: str, index: str) -> str:

@@ -24,6 +24,11 @@ class CudaWriter:
         self.depth -= 1
         self(text)
 
+    def otherwise(self) -> None:
+        """Close the open ``if`` block and open its ``else``."""
+        self.close("} else {")
+        self.depth += 1
+
     def open_kernel(self, bounds: str, name: str, params: str) -> None:
         """A generated kernel's signature and first statement. Every fusec kernel may be
         launched while the kernel before it in the stream still runs (a programmatic

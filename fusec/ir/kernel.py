@@ -193,6 +193,13 @@ class Kernel(LaunchNeeds):
         return not (self.plan.geometry is Geometry.BAND and self.reductions)
 
     @property
+    def sums_whole_vectors(self) -> bool:
+        """Whether every reduction of the kernel sums a whole vector to a scalar: where
+        its grid is one block, that block's partials are the sums and it takes no ticket
+        (fusec.emit.kernel writes them back; the cost model prices that)."""
+        return bool(self.reductions) and all(r.axis is None for r in self.reductions)
+
+    @property
     def turns(self) -> bool:
         """Whether a launch says which way its blocks walk the grid (``backwards``):
         the runtime alternates it, so a launch starts on the tiles the launch
@@ -332,6 +339,13 @@ class PartsKernel(LaunchNeeds):
     @property
     def shared_reals(self) -> int:
         return sum(p.shared_reals for p in self.parts)
+
+    @property
+    def sums_whole_vectors(self) -> bool:
+        """Whether every reduction of the kernel sums a whole vector to a scalar: where
+        its grid is one block, that block's partials are the sums and it takes no ticket
+        (fusec.emit.kernel writes them back; the cost model prices that)."""
+        return bool(self.reductions) and all(r.axis is None for r in self.reductions)
 
     @property
     def turns(self) -> bool:
