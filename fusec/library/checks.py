@@ -15,6 +15,7 @@ import re
 
 from ..errors import Coord, LibraryValidationError, source_line
 from ..ir import geometry as geo
+from . import reference
 from .model import (
     IDENT,
     TRIANGLES,
@@ -160,13 +161,12 @@ def check_function(function: Function, mappings: dict[str, ThreadMapping],
         _validate_implementation(function, impl, mappings, homes, shared, finish_args)
 
     _validate_stored(function, where)
-    from .. import oracle  # the reference must be something the oracle can evaluate
-    try:
-        oracle.check_reference(function)
-    except LibraryValidationError as exc:  # the oracle knows the function, not the line
+    try:  # the reference must be something the oracle can evaluate
+        reference.check_reference(function)
+    except LibraryValidationError as exc:  # the check knows the function, not the line
         _fail(exc.message, where["reference"])
     for name, triangle in function.stored:
-        if name != result.name and not oracle.reads_one_triangle(function, name):
+        if name != result.name and not reference.reads_one_triangle(function, name):
             other = "below" if triangle == "triu" else "above"
             _fail(f"'stored {name} {triangle}' says {function.name} reads only {name}'s {TRIANGLES[triangle]}"
                   f" triangle, but its reference ({function.reference}) depends on {name} {other} the diagonal",

@@ -7,7 +7,7 @@ Two ways, decided once per program from its kernels (:class:`Overwrites`):
   kernels).
 - **In place**, as BLAS's ``A := A + alpha x y^T``. The kernel writing the result B still
   reads the matrix A, but only through a chain of calls, in one part of that kernel, each a
-  nested map that reads its matrix argument pointwise (:func:`fusec.oracle.reads_pointwise`),
+  nested map that reads its matrix argument pointwise (:func:`fusec.library.reference.reads_pointwise`),
   from A to B: ``B1 = sger(A, u1, v1); B = sger(B1, u2, v2)``. The block that reads
   A(i, j) then computes B(i, j) from it and stores it afterwards, and nothing reads A(i, j)
   again: no other call of that kernel reads A, no later kernel does. The out= array must then
@@ -20,7 +20,7 @@ import dataclasses
 
 from ..emit.program import GeneratedProgram
 from ..library.model import Kind
-from ..oracle import reads_pointwise
+from ..library.reference import reads_pointwise
 
 
 @dataclasses.dataclass(frozen=True)
