@@ -6,6 +6,7 @@ bad arguments are located ArgumentErrors."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -138,6 +139,87 @@ def test_bad_sizes_and_arrays_are_argument_errors(call, argument, why):
     with pytest.raises(ArgumentError, match=rf"argument '{argument}': {why}"):
         call(A, b)
 
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")  # the oracle
+@pytest.mark.parametrize(("spoil", "argument", "why"), [
+    ("b", "b", "NaN"), ("b", "b", "inf"), ("x0", "x0", "NaN"), ("x0", "x0", "inf"), ("A", "A", "NaN")])
+def test_nan_or_infinity_in_b_x0_or_a_times_x0_is_an_argument_error_on_every_rank(spoil, argument, why):
+    """As fusec.solvers: b with an infinity was 'converged' with x = 0, x0 with a NaN returned x
+    all NaN and info -1. One rank's rows hold the value; the norms the loop reads anyway are
+    all-reduced, so every rank refuses, naming the same argument, and none waits for the others."""
+    A, b = system(10, symmetric=True)
+    x0 = np.linspace(-1.0, 1.0, 10)
+    bad = {"NaN": np.nan, "inf": np.inf}[why]
+    A, b, x0 = A.copy(), b.copy(), x0.copy()
+    if spoil == "A":
+        A[8, 3] = bad  # A x0 is not finite
+    else:
+        (b if spoil == "b" else x0)[8] = bad
+
+    def work(comm):
+        lo, hi = ds.rows(10, comm)
+        try:
+            ds.cg(A[lo:hi], b[lo:hi], x0[lo:hi], comm=comm, executor=oracle_executor(library(), "float64"))
+        except ArgumentError as exc:
+            return exc.argument
+        return None
+    assert run_ranks(2, work, timeout=60) == [argument, argument]
+
+
+def test_the_arguments_are_checked_before_the_communicator_is_made(monkeypatch):
+    """Made from mpirun's or torchrun's environment, a communicator joins NCCL on the GPU; all
+    but the rows a rank holds (which its communicator says) are checked before."""
+    def no_communicator(*args, **kwargs):
+        raise AssertionError("the communicator was made before the arguments were checked")
+    monkeypatch.setattr(ds, "communicator", no_communicator)
+    A, b = system(6, symmetric=True)
+    for options, argument in [({"rtol": 2.0}, "rtol"), ({"maxiter": 0}, "maxiter"), ({"graphs": "no"}, "graphs"),
+                              ({"layouts": "most"}, "layouts"), ({"timeout": -1.0}, "timeout"),
+                              ({"executor": 3}, "executor")]:
+        with pytest.raises(ArgumentError) as caught:
+            ds.cg(A, b, **options)
+        assert caught.value.argument == argument
+
+
+@pytest.mark.parametrize("timeout", [[1], "5", -1.0, 0, float("nan"), float("inf"), 10 ** 400, True],
+                         ids=["list", "str", "negative", "zero", "nan", "inf", "10**400", "True"])
+def test_a_bad_timeout_is_an_argument_error_before_any_communicator_starts(monkeypatch, timeout):
+    """A solve's (and fd.compile's) timeout went unchecked to the communicator fusec starts from
+    torchrun's or mpirun's environment (a timedelta of a str, a watchdog deadline already past);
+    a list was a TypeError out of the solve's cache key."""
+    from fusec.distributed import comm as comm_module
+
+    def never(*args, **kwargs):
+        raise AssertionError("a communicator was started with an unchecked timeout")
+    monkeypatch.setattr(comm_module, "launched_by", lambda: "torchrun")
+    monkeypatch.setattr(comm_module, "from_torchrun", never)
+    monkeypatch.setattr(comm_module, "from_mpi", never)
+    for call in (lambda: comm_module.communicator(None, timeout=timeout),
+                 lambda: ds.cg(*system(6, symmetric=True), timeout=timeout)):
+        with pytest.raises(ArgumentError) as caught:
+            call()
+        assert caught.value.argument == "timeout"
+
+
+class FakeMpiComm:
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+
+@pytest.mark.parametrize(("comm", "missing"), [("torch", "torch"), (FakeMpiComm(), "cupy")])
+def test_a_communicator_whose_framework_does_not_import_is_a_fusec_error(monkeypatch, comm, missing):
+    """comm='torch' without PyTorch, an mpi4py communicator without CuPy: was ModuleNotFoundError."""
+    from fusec.distributed import comm as comm_module
+    from fusec.errors import GPUUnavailableError
+    monkeypatch.setitem(sys.modules, missing, None)  # import fails, as where it is not installed
+    monkeypatch.setattr(comm_module, "_GIVEN", {})
+    monkeypatch.setattr(comm_module, "_MADE", {})
+    with pytest.raises(GPUUnavailableError, match=rf"comm.*{missing}"):
+        ds.cg(*system(6, symmetric=True), comm=comm, executor=oracle_executor(library(), "float64"))
 
 
 def test_solves_after_the_first_reuse_its_programs(monkeypatch):

@@ -791,6 +791,9 @@ def _bad(**change):
     (_bad(rtol="1e-5"), "rtol"),
     (_bad(atol=-1.0), "atol"),
     (_bad(atol=float("inf")), "atol"),
+    (_bad(rtol=10 ** 400), "rtol"),  # an int no float holds: was OverflowError
+    (_bad(atol=-10 ** 400), "atol"),
+    (_bad(bandwidth=10 ** 400), "bandwidth"),
     (_bad(bandwidth=0.0), "bandwidth"),
     (_bad(bandwidth=float("nan")), "bandwidth"),
     (_bad(bandwidth="3e12"), "bandwidth"),

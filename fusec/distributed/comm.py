@@ -19,6 +19,9 @@ these collectives are small, and NCCL picks ring or tree for them anyway.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import math
+import numbers
 import os
 import time
 from typing import Any, Callable
@@ -26,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import validate as check
-from ..errors import ArgumentError
+from ..errors import ArgumentError, GPUUnavailableError
 from .errors import CollectiveError
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -40,6 +43,26 @@ def default_timeout() -> float:
     made, so that a bad value is an ArgumentError naming the variable there (read at import, it
     was a ValueError of ``import fusec.distributed``)."""
     return float(check.environment_number("FUSEC_COLLECTIVE_TIMEOUT", DEFAULT_TIMEOUT, low=0, above=True))
+
+
+def checked_timeout(timeout: Any) -> float | None:
+    """``timeout=`` (seconds each collective may take; None: :func:`default_timeout`) checked as
+    ``$FUSEC_COLLECTIVE_TIMEOUT`` is: a finite number > 0, else an ArgumentError naming
+    ``timeout``. Checked before a communicator starts: joining NCCL is watched with it, and
+    torchrun's process group is made with it."""
+    if timeout is None:
+        return None
+    seconds = math.nan
+    if isinstance(timeout, numbers.Real) and not isinstance(timeout, bool):
+        try:
+            seconds = float(timeout)
+        except OverflowError:  # an int no float holds
+            pass
+    if not (math.isfinite(seconds) and seconds > 0):
+        shown = repr(timeout)
+        raise ArgumentError("timeout", f"is {shown if len(shown) <= 40 else shown[:37] + '...'}: seconds,"
+                                       " a finite number > 0")
+    return seconds
 
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
@@ -406,24 +429,28 @@ def communicator(comm: Any = None, *, timeout: float | None = None) -> Communica
     from an environment or an mpi4py communicator is made once per process
     and handed out again; so is its wrapper of a NCCL communicator or process
     group of the caller's (the last few), which programs and graphs are kept by."""
-    timeout = default_timeout() if timeout is None else timeout
+    timeout = default_timeout() if timeout is None else checked_timeout(timeout)
     if isinstance(comm, Communicator):
         return comm
     if comm is None:
         launcher = launched_by()
         if launcher == "mpi":
-            from mpi4py import MPI
+            with _needs("mpi4py", "this process was started by mpirun (comm=None)"):
+                from mpi4py import MPI
             return communicator(MPI.COMM_WORLD, timeout=timeout)
         if launcher == "torchrun" and launcher not in _MADE:
-            _MADE[launcher] = from_torchrun(timeout)
+            with _needs("torch", "this process was started by torchrun (comm=None)"):
+                _MADE[launcher] = from_torchrun(timeout)
         return _MADE.get(launcher)
     if isinstance(comm, str) and comm == "torch":
-        return _given("torch", lambda: TorchComm(None))
+        with _needs("torch", "comm='torch'"):
+            return _given("torch", lambda: TorchComm(None))
     module = type(comm).__module__
     if hasattr(comm, "Get_rank") and hasattr(comm, "Get_size"):
         key = ("mpi", comm.py2f()) if hasattr(comm, "py2f") else ("mpi", id(comm))
         if key not in _MADE:
-            _MADE[key] = from_mpi(comm, timeout)
+            with _needs("cupy", "comm, an mpi4py communicator,"):
+                _MADE[key] = from_mpi(comm, timeout)
         return _MADE[key]
     if module.startswith("cupy") and hasattr(comm, "rank_id"):
         _use_device(comm.device_id())
@@ -433,6 +460,17 @@ def communicator(comm: Any = None, *, timeout: float | None = None) -> Communica
     raise ArgumentError("comm", f"is a {type(comm).__name__}: pass an mpi4py communicator, a"
                                 " cupy.cuda.nccl.NcclCommunicator, a torch.distributed process group,"
                                 " 'torch', or None (from mpirun's or torchrun's environment)")
+
+
+@contextlib.contextmanager
+def _needs(module: str, what: str):
+    """A GPUUnavailableError saying that ``what`` needs ``module`` where an import of it fails
+    (mpi4py, CuPy with NCCL, PyTorch), not the ModuleNotFoundError."""
+    try:
+        yield
+    except ImportError as exc:
+        raise GPUUnavailableError(f"{what} needs {module}, which does not import here ({exc}): install it,"
+                                  " or pass another communicator") from None
 
 
 _GIVEN: dict = {}  # id of a caller's communicator -> (it, fusec's wrapper of it), oldest first

@@ -115,14 +115,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     checks that the ranks compiled the same kernels) or ``"agreed"`` (the fewest that leave no
     sum to each rank: BiCGStab five collectives instead of seven, CG and BiCG the calls' own);
     default ``$FUSEC_DISTRIBUTED_LAYOUTS``, else ``"agreed"``. The same on every rank."""
-    comm = communicator(comm, timeout=timeout)
     n = _check_system(A, b, x0)
-    ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
-    lo, hi = block(n, rank, min(ranks, n))
-    for name, array in (("A", A), ("b", b), ("x0", x0)):
-        if array is not None and array.shape[0] != hi - lo:
-            raise ArgumentError(name, f"has {array.shape[0]} rows, but rank {rank} of {ranks} holds rows {lo} to"
-                                      f" {hi} of {n} (fusec.distributed.solvers.rows)")
     rtol, atol = checks.tolerance("rtol", rtol), checks.tolerance("atol", atol)
     if rtol >= 1:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
@@ -132,6 +125,18 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     graphs = (validate.environment_flag(GRAPHS_VARIABLE, True) if graphs is None
               else validate.flag("graphs", graphs))
     mode = _layouts_choice(layouts)
+    timeout = comm_module.checked_timeout(timeout)
+    if executor is not None and not callable(executor):
+        raise ArgumentError("executor", f"is a {type(executor).__name__}: pass a callable that makes a stage's"
+                                        " program (fusec.distributed.compile's executor=), or None")
+    # all of the above before the communicator: one made from mpirun's or torchrun's environment joins NCCL
+    comm = communicator(comm, timeout=timeout)
+    ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)
+    lo, hi = block(n, rank, min(ranks, n))
+    for name, array in (("A", A), ("b", b), ("x0", x0)):
+        if array is not None and array.shape[0] != hi - lo:
+            raise ArgumentError(name, f"has {array.shape[0]} rows, but rank {rank} of {ranks} holds rows {lo} to"
+                                      f" {hi} of {n} (fusec.distributed.solvers.rows)")
 
     def distributed(script=None, source=None, name="<string>", results=None, inputs=None):
         key = (script, source, name, dtype, n, timeout, executor, tuple(sorted((results or {}).items())),
@@ -148,6 +153,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
     arrays = arrays_for(framework_of(b))
+    x0_given = x0 is not None
     if x0 is None:
         x0, r0 = arrays.zeros_like(b), b  # r0 = b: no pass over A
     else:
@@ -167,8 +173,10 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
                 kept.stepper.begin(A, x0, r0, graphs=graphs)
             stepper = kept.stepper
             try:
-                tol = max(rtol * math.sqrt(arrays.read(norm(v=b))), atol)
-                outcome = driver.run(stepper, arrays.read(norm(v=r0)), tol, maxiter, check_every)
+                bb, rr0 = arrays.read(norm(v=b)), arrays.read(norm(v=r0))
+                _check_finite(bb, rr0, x0_given, lambda: arrays.read(norm(v=x0)))
+                tol = max(rtol * math.sqrt(bb), atol)
+                outcome = driver.run(stepper, rr0, tol, maxiter, check_every)
                 x = arrays.copy(stepper.x())  # the stepper's arrays serve the next solve
             finally:
                 stepper.end()
@@ -289,6 +297,23 @@ def _input_layouts(method: Method, dtype: str, n: int, ranks: int, mode: str) ->
     if best is None or (mode == "agreed" and best == calls):
         return calls, True
     return best, False
+
+
+def _check_finite(bb: float, rr0: float, x0_given: bool, xx0: Callable[[], float]) -> None:
+    """The ArgumentError that ``||b||^2`` and ``||b - A x0||^2`` (all-reduced: the same numbers on
+    every rank, so every rank raises the same error, and none waits for the others) call for:
+    NaN or infinity in b or x0 (``xx0()``: ``||x0||^2``, read only then), as fusec.solvers says.
+    A is not surveyed (a pass over it): NaN in A shows only through A x0, else as a breakdown."""
+    if not math.isfinite(bb):
+        raise ArgumentError("b", "contains NaN or infinity on some rank (its squared norm over the ranks is"
+                                 f" {bb}; or its entries are so large that their squares overflow)")
+    if x0_given and not math.isfinite(rr0):
+        xx = xx0()
+        if not math.isfinite(xx):
+            raise ArgumentError("x0", f"contains NaN or infinity on some rank (its squared norm over the ranks is"
+                                      f" {xx}; or its entries are so large that their squares overflow)")
+        raise ArgumentError("A", f"b - A x0 is not finite (its squared norm over the ranks is {rr0}): A contains"
+                                 " NaN or infinity on some rank, or A x0 overflows")
 
 
 def _check_system(A, b, x0) -> int:
