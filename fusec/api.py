@@ -55,6 +55,15 @@ def resolve_library(library: str | os.PathLike | Library | None) -> Library:
     return load_library(library)
 
 
+def check_gpu(gpu) -> None:
+    """``gpu=``: a GPU's name or None (an :class:`ArgumentError` naming ``gpu`` otherwise)."""
+    if gpu is not None and not isinstance(gpu, str):
+        raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
+    if gpu is not None and not gpu.strip():
+        raise ArgumentError("gpu", "is empty: pass a GPU's name, e.g. 'h100', or None for the GPU present"
+                                   " ($FUSEC_GPU)")
+
+
 def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     """The precision's name, once every argument of :func:`compile` is of its type and in
     range (an :class:`ArgumentError` naming the first that is not)."""
@@ -67,11 +76,7 @@ def check_arguments(dag, dtype, plan, predictor, gpu) -> str:
     if predictor is not None and not isinstance(getattr(predictor, "target", None), GpuTarget):
         raise ArgumentError("predictor", f"is a {type(predictor).__name__}, whose target is not a GpuTarget"
                                          " (the GPU it predicts for): pass a fusec predictor or None")
-    if gpu is not None and not isinstance(gpu, str):
-        raise ArgumentError("gpu", f"is a {type(gpu).__name__}: pass a GPU's name, e.g. 'h100', or None")
-    if gpu is not None and not gpu.strip():
-        raise ArgumentError("gpu", "is empty: pass a GPU's name, e.g. 'h100', or None for the GPU present"
-                                   " ($FUSEC_GPU)")
+    check_gpu(gpu)
     literals = [a for call in dag.calls for a in call.args if isinstance(a, Constant)]
     literals += [c for e in dag.expressions for c in expr.constants(e.tree)]
     for arg in sorted(literals, key=lambda c: c.coord):  # one too large for float32 would be inf in a kernel

@@ -301,7 +301,8 @@ def test_plan_text_names_each_collective_and_its_bytes():
 
 
 @pytest.mark.parametrize("sizes, argument", [(None, "sizes"), ({"m": 10}, "sizes"), ({"n": 0}, "sizes"),
-                                             ({"n": 10, "k": 3}, "sizes"), ({"n": 2.5}, "sizes")])
+                                             ({"n": 10, "k": 3}, "sizes"), ({"n": 2.5}, "sizes"),
+                                             ({"n": 2**31}, "sizes")])
 def test_bad_sizes(sizes, argument):
     with pytest.raises(ArgumentError, match=f"argument '{argument}'"):
         planner.plan(script_dag("bicgk"), library(), 2, sizes, "float32")
@@ -311,6 +312,34 @@ def test_bad_sizes(sizes, argument):
 def test_bad_ranks(ranks):
     with pytest.raises(ArgumentError, match="argument 'ranks'"):
         planner.plan(script_dag("bicgk"), library(), ranks, {"n": 10}, "float32")
+
+
+@pytest.mark.parametrize("active, why", [(0, "it must be at least 1"), (-1, "it must be at least 1"),
+                                         ("1", "pass a whole number"), (True, "pass a whole number"),
+                                         (1.5, "pass a whole number"), (3, "at most the 2 ranks can hold rows")])
+def test_bad_active(active, why):
+    with pytest.raises(ArgumentError, match=f"argument 'active': .*{why}"):
+        planner.plan(script_dag("bicgk"), library(), 2, {"n": 10}, "float32", active=active)
+
+
+def test_plan_and_compile_check_gpu_latency_and_executor_before_anything(tmp_path):
+    """fd.plan and fd.compile name a bad ``gpu``, an unreadable or malformed ``latency`` table
+    and an ``executor`` that is not callable, before a communicator is made."""
+    import fusec.distributed as fd
+    args = dict(script=str(ROOT / "scripts" / "bicgk.script"), sizes={"n": 64}, ranks=2)
+    with pytest.raises(ArgumentError, match="argument 'gpu': is a int"):
+        fd.plan(**args, gpu=3)
+    with pytest.raises(ArgumentError, match="argument 'latency': '.*missing.json' cannot be read"):
+        fd.plan(**args, latency=str(tmp_path / "missing.json"))
+    for text in ("not json", '{"gpu": "x"}', '{"gpu": "x", "points": [[1]]}'):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ArgumentError, match="argument 'latency': '.*bad.json' is not a table"):
+            fd.plan(**args, latency=str(tmp_path / "bad.json"))
+    del args["ranks"]
+    with pytest.raises(ArgumentError, match="argument 'executor': is a int"):
+        fd.compile(**args, comm=object(), executor=3)
+    with pytest.raises(ArgumentError, match="argument 'timeout'"):
+        fd.compile(**args, comm=object(), timeout=-1)
 
 
 def test_the_rule_for_fewer_gpus():

@@ -19,8 +19,9 @@ import os
 from typing import Any, Callable, Mapping
 
 from .. import validate
+from ..api import check_gpu
 from ..errors import ArgumentError
-from .comm import Communicator, communicator, default_timeout
+from .comm import Communicator, checked_timeout, communicator, default_timeout
 from .errors import CollectiveError, CollectiveTimeoutError, DistributionError
 from .layout import Layout, Op
 from .plan import DistributedPlan
@@ -48,7 +49,15 @@ def _latency(latency, gpu) -> Latency | None:
     if isinstance(latency, Latency):
         return latency
     if isinstance(latency, (str, os.PathLike)):
-        return Latency.load(latency)
+        try:
+            return Latency.load(latency)
+        except OSError as exc:
+            raise ArgumentError("latency", f"{os.fspath(latency)!r} cannot be read ({exc.strerror or exc}): pass the"
+                                           " path of a table bench/distributed.py wrote") from None
+        except (ValueError, KeyError, TypeError, IndexError) as exc:  # not JSON, or not such a table
+            raise ArgumentError("latency", f"{os.fspath(latency)!r} is not a table of collective latencies"
+                                           f" ({type(exc).__name__}: {exc}): pass one bench/distributed.py wrote"
+                                ) from None
     raise ArgumentError("latency", f"is a {type(latency).__name__}: pass a fusec.distributed.Latency, the path of"
                                    " one bench/distributed.py wrote, False (every rank holds rows) or None")
 
@@ -87,6 +96,7 @@ def plan(script=None, *, source: str | None = None, name: str = "<string>", libr
     ``latency``: a :class:`Latency` table (or its path) to choose how many
     ranks hold rows by; None looks for the one fusec ships for ``gpu``;
     False (the default here) keeps every rank. ``results``, ``inputs``: see :func:`compile`."""
+    check_gpu(gpu)
     dag, lib = _dag(script, source, name, library)
     return plan_dag(dag, lib, ranks, sizes, validate.dtype(dtype), active=active, latency=_latency(latency, gpu),
                     gpu=gpu, results=results, inputs=inputs)
@@ -159,8 +169,12 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     plan would choose (split unless a call reads it whole): a loop passing back
     what its last call returned gives its results' layouts as the inputs'."""
     from .comm import host_barrier
-    timeout = default_timeout() if timeout is None else timeout
-    comm = communicator(comm, timeout=timeout)
+    check_gpu(gpu)
+    if executor is not None and not callable(executor):
+        raise ArgumentError("executor", f"is a {type(executor).__name__}: pass a callable that makes a stage's"
+                                        " program (fusec_executor, threads.oracle_executor), or None")
+    timeout = default_timeout() if timeout is None else checked_timeout(timeout)
+    comm = communicator(comm, timeout=timeout)  # after the checks: one from mpirun's environment joins NCCL
     dag, lib = _dag(script, source, name, library)
     dtype = validate.dtype(dtype)
     ranks = comm.size if comm is not None else 1

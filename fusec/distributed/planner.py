@@ -34,6 +34,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .. import validate
 from ..errors import ArgumentError
 from ..ir.dag import Constant, Dag
 from ..library.model import Kind
@@ -74,9 +75,7 @@ def check_sizes(dag: Dag, sizes: Mapping[str, int] | None) -> dict[str, int]:
         value = sizes.get(symbol, fill)
         if value is None:
             raise ArgumentError("sizes", f"has no {symbol!r} (the sizes of {dag.file}: {', '.join(dag.sizes)})")
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ArgumentError("sizes", f"{symbol} = {value!r}: a size is a whole number >= 1")
-        out[symbol] = int(value)
+        out[symbol] = validate.size(symbol, value)
     unknown = set(sizes) - set(dag.sizes) - {"n"}
     if unknown:
         raise ArgumentError("sizes", f"{dag.file} has no size {', '.join(sorted(map(str, unknown)))}")
@@ -163,6 +162,8 @@ def plan(dag: Dag, library, ranks: int, sizes: Mapping[str, int], dtype: str, *,
     given = _given_inputs(dag, inputs)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ArgumentError("ranks", f"is {ranks!r}: the number of processes, a whole number >= 1")
+    if active is not None and validate.count("active", active, 1) > ranks:
+        raise ArgumentError("active", f"is {active}: at most the {ranks} ranks can hold rows")
     sizes = check_sizes(dag, sizes)
     itemsize = np.dtype(dtype).itemsize
     if ranks == 1:  # the plain program: nothing is split, and any script runs
