@@ -1097,6 +1097,30 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     assert code == 0 and "no entries for GPUs named 'a100'" in out
 
 
+DAMAGED_FIELDS = {
+    "measured_us -1": lambda d: d.update(measured_us=-1),
+    "predicted_rank 0": lambda d: d.update(predicted_rank=0),
+    "turning a string": lambda d: d.update(turning="yes"),
+    "a kernel of the plan null": lambda d: d["plan"].__setitem__(0, None),
+    "the plan an object": lambda d: d.update(plan={}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED_FIELDS))
+def test_fusec_tunings_lists_an_entry_that_lookups_ignore_as_not_usable(capsys, cache, name):
+    """A lookup ignores the entry with a warning; `fusec tunings` said it was usable ("yes")."""
+    entry = planted()
+    data = json.loads(entry.key.path.read_text())
+    DAMAGED_FIELDS[name](data)
+    entry.key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match=re.escape(str(entry.key.path))):
+        assert tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG) is None
+    code, out, err = run_cli(capsys, "tunings", "--library", LIBRARY, "--gpu", "h100")
+    assert code == 0, err
+    (row,) = re.findall(r"^  h100-80gb-hbm3 .*$", out.split("in the tuning cache:")[1].split("shipped with")[0], re.M)
+    assert re.search(r"  no: does not parse \(\w+", row), row
+
+
 def test_fusec_tunings_of_a_folder_that_is_no_library_is_a_clear_error(capsys, tmp_path):
     code, out, err = run_cli(capsys, "tunings", "--library", tmp_path / "nowhere")
     assert code == 1 and f"fusec: error: library directory {str(tmp_path / 'nowhere')!r} does not exist" in err

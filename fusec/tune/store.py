@@ -306,24 +306,30 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
             return _bad(path, f"has format {data.get('format')!r}, not {FORMAT}")
         if data.get("key") != wanted.fields():
             return _bad(path, "is filed under a key its fields do not match")
-        recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
-        plan = ProgramPlan.from_json(json.dumps(data["plan"]))
-        hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
-        entry = TuningEntry(wanted, plan,
-                            float(check.number(data["measured_us"], "measured_us", low=0)),
-                            float(check.number(data["predicted_us"], "predicted_us", low=0)),
-                            check.number(data["predicted_rank"], "predicted_rank", low=1, integer=True),
-                            check.number(data["top"], "top", low=0, integer=True), str(data["gpu_name"]),
-                            str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
+        entry, covered = _entry(data, wanted, path)
     except UNREADABLE as exc:
-        return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
-    try:
-        covered = sorted(c for k in plan.kernels for c in k.calls)
-    except UNREADABLE as exc:  # calls that are not numbers
         return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
     if calls is not None and covered != list(range(calls)):
         return _bad(path, "holds a plan that does not cover the script's calls")
     return entry
+
+
+def _entry(data: dict, wanted: TuningKey, path: Path) -> tuple[TuningEntry, list[int]]:
+    """The entry the fields of ``data`` hold, filed under ``wanted``, and the calls its plan
+    covers, sorted; one of UNREADABLE where a field is missing or wrong. What a lookup
+    reads, and what `fusec tunings` checks before it calls an entry usable."""
+    recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
+    if not isinstance(data["plan"], list) or not data["plan"]:
+        raise check.Invalid("plan is not a list of kernel plans")
+    plan = ProgramPlan.from_json(json.dumps(data["plan"]))
+    hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
+    entry = TuningEntry(wanted, plan,
+                        float(check.number(data["measured_us"], "measured_us", low=0)),
+                        float(check.number(data["predicted_us"], "predicted_us", low=0)),
+                        check.number(data["predicted_rank"], "predicted_rank", low=1, integer=True),
+                        check.number(data["top"], "top", low=0, integer=True), str(data["gpu_name"]),
+                        str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
+    return entry, sorted(c for k in plan.kernels for c in k.calls)  # a TypeError where calls are not numbers
 
 
 def sizes_of(fields: dict) -> tuple[tuple[str, int], ...]:
@@ -407,6 +413,11 @@ def _filed(path: Path, shipped: bool, slug: str, library) -> Filed:
         why = f"format {data.get('format')!r}, not {FORMAT}"
     elif path.stem != digest:
         why = "filed under a key its fields do not match"
+    else:
+        try:  # what a lookup reads of it: a field it ignores the entry for is no usable entry
+            _entry(data, stored, path)
+        except UNREADABLE as exc:
+            why = f"does not parse ({type(exc).__name__})"
     return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library, judged)
 
 
