@@ -911,6 +911,20 @@ def test_a_shipped_plan_runs_where_the_cache_has_none_and_the_cache_wins(cache, 
     assert fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100", tuned=False).tuned is None
 
 
+@pytest.mark.parametrize("value", ["no", "false", "2", "-1"])
+def test_a_bad_fusec_shipped_tunings_is_an_argument_error_naming_it(capsys, cache, own_library, monkeypatch, value):
+    """Not quietly the shipped plans: FUSEC_SHIPPED_TUNINGS=no (meant as 0) ran them."""
+    from fusec.errors import ArgumentError
+    tuning.ship(planted(store=False), own_library)
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", value)
+    with pytest.raises(ArgumentError, match=rf"is '{value}': set it to 1 or 0") as info:
+        fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100")
+    assert info.value.argument == "$FUSEC_SHIPPED_TUNINGS"
+    code, out, err = run_cli(capsys, "compile", BICGK, "--library", own_library.path, "--size", "m=300",
+                             "--size", "n=200", "--gpu", "h100", "--no-nvcc", "-o", cache / "out")
+    assert code == 1 and err.startswith("fusec: error: argument '$FUSEC_SHIPPED_TUNINGS'") and err.count("\n") == 1
+
+
 def _shipped_row(out: str, sizes: str) -> str:
     """The line of `fusec tunings`' shipped list for bicgk at ``sizes``."""
     rows = re.findall(rf"^  {SLUG}\s+bicgk\s+float32\s+{sizes}\s.*$", out.split("shipped with the library:")[1], re.M)

@@ -37,7 +37,6 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from types import MappingProxyType
@@ -96,6 +95,12 @@ class TuningKey:
     def shipped_path(self, library) -> Path:
         """Where ``library`` ships it."""
         return shipped_root(library) / self.gpu / f"{self.digest}.json"
+
+
+def shipped_wanted() -> bool:
+    """Whether lookups read the plans libraries ship: ``$FUSEC_SHIPPED_TUNINGS``, 1 or 0
+    (default 1); anything else is an ArgumentError naming it, never quietly 1."""
+    return check.environment_flag("FUSEC_SHIPPED_TUNINGS", True)
 
 
 def shipped_root(library) -> Path:
@@ -171,7 +176,7 @@ def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
     if not gpu:
         return None
     roots = [(cache_dir("tuning", create=False), "the tuning cache")]
-    if os.environ.get("FUSEC_SHIPPED_TUNINGS", "1") != "0":
+    if shipped_wanted():
         roots.append((shipped_root(library), "the library's tunings"))
     for root, where in roots:
         for slug in _slugs(root, gpu, where):
@@ -248,7 +253,7 @@ def nearby(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
     wanted = {str(k): int(v) for k, v in sizes.items()}
     found = []
     roots = [cache_dir("tuning", create=False)]
-    if os.environ.get("FUSEC_SHIPPED_TUNINGS", "1") != "0":
+    if shipped_wanted():
         roots.append(shipped_root(library))
     for order, root in enumerate(roots):
         where = "the tuning cache" if order == 0 else "the library's tunings"
