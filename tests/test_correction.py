@@ -219,6 +219,18 @@ def test_fusec_correction_0_and_corrected_false_give_the_database_alone(perfdb, 
     assert type(predictor_for(library(), GPU)) is PerfdbPredictor
 
 
+@pytest.mark.parametrize("value", ["no", "false", "2", "-1"])
+def test_a_bad_fusec_correction_is_an_argument_error_naming_it(perfdb, monkeypatch, value):
+    """Not quietly the correction: FUSEC_CORRECTION=no (meant as 0) applied it."""
+    from fusec.cost.perfdb import predictor_for
+    from fusec.errors import ArgumentError
+    correction.save(a_correction(base_predictor().database), correction.path_for(GPU, perfdb))
+    monkeypatch.setenv("FUSEC_CORRECTION", value)
+    with pytest.raises(ArgumentError, match=rf"is '{value}': set it to 1 or 0") as info:
+        predictor_for(library(), GPU)
+    assert info.value.argument == "$FUSEC_CORRECTION"
+
+
 def test_the_corrected_ranking_follows_the_corrected_prices(perfdb):
     from fusec.cost.perfdb import predictor_for
     from fusec.space.combinations import build_space

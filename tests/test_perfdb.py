@@ -201,6 +201,31 @@ def test_library_files_must_be_text(tmp_path, found):
         assert store.load(path, library()) is None
 
 
+@pytest.mark.parametrize("value", ["h100-80gb-hbm3/../../../victim", "../victim", "H100 80GB", ""])
+def test_a_device_slug_that_is_no_slug_is_damaged_and_nothing_is_written_by_it(tmp_path, monkeypatch, capsys,
+                                                                               value):
+    """A database's slug names the files beside it (corrections/<slug>.json, the training file):
+    "h100-80gb-hbm3/../../../victim" made `fusec perfdb fit` replace a file outside the folder."""
+    from fusec import data
+    from fusec.cli import main
+    folder = tmp_path / "perfdb"
+    folder.mkdir()
+    path = folder / "h100-80gb-hbm3.json"
+    raw = json.loads((data.PERFDB / "h100-80gb-hbm3.json").read_text())
+    raw["device"]["slug"] = value
+    path.write_text(json.dumps(raw))
+    with pytest.warns(store.PerfdbWarning, match=rf"performance database {re.escape(str(path))} is damaged"
+                                                 r" \(device slug"):
+        assert store.load(path, library()) is None
+    victim = tmp_path / "victim.json"
+    victim.write_text("a file of the user's")
+    monkeypatch.setenv("FUSEC_PERFDB", str(folder))
+    training = data.TRAINING / "h100-80gb-hbm3.json"
+    assert main(["perfdb", "fit", "--gpu", "h100", "--training", str(training)]) == 1
+    assert "is damaged (device slug" in capsys.readouterr().err
+    assert victim.read_text() == "a file of the user's" and not (folder / "corrections").exists()
+
+
 def test_find_by_prefix(tmp_path, found):
     store.save(fake_database(found), tmp_path / "h100-80gb-hbm3.json")
     assert store.find("h100", tmp_path).name == "h100-80gb-hbm3.json"

@@ -911,6 +911,20 @@ def test_a_shipped_plan_runs_where_the_cache_has_none_and_the_cache_wins(cache, 
     assert fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100", tuned=False).tuned is None
 
 
+@pytest.mark.parametrize("value", ["no", "false", "2", "-1"])
+def test_a_bad_fusec_shipped_tunings_is_an_argument_error_naming_it(capsys, cache, own_library, monkeypatch, value):
+    """Not quietly the shipped plans: FUSEC_SHIPPED_TUNINGS=no (meant as 0) ran them."""
+    from fusec.errors import ArgumentError
+    tuning.ship(planted(store=False), own_library)
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", value)
+    with pytest.raises(ArgumentError, match=rf"is '{value}': set it to 1 or 0") as info:
+        fusec.compile(BICGK, own_library, sizes=SIZES, gpu="h100")
+    assert info.value.argument == "$FUSEC_SHIPPED_TUNINGS"
+    code, out, err = run_cli(capsys, "compile", BICGK, "--library", own_library.path, "--size", "m=300",
+                             "--size", "n=200", "--gpu", "h100", "--no-nvcc", "-o", cache / "out")
+    assert code == 1 and err.startswith("fusec: error: argument '$FUSEC_SHIPPED_TUNINGS'") and err.count("\n") == 1
+
+
 def _shipped_row(out: str, sizes: str) -> str:
     """The line of `fusec tunings`' shipped list for bicgk at ``sizes``."""
     rows = re.findall(rf"^  {SLUG}\s+bicgk\s+float32\s+{sizes}\s.*$", out.split("shipped with the library:")[1], re.M)
@@ -1095,6 +1109,30 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     assert unjudged.exists()  # what cannot be judged is kept
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--gpu", "a100")
     assert code == 0 and "no entries for GPUs named 'a100'" in out
+
+
+DAMAGED_FIELDS = {
+    "measured_us -1": lambda d: d.update(measured_us=-1),
+    "predicted_rank 0": lambda d: d.update(predicted_rank=0),
+    "turning a string": lambda d: d.update(turning="yes"),
+    "a kernel of the plan null": lambda d: d["plan"].__setitem__(0, None),
+    "the plan an object": lambda d: d.update(plan={}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED_FIELDS))
+def test_fusec_tunings_lists_an_entry_that_lookups_ignore_as_not_usable(capsys, cache, name):
+    """A lookup ignores the entry with a warning; `fusec tunings` said it was usable ("yes")."""
+    entry = planted()
+    data = json.loads(entry.key.path.read_text())
+    DAMAGED_FIELDS[name](data)
+    entry.key.path.write_text(json.dumps(data))
+    with pytest.warns(FusecWarning, match=re.escape(str(entry.key.path))):
+        assert tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG) is None
+    code, out, err = run_cli(capsys, "tunings", "--library", LIBRARY, "--gpu", "h100")
+    assert code == 0, err
+    (row,) = re.findall(r"^  h100-80gb-hbm3 .*$", out.split("in the tuning cache:")[1].split("shipped with")[0], re.M)
+    assert re.search(r"  no: does not parse \(\w+", row), row
 
 
 def test_fusec_tunings_of_a_folder_that_is_no_library_is_a_clear_error(capsys, tmp_path):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Mapping
@@ -222,7 +221,7 @@ class CorrectedPredictor:
 def corrected(base):
     """``base`` (a PerfdbPredictor) with the correction fitted to its database, where a usable
     one lies beside it and $FUSEC_CORRECTION is not 0; else ``base`` itself (today's prices)."""
-    if os.environ.get(DISABLE, "1") == "0":
+    if not check.environment_flag(DISABLE, True):  # 1 or 0; anything else an ArgumentError naming it
         return base
     database = base.database
     folder = Path(database.path).parent if database.path else None

@@ -37,7 +37,6 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from types import MappingProxyType
@@ -96,6 +95,12 @@ class TuningKey:
     def shipped_path(self, library) -> Path:
         """Where ``library`` ships it."""
         return shipped_root(library) / self.gpu / f"{self.digest}.json"
+
+
+def shipped_wanted() -> bool:
+    """Whether lookups read the plans libraries ship: ``$FUSEC_SHIPPED_TUNINGS``, 1 or 0
+    (default 1); anything else is an ArgumentError naming it, never quietly 1."""
+    return check.environment_flag("FUSEC_SHIPPED_TUNINGS", True)
 
 
 def shipped_root(library) -> Path:
@@ -171,7 +176,7 @@ def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
     if not gpu:
         return None
     roots = [(cache_dir("tuning", create=False), "the tuning cache")]
-    if os.environ.get("FUSEC_SHIPPED_TUNINGS", "1") != "0":
+    if shipped_wanted():
         roots.append((shipped_root(library), "the library's tunings"))
     for root, where in roots:
         for slug in _slugs(root, gpu, where):
@@ -248,7 +253,7 @@ def nearby(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
     wanted = {str(k): int(v) for k, v in sizes.items()}
     found = []
     roots = [cache_dir("tuning", create=False)]
-    if os.environ.get("FUSEC_SHIPPED_TUNINGS", "1") != "0":
+    if shipped_wanted():
         roots.append(shipped_root(library))
     for order, root in enumerate(roots):
         where = "the tuning cache" if order == 0 else "the library's tunings"
@@ -306,24 +311,30 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
             return _bad(path, f"has format {data.get('format')!r}, not {FORMAT}")
         if data.get("key") != wanted.fields():
             return _bad(path, "is filed under a key its fields do not match")
-        recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
-        plan = ProgramPlan.from_json(json.dumps(data["plan"]))
-        hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
-        entry = TuningEntry(wanted, plan,
-                            float(check.number(data["measured_us"], "measured_us", low=0)),
-                            float(check.number(data["predicted_us"], "predicted_us", low=0)),
-                            check.number(data["predicted_rank"], "predicted_rank", low=1, integer=True),
-                            check.number(data["top"], "top", low=0, integer=True), str(data["gpu_name"]),
-                            str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
+        entry, covered = _entry(data, wanted, path)
     except UNREADABLE as exc:
-        return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
-    try:
-        covered = sorted(c for k in plan.kernels for c in k.calls)
-    except UNREADABLE as exc:  # calls that are not numbers
         return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
     if calls is not None and covered != list(range(calls)):
         return _bad(path, "holds a plan that does not cover the script's calls")
     return entry
+
+
+def _entry(data: dict, wanted: TuningKey, path: Path) -> tuple[TuningEntry, list[int]]:
+    """The entry the fields of ``data`` hold, filed under ``wanted``, and the calls its plan
+    covers, sorted; one of UNREADABLE where a field is missing or wrong. What a lookup
+    reads, and what `fusec tunings` checks before it calls an entry usable."""
+    recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
+    if not isinstance(data["plan"], list) or not data["plan"]:
+        raise check.Invalid("plan is not a list of kernel plans")
+    plan = ProgramPlan.from_json(json.dumps(data["plan"]))
+    hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
+    entry = TuningEntry(wanted, plan,
+                        float(check.number(data["measured_us"], "measured_us", low=0)),
+                        float(check.number(data["predicted_us"], "predicted_us", low=0)),
+                        check.number(data["predicted_rank"], "predicted_rank", low=1, integer=True),
+                        check.number(data["top"], "top", low=0, integer=True), str(data["gpu_name"]),
+                        str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
+    return entry, sorted(c for k in plan.kernels for c in k.calls)  # a TypeError where calls are not numbers
 
 
 def sizes_of(fields: dict) -> tuple[tuple[str, int], ...]:
@@ -407,6 +418,11 @@ def _filed(path: Path, shipped: bool, slug: str, library) -> Filed:
         why = f"format {data.get('format')!r}, not {FORMAT}"
     elif path.stem != digest:
         why = "filed under a key its fields do not match"
+    else:
+        try:  # what a lookup reads of it: a field it ignores the entry for is no usable entry
+            _entry(data, stored, path)
+        except UNREADABLE as exc:
+            why = f"does not parse ({type(exc).__name__})"
     return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library, judged)
 
 

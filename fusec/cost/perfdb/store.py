@@ -124,6 +124,8 @@ class Database:
         device = check.mapping(data.get("device"), "device")
         for field in ("name", "slug"):
             check.text(device.get(field), f"device {field}")
+        if slug(device["slug"]) != device["slug"]:  # it names the files beside it (corrections/<slug>.json)
+            raise check.Invalid(f"device slug {device['slug']!r} is not a GPU's slug (such as 'h100-80gb-hbm3')")
         check.number(device.get("sms"), "device sms", low=1, high=100_000, integer=True)
         library = check.mapping(data.get("library"), "library")
         check.text(library.get("hash"), "library hash")
