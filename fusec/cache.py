@@ -42,8 +42,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a cache or database is shared
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb") as f:  # owns fd from here: closed whatever follows
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp makes 0600; a cache or database is shared
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

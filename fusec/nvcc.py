@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from . import validate
 from .cache import atomic_write_bytes, cache_dir
 from .emit.lines import resolve
 from .errors import CompileError, FusecWarning, GPUUnavailableError, ToolError
@@ -71,9 +72,11 @@ def nvcc_version(path: str) -> str:
     return done.stdout
 
 
-def _options(arch: str, lineinfo: bool) -> list[str]:
+def nvcc_options(arch: str, lineinfo: bool) -> list[str]:
+    """The options fusec gives nvcc for a cubin of ``arch`` (``lineinfo`` or $FUSEC_LINEINFO=1: with
+    -lineinfo); part of a compiled kernel's cache key."""
     options = ["-cubin", f"-arch={arch}", "-Xptxas", "-v", "-O3", "-std=c++17"]
-    if lineinfo or os.environ.get("FUSEC_LINEINFO"):
+    if lineinfo or validate.environment_flag("FUSEC_LINEINFO", False):
         options.append("-lineinfo")  # for compute-sanitizer reports with source lines
     return options
 
@@ -91,7 +94,7 @@ def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,
     nvcc = nvcc_path()
     if nvcc is None:
         raise GPUUnavailableError("nvcc is not on PATH (set FUSEC_NVCC to its location)")
-    options = _options(arch, lineinfo)
+    options = nvcc_options(arch, lineinfo)
     key = hashlib.sha256("\0".join([__version__, nvcc_version(nvcc), *options, source]).encode()).hexdigest()
     try:
         folder = cache_dir("nvcc")

@@ -87,7 +87,7 @@ def compile_for_this_gpu(sources) -> None:
     from fusec.runtime import cuda
     with cuda.context() as ctx:
         arch = cuda.arch_of(ctx)
-    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=bool(os.environ.get("FUSEC_LINEINFO")))
+    nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=os.environ.get("FUSEC_LINEINFO") == "1")
 
 
 def script_names() -> list[str]:

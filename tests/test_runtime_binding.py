@@ -106,8 +106,7 @@ def test_bind_function_matches_program_bind():
                                    np.array(0.25), float("inf")],
                          ids=["float", "int", "np.float32", "np.float64", "np.int64", "0-d", "inf"])
 def test_scalars_are_host_numbers(value, monkeypatch):
-    import fusec.runtime.arrays
-    monkeypatch.setattr(fusec.runtime.arrays, "_NONFINITE", True)  # FUSEC_NONFINITE_SCALARS=1: inf passes
+    monkeypatch.setenv("FUSEC_NONFINITE_SCALARS", "1")  # inf passes
     prog = program("sgemv", "float64")
     binding = prog.bind(sgemv_args(dtype=F64, alpha=value))
     (alpha,) = [v for v in prog.dag.inputs if prog.dag.value(v).name == "alpha"]
@@ -377,3 +376,27 @@ def test_sizes_that_leave_one_out_name_the_argument(method):
         getattr(prog, method)(5)
     assert info.value.argument == "sizes" and "is a int" in str(info.value)
     assert prog.minimum_bytes({"m": 3, "n": 5}) == (3 * 5 + 5 + 3 + 3 + 5) * 4  # A, p, r in; q, s out
+
+
+def test_fusec_nonfinite_scalars_and_fusec_lineinfo_are_1_or_0(monkeypatch):
+    """Each switch takes 1 or 0: 0 is off (FUSEC_LINEINFO=0 once turned -lineinfo on), and
+    anything else is an ArgumentError naming the variable, never a quiet guess."""
+    from fusec import nvcc
+    from fusec.errors import ArgumentError
+    prog = program("sgemv", "float64")
+    for raw, passes in (("0", False), ("", False), ("1", True)):
+        monkeypatch.setenv("FUSEC_NONFINITE_SCALARS", raw)
+        if passes:
+            prog.bind(sgemv_args(dtype=F64, alpha=float("inf")))
+        else:
+            with pytest.raises(ArgumentError, match="a scalar must be finite"):
+                prog.bind(sgemv_args(dtype=F64, alpha=float("inf")))
+    monkeypatch.setenv("FUSEC_NONFINITE_SCALARS", "yes")
+    with pytest.raises(ArgumentError, match=r"\$FUSEC_NONFINITE_SCALARS"):
+        prog.bind(sgemv_args(dtype=F64, alpha=float("inf")))
+    for raw, wanted in (("0", False), ("1", True), ("", False)):
+        monkeypatch.setenv("FUSEC_LINEINFO", raw)
+        assert ("-lineinfo" in nvcc.nvcc_options("sm_90", False)) is wanted
+    monkeypatch.setenv("FUSEC_LINEINFO", "on")
+    with pytest.raises(ArgumentError, match=r"\$FUSEC_LINEINFO"):
+        nvcc.nvcc_options("sm_90", False)

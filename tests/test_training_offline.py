@@ -150,6 +150,10 @@ def test_a_point_whose_plans_cannot_be_recomputed_is_kept_as_it_was_and_named():
         point.plans[0], kernels=point.plans[0].kernels * 2),))  # two kernels recorded, one generated
     with pytest.raises(FusecError, match=r"sscal float32 n=100000 plan 1 .* generates 1 kernels, not the 2"):
         plans.refeatured(doubled, script_dag("sscal"), library(), target)
+    for damaged in ('[null]', '[7]', '[{"calls": "x"}]', 'not json'):  # a damaged plan: named, no traceback
+        broken = dataclasses.replace(point, plans=(dataclasses.replace(point.plans[0], plan=damaged),))
+        with pytest.raises(FusecError, match=r"sscal float32 n=100000 plan 1 .*: its plan does not parse"):
+            plans.refeatured(broken, script_dag("sscal"), library(), target)
 
 
 def draw_rows(point: training.PointRecord) -> list[dict]:

@@ -14,11 +14,11 @@ import dataclasses
 import functools
 import math
 import numbers
-import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .. import validate
 from ..errors import ArgumentError
 from ..ir.dag import Dag
 from ..library.model import Kind
@@ -81,14 +81,10 @@ def scalar_value(name: str, obj: Any) -> float:
         value = float(obj)
     except OverflowError:  # an int past a double's range, 10**400
         raise ArgumentError(name, f"is {str(obj)[:30]}..., too large for any float") from None
-    if not math.isfinite(value) and not _NONFINITE:
+    if not math.isfinite(value) and not validate.environment_flag("FUSEC_NONFINITE_SCALARS", False):
         raise ArgumentError(name, f"is {value}: a scalar must be finite (set FUSEC_NONFINITE_SCALARS=1"
                                   " to pass NaN and infinities on to the kernels)")
     return value
-
-
-# NaN and infinite scalars are refused unless the user asks for IEEE semantics explicitly
-_NONFINITE = os.environ.get("FUSEC_NONFINITE_SCALARS", "0") == "1"
 
 
 def scalar_limit(dtype) -> float:

@@ -47,6 +47,7 @@ from ..progress import Progress
 from ..runtime.program import Program
 from ..space.combinations import ALL_LAYOUTS, Combination, Space
 from .search import NOT_GENERATED, Measurement, headline
+from .store import UNREADABLE
 
 SIZE_RANGE = (500, 20000)  # the sides drawn
 SQUARE = 1 / 3  # the share of square draws
@@ -398,8 +399,14 @@ def refeatured(point: training.PointRecord, dag, library, target) -> training.Po
         if not record.kernels:  # not generated when measured: nothing to recompute
             plans.append(record)
             continue
-        generated = generate_all(dag, library, point.dtype, [ProgramPlan.from_json(record.plan)], target)[0]
         where = f"{point.label} plan {number} ({record.summary})"
+        try:
+            plan = ProgramPlan.from_json(record.plan)
+            hash(plan)  # a list where a plan has a number or a name: a TypeError here
+        except UNREADABLE as exc:
+            raise FusecError(f"{where}: its plan does not parse ({type(exc).__name__}: {str(exc)[:200]}):"
+                             " measure the point again") from None
+        generated = generate_all(dag, library, point.dtype, [plan], target)[0]
         if isinstance(generated, str):
             raise FusecError(f"{where} does not generate any more ({generated}): its features cannot be"
                              " recomputed; measure the point again")
