@@ -143,6 +143,9 @@ def error_of(text: str, kind=ScriptSyntaxError):
     ("y = sscal(010, x);", at(1, 11), "number 010 has a leading zero: write it without (a number is decimal)"),
     ("y = sscal(-09, x);", at(1, 12), "number 09 has a leading zero: write it without (a number is decimal)"),
     ("y = sscal(00.5, x);", at(1, 11), "number 00.5 has a leading zero: write it without (a number is decimal)"),
+    # numbers are ASCII digits: Python's \\d (and float()) would take an Arabic-Indic 3 as 3
+    ("y = sscal(\u0663, x);", at(1, 11), "illegal character '\u0663'"),
+    ("y = sscal(1.\u0665, x);", at(1, 13), "illegal character '\u0665'"),
 ])
 def test_lex_errors(text, coord, message):
     error = error_of(text, ScriptLexError)
