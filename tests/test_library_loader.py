@@ -260,6 +260,18 @@ INDEX_CASES = [
         "VEC-4", "'VEC-4' is not positive"),
     bad("mapping-size-division-by-zero", (LIB, "partial    registers  1", "partial    registers  VEC/0"), V,
         LIB, 7, "VEC/0", "division by zero"),
+    # SIZE is C: Python literals that C has not (True, 1_0, 0o7) nor a fullwidth letter Python
+    # reads as its ASCII twin, and no chain that Python's parser cannot nest (RecursionError)
+    bad("mapping-size-python-true", (LIB, "partial    registers  1", "partial    registers  True"), V, LIB, 7,
+        "True", "unknown macro 'True'"),
+    bad("mapping-size-python-underscore", (LIB, "partial    registers  1", "partial    registers  1_0"), V, LIB, 7,
+        "1_0", "'1_0' is not a C integer constant"),
+    bad("mapping-size-python-octal", (LIB, "partial    registers  1", "partial    registers  0o7"), V, LIB, 7,
+        "0o7", "'0o7' is not a C integer constant"),
+    bad("mapping-size-fullwidth-letter", (LIB, "vec        registers  VEC", "vec        registers  \uff36EC"), V,
+        LIB, 6, "\uff36EC", "not an integer expression"),
+    bad("mapping-size-too-long", (LIB, "partial    registers  1", "partial    registers  " + "+".join(["1"] * 3000)),
+        V, LIB, 7, "1+1", "more than 100 operators"),
     bad("mapping-twice", (LIB, "# fits the vector geometry only",
                           "# fits the vector geometry only\nmapping   vec  registers  VEC"),
         V, LIB, 14, "vec", "mapping 'vec' is declared twice"),
@@ -430,6 +442,10 @@ ROUTINE_FORMAT_CASES = [
         "saxpy.cu", 14, "x", "expected 'threads X x Y'"),
     bad("option-threads-not-positive", ("saxpy.cu", "z vec_store as vec", "z vec_store as vec threads 0"), V,
         "saxpy.cu", 14, "0", "'0' is not positive"),
+    bad("option-threads-too-deep", ("saxpy.cu", "z vec_store as vec", "z vec_store as vec threads " + "-" * 3000 + "1"),
+        V, "saxpy.cu", 14, "---", "more than 100 operators"),
+    bad("option-scratch-python-false", ("sdot.cu", "scratch INSTANCES", "scratch False+1"), V, "sdot.cu", 13,
+        "False", "unknown macro 'False'"),
 ]
 
 ROUTINE_CASES = [
