@@ -547,6 +547,11 @@ REFERENCE_CASES = [
         "sgemv_ab.cu", 10, "beta", "the function is a nested reduce(+) over n but the reference sums nothing"),
     bad("reference-sums-the-other-axis", ("sgemv_ab.cu", "alpha * (A @ x) + beta * y0", "sum(y0) * y0"), V,
         "sgemv_ab.cu", 10, "sum", "the function reduces over n but the reference sums over m"),
+    # Python's parser (and the checks' recursion) give up on ~1000 nested operations: RecursionError
+    bad("reference-nested-too-deep", ("saxpy.cu", "alpha * x + y\n", "-" * 3000 + "alpha * x + y\n"), V,
+        "saxpy.cu", 9, "---", "nested too deep"),
+    bad("reference-chain-too-long", ("saxpy.cu", "alpha * x + y\n", "alpha * x" + " + y" * 3000 + "\n"), V,
+        "saxpy.cu", 9, "alpha", "nested too deep"),
 ]
 
 
