@@ -554,10 +554,33 @@ REFERENCE_CASES = [
         "saxpy.cu", 9, "alpha", "nested too deep"),
 ]
 
+# Composites (a part file c.fusec): numbers as the script's lexer reads them, and a bound on
+# how deep composites nest and how many calls one stands for (a script's call expands them).
+SAXPY_IN = "composite  c0(a: scalar, x: vector[n], y: vector[n]) -> z: vector[n]\ncall       z = saxpy({}, x, y)\n"
+# c_i calls c_(i-1) once: nested i deep
+CHAIN = "".join(f"composite  c{i}(a: scalar, x: vector[n], y: vector[n]) -> z: vector[n]\n"
+                f"call       z = c{i - 1}(a, x, y)\n" for i in range(1, 3001))
+# c_i calls c_(i-1) twice: 2^i calls of saxpy
+FAN = "".join(f"composite  c{i}(a: scalar, x: vector[n], y: vector[n]) -> z: vector[n]\n"
+              f"call       u = c{i - 1}(a, x, y)\ncall       z = c{i - 1}(a, u, y)\n" for i in range(1, 41))
+
+COMPOSITE_CASES = [
+    bad("composite-number-out-of-range", ("c.fusec", None, SAXPY_IN.format("1e999")), F, "c.fusec", 2, "1e999",
+        "number 1e999 is out of range"),
+    bad("composite-number-leading-zero", ("c.fusec", None, SAXPY_IN.format("010")), F, "c.fusec", 2, "010",
+        "number 010 has a leading zero"),
+    bad("composite-number-not-ascii", ("c.fusec", None, SAXPY_IN.format("\u0663")), F, "c.fusec", 2, "\u0663",
+        "bad argument '\u0663': a name or a number"),
+    bad("composite-nested-too-deep", ("c.fusec", None, SAXPY_IN.format("a") + CHAIN), V, "c.fusec", 2 * 100 + 2,
+        "c99", "composites nest more than 100 deep"),
+    bad("composite-too-many-calls", ("c.fusec", None, SAXPY_IN.format("a") + FAN), V, "c.fusec", 3 * 10,
+        "c10", "stands for 1024 calls of functions, more than 1000"),
+]
+
 
 @pytest.mark.parametrize("case", INDEX_CASES + FILE_CASES + KEYWORD_CASES + SIGNATURE_CASES + HOF_CASES
                          + ELEMENT_CASES + FINISH_CASES + ROUTINE_FORMAT_CASES + ROUTINE_CASES + SHAPE_CASES
-                         + REFERENCE_CASES)
+                         + REFERENCE_CASES + COMPOSITE_CASES)
 def test_error_is_located(tmp_path, case: Bad):
     library = write_mini(tmp_path / "mini", *case.edits)
     error = load_error(library)
@@ -580,7 +603,7 @@ def test_error_is_located(tmp_path, case: Bad):
 def test_error_cases_have_unique_ids():
     ids = [case.values[0].id for case in INDEX_CASES + FILE_CASES + KEYWORD_CASES + SIGNATURE_CASES
            + HOF_CASES + ELEMENT_CASES + FINISH_CASES + ROUTINE_FORMAT_CASES + ROUTINE_CASES
-           + SHAPE_CASES + REFERENCE_CASES]
+           + SHAPE_CASES + REFERENCE_CASES + COMPOSITE_CASES]
     assert len(ids) == len(set(ids))
 
 

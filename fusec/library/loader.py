@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from pathlib import Path
@@ -268,7 +269,7 @@ def _composite_head(line: Line) -> dict:
 
 
 _CALL = re.compile(rf"\s*({IDENT})\s*=\s*({IDENT})\s*\(([^()]*)\)\s*")
-_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # a script's numbers (ASCII)
 
 
 def _composite_line(composite: dict, line: Line) -> None:
@@ -286,6 +287,11 @@ def _composite_line(composite: dict, line: Line) -> None:
     for arg, offset in arguments:
         if not (re.fullmatch(IDENT, arg) or _NUMBER.fullmatch(arg)):
             raise line.error(f"bad argument {arg!r}: a name or a number", offset)
+        digits = arg.lstrip("-")
+        if _NUMBER.fullmatch(arg) and len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+            raise line.error(f"number {arg} has a leading zero: write it without (a number is decimal)", offset)
+        if _NUMBER.fullmatch(arg) and not math.isfinite(float(arg)):
+            raise line.error(f"number {arg} is out of range", offset)
     composite["calls"].append(CompositeCall(
         target=match.group(1), function=match.group(2), args=tuple(arg for arg, _ in arguments),
         coord=line.coord(match.start(2)), arg_coords=tuple(line.coord(offset) for _, offset in arguments),
