@@ -260,6 +260,18 @@ INDEX_CASES = [
         "VEC-4", "'VEC-4' is not positive"),
     bad("mapping-size-division-by-zero", (LIB, "partial    registers  1", "partial    registers  VEC/0"), V,
         LIB, 7, "VEC/0", "division by zero"),
+    # SIZE is C: Python literals that C has not (True, 1_0, 0o7) nor a fullwidth letter Python
+    # reads as its ASCII twin, and no chain that Python's parser cannot nest (RecursionError)
+    bad("mapping-size-python-true", (LIB, "partial    registers  1", "partial    registers  True"), V, LIB, 7,
+        "True", "unknown macro 'True'"),
+    bad("mapping-size-python-underscore", (LIB, "partial    registers  1", "partial    registers  1_0"), V, LIB, 7,
+        "1_0", "'1_0' is not a C integer constant"),
+    bad("mapping-size-python-octal", (LIB, "partial    registers  1", "partial    registers  0o7"), V, LIB, 7,
+        "0o7", "'0o7' is not a C integer constant"),
+    bad("mapping-size-fullwidth-letter", (LIB, "vec        registers  VEC", "vec        registers  \uff36EC"), V,
+        LIB, 6, "\uff36EC", "not an integer expression"),
+    bad("mapping-size-too-long", (LIB, "partial    registers  1", "partial    registers  " + "+".join(["1"] * 3000)),
+        V, LIB, 7, "1+1", "more than 100 operators"),
     bad("mapping-twice", (LIB, "# fits the vector geometry only",
                           "# fits the vector geometry only\nmapping   vec  registers  VEC"),
         V, LIB, 14, "vec", "mapping 'vec' is declared twice"),
@@ -430,6 +442,10 @@ ROUTINE_FORMAT_CASES = [
         "saxpy.cu", 14, "x", "expected 'threads X x Y'"),
     bad("option-threads-not-positive", ("saxpy.cu", "z vec_store as vec", "z vec_store as vec threads 0"), V,
         "saxpy.cu", 14, "0", "'0' is not positive"),
+    bad("option-threads-too-deep", ("saxpy.cu", "z vec_store as vec", "z vec_store as vec threads " + "-" * 3000 + "1"),
+        V, "saxpy.cu", 14, "---", "more than 100 operators"),
+    bad("option-scratch-python-false", ("sdot.cu", "scratch INSTANCES", "scratch False+1"), V, "sdot.cu", 13,
+        "False", "unknown macro 'False'"),
 ]
 
 ROUTINE_CASES = [
@@ -531,12 +547,40 @@ REFERENCE_CASES = [
         "sgemv_ab.cu", 10, "beta", "the function is a nested reduce(+) over n but the reference sums nothing"),
     bad("reference-sums-the-other-axis", ("sgemv_ab.cu", "alpha * (A @ x) + beta * y0", "sum(y0) * y0"), V,
         "sgemv_ab.cu", 10, "sum", "the function reduces over n but the reference sums over m"),
+    # Python's parser (and the checks' recursion) give up on ~1000 nested operations: RecursionError
+    bad("reference-nested-too-deep", ("saxpy.cu", "alpha * x + y\n", "-" * 3000 + "alpha * x + y\n"), V,
+        "saxpy.cu", 9, "---", "nested too deep"),
+    bad("reference-chain-too-long", ("saxpy.cu", "alpha * x + y\n", "alpha * x" + " + y" * 3000 + "\n"), V,
+        "saxpy.cu", 9, "alpha", "nested too deep"),
+]
+
+# Composites (a part file c.fusec): numbers as the script's lexer reads them, and a bound on
+# how deep composites nest and how many calls one stands for (a script's call expands them).
+SAXPY_IN = "composite  c0(a: scalar, x: vector[n], y: vector[n]) -> z: vector[n]\ncall       z = saxpy({}, x, y)\n"
+# c_i calls c_(i-1) once: nested i deep
+CHAIN = "".join(f"composite  c{i}(a: scalar, x: vector[n], y: vector[n]) -> z: vector[n]\n"
+                f"call       z = c{i - 1}(a, x, y)\n" for i in range(1, 3001))
+# c_i calls c_(i-1) twice: 2^i calls of saxpy
+FAN = "".join(f"composite  c{i}(a: scalar, x: vector[n], y: vector[n]) -> z: vector[n]\n"
+              f"call       u = c{i - 1}(a, x, y)\ncall       z = c{i - 1}(a, u, y)\n" for i in range(1, 41))
+
+COMPOSITE_CASES = [
+    bad("composite-number-out-of-range", ("c.fusec", None, SAXPY_IN.format("1e999")), F, "c.fusec", 2, "1e999",
+        "number 1e999 is out of range"),
+    bad("composite-number-leading-zero", ("c.fusec", None, SAXPY_IN.format("010")), F, "c.fusec", 2, "010",
+        "number 010 has a leading zero"),
+    bad("composite-number-not-ascii", ("c.fusec", None, SAXPY_IN.format("\u0663")), F, "c.fusec", 2, "\u0663",
+        "bad argument '\u0663': a name or a number"),
+    bad("composite-nested-too-deep", ("c.fusec", None, SAXPY_IN.format("a") + CHAIN), V, "c.fusec", 2 * 100 + 2,
+        "c99", "composites nest more than 100 deep"),
+    bad("composite-too-many-calls", ("c.fusec", None, SAXPY_IN.format("a") + FAN), V, "c.fusec", 3 * 10,
+        "c10", "stands for 1024 calls of functions, more than 1000"),
 ]
 
 
 @pytest.mark.parametrize("case", INDEX_CASES + FILE_CASES + KEYWORD_CASES + SIGNATURE_CASES + HOF_CASES
                          + ELEMENT_CASES + FINISH_CASES + ROUTINE_FORMAT_CASES + ROUTINE_CASES + SHAPE_CASES
-                         + REFERENCE_CASES)
+                         + REFERENCE_CASES + COMPOSITE_CASES)
 def test_error_is_located(tmp_path, case: Bad):
     library = write_mini(tmp_path / "mini", *case.edits)
     error = load_error(library)
@@ -559,7 +603,7 @@ def test_error_is_located(tmp_path, case: Bad):
 def test_error_cases_have_unique_ids():
     ids = [case.values[0].id for case in INDEX_CASES + FILE_CASES + KEYWORD_CASES + SIGNATURE_CASES
            + HOF_CASES + ELEMENT_CASES + FINISH_CASES + ROUTINE_FORMAT_CASES + ROUTINE_CASES
-           + SHAPE_CASES + REFERENCE_CASES]
+           + SHAPE_CASES + REFERENCE_CASES + COMPOSITE_CASES]
     assert len(ids) == len(set(ids))
 
 

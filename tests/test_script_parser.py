@@ -143,6 +143,9 @@ def error_of(text: str, kind=ScriptSyntaxError):
     ("y = sscal(010, x);", at(1, 11), "number 010 has a leading zero: write it without (a number is decimal)"),
     ("y = sscal(-09, x);", at(1, 12), "number 09 has a leading zero: write it without (a number is decimal)"),
     ("y = sscal(00.5, x);", at(1, 11), "number 00.5 has a leading zero: write it without (a number is decimal)"),
+    # numbers are ASCII digits: Python's \\d (and float()) would take an Arabic-Indic 3 as 3
+    ("y = sscal(\u0663, x);", at(1, 11), "illegal character '\u0663'"),
+    ("y = sscal(1.\u0665, x);", at(1, 13), "illegal character '\u0665'"),
 ])
 def test_lex_errors(text, coord, message):
     error = error_of(text, ScriptLexError)
@@ -337,3 +340,16 @@ def test_slash_divides_and_two_slashes_start_a_comment():
     error = error_of("t = a // b;\n")
     assert (error.coord, error.message) == (
         at(1, 6), "unexpected end of input, expected ';', '(', '+', '-', '*' or '/'")
+
+
+def test_a_long_script_parses_in_linear_time():
+    """Lists grew by tuple concatenation, a copy per item: 80,000 statements (about a
+    megabyte) took 86 s to parse and 30 s for 80,000 names in one declaration. Linear now:
+    a second or two each; the bound leaves room for a loaded machine."""
+    import time
+    n = 60_000
+    start = time.perf_counter()
+    script = parse("".join(f"scalar s{i};\n" for i in range(n)), F)
+    (declaration,) = parse("vector " + ", ".join(f"v{i}" for i in range(n)) + ";", F).statements
+    assert len(script.statements) == n and len(declaration.declarators) == n
+    assert time.perf_counter() - start < 20

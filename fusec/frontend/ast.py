@@ -10,6 +10,7 @@ Meaning (declared or not, kinds, sizes) is the checker's business
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..errors import Coord
 from ..library.model import Kind
@@ -154,5 +155,11 @@ class Script:
     coord: Coord
 
     def line(self, number: int) -> str:
-        """The source text of line ``number``, for error messages."""
-        return source_line(self.text, number)
+        """The source text of line ``number``, for error messages (as :func:`source_line`)."""
+        lines = self.lines
+        return lines[number - 1].rstrip("\r") if 1 <= number <= len(lines) else ""
+
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        """The text split once: every call and expression quotes its line."""
+        return self.text.split("\n")

@@ -67,7 +67,7 @@ class ScriptLexer:
         t.lexer.lineno += len(t.value)
 
     def t_NUMBER(self, t):
-        r"(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?"
+        r"([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?"  # ASCII: \d is any Unicode digit
         if len(t.value) > 1 and t.value[0] == "0" and t.value[1].isdigit():
             # C reads 010 as octal 8, Python refuses it; a script refuses it too
             _fail(t, f"number {t.value} has a leading zero: write it without (a number is decimal)")

@@ -12,13 +12,15 @@ would have accepted there.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import re
 import threading
 
 from ply import lex, yacc
 
-from ..errors import Coord, ScriptSyntaxError, coord_at
+from ..errors import Coord, ScriptSyntaxError
 from ..ir.expr import FUNCTIONS
 from ..library.model import Kind
 from . import ast
@@ -48,6 +50,7 @@ class _Context:
     text: str
     lexer: lex.Lexer
     last: lex.LexToken | None = None
+    starts: list[int] | None = None  # offsets at which the text's lines start
 
     def next_token(self) -> lex.LexToken | None:
         token = self.lexer.token()
@@ -56,7 +59,12 @@ class _Context:
         return token
 
     def coord(self, offset: int) -> Coord:
-        return coord_at(self.file, self.text, offset)
+        """coord_at's, found by bisection in the lines' starts (coord_at counts the
+        line breaks before ``offset``: once per token, quadratic in a long script)."""
+        if self.starts is None:
+            self.starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        line = bisect.bisect_right(self.starts, offset)
+        return Coord(self.file, line, offset - self.starts[line - 1] + 1)
 
     def end(self) -> Coord:
         """Just past the last token: where something missing would go."""
@@ -88,7 +96,7 @@ class ScriptParser:
                                                tokenfunc=context.next_token)
             finally:
                 self._context = None
-        return ast.Script(file, text, statements, context.end(), Coord(file, 1, 1))
+        return ast.Script(file, text, tuple(statements), context.end(), Coord(file, 1, 1))
 
     # -- helpers for the rules ------------------------------------------------
 
@@ -126,13 +134,17 @@ class ScriptParser:
         """script : statements"""
         p[0] = p[1]
 
+    # Lists grow in place (a tuple concatenated per item copies it: quadratic), and are
+    # made tuples where a node keeps them.
+
     def p_statements_1(self, p):
         """statements : statements statement"""
-        p[0] = p[1] + (p[2],)
+        p[1].append(p[2])
+        p[0] = p[1]
 
     def p_statements_2(self, p):
         """statements : """
-        p[0] = ()
+        p[0] = []
 
     def p_statement_1(self, p):
         """statement : declaration"""
@@ -154,11 +166,11 @@ class ScriptParser:
 
     def p_declaration_1(self, p):
         """declaration : MATRIX matrix_declarators SEMI"""
-        p[0] = ast.Declaration(Kind.MATRIX, p[2], self._coord(p, 1))
+        p[0] = ast.Declaration(Kind.MATRIX, tuple(p[2]), self._coord(p, 1))
 
     def p_declaration_2(self, p):
         """declaration : VECTOR vector_declarators SEMI"""
-        p[0] = ast.Declaration(Kind.VECTOR, p[2], self._coord(p, 1))
+        p[0] = ast.Declaration(Kind.VECTOR, tuple(p[2]), self._coord(p, 1))
 
     def p_declaration_3(self, p):
         """declaration : SCALAR names SEMI"""
@@ -167,11 +179,12 @@ class ScriptParser:
 
     def p_matrix_declarators_1(self, p):
         """matrix_declarators : matrix_declarator"""
-        p[0] = (p[1],)
+        p[0] = [p[1]]
 
     def p_matrix_declarators_2(self, p):
         """matrix_declarators : matrix_declarators COMMA matrix_declarator"""
-        p[0] = p[1] + (p[3],)
+        p[1].append(p[3])
+        p[0] = p[1]
 
     def p_matrix_declarator_1(self, p):
         """matrix_declarator : ID"""
@@ -185,11 +198,12 @@ class ScriptParser:
 
     def p_vector_declarators_1(self, p):
         """vector_declarators : vector_declarator"""
-        p[0] = (p[1],)
+        p[0] = [p[1]]
 
     def p_vector_declarators_2(self, p):
         """vector_declarators : vector_declarators COMMA vector_declarator"""
-        p[0] = p[1] + (p[3],)
+        p[1].append(p[3])
+        p[0] = p[1]
 
     def p_vector_declarator_1(self, p):
         """vector_declarator : ID"""
@@ -205,19 +219,20 @@ class ScriptParser:
 
     def p_input_statement(self, p):
         """input_statement : INPUT names SEMI"""
-        p[0] = ast.Input(p[2], self._coord(p, 1))
+        p[0] = ast.Input(tuple(p[2]), self._coord(p, 1))
 
     def p_return_statement(self, p):
         """return_statement : RETURN names SEMI"""
-        p[0] = ast.Return(p[2], self._coord(p, 1))
+        p[0] = ast.Return(tuple(p[2]), self._coord(p, 1))
 
     def p_names_1(self, p):
         """names : ID"""
-        p[0] = (self._name(p, 1),)
+        p[0] = [self._name(p, 1)]
 
     def p_names_2(self, p):
         """names : names COMMA ID"""
-        p[0] = p[1] + (self._name(p, 3),)
+        p[1].append(self._name(p, 3))
+        p[0] = p[1]
 
     # -- assignments ----------------------------------------------------------
     # One rule: the right-hand side is an expression. A whole right-hand side
@@ -275,7 +290,7 @@ class ScriptParser:
     def p_expression_4(self, p):
         """expression : ID LPAREN arguments RPAREN"""
         name = self._name(p, 1)
-        p[0] = ast.Application(name, p[3], name.coord)
+        p[0] = ast.Application(name, tuple(p[3]), name.coord)
 
     def p_expression_5(self, p):
         """expression : ID LPAREN RPAREN"""
@@ -293,11 +308,12 @@ class ScriptParser:
 
     def p_arguments_1(self, p):
         """arguments : expression"""
-        p[0] = (p[1],)
+        p[0] = [p[1]]
 
     def p_arguments_2(self, p):
         """arguments : arguments COMMA expression"""
-        p[0] = p[1] + (p[3],)
+        p[1].append(p[3])
+        p[0] = p[1]
 
     # -- errors ---------------------------------------------------------------
 

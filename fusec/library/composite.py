@@ -188,25 +188,49 @@ def _check_result(composite: Composite, values, sizes: Sizes) -> None:
                   f" {last.function} makes it with {size_phrase(kind, axis, have)}", last.target_coord)
 
 
+MAX_NESTING = 100  # composites calling composites: the script checker expands them recursively
+MAX_EXPANSION = 1000  # calls of functions one composite stands for (two calls a level double it)
+
+
 def _check_cycles(composites: Mapping[str, Composite]) -> None:
     """No composite reaches itself through the composites it calls (it could not be
-    expanded); reported at the call that closes the cycle."""
-    done: set[str] = set()
+    expanded), reported at the call that closes the cycle; none nests more than
+    MAX_NESTING deep, reported at the call that goes past, nor stands for more than
+    MAX_EXPANSION calls of functions, at the composite. A walk without recursion: a
+    chain of composites may be long."""
+    done: dict[str, tuple[int, int]] = {}  # composite -> (levels it nests, calls it stands for)
+    for root in composites:
+        path, pending = [root], [iter(composites[root].calls)]
+        while path:
+            name = path[-1]
+            call = next(pending[-1], None)
+            if call is None:
+                done[name] = _measure(composites[name], composites, done)
+                path.pop()
+                pending.pop()
+            elif call.function in composites and call.function not in done:
+                if call.function in path:
+                    cycle = path[path.index(call.function):] + [call.function]
+                    _fail("composites call each other in a cycle: " + " -> ".join(cycle), call.coord)
+                path.append(call.function)
+                pending.append(iter(composites[call.function].calls))
 
-    def visit(name: str, path: list[str]) -> None:
-        for call in composites[name].calls:
-            if call.function not in composites:
-                continue
-            if call.function in path:
-                cycle = path[path.index(call.function):] + [name, call.function]
-                _fail("composites call each other in a cycle: " + " -> ".join(cycle), call.coord)
-            if call.function not in done:
-                visit(call.function, path + [name])
-        done.add(name)
 
-    for name in composites:
-        if name not in done:
-            visit(name, [])
+def _measure(composite: Composite, composites: Mapping[str, Composite],
+             done: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """How deep ``composite`` nests and how many calls of functions it stands for, its
+    callees measured (``done``); a located error past the bounds."""
+    levels, calls = 1, 0
+    for call in composite.calls:
+        inner_levels, inner_calls = done.get(call.function, (0, 1))
+        if inner_levels + 1 > MAX_NESTING:
+            _fail(f"composites nest more than {MAX_NESTING} deep: {composite.name!r} calls {call.function!r},"
+                  f" which nests {inner_levels} deep", call.coord)
+        levels, calls = max(levels, inner_levels + 1), calls + inner_calls
+    if calls > MAX_EXPANSION:
+        _fail(f"composite {composite.name!r} stands for {calls} calls of functions, more than {MAX_EXPANSION}:"
+              " a script's call of it expands to them all", composite.coord)
+    return levels, calls
 
 
 def _fail(message: str, coord: Coord):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from pathlib import Path
@@ -268,7 +269,7 @@ def _composite_head(line: Line) -> dict:
 
 
 _CALL = re.compile(rf"\s*({IDENT})\s*=\s*({IDENT})\s*\(([^()]*)\)\s*")
-_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # a script's numbers (ASCII)
 
 
 def _composite_line(composite: dict, line: Line) -> None:
@@ -286,6 +287,11 @@ def _composite_line(composite: dict, line: Line) -> None:
     for arg, offset in arguments:
         if not (re.fullmatch(IDENT, arg) or _NUMBER.fullmatch(arg)):
             raise line.error(f"bad argument {arg!r}: a name or a number", offset)
+        digits = arg.lstrip("-")
+        if _NUMBER.fullmatch(arg) and len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+            raise line.error(f"number {arg} has a leading zero: write it without (a number is decimal)", offset)
+        if _NUMBER.fullmatch(arg) and not math.isfinite(float(arg)):
+            raise line.error(f"number {arg} is out of range", offset)
     composite["calls"].append(CompositeCall(
         target=match.group(1), function=match.group(2), args=tuple(arg for arg, _ in arguments),
         coord=line.coord(match.start(2)), arg_coords=tuple(line.coord(offset) for _, offset in arguments),
@@ -363,13 +369,35 @@ def _parse_mapping(line: Line) -> ThreadMapping:
     return ThreadMapping(name, Storage(storage), size, doc, line.coord())
 
 
+MAX_SIZE_OPERATORS = 100  # in one size expression: Python's parser fails on ~1000 nested ones
+_SIZE_TOKEN = re.compile(r"[0-9][A-Za-z0-9_]*|[A-Za-z_][A-Za-z0-9_]*|[-+*/%()]|.", re.DOTALL)
+
+
 def _check_expression(line: Line, expression: str, offset: int, geometry: Geometry | None) -> None:
-    """Check a size expression parses (and, given a geometry, that its macros exist)."""
+    """Check a size expression parses (and, given a geometry, that its macros exist).
+
+    The text is emitted into C as written and evaluated here by Python's parser, so it is
+    first checked to be C both read alike: decimal or hex constants, macros, operators and
+    parentheses only (Python takes ``True``, ``1_0``, ``0o7`` and a fullwidth letter too)."""
     if geometry is None:
         macros = {**geo.sample_macros(Geometry.VECTOR), **geo.sample_macros(Geometry.TILE),
                   **geo.sample_macros(Geometry.BAND)}
     else:
         macros = geo.sample_macros(geometry)
+    operators = 0
+    for token in _SIZE_TOKEN.findall(expression):
+        if token[0] in "0123456789" and not re.fullmatch(r"[0-9]+|0[xX][0-9a-fA-F]+", token):
+            raise line.error(f"{token!r} is not a C integer constant (write it in decimal) in {expression!r}",
+                             offset, LibraryValidationError)
+        if re.fullmatch(IDENT, token) and token not in macros:
+            raise line.error(f"unknown macro {token!r} in {expression!r} (known here: {', '.join(sorted(macros))})",
+                             offset, LibraryValidationError)
+        if len(token) == 1 and not re.fullmatch(r"[0-9A-Za-z_()]|[-+*/%]", token):
+            raise line.error(f"not an integer expression: {expression!r}", offset, LibraryValidationError)
+        operators += token in "+-*/%"
+    if operators > MAX_SIZE_OPERATORS:
+        raise line.error(f"a size expression of more than {MAX_SIZE_OPERATORS} operators ({operators}):"
+                         " write it shorter", offset, LibraryValidationError)
     try:
         value = geo.evaluate(expression, macros)
     except geo.ExpressionError as exc:
