@@ -520,6 +520,12 @@ def test_library_references_are_accepted():
     ("eval('y')", "call of 'eval'"),
     ("alpha * (A @ x", "does not parse"),
     ("", "no reference"),
+    ("alpha * (A @ x) + 1e999 * y", "a constant is out of range"),
+    ("alpha * (A @ x) + " + "9" * 400 + " * y", "a constant is out of range"),
+    ("triu(A, 99999999999999999999) @ x", "the diagonal of triu must be an integer literal"),
+    ("alpha * (A @ \uff58)", "not ASCII"),  # a fullwidth x, which Python reads as x
+    ("-" * 3000 + "(A @ x)", "nested too deep"),
+    (" + ".join(["y"] * 3000), "nested too deep"),
 ])
 def test_check_reference_rejects(reference, construct):
     with pytest.raises(LibraryValidationError) as e:

@@ -144,7 +144,7 @@ def evaluate(expression: str, macros: dict[str, int]) -> int:
     def walk(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
             return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        if isinstance(node, ast.Constant) and type(node.value) is int:  # not True or False
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in macros:

@@ -165,9 +165,6 @@ def check_function(function: Function, mappings: dict[str, ThreadMapping],
         reference.check_reference(function)
     except LibraryValidationError as exc:  # the check knows the function, not the line
         _fail(exc.message, where["reference"])
-    except RecursionError:  # Python's parser, and the walks over its tree, give up near 1000 levels
-        _fail(f"reference of {function.name!r} is nested too deep (a chain or nest of about 1000 operations):"
-              " write it shorter", where["reference"])
     for name, triangle in function.stored:
         if name != result.name and not reference.reads_one_triangle(function, name):
             other = "below" if triangle == "triu" else "above"

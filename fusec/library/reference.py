@@ -19,6 +19,7 @@ script (:func:`evaluate`).
 from __future__ import annotations
 
 import ast
+import math
 from typing import Mapping
 
 import numpy as np
@@ -37,6 +38,8 @@ _ELEMENTWISE = ("abs", "sqrt", "exp", "min", "max")
 # a matrix's triangle, on and above (triu) or on and below (tril) its diagonal k (NumPy's
 # triu and tril); k, an optional second argument, is an integer literal (triu(A, 1): strictly above)
 _TRIANGLES = ("triu", "tril")
+MAX_DEPTH = 200  # levels of nesting a reference may have, as a script's expressions (the walks recurse)
+MAX_DIAGONAL = 2**31 - 1  # the largest diagonal a matrix fusec runs has (and NumPy takes)
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@"}
 
@@ -85,6 +88,12 @@ class _Checker:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
                 raise self.fail(f"constant {ast.unparse(node)} is not a real number")
+            try:
+                finite = math.isfinite(float(node.value))
+            except OverflowError:  # an integer no float holds
+                finite = False
+            if not finite:  # 1e999 reads as infinity
+                raise self.fail("a constant is out of range (past the largest float)")
             return ()
         if isinstance(node, ast.Name):
             param = self.params.get(node.id)
@@ -218,7 +227,7 @@ def _diagonal(node: ast.expr) -> int | None:
     sign = 1
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         node, sign = node.operand, -1
-    if isinstance(node, ast.Constant) and type(node.value) is int:
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value <= MAX_DIAGONAL:
         return sign * node.value
     return None
 
@@ -243,6 +252,10 @@ def _parse(function: Function) -> ast.expr:
     if not text:
         raise LibraryValidationError(
             f"function {function.name!r} has no reference expression", function.coord)
+    if not text.isascii():  # Python reads a fullwidth x as x (NFKC): the language is ASCII
+        raise LibraryValidationError(
+            f"reference of {function.name!r} ({function.reference!r}) has a character that is not ASCII"
+            f" ({next(c for c in text if not c.isascii())!r})", function.coord)
     try:
         with geo.AST_LOCK:  # the parser is not thread-safe (see fusec.ir.geometry)
             tree = ast.parse(text, mode="eval")
@@ -281,14 +294,31 @@ def _checked(function: Function, shapes: bool = True) -> ast.expr:
            function.hof, function.square, shapes)
     tree = _CACHE.get(key)
     if tree is None:
-        tree = _parse(function)
-        checker = _Checker(function, shapes)
-        shape = checker.shape(tree)
-        if shapes:
-            checker.check_result(shape)
-            checker.check_hof()
+        try:
+            tree = _parse(function)
+            if _depth(tree) > MAX_DEPTH:
+                raise RecursionError  # below the parser's limit, the walks could still meet Python's
+            checker = _Checker(function, shapes)
+            shape = checker.shape(tree)
+            if shapes:
+                checker.check_result(shape)
+                checker.check_hof()
+        except RecursionError:  # Python's parser, and the walks over its tree, give up near 1000 levels
+            raise LibraryValidationError(
+                f"reference of {function.name!r} is nested too deep (more than {MAX_DEPTH} levels):"
+                " write it shorter", function.coord) from None
         _CACHE[key] = tree
     return tree
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep the tree nests (without recursion: it may be as deep as the parser allows)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def reads_one_triangle(function: Function, name: str, size: int = 6) -> bool:
