@@ -36,31 +36,32 @@ def number(value: Any, field: str, *, low: float | None = None, high: float | No
     """``value`` if it is a finite real (a whole number with ``integer``) in
     [``low``, ``high``] (``low`` excluded with ``above``); else :class:`Invalid`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Invalid(f"{field} is {_short(value)}, not a number")
+        raise Invalid(f"{field} is {brief(value)}, not a number")
     if integer and not isinstance(value, int):
-        raise Invalid(f"{field} is {_short(value)}, not a whole number")
+        raise Invalid(f"{field} is {brief(value)}, not a whole number")
     if not integer and not math.isfinite(value):
         raise Invalid(f"{field} is {value}, not a finite number")
     if low is not None and (value <= low if above else value < low):
-        raise Invalid(f"{field} is {_short(value)}, not {'above' if above else 'at least'} {low}")
+        raise Invalid(f"{field} is {brief(value)}, not {'above' if above else 'at least'} {low}")
     if high is not None and value > high:
-        raise Invalid(f"{field} is {_short(value)}, more than {high}")
+        raise Invalid(f"{field} is {brief(value)}, more than {high}")
     return value
 
 
 def text(value: Any, field: str) -> str:
     if not isinstance(value, str):
-        raise Invalid(f"{field} is {_short(value)}, not a string")
+        raise Invalid(f"{field} is {brief(value)}, not a string")
     return value
 
 
 def mapping(value: Any, field: str) -> dict:
     if not isinstance(value, dict):
-        raise Invalid(f"{field} is {_short(value)}, not a JSON object")
+        raise Invalid(f"{field} is {brief(value)}, not a JSON object")
     return value
 
 
-def _short(value: Any) -> str:
+def brief(value: Any) -> str:
+    """``repr(value)``, cut to 40 characters, for a message that refuses it."""
     shown = repr(value)
     return shown if len(shown) <= 40 else shown[:37] + "..."
 
@@ -70,7 +71,7 @@ def _short(value: Any) -> str:
 def size(name: str, value: Any, argument: str = "sizes") -> int:
     """A problem size: a whole number from 1 to MAX_EXTENT."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(argument, f"size {name} is {_short(value)}, not a whole number")
+        raise ArgumentError(argument, f"size {name} is {brief(value)}, not a whole number")
     value = int(value)
     if not 1 <= value <= MAX_EXTENT:
         raise ArgumentError(argument, f"size {name} = {value} is out of range: sizes are 1 to 2**31 - 1")
@@ -106,7 +107,7 @@ def sizes_fit(shapes: dict[str, tuple[str, ...]], sizes: dict[str, int], argumen
 def count(argument: str, value: Any, low: int) -> int:
     """A number of runs, iterations...: a whole number of at least ``low``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(argument, f"is {_short(value)}: pass a whole number")
+        raise ArgumentError(argument, f"is {brief(value)}: pass a whole number")
     if value < low:
         raise ArgumentError(argument, f"is {value}: it must be at least {low}")
     return int(value)
@@ -145,7 +146,7 @@ def flag(argument: str, value: Any) -> bool:
     """A yes-or-no argument: True or False (NumPy's too), never a truthy string or None."""
     import numpy as np
     if not isinstance(value, (bool, np.bool_)):
-        raise ArgumentError(argument, f"is {_short(value)}: pass True or False")
+        raise ArgumentError(argument, f"is {brief(value)}: pass True or False")
     return bool(value)
 
 
@@ -159,7 +160,7 @@ def dtype(value: Any) -> str:
     except (TypeError, ValueError):
         name = None
     if name not in ("float32", "float64"):
-        raise ArgumentError("dtype", f"is {_short(value)}: fusec compiles 'float32' or 'float64' only")
+        raise ArgumentError("dtype", f"is {brief(value)}: fusec compiles 'float32' or 'float64' only")
     return name
 
 

@@ -59,9 +59,7 @@ def checked_timeout(timeout: Any) -> float | None:
         except OverflowError:  # an int no float holds
             pass
     if not (math.isfinite(seconds) and seconds > 0):
-        shown = repr(timeout)
-        raise ArgumentError("timeout", f"is {shown if len(shown) <= 40 else shown[:37] + '...'}: seconds,"
-                                       " a finite number > 0")
+        raise ArgumentError("timeout", f"is {check.brief(timeout)}: seconds, a finite number > 0")
     return seconds
 
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")

@@ -58,7 +58,7 @@ def tolerance(name: str, value) -> float:
         raise ArgumentError(name, f"is {value!r}: pass a real number")
     number = _as_float(value)
     if not math.isfinite(number) or number < 0:
-        raise ArgumentError(name, f"is {validate._short(value)}: it must be finite and >= 0")
+        raise ArgumentError(name, f"is {validate.brief(value)}: it must be finite and >= 0")
     return number
 
 
@@ -68,7 +68,7 @@ def bandwidth(value) -> float | None:
         return None
     number = _as_float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
     if not math.isfinite(number) or number <= 0:
-        raise ArgumentError("bandwidth", f"is {validate._short(value)}: pass bytes per second, a finite number > 0")
+        raise ArgumentError("bandwidth", f"is {validate.brief(value)}: pass bytes per second, a finite number > 0")
     return number
 
 
