@@ -195,6 +195,9 @@ def _run(args) -> int:
     sizes = _script_sizes(args, dag)
     if args.measure and args.no_tuned:
         raise ArgumentError("--measure", "keeps what it measures in the tuning cache: leave out --no-tuned")
+    if args.measure and args.reproducible:
+        raise ArgumentError("--measure", "a quick tune may pick a band kernel that adds with atomics:"
+                                         " leave out --reproducible or --measure")
     program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
                           reproducible=args.reproducible, measure=args.measure)
     rng = np.random.default_rng(args.seed)

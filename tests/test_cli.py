@@ -19,6 +19,7 @@ import pytest
 
 import fusec
 from fusec import cli
+from fusec.errors import ArgumentError
 from tests.helpers import LIBRARY, ROOT, library
 
 SCRIPTS = ROOT / "scripts"
@@ -389,6 +390,17 @@ def test_run_without_pycuda_says_so(capsys):
 def test_run_checks_sizes_before_the_gpu(capsys):
     code, out, err = run(capsys, "run", SCRIPTS / "bicgk.script", "--library", LIBRARY, "--size", "n=0")
     assert code == 1 and "sizes must be at least 1" in err
+
+
+def test_run_measure_with_reproducible_names_the_flags(monkeypatch):
+    # the API's words (measure=True, reproducible=True) mean nothing on the command line
+    monkeypatch.delenv("FUSEC_MEASURE", raising=False)
+    args = cli.parser().parse_args(["run", str(SCRIPTS / "bicgk.script"), "--library", str(LIBRARY),
+                                    "--size", "n=64", "--measure", "--reproducible"])
+    with pytest.raises(ArgumentError) as info:
+        args.handler(args)
+    assert info.value.argument == "--measure"
+    assert "--reproducible" in info.value.message and "=True" not in info.value.message
 
 
 # -- the installed console script ------------------------------------------------------------
