@@ -403,6 +403,32 @@ def test_run_measure_with_reproducible_names_the_flags(monkeypatch):
     assert "--reproducible" in info.value.message and "=True" not in info.value.message
 
 
+# -- empty paths ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["compile", "", "--no-nvcc"], "SCRIPT"),
+    (["compile", "{script}", "--no-nvcc", "-o", ""], "-o/--output"),
+    (["compile", "{script}", "--no-nvcc", "--library", ""], "--library"),
+    (["space", "{script}", "--library", ""], "--library"),
+    (["tunings", "--library", ""], "--library"),
+    (["perfdb", "build", "-o", ""], "-o/--output"),
+    (["perfdb", "show", "--gpu", "h200", "--dir", ""], "--dir"),
+    (["perfdb", "measure-plans", "{script}", ""], "SCRIPT"),
+    (["perfdb", "measure-plans", "{script}", "-o", ""], "-o/--output"),
+    (["perfdb", "fit", "--gpu", "h200", "--training", ""], "--training"),
+    (["perfdb", "fit", "--gpu", "h200", "-o", ""], "-o/--output")])
+def test_an_empty_path_is_a_usage_error_naming_its_argument(capsys, tmp_path, monkeypatch, argv, named):
+    # `-o "$OUT"` with OUT unset: not the current folder, not the default file (fit's would
+    # replace the database's correction), not the library '.'
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        cli.main([a.format(script=SCRIPTS / "vadd.script") for a in argv])
+    assert info.value.code == 2
+    assert f"argument {named}: an empty path" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 # -- the installed console script ------------------------------------------------------------
 
 
