@@ -358,6 +358,10 @@ def _tunings(args) -> int:
     elif stale:
         print(f"\n{len(stale)} shipped file(s) are stale (keyed on library files as they were);"
               " 'fusec tunings --prune' deletes them")
+    broken = [e for e in entries if e.script == "?"]  # rows of '?': the path is all that tells them apart
+    if broken:
+        print(f"\n{len(broken)} file(s) do not parse (listed with '?' above); fix or delete them:")
+        print("\n".join(f"  {e.path}" for e in broken))
     unjudged = [e for e in entries if e.shipped and not e.judged]
     if unjudged:
         print(f"\n{len(unjudged)} shipped file(s) cannot be judged (they record no library files, or"

@@ -403,6 +403,18 @@ def test_run_measure_with_reproducible_names_the_flags(monkeypatch):
     assert "--reproducible" in info.value.message and "=True" not in info.value.message
 
 
+def test_tunings_names_the_file_of_an_entry_that_does_not_parse(capsys, tmp_path, monkeypatch):
+    # its row says nothing else (script, sizes: '?'): the path is how to find it and delete it
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    broken = tmp_path / "tuning" / "h200" / "0123abcd.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"format": 1, "key": {"sizes": "x"}}')
+    code, out, err = run(capsys, "tunings", "--library", LIBRARY, "--gpu", "h200")
+    assert code == 0
+    assert re.search(r"^  h200 +\? .* no: does not parse \(Invalid\)$", out, re.M), out
+    assert f"1 file(s) do not parse (listed with '?' above); fix or delete them:\n  {broken}\n" in out
+
+
 # -- empty paths ---------------------------------------------------------------------------
 
 
