@@ -130,6 +130,21 @@ def test_docs_cli_names_exactly_the_options_each_command_takes():
     assert not common_flags - set().union(*flags.values()), sorted(common_flags)
 
 
+def test_docs_cli_gives_every_dtype_flag_its_choices_and_default():
+    """Every --dtype whose choices or default differ from the common table's (float32|float64,
+    default float32) says so in its command's section."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "| `--dtype float32\\|float64` | precision of the compiled program (default `float32`) |" in text
+    for name, sub in subcommands().items():
+        actions = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        for full, each in ({f"{name} {k}": v for a in actions for k, v in a.choices.items()} or {name: sub}).items():
+            (dtype,) = [a for a in each._actions if "--dtype" in a.option_strings] or [None]
+            if dtype is None or (tuple(dtype.choices), dtype.default) == (("float32", "float64"), "float32"):
+                continue
+            (section,) = [s for s in re.split(r"^## ", text, flags=re.M) if f"`fusec {full}`" in s.splitlines()[0]]
+            assert f"`--dtype {'|'.join(dtype.choices)}` (default {dtype.default})" in section, full
+
+
 def test_compile_help_names_its_outputs_and_defaults(capsys):
     with pytest.raises(SystemExit):
         cli.main(["compile", "--help"])
