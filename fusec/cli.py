@@ -426,7 +426,7 @@ def parser() -> argparse.ArgumentParser:
                            " repeatable)")
     gpu(comp)
     sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"
-                " n=VALUE sets every size; default 8192)")
+                " n=VALUE sets every size not given; without --size, every size is 8192)")
     comp.set_defaults(handler=_compile)
 
     space = commands.add_parser(
@@ -436,7 +436,8 @@ def parser() -> argparse.ArgumentParser:
                     " and combinations (implementations covering every call), and list the"
                     " combinations in the order the predictor ranks them for --size.")
     common(space)
-    sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size; default 8192)")
+    sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size not given;"
+                 " without --size, every size is 8192)")
     which = space.add_mutually_exclusive_group()
     which.add_argument("--top", type=int, default=10, metavar="K",
                        help="show the K best (default: 10; at most 100,000)")

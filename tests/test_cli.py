@@ -19,7 +19,7 @@ import pytest
 
 import fusec
 from fusec import cli
-from fusec.errors import ArgumentError
+from fusec.errors import ArgumentError, FusecError
 from tests.helpers import LIBRARY, ROOT, library
 
 SCRIPTS = ROOT / "scripts"
@@ -304,6 +304,20 @@ def test_bad_size(capsys, tmp_path, size, message):
 def test_tune_refuses_more_candidates_than_it_measures_before_anything(capsys, flag):
     code, out, err = run(capsys, "tune", SCRIPTS / "bicgk.script", "--size", "n=64", flag, "1001")
     assert code == 1 and err == f"fusec: error: {flag} 1001: at most 1,000 (each candidate is compiled and run)\n"
+
+@pytest.mark.parametrize("command", ["compile", "space"])
+def test_a_size_left_out_beside_one_given_is_an_error_the_help_foretells(capsys, command):
+    # "default 8192" holds where no --size is given, not for each size left out of those given
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "n=VALUE sets every size not given; without --size, every size is 8192)" in out
+    args = cli.parser().parse_args([command, str(SCRIPTS / "bicgk.script"), "--library", str(LIBRARY),
+                                    "--size", "m=5", "--analytic"])
+    with pytest.raises(FusecError) as info:
+        args.handler(args)
+    assert info.value.message == "give --size for n (or --size n=VALUE for all of them)"
+
 
 def test_size_for_a_symbol_of_another_script(capsys, tmp_path):
     code, _, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", tmp_path, "--no-nvcc",
