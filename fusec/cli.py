@@ -80,6 +80,14 @@ def _script_sizes(args, dag, given: bool = True) -> dict[str, int] | None:
     return sizes
 
 
+def _path(text: str) -> str:
+    """A path argument: '' (``-o "$OUT"`` with OUT unset) would otherwise mean the current
+    folder, or the default file, without a word."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def _at_least(flag: str, value: int | None, low: int) -> None:
     if value is not None and value < low:
         raise FusecError(f"{flag} {value}: it must be at least {low}")
@@ -195,6 +203,9 @@ def _run(args) -> int:
     sizes = _script_sizes(args, dag)
     if args.measure and args.no_tuned:
         raise ArgumentError("--measure", "keeps what it measures in the tuning cache: leave out --no-tuned")
+    if args.measure and args.reproducible:
+        raise ArgumentError("--measure", "a quick tune may pick a band kernel that adds with atomics:"
+                                         " leave out --reproducible or --measure")
     program = compile_dag(dag, library, args.dtype, sizes=sizes, tuned=not args.no_tuned,
                           reproducible=args.reproducible, measure=args.measure)
     rng = np.random.default_rng(args.seed)
@@ -347,6 +358,10 @@ def _tunings(args) -> int:
     elif stale:
         print(f"\n{len(stale)} shipped file(s) are stale (keyed on library files as they were);"
               " 'fusec tunings --prune' deletes them")
+    broken = [e for e in entries if e.script == "?"]  # rows of '?': the path is all that tells them apart
+    if broken:
+        print(f"\n{len(broken)} file(s) do not parse (listed with '?' above); fix or delete them:")
+        print("\n".join(f"  {e.path}" for e in broken))
     unjudged = [e for e in entries if e.shipped and not e.judged]
     if unjudged:
         print(f"\n{len(unjudged)} shipped file(s) cannot be judged (they record no library files, or"
@@ -382,8 +397,9 @@ def parser() -> argparse.ArgumentParser:
                               " tile kernel), a tuned plan with one included")
 
     def common(sub):
-        sub.add_argument("script", metavar="SCRIPT", help="the script to compile (e.g. scripts/bicgk.script)")
-        sub.add_argument("--library", metavar="DIR", default=None,
+        sub.add_argument("script", metavar="SCRIPT", type=_path,
+                         help="the script to compile (e.g. scripts/bicgk.script)")
+        sub.add_argument("--library", metavar="DIR", type=_path, default=None,
                          help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
                               " fusec/data/blas)")
         sub.add_argument("--dtype", choices=("float32", "float64"), default="float32",
@@ -395,7 +411,7 @@ def parser() -> argparse.ArgumentParser:
                     " launch shapes). Works without a GPU; where nvcc is on PATH it also compiles"
                     " for --arch and reports registers and shared memory per kernel.")
     common(comp)
-    comp.add_argument("-o", "--output", metavar="DIR", default=".",
+    comp.add_argument("-o", "--output", metavar="DIR", type=_path, default=".",
                       help="where to write NAME.DTYPE.cu, NAME.DTYPE.plan.txt (and the cubin); default: .")
     comp.add_argument("--arch", default="sm_90", help="nvcc target (default: sm_90, the H100)")
     comp.add_argument("--no-nvcc", action="store_true", help="only generate, do not run nvcc")
@@ -410,7 +426,7 @@ def parser() -> argparse.ArgumentParser:
                            " repeatable)")
     gpu(comp)
     sizes(comp, "problem size to choose kernels for and show launch shapes for (repeatable;"
-                " n=VALUE sets every size; default 8192)")
+                " n=VALUE sets every size not given; without --size, every size is 8192)")
     comp.set_defaults(handler=_compile)
 
     space = commands.add_parser(
@@ -420,7 +436,8 @@ def parser() -> argparse.ArgumentParser:
                     " and combinations (implementations covering every call), and list the"
                     " combinations in the order the predictor ranks them for --size.")
     common(space)
-    sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size; default 8192)")
+    sizes(space, "problem size to predict for (repeatable; n=VALUE sets every size not given;"
+                 " without --size, every size is 8192)")
     which = space.add_mutually_exclusive_group()
     which.add_argument("--top", type=int, default=10, metavar="K",
                        help="show the K best (default: 10; at most 100,000)")
@@ -520,7 +537,7 @@ def parser() -> argparse.ArgumentParser:
                     " changed is never used; a file the script does not read may be added or edited).",
         epilog="The cache is looked in first; a library's shipped plan runs where the cache has"
                " none for the same key.")
-    listing.add_argument("--library", metavar="DIR", default=None,
+    listing.add_argument("--library", metavar="DIR", type=_path, default=None,
                          help="the library whose shipped plans to list (default: $FUSEC_LIBRARY, else the"
                               " bundled fusec/data/blas)")
     listing.add_argument("--gpu", metavar="NAME", default=None,
@@ -550,12 +567,12 @@ def parser() -> argparse.ArgumentParser:
                     " with the library's hash and the device, driver and nvcc versions. Replaces a"
                     " damaged or stale file; with one --dtype, keeps the other precision's timings of"
                     " a usable file. About a minute on an H100.")
-    build.add_argument("--library", metavar="DIR", default=None,
+    build.add_argument("--library", metavar="DIR", type=_path, default=None,
                        help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
                               " fusec/data/blas)")
     build.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
                        help="precisions to time (default: both)")
-    build.add_argument("-o", "--output", metavar="DIR", default=None,
+    build.add_argument("-o", "--output", metavar="DIR", type=_path, default=None,
                        help="folder to write into (default: $FUSEC_PERFDB, else the bundled fusec/data/perfdb)")
     build.add_argument("--missing", action="store_true",
                        help="time only the routine keys the GPU's database lacks (shapes added to the"
@@ -571,8 +588,8 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--gpu", metavar="NAME", default=None,
                       help="the GPU whose database to show, by name or prefix (default: $FUSEC_GPU, else the"
                            " GPU present)")
-    show.add_argument("--dir", metavar="DIR", default=None, help="folder of databases (default: $FUSEC_PERFDB,"
-                                                                     " else the bundled fusec/data/perfdb)")
+    show.add_argument("--dir", metavar="DIR", type=_path, default=None,
+                      help="folder of databases (default: $FUSEC_PERFDB, else the bundled fusec/data/perfdb)")
     show.add_argument("--routine", metavar="NAME", default=None, help="list the timings of one routine")
     show.set_defaults(handler=_perfdb_show)
     _perfdb_plans(actions)
@@ -591,8 +608,9 @@ def _perfdb_plans(actions) -> None:
                     " block, serial axis) of the space, and append them, with each kernel's features and"
                     " database price, to the GPU's training file after each point. Points the file holds"
                     " are skipped: run again with the same --seed to go on. Needs the GPU.")
-    measure.add_argument("scripts", nargs="+", metavar="SCRIPT", help="scripts to measure (e.g. scripts/*.script)")
-    measure.add_argument("--library", metavar="DIR", default=None,
+    measure.add_argument("scripts", nargs="+", metavar="SCRIPT", type=_path,
+                         help="scripts to measure (e.g. scripts/*.script)")
+    measure.add_argument("--library", metavar="DIR", type=_path, default=None,
                          help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
                               " fusec/data/blas)")
     measure.add_argument("--dtype", choices=("float32", "float64", "both"), default="both",
@@ -609,7 +627,7 @@ def _perfdb_plans(actions) -> None:
                          help=f"best-predicted layouts whose best plan is measured (default: {plans.LAYOUTS})")
     measure.add_argument("--repeat", type=int, default=20, help="timed runs per plan, median kept (default: 20)")
     measure.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
-    measure.add_argument("-o", "--output", metavar="FILE", default=None,
+    measure.add_argument("-o", "--output", metavar="FILE", type=_path, default=None,
                          help="training file (default: <gpu>.json in $FUSEC_TRAINING, else in fusec/data/training)")
     measure.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr")
     measure.set_defaults(handler=_perfdb_measure_plans)
@@ -630,10 +648,10 @@ def _perfdb_plans(actions) -> None:
                     " database's alone, unless --force.")
     fit.add_argument("--gpu", metavar="NAME", default=None,
                      help="the GPU whose database to correct (default: $FUSEC_GPU, else the GPU present)")
-    fit.add_argument("--library", metavar="DIR", default=None,
+    fit.add_argument("--library", metavar="DIR", type=_path, default=None,
                      help="library of elementary functions (default: $FUSEC_LIBRARY, else the bundled"
                               " fusec/data/blas)")
-    fit.add_argument("--training", metavar="FILE", default=None,
+    fit.add_argument("--training", metavar="FILE", type=_path, default=None,
                      help="training file (default: <gpu>.json in $FUSEC_TRAINING, else in fusec/data/training)")
     fit.add_argument("--ridge", type=float, default=None, metavar="R",
                      help="weight pulling each coefficient towards 0, per point (default: fusec.cost.fit.RIDGE)")
@@ -643,7 +661,7 @@ def _perfdb_plans(actions) -> None:
                      help="folds of the cross-validation, which scores the fit and chooses its features"
                           " (default: 10)")
     fit.add_argument("--force", action="store_true", help="write the fit even when it scores worse than none")
-    fit.add_argument("-o", "--output", metavar="FILE", default=None,
+    fit.add_argument("-o", "--output", metavar="FILE", type=_path, default=None,
                      help="where to write (default: corrections/<gpu>.json beside the database)")
     fit.set_defaults(handler=_perfdb_fit)
 

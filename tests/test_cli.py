@@ -19,6 +19,7 @@ import pytest
 
 import fusec
 from fusec import cli
+from fusec.errors import ArgumentError, FusecError
 from tests.helpers import LIBRARY, ROOT, library
 
 SCRIPTS = ROOT / "scripts"
@@ -127,6 +128,21 @@ def test_docs_cli_names_exactly_the_options_each_command_takes():
         taken = set().union(*(flags[c] for c in titled))
         assert not _flags_in(section) - taken, (titled, sorted(_flags_in(section) - taken))
     assert not common_flags - set().union(*flags.values()), sorted(common_flags)
+
+
+def test_docs_cli_gives_every_dtype_flag_its_choices_and_default():
+    """Every --dtype whose choices or default differ from the common table's (float32|float64,
+    default float32) says so in its command's section."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "| `--dtype float32\\|float64` | precision of the compiled program (default `float32`) |" in text
+    for name, sub in subcommands().items():
+        actions = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        for full, each in ({f"{name} {k}": v for a in actions for k, v in a.choices.items()} or {name: sub}).items():
+            (dtype,) = [a for a in each._actions if "--dtype" in a.option_strings] or [None]
+            if dtype is None or (tuple(dtype.choices), dtype.default) == (("float32", "float64"), "float32"):
+                continue
+            (section,) = [s for s in re.split(r"^## ", text, flags=re.M) if f"`fusec {full}`" in s.splitlines()[0]]
+            assert f"`--dtype {'|'.join(dtype.choices)}` (default {dtype.default})" in section, full
 
 
 def test_compile_help_names_its_outputs_and_defaults(capsys):
@@ -289,6 +305,20 @@ def test_tune_refuses_more_candidates_than_it_measures_before_anything(capsys, f
     code, out, err = run(capsys, "tune", SCRIPTS / "bicgk.script", "--size", "n=64", flag, "1001")
     assert code == 1 and err == f"fusec: error: {flag} 1001: at most 1,000 (each candidate is compiled and run)\n"
 
+@pytest.mark.parametrize("command", ["compile", "space"])
+def test_a_size_left_out_beside_one_given_is_an_error_the_help_foretells(capsys, command):
+    # "default 8192" holds where no --size is given, not for each size left out of those given
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "n=VALUE sets every size not given; without --size, every size is 8192)" in out
+    args = cli.parser().parse_args([command, str(SCRIPTS / "bicgk.script"), "--library", str(LIBRARY),
+                                    "--size", "m=5", "--analytic"])
+    with pytest.raises(FusecError) as info:
+        args.handler(args)
+    assert info.value.message == "give --size for n (or --size n=VALUE for all of them)"
+
+
 def test_size_for_a_symbol_of_another_script(capsys, tmp_path):
     code, _, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", tmp_path, "--no-nvcc",
                                              "--size", "m=3"))
@@ -389,6 +419,55 @@ def test_run_without_pycuda_says_so(capsys):
 def test_run_checks_sizes_before_the_gpu(capsys):
     code, out, err = run(capsys, "run", SCRIPTS / "bicgk.script", "--library", LIBRARY, "--size", "n=0")
     assert code == 1 and "sizes must be at least 1" in err
+
+
+def test_run_measure_with_reproducible_names_the_flags(monkeypatch):
+    # the API's words (measure=True, reproducible=True) mean nothing on the command line
+    monkeypatch.delenv("FUSEC_MEASURE", raising=False)
+    args = cli.parser().parse_args(["run", str(SCRIPTS / "bicgk.script"), "--library", str(LIBRARY),
+                                    "--size", "n=64", "--measure", "--reproducible"])
+    with pytest.raises(ArgumentError) as info:
+        args.handler(args)
+    assert info.value.argument == "--measure"
+    assert "--reproducible" in info.value.message and "=True" not in info.value.message
+
+
+def test_tunings_names_the_file_of_an_entry_that_does_not_parse(capsys, tmp_path, monkeypatch):
+    # its row says nothing else (script, sizes: '?'): the path is how to find it and delete it
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    broken = tmp_path / "tuning" / "h200" / "0123abcd.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"format": 1, "key": {"sizes": "x"}}')
+    code, out, err = run(capsys, "tunings", "--library", LIBRARY, "--gpu", "h200")
+    assert code == 0
+    assert re.search(r"^  h200 +\? .* no: does not parse \(Invalid\)$", out, re.M), out
+    assert f"1 file(s) do not parse (listed with '?' above); fix or delete them:\n  {broken}\n" in out
+
+
+# -- empty paths ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["compile", "", "--no-nvcc"], "SCRIPT"),
+    (["compile", "{script}", "--no-nvcc", "-o", ""], "-o/--output"),
+    (["compile", "{script}", "--no-nvcc", "--library", ""], "--library"),
+    (["space", "{script}", "--library", ""], "--library"),
+    (["tunings", "--library", ""], "--library"),
+    (["perfdb", "build", "-o", ""], "-o/--output"),
+    (["perfdb", "show", "--gpu", "h200", "--dir", ""], "--dir"),
+    (["perfdb", "measure-plans", "{script}", ""], "SCRIPT"),
+    (["perfdb", "measure-plans", "{script}", "-o", ""], "-o/--output"),
+    (["perfdb", "fit", "--gpu", "h200", "--training", ""], "--training"),
+    (["perfdb", "fit", "--gpu", "h200", "-o", ""], "-o/--output")])
+def test_an_empty_path_is_a_usage_error_naming_its_argument(capsys, tmp_path, monkeypatch, argv, named):
+    # `-o "$OUT"` with OUT unset: not the current folder, not the default file (fit's would
+    # replace the database's correction), not the library '.'
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        cli.main([a.format(script=SCRIPTS / "vadd.script") for a in argv])
+    assert info.value.code == 2
+    assert f"argument {named}: an empty path" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 # -- the installed console script ------------------------------------------------------------
