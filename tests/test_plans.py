@@ -242,6 +242,8 @@ def test_the_fit_command_learns_what_the_gpu_does_and_predictions_follow(perfdb,
     from fusec.cost.perfdb import predictor_for
     from fusec.space.combinations import build_space
     collect(training.path_for(GPU), Clock(1.0), seed=1, draws=4)
+    code, _, err = run(capsys, "perfdb", "fit", "--gpu", "h100", "--ridge", "0", "--folds", "1000")
+    assert code == 1 and "--folds 1000: more than the" in err  # not leave-one-out, quietly
     code, out, _ = run(capsys, "perfdb", "fit", "--gpu", "h100", "--ridge", "0")
     assert code == 0, out
     assert "fit, cross-validated" in out and f"wrote {correction.path_for(GPU, perfdb)}" in out
@@ -352,7 +354,10 @@ def test_measure_plans_needs_scripts_that_exist_and_a_gpu(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--ridge", "-1"], "--ridge -1: a weight, 0 or more"),
+    (["--ridge", "-1"], "--ridge -1: a weight, finite, 0 or more"),
+    (["--ridge", "inf"], "--ridge inf: a weight, finite, 0 or more"),  # else a correction of "ridge": Infinity
+    (["--ridge", "1e400"], "--ridge inf: a weight, finite, 0 or more"),
+    (["--ridge", "nan"], "--ridge nan: a weight, finite, 0 or more"),
     (["--folds", "1"], "--folds 1: at least 2"),
     (["--gpu", "a100"], "no performance database for 'a100'"),
 ])

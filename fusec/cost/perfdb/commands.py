@@ -126,8 +126,8 @@ def fit_command(args) -> int:
     from ...version import __version__
     from .. import correction, fit, training
     from ..features import FEATURES_VERSION
-    if args.ridge is not None and not args.ridge >= 0:
-        raise FusecError(f"--ridge {args.ridge:g}: a weight, 0 or more")
+    if args.ridge is not None and not (math.isfinite(args.ridge) and args.ridge >= 0):
+        raise FusecError(f"--ridge {args.ridge:g}: a weight, finite, 0 or more")
     if args.folds is not None and args.folds < 2:
         raise FusecError(f"--folds {args.folds}: at least 2")
     if args.output:
@@ -161,6 +161,8 @@ def fit_command(args) -> int:
         raise FusecError(f"{source} holds no measured plan priced by {path} as it is now")
     ridge = fit.RIDGE if args.ridge is None else args.ridge
     relative, folds = not args.absolute, args.folds or fit.FOLDS
+    if args.folds is not None and folds > len(samples.labels):
+        raise FusecError(f"--folds {folds}: more than the {len(samples.labels)} points of {source}")
     used, tried = fit.choose(samples, ridge=ridge, relative=relative, folds=folds)
     fitted = fit.fit(samples, ridge=ridge, relative=relative, used=used)
     results = {"database": fit.scores(samples, fit.log_predictions(samples, None)).summary(),
