@@ -180,6 +180,9 @@ def test_the_arguments_are_checked_before_the_communicator_is_made(monkeypatch):
         with pytest.raises(ArgumentError) as caught:
             ds.cg(A, b, **options)
         assert caught.value.argument == argument
+    for solver in (ds.cg, ds.bicg, ds.bicgstab):  # a misspelt option: Python's TypeError, naming the solver
+        with pytest.raises(TypeError, match=rf"^{solver.__name__}\(\) got an unexpected keyword argument 'rtoll'"):
+            solver(A, b, rtoll=1e-3)
 
 
 @pytest.mark.parametrize("timeout", [[1], "5", -1.0, 0, float("nan"), float("inf"), 10 ** 400, True],

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import itertools
 import math
 import os
@@ -85,17 +86,27 @@ def cg(A, b, x0=None, **options):
     """Conjugate gradients over the ranks; ``(x, info)`` as :func:`fusec.solvers.cg`, ``x`` this
     rank's block. Options: ``rtol``, ``atol``, ``maxiter``, ``check_every`` (default 1),
     ``comm``, ``timeout``, ``executor``, ``graphs``, ``layouts`` (see :func:`solve`)."""
-    return solve(CG, A, b, x0, **options)
+    return solve(CG, A, b, x0, **_options("cg", options))
 
 
 def bicg(A, b, x0=None, **options):
     """Biconjugate gradients over the ranks (see :func:`cg`)."""
-    return solve(BICG, A, b, x0, **options)
+    return solve(BICG, A, b, x0, **_options("bicg", options))
 
 
 def bicgstab(A, b, x0=None, **options):
     """BiCGStab over the ranks (see :func:`cg`)."""
-    return solve(BICGSTAB, A, b, x0, **options)
+    return solve(BICGSTAB, A, b, x0, **_options("bicgstab", options))
+
+
+def _options(name: str, options: dict) -> dict:
+    """``options`` of ``cg``, ``bicg`` or ``bicgstab``, each one :func:`solve` takes: else the
+    TypeError Python gives a function called with a keyword it lacks, naming ``name``, not solve."""
+    known = [p for p in inspect.signature(solve).parameters if p not in ("method", "A", "b", "x0")]
+    for option in options:
+        if option not in known:
+            raise TypeError(f"{name}() got an unexpected keyword argument {option!r} (its options: {', '.join(known)})")
+    return options
 
 
 def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, check_every=1, comm=None,
