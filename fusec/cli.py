@@ -259,6 +259,7 @@ def _space(args) -> int:
     from .space.combinations import build_space
     _known_gpu(args)
     _at_least("--top", None if args.all else args.top, 1)
+    _at_least("--layouts", args.layouts, 1)  # before the space's seconds, not after
     if not args.all and args.top is not None and args.top > MOST_LISTED:  # as many as --all lists at most
         raise FusecError(f"--top {args.top}: at most {MOST_LISTED:,} are listed")
     library, dag = _load(args)
@@ -268,8 +269,6 @@ def _space(args) -> int:
     space = build_space(dag, library, dtype_name(args.dtype), sizes, predictor)
     shown = []
     if args.layouts is not None:
-        if args.layouts < 1:
-            raise FusecError(f"--layouts must be at least 1, not {args.layouts}")
         shown = space.layouts(args.layouts)
     else:
         if args.all and space.combination_count > MOST_LISTED:
@@ -699,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         except FusecError as exc:
             print(f"fusec: error: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:  # Ctrl-C: the shell's exit status, no traceback
+            print("fusec: interrupted", file=sys.stderr)
+            return 130
         except BrokenPipeError:  # `fusec tunings | head`: the reader has all it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             return 1

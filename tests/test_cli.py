@@ -519,3 +519,17 @@ def test_compile_refuses_a_device_scalar_that_is_no_scalar_input(capsys, tmp_pat
                                                "--device-scalar", name))
     assert code != 0 and f"fusec: error: --device-scalar: {why}" in err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_ctrl_c_ends_a_command_with_130_and_no_traceback(capsys, monkeypatch):
+    """A KeyboardInterrupt in a command (Ctrl-C during a tune) is the shell's status 130 and
+    one line, not a Python traceback."""
+    def interrupted(args):
+        raise KeyboardInterrupt
+    parser = cli.parser()
+    args = parser.parse_args(["space", str(SCRIPTS / "bicgk.script"), "--library", str(LIBRARY)])
+    monkeypatch.setattr(cli, "parser", lambda: parser)
+    monkeypatch.setattr(args, "handler", interrupted)
+    monkeypatch.setattr(parser, "parse_args", lambda argv=None: args)
+    assert cli.main([]) == 130
+    assert capsys.readouterr().err == "fusec: interrupted\n"

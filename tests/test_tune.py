@@ -495,7 +495,7 @@ def test_fusec_space_lists_the_layouts_tune_measures(capsys):
     fused = "t1=sgemv(registers)+t2=sgemv(registers) [256t,2it,32r,cols; t1>t2, 1 load phase]"
     assert sum(fused in row for row in rows) == 1
     code, out, err = run_cli(capsys, "space", GESUMMV, "--library", LIBRARY, "--layouts", "0")
-    assert code == 1 and "--layouts must be at least 1" in err
+    assert code == 1 and "--layouts 0: it must be at least 1" in err
     with pytest.raises(SystemExit):  # one of --top, --all, --layouts
         cli.main(["space", str(GESUMMV), "--all", "--layouts", "3"])
 
