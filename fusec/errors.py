@@ -167,7 +167,7 @@ def source_line(file: str, line: int) -> str | None:
     """Line ``line`` (from 1) of the UTF-8 text file ``file``, for an error to quote; None
     where it cannot be read."""
     try:
-        return Path(file).read_text(encoding="utf-8").split("\n")[line - 1]
+        return Path(file).read_text(encoding="utf-8-sig").split("\n")[line - 1]  # without a byte-order mark
     except (OSError, IndexError):
         return None
 

@@ -708,6 +708,28 @@ def test_files_are_hashed_one_by_one(tmp_path):
     assert {name for name, digest in lib.files.items() if edited.files[name] != digest} == {"sdot.cu"}
 
 
+def test_a_byte_order_mark_opening_a_library_file_is_left_out(tmp_path):
+    """Some editors write one first: the library reads as without it, and an error on the
+    first line keeps its column (scripts already read so)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(LIBRARY, copy)
+    for name in ("library.fusec", "sdot.cu", "band.cuh"):
+        (copy / name).write_bytes(b"\xef\xbb\xbf" + (copy / name).read_bytes())
+    lib, bom = load_library(LIBRARY), load_library(copy)
+    assert bom.functions["sdot"].implementations == lib.functions["sdot"].implementations
+    assert bom.mappings == lib.mappings
+    (copy / "sdot.cu").write_bytes(b"\xef\xbb\xbf/*@fusec\nfunction   sdot(x: vector[n], y: vector[n]) -> r: scalar\n"
+                                   b"bogus line\n@*/\n")
+    with pytest.raises(LibraryError) as e:
+        load_library(copy)
+    assert (e.value.coord.line, e.value.coord.column) == (3, 1) and e.value.source_line == "bogus line"
+    shutil.copy(LIBRARY / "sdot.cu", copy / "sdot.cu")
+    (copy / "library.fusec").write_bytes(b"\xef\xbb\xbfbogus 1\n" + (LIBRARY / "library.fusec").read_bytes())
+    with pytest.raises(LibraryError) as e:
+        load_library(copy)
+    assert (e.value.coord.line, e.value.coord.column) == (1, 1) and e.value.source_line == "bogus 1"
+
+
 def test_readme_lists_every_blas_function_with_its_signature():
     """And every composite, with the functions it calls."""
     rows = re.findall(r"^\| `(\w+)\((.*)\) -> (.*)` \| (.+?) \|", README.read_text(), re.M)

@@ -118,7 +118,14 @@ def _read_bytes(path: Path) -> bytes:
         raise LibraryFormatError(f"cannot read {path}: {exc.strerror}") from exc
 
 
+BOM = b"\xef\xbb\xbf"
+
+
 def _decode(path: Path, data: bytes) -> str:
+    """The text of a library file: UTF-8, a byte-order mark some editors write first left out
+    (as scripts' is: no keyword or column sees it)."""
+    if data.startswith(BOM):
+        data = data[len(BOM):]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:  # located like any other error, not a traceback
