@@ -359,7 +359,8 @@ def test_measure_plans_needs_scripts_that_exist_and_a_gpu(capsys, tmp_path):
     (["--ridge", "1e400"], "--ridge inf: a weight, finite, 0 or more"),
     (["--ridge", "nan"], "--ridge nan: a weight, finite, 0 or more"),
     (["--folds", "1"], "--folds 1: at least 2"),
-    (["--gpu", "a100"], "no performance database for 'a100'"),
+    (["--gpu", "a100"], "no performance database for 'a100' in"),
+    (["--gpu", "["], "no performance database for '[' (slug 'unknown') in"),  # what was typed, too
 ])
 def test_fit_checks_its_arguments(perfdb, capsys, argv, message):
     code, _, err = run(capsys, "perfdb", "fit", "--gpu", "h100", *argv)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from ...errors import FusecError
+from ...errors import FusecError, GPUUnavailableError
 from ...validate import file_in_the_way, regular_file
 from . import store
 
@@ -25,15 +25,22 @@ def build_command(args) -> int:
     return 0
 
 
+def _named(given: str | None, wanted: str) -> str:
+    """The GPU a command looked for, as the user wrote it (--gpu or $FUSEC_GPU) beside its slug."""
+    import os
+    given = given or os.environ.get("FUSEC_GPU")
+    return f"{wanted!r}" if not given or given.strip().lower() == wanted else f"{given!r} (slug {wanted!r})"
+
+
 def show_command(args) -> int:
     from ...target import chosen_slug
     folder = Path(args.dir) if args.dir else None
     wanted = chosen_slug(args.gpu)
     if wanted is None:
-        raise FusecError("no GPU here: name one with --gpu (e.g. --gpu h100)")
+        raise GPUUnavailableError("no GPU here: name one with --gpu (e.g. --gpu h100)")
     path = store.find(wanted, folder)
     if path is None:
-        raise FusecError(f"no performance database for {wanted!r} in {folder or store.directory()}")
+        raise FusecError(f"no performance database for {_named(args.gpu, wanted)} in {folder or store.directory()}")
     database = store.load(path)
     if database is None:
         raise FusecError(f"the performance database {path} cannot be used (see the warning above)")
@@ -66,7 +73,6 @@ def show_command(args) -> int:
 def measure_plans_command(args) -> int:
     """``fusec perfdb measure-plans``: the arguments checked first (no GPU needed for that)."""
     from ...api import resolve_library
-    from ...errors import GPUUnavailableError
     from ...target import present
     from ...tune import plans
     from ...tune.search import GpuMeasurer
@@ -134,11 +140,11 @@ def fit_command(args) -> int:
         _check_output_file(Path(args.output))  # before the fit's seconds, not after
     wanted = chosen_slug(args.gpu)
     if wanted is None:
-        raise FusecError("no GPU here: name the one whose database to correct with --gpu (e.g. --gpu h100)")
+        raise GPUUnavailableError("no GPU here: name the one whose database to correct with --gpu (e.g. --gpu h100)")
     library = resolve_library(args.library)
     path = store.find(wanted)
     if path is None:
-        raise FusecError(f"no performance database for {wanted!r} in {store.directory()}")
+        raise FusecError(f"no performance database for {_named(args.gpu, wanted)} in {store.directory()}")
     database = store.load(path, library)
     if database is None:
         raise FusecError(f"the performance database {path} cannot be used (see the warning above)")
