@@ -186,6 +186,22 @@ def test_the_collection_writes_each_point_and_a_run_resumes_where_the_budget_sto
     assert collect(out, Clock(10.0), seed=5, draws=3).measured == ()  # nothing left to do
 
 
+def test_two_runs_writing_one_training_file_keep_each_others_points(tmp_path):
+    """Another `perfdb measure-plans` run adds its points while this one measures: each
+    point is added to the file as it is then, never to what this run read at its start."""
+    out = tmp_path / "training.json"
+    other = []
+
+    def measurer_for(dag, library, dtype, sizes):
+        if not other:  # the other run measures and writes its points while this one runs
+            other.append(collect(out, Clock(1.0), seed=7, draws=1))
+        return FakeGpu(dag, library, dtype, sizes)
+    mine = plans.collect(SCRIPTS, library(), out=out, gpu_name=GPU_NAME, base=predictor(), dtypes=("float32",),
+                         measurer_for=measurer_for, clock=Clock(1.0), seed=5, draws=1)
+    assert len(other[0].measured) == 2 and len(mine.measured) == 2
+    assert sorted(p.seed for p in training.read(out).points) == [5, 5, 7, 7]
+
+
 def test_a_point_past_the_grace_keeps_what_it_measured_and_is_measured_again_next_run(tmp_path):
     out = tmp_path / "training.json"
     clock = Clock(plans.GRACE + 100.0)  # the first point starts past budget + grace: nothing measured

@@ -225,3 +225,20 @@ def read(path: Path) -> TrainingData:
 
 def write(training: TrainingData, path: Path) -> None:
     atomic_write_text(Path(path), training.to_text())
+
+
+def add_point(path: Path, point: PointRecord, gpu: Mapping[str, str]) -> TrainingData:
+    """The training data at ``path`` with ``point`` (replacing one of its key), written back
+    under an exclusive lock on ``<path>.lock``, the file read again inside it: two
+    ``fusec perfdb measure-plans`` runs writing one file each keep the other's points (each
+    writing what it read at its start, the last to write lost the other's). A new file is
+    made for ``gpu``. The data written."""
+    import fcntl
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        now = read(path) if path.is_file() else TrainingData(dict(gpu), (), str(path))
+        merged = now.with_point(point)
+        write(merged, path)
+    return merged

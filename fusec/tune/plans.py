@@ -276,8 +276,7 @@ def collect(scripts: Sequence[Path], library, *, out: Path, gpu_name: str, base,
                                       deadline=plan.deadline, clock=clock, progress=progress)
                 point = dataclasses.replace(point, seconds=clock() - start)
                 plan.record((dag.name, dtype), point.seconds)
-                data = data.with_point(point)
-                training.write(data, out)
+                data = training.add_point(out, point, data.gpu)  # with what another run wrote meanwhile
                 measured.append(label)
                 log(point_line(point, database))
         if left:
