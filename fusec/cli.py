@@ -112,7 +112,10 @@ def _known_gpu(args) -> None:
     device = from_device()  # the GPU present is known by its own figures (target.resolve)
     if device is not None and device.slug.startswith(slug(name)):
         return
-    if store.find(slug(name)) is None and by_name(name) is None:
+    with warnings.catch_warnings():  # an ambiguous prefix: the predictor's lookup says so, once
+        warnings.simplefilter("ignore", FusecWarning)
+        found = store.find(slug(name))
+    if found is None and by_name(name) is None:
         folder = store.directory()
         databases = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
         raise FusecError(f"{flag} {name!r} names no GPU fusec knows ({', '.join(sorted(known()))}) and none"

@@ -533,3 +533,12 @@ def test_ctrl_c_ends_a_command_with_130_and_no_traceback(capsys, monkeypatch):
     monkeypatch.setattr(parser, "parse_args", lambda argv=None: args)
     assert cli.main([]) == 130
     assert capsys.readouterr().err == "fusec: interrupted\n"
+
+
+def test_an_ambiguous_gpu_prefix_is_one_warning_naming_the_name(capsys):
+    """`--gpu h` matches the H100's and the H200's databases: the lookup says so once (the
+    flag's check and the predictor each looked), naming the name as the library saw it."""
+    argv = ["space", str(SCRIPTS / "bicgk.script"), "--library", str(LIBRARY), "--gpu", "h", "--top", "1"]
+    assert cli.main(argv) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "matches several databases" in line]
+    assert len(warned) == 1 and "the GPU name 'h'" in warned[0], warned

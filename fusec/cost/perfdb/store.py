@@ -187,7 +187,7 @@ def find(gpu: str, folder: Path | None = None) -> Path | None:
         return exact
     matches = sorted(p for p in folder.glob("*.json") if p.stem.startswith(wanted))
     if len(matches) > 1:
-        warnings.warn(PerfdbWarning(f"--gpu {gpu!r} matches several databases in {folder}:"
+        warnings.warn(PerfdbWarning(f"the GPU name {gpu!r} matches several databases in {folder}:"
                                     f" {', '.join(p.name for p in matches)}; using {matches[0].name}"))
     return matches[0] if matches else None
 
