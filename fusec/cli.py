@@ -163,8 +163,9 @@ def _compile(args) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{program.dag.name}.{args.dtype}"
-    cu = out / f"{stem}.cu"
+    cu, cubin, plan_file = out / f"{stem}.cu", out / f"{stem}.{args.arch}.cubin", out / f"{stem}.plan.txt"
     cu.write_text(program.source, encoding="utf-8")
+    cubin.unlink(missing_ok=True)  # an earlier run's, of other code: none is better than a stale one
     resources = None
     compiled_note = "nvcc: not run (--no-nvcc)"
     if not args.no_nvcc:
@@ -174,12 +175,13 @@ def _compile(args) -> int:
             try:
                 compiled = nvcc.compile_cubin(program.source, arch=args.arch)
             except CompileError as exc:  # its lines are those of the file written above
+                plan_file.write_text(program.describe(sizes) + "\n", encoding="utf-8")  # the plan of that code
                 raise CompileError(f"{exc.message}\n(the same code, line for line: {cu})") from None
-            (out / f"{stem}.{args.arch}.cubin").write_bytes(compiled.cubin)
+            cubin.write_bytes(compiled.cubin)
             resources = compiled.resources
             compiled_note = f"nvcc: compiled for {args.arch}" + (" (cached)" if compiled.cached else "")
     plan_text = program.describe(sizes, resources)
-    (out / f"{stem}.plan.txt").write_text(plan_text + "\n", encoding="utf-8")
+    plan_file.write_text(plan_text + "\n", encoding="utf-8")
     print(plan_text)
     print()
     if entry is not None:
@@ -189,7 +191,7 @@ def _compile(args) -> int:
         lent = f", tuned for the nearest size, {sizes_tuned}" if program.nearby else ""
         print(f"plan: {source}{lent} ({entry.describe()}): {entry.path}")
     print(compiled_note)
-    print(f"wrote {cu} and {out / (stem + '.plan.txt')}")
+    print(f"wrote {cu} and {plan_file}")
     return 0
 
 

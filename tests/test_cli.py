@@ -237,6 +237,31 @@ def test_compile_with_nvcc_writes_the_cubin_and_registers(capsys, tmp_path, monk
     assert code == 0 and "nvcc: compiled for sm_90 (cached)" in out
 
 
+def test_a_compile_leaves_no_earlier_runs_cubin_beside_its_code(capsys, tmp_path, monkeypatch):
+    """The files of one compile describe one code: a cubin (and plan) of an earlier run go
+    where nvcc is not run, fails or is not found, and a failed compile writes its plan."""
+    from fusec import nvcc
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    stale = out_dir / "sscal.float32.sm_90.cubin"
+    stale.write_bytes(b"an earlier run's")
+    (out_dir / "sscal.float32.plan.txt").write_text("an earlier run's plan")
+    code, _, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", out_dir), "--no-nvcc")
+    assert code == 0, err
+    assert not stale.exists() and "an earlier" not in (out_dir / "sscal.float32.plan.txt").read_text()
+
+    def failing(source, arch=nvcc.DEFAULT_ARCH, lineinfo=False, use_cache=True):
+        raise fusec.errors.CompileError("nvcc failed")
+    stale.write_bytes(b"an earlier run's")
+    (out_dir / "sscal.float32.plan.txt").write_text("an earlier run's plan")
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: "/usr/bin/nvcc")
+    monkeypatch.setattr(nvcc, "compile_cubin", failing)
+    code, _, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", out_dir), "--gpu", "h100")
+    assert code == 1 and "nvcc failed" in err and "sscal.float32.cu" in err
+    assert not stale.exists() and "an earlier" not in (out_dir / "sscal.float32.plan.txt").read_text()
+
+
 @pytest.mark.nvcc
 def test_compile_says_when_the_analytic_model_chose_the_kernels(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_PERFDB", str(tmp_path / "no-perfdb"))
