@@ -631,15 +631,14 @@ def test_dead_code_left_out_renumbers_expressions():
     assert dag.outputs == (5, 4) and dag.calls[1].args == (4, 0)
 
 
-def test_a_long_script_checks_in_linear_time():
+def test_a_long_script_checks():
     """Every call and expression quotes its source line, and Script.line split the whole
-    text for each: 40,000 expressions took 72 s to check. Linear now (a second or two)."""
-    import time
+    text for each: 40,000 expressions took 72 s to check. Now the text is split once (no
+    timed assertion here: TESTING.md; the suite's --durations shows a regression)."""
     n = 20_000
     text = ("vector x[n], y[n];\nscalar " + ", ".join(f"s{i}" for i in range(n)) + ";\ninput x, s0;\n"
             + "".join(f"s{i} = s{i - 1} * 2;\n" for i in range(1, n)) + f"y = sscal(s{n - 1}, x);\nreturn y;\n")
     script = parse(text, F)
-    start = time.perf_counter()
     dag = compile_text(text)
     assert len(dag.expressions) == n - 1 and script.line(n + 2) == f"s{n - 1} = s{n - 2} * 2;"
-    assert time.perf_counter() - start < 15
+    assert script.lines is script.lines  # split once, then kept

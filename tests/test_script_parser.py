@@ -342,14 +342,13 @@ def test_slash_divides_and_two_slashes_start_a_comment():
         at(1, 6), "unexpected end of input, expected ';', '(', '+', '-', '*' or '/'")
 
 
-def test_a_long_script_parses_in_linear_time():
-    """Lists grew by tuple concatenation, a copy per item: 80,000 statements (about a
-    megabyte) took 86 s to parse and 30 s for 80,000 names in one declaration. Linear now:
-    a second or two each; the bound leaves room for a loaded machine."""
-    import time
+def test_a_long_script_parses():
+    """Lists grew by tuple concatenation, a copy per item, and each token's coordinate
+    counted the line breaks before it: 80,000 statements (about a megabyte) took 86 s to
+    parse, and 80,000 names in one declaration 30 s. Linear now, a second or two each (no
+    timed assertion here: TESTING.md; the suite's --durations shows a regression)."""
     n = 60_000
-    start = time.perf_counter()
     script = parse("".join(f"scalar s{i};\n" for i in range(n)), F)
     (declaration,) = parse("vector " + ", ".join(f"v{i}" for i in range(n)) + ";", F).statements
     assert len(script.statements) == n and len(declaration.declarators) == n
-    assert time.perf_counter() - start < 20
+    assert script.statements[-1].coord == Coord(F, n, 1)  # found by bisection in the lines' starts
