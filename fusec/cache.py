@@ -8,7 +8,9 @@ target, so a reader never sees half a file and two writers never interleave.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import tempfile
 import threading
@@ -51,6 +53,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on ``<path>.lock`` for the block (its folder made): read, merge and
+    write ``path`` inside it, and two processes doing so at once each keep the other's part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -60,6 +60,18 @@ def mapping(value: Any, field: str) -> dict:
     return value
 
 
+def finite_real(value: Any) -> float | None:
+    """``float(value)`` of a real number (not a bool) that is finite as a float; None for
+    anything else (a string, NaN, infinity, an int of 400 digits, which no float holds)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def brief(value: Any) -> str:
     """``repr(value)``, cut to 40 characters, for a message that refuses it."""
     shown = repr(value)

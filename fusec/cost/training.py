@@ -25,7 +25,7 @@ from typing import Mapping
 
 from .. import data
 from .. import validate as check
-from ..cache import atomic_write_text
+from ..cache import atomic_write_text, locked
 from ..errors import FusecError
 from .features import CLASSES, FEATURES, FEATURES_VERSION
 
@@ -233,11 +233,8 @@ def add_point(path: Path, point: PointRecord, gpu: Mapping[str, str]) -> Trainin
     ``fusec perfdb measure-plans`` runs writing one file each keep the other's points (each
     writing what it read at its start, the last to write lost the other's). A new file is
     made for ``gpu``. The data written."""
-    import fcntl
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+    with locked(path):
         now = read(path) if path.is_file() else TrainingData(dict(gpu), (), str(path))
         merged = now.with_point(point)
         write(merged, path)

@@ -170,9 +170,7 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
     what its last call returned gives its results' layouts as the inputs'."""
     from .comm import host_barrier
     check_gpu(gpu)
-    if executor is not None and not callable(executor):
-        raise ArgumentError("executor", f"is a {type(executor).__name__}: pass a callable that makes a stage's"
-                                        " program (fusec_executor, threads.oracle_executor), or None")
+    check_executor(executor)
     timeout = default_timeout() if timeout is None else checked_timeout(timeout)
     comm = communicator(comm, timeout=timeout)  # after the checks: one from mpirun's environment joins NCCL
     dag, lib = _dag(script, source, name, library)
@@ -195,6 +193,14 @@ def compile(script=None, *, source: str | None = None, name: str = "<string>", l
         else:
             host_barrier(comm, max(timeout, default_timeout()))
     return program
+
+
+def check_executor(executor) -> None:
+    """``executor=``: None, or a callable that makes a stage's program (an ArgumentError naming
+    it otherwise), checked before a communicator is made."""
+    if executor is not None and not callable(executor):
+        raise ArgumentError("executor", f"is a {type(executor).__name__}: pass a callable that makes a stage's"
+                                        " program (fusec_executor, threads.oracle_executor), or None")
 
 
 def _check_same_kernels(comm: Communicator, program: DistributedProgram, summed: list[str], timeout: float) -> None:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import math
-import numbers
 import os
 import time
 from typing import Any, Callable
@@ -52,13 +50,8 @@ def checked_timeout(timeout: Any) -> float | None:
     torchrun's process group is made with it."""
     if timeout is None:
         return None
-    seconds = math.nan
-    if isinstance(timeout, numbers.Real) and not isinstance(timeout, bool):
-        try:
-            seconds = float(timeout)
-        except OverflowError:  # an int no float holds
-            pass
-    if not (math.isfinite(seconds) and seconds > 0):
+    seconds = check.finite_real(timeout)
+    if seconds is None or seconds <= 0:
         raise ArgumentError("timeout", f"is {check.brief(timeout)}: seconds, a finite number > 0")
     return seconds
 

@@ -42,8 +42,8 @@ from ..solvers import checks, driver
 from ..solvers.arrays import arrays_for, framework_of
 from ..solvers.methods import BICG, BICGSTAB, CG, Method
 from ..solvers.workspace import Kept, Workspaces
+from . import check_executor, communicator, plan
 from . import comm as comm_module
-from . import communicator, plan
 from . import compile as compile_distributed
 from .layout import Layout, block
 from .planner import summed_on_every_rank
@@ -137,9 +137,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
               else validate.flag("graphs", graphs))
     mode = _layouts_choice(layouts)
     timeout = comm_module.checked_timeout(timeout)
-    if executor is not None and not callable(executor):
-        raise ArgumentError("executor", f"is a {type(executor).__name__}: pass a callable that makes a stage's"
-                                        " program (fusec.distributed.compile's executor=), or None")
+    check_executor(executor)
     # all of the above before the communicator: one made from mpirun's or torchrun's environment joins NCCL
     comm = communicator(comm, timeout=timeout)
     ranks, rank = (1, 0) if comm is None else (comm.size, comm.rank)

@@ -43,21 +43,12 @@ def _array(name: str, obj, framework: str | None = None):
     return found
 
 
-def _as_float(value) -> float:
-    """``float(value)`` of a real number, infinity where no float holds it (an int of 400 digits:
-    float() raises OverflowError)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
 def tolerance(name: str, value) -> float:
     """``rtol`` or ``atol``: a finite real number >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(name, f"is {value!r}: pass a real number")
-    number = _as_float(value)
-    if not math.isfinite(number) or number < 0:
+    number = validate.finite_real(value)
+    if number is None or number < 0:
         raise ArgumentError(name, f"is {validate.brief(value)}: it must be finite and >= 0")
     return number
 
@@ -66,8 +57,8 @@ def bandwidth(value) -> float | None:
     """A copy bandwidth in bytes/s (None: the GPU's), checked."""
     if value is None:
         return None
-    number = _as_float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
-    if not math.isfinite(number) or number <= 0:
+    number = validate.finite_real(value)
+    if number is None or number <= 0:
         raise ArgumentError("bandwidth", f"is {validate.brief(value)}: pass bytes per second, a finite number > 0")
     return number
 

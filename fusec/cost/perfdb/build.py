@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 
 from ... import nvcc
+from ...cache import locked
 from ...errors import FusecError, GPUUnavailableError
 from ...library.model import Geometry, Kind, Library
 from ...progress import Progress
@@ -145,11 +146,8 @@ def save_merged(database: store.Database, path: Path, library: Library, dtypes, 
     loses the other's timings. With ``missing`` the file's launch time and measured target
     (its copy bandwidth) are kept too: a kernel it priced is priced alike after (training
     points stamped with it carry over: tools/restamp_training.py). The database written."""
-    import fcntl
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+    with locked(path):
         old = _usable(path, library, database.slug)
         timings = dict(database.timings)
         if old is not None:

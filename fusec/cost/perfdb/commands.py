@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 from ...errors import FusecError, GPUUnavailableError
@@ -27,7 +28,6 @@ def build_command(args) -> int:
 
 def _named(given: str | None, wanted: str) -> str:
     """The GPU a command looked for, as the user wrote it (--gpu or $FUSEC_GPU) beside its slug."""
-    import os
     given = given or os.environ.get("FUSEC_GPU")
     return f"{wanted!r}" if not given or given.strip().lower() == wanted else f"{given!r} (slug {wanted!r})"
 
