@@ -200,6 +200,8 @@ def _check_cycles(composites: Mapping[str, Composite]) -> None:
     chain of composites may be long."""
     done: dict[str, tuple[int, int]] = {}  # composite -> (levels it nests, calls it stands for)
     for root in composites:
+        if root in done:  # measured as another's callee
+            continue
         path, pending = [root], [iter(composites[root].calls)]
         while path:
             name = path[-1]
