@@ -40,7 +40,7 @@ from ..api import resolve_library, script_dag
 from ..errors import ArgumentError
 from ..solvers import checks, driver
 from ..solvers.arrays import arrays_for, framework_of
-from ..solvers.methods import BICG, BICGSTAB, CG, Method
+from ..solvers.methods import BICG, BICGSTAB, CG, METHODS, Method
 from ..solvers.workspace import Kept, Workspaces
 from . import check_executor, communicator, plan
 from . import comm as comm_module
@@ -157,8 +157,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
     # plan and the script's DAG take tens of ms, so they are kept beside the programs)
     layouts, own = _kept(comm, ("layouts", method.name, dtype, n, ranks, mode),
                          lambda: _input_layouts(method, dtype, n, ranks, mode))
-    iteration = distributed(method.script, results={f"{v}1": str(layouts[v]) for v in method.state},
-                            inputs=None if own else {v: str(layouts[v]) for v in method.state})
+    iteration = distributed(method.script, **_iteration_layouts(method, layouts, own))
     norm = distributed(source=NORM, name="norm.script")
     gather = distributed(source=GATHER, name="gather.script", results={"w": "whole"})
     arrays = arrays_for(framework_of(b))
@@ -306,6 +305,27 @@ def _input_layouts(method: Method, dtype: str, n: int, ranks: int, mode: str) ->
     if best is None or (mode == "agreed" and best == calls):
         return calls, True
     return best, False
+
+
+def _iteration_layouts(method: Method, layouts: dict[str, Layout], own: bool) -> dict:
+    """The ``results=`` and ``inputs=`` the iteration is compiled with, from :func:`_input_layouts`."""
+    return {"results": {f"{v}1": str(layouts[v]) for v in method.state},
+            "inputs": None if own else {v: str(layouts[v]) for v in method.state}}
+
+
+def iteration_plan(solver: str, n: int, ranks: int, dtype="float32", layouts: str | None = None):
+    """The distributed plan of the iteration that ``cg``, ``bicg`` or ``bicgstab`` (``solver``)
+    runs over ``ranks`` ranks for an n x n system, in the state layouts ``layouts`` chooses (as
+    :func:`solve` takes it), without a GPU: its stages, collectives and plan text, and the
+    stage scripts to tune (``tools/stage_scripts.py --solver``)."""
+    if solver not in METHODS:
+        raise ArgumentError("solver", f"is {solver!r}: pass one of {', '.join(METHODS)}")
+    n = validate.count("n", n, 1)
+    ranks = validate.count("ranks", ranks, 1)
+    dtype = validate.dtype(dtype)
+    method = METHODS[solver]
+    chosen, own = _input_layouts(method, dtype, n, ranks, _layouts_choice(layouts))
+    return plan(method.script, dtype=dtype, sizes={"n": n}, ranks=ranks, **_iteration_layouts(method, chosen, own))
 
 
 def _check_finite(bb: float, rr0: float, x0_given: bool, xx0: Callable[[], float]) -> None:
