@@ -324,8 +324,8 @@ def _iteration_layouts(method: Method, layouts: dict[str, Layout], own: bool) ->
 def iteration_plan(solver: str, n: int, ranks: int, dtype="float32", layouts: str | None = None):
     """The distributed plan of the iteration that ``cg``, ``bicg`` or ``bicgstab`` (``solver``)
     runs over ``ranks`` ranks for an n x n system, in the state layouts ``layouts`` chooses (as
-    :func:`solve` takes it), without a GPU: its stages, collectives and plan text, and the
-    stage scripts to tune (``tools/stage_scripts.py --solver``)."""
+    :func:`solve` takes it), without a GPU: its stages (each with its script, what
+    ``tools/stage_scripts.py --solver`` writes to tune) and its collectives."""
     if solver not in METHODS:
         raise ArgumentError("solver", f"is {solver!r}: pass one of {', '.join(METHODS)}")
     n = validate.count("n", n, 1)
