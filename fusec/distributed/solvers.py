@@ -189,7 +189,7 @@ def solve(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, c
             stepper = kept.stepper
             try:
                 bb = arrays.read(norm(v=b))
-                rr0 = bb if r0 is b else arrays.read(norm(v=r0))  # x0 = 0: r0 is b, one norm and one read
+                rr0 = arrays.read(norm(v=r0)) if x0_given else bb  # from x0 = 0, r0 is b: read once
                 _check_finite(bb, rr0, x0_given, lambda: arrays.read(norm(v=x0)))
                 tol = max(rtol * math.sqrt(bb), atol)
                 outcome = driver.run(stepper, rr0, tol, maxiter, check_every)

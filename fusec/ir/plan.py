@@ -355,7 +355,11 @@ class ProgramPlan:
 
     @classmethod
     def from_json(cls, text: str) -> "ProgramPlan":
-        return cls(tuple(kernel_plan_from_json(k) for k in json.loads(text)))
+        """The plan ``text`` holds; a TypeError, not a plan that fails later in a lookup, where a
+        field holds a list in place of a number or a name (a plan is hashed and compared)."""
+        plan = cls(tuple(kernel_plan_from_json(k) for k in json.loads(text)))
+        hash(plan)
+        return plan
 
     @property
     def uses_band(self) -> bool:

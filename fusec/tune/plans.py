@@ -401,7 +401,6 @@ def refeatured(point: training.PointRecord, dag, library, target) -> training.Po
         where = f"{point.label} plan {number} ({record.summary})"
         try:
             plan = ProgramPlan.from_json(record.plan)
-            hash(plan)  # a list where a plan has a number or a name: a TypeError here
         except UNREADABLE as exc:
             raise FusecError(f"{where}: its plan does not parse ({type(exc).__name__}: {str(exc)[:200]}):"
                              " measure the point again") from None

@@ -327,7 +327,6 @@ def _entry(data: dict, wanted: TuningKey, path: Path) -> tuple[TuningEntry, list
     if not isinstance(data["plan"], list) or not data["plan"]:
         raise check.Invalid("plan is not a list of kernel plans")
     plan = ProgramPlan.from_json(json.dumps(data["plan"]))
-    hash(plan)  # a list where a plan has a number or a name: a TypeError here, not in a lookup
     entry = TuningEntry(wanted, plan,
                         float(check.number(data["measured_us"], "measured_us", low=0)),
                         float(check.number(data["predicted_us"], "predicted_us", low=0)),
