@@ -24,6 +24,15 @@ pytest.importorskip("experiments.solver_fixed_cost", reason="experiments/ is bes
     ("rho_ceiling", ["--seed", "-1"], "--seed -1: 0 or more"),
     ("rho_ceiling", ["--budget", "0"], "--budget 0: seconds, more than 0"),
     ("rho_ceiling", ["--repeat", "0"], "--repeat 0: 1 or more"),
+    ("cross_depth", ["with", "--top", "0"], "--top 0: 1 or more"),
+    ("cross_depth", ["with", "--wide", "0"], "--wide 0: 1 or more"),
+    ("cross_depth", ["with", "--cases", "cg-float16-1024"], "--cases 'cg-float16-1024': pass script-dtype-n"),
+    ("cross_depth", ["with", "--cases", "gmres-float32-1024"], "--cases 'gmres-float32-1024'"),
+    ("cross_depth", ["sideways"], "invalid choice: 'sideways'"),
+    ("distributed_marginal", ["out.json", "--n", "1"], "--n 1: 2 or more"),
+    ("distributed_marginal", ["out.json", "--layouts", "most"], "--layouts 'most': agreed, calls or fewest"),
+    ("distributed_marginal", ["out.json", "--check-every", "0"], "--check-every '0': whole numbers of 1 or more"),
+    ("distributed_marginal", ["out.json", "--check-every", "two"], "--check-every 'two'"),
 ])
 def test_an_experiment_refuses_a_bad_argument(module, argv, message, monkeypatch, capsys):
     main = importlib.import_module(f"experiments.{module}").main
