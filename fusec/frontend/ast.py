@@ -22,10 +22,11 @@ def source_line(text: str, line: int) -> str:
     Lines are split on ``\\n`` only, the way :func:`fusec.errors.line_of`
     counts them.
     """
-    lines = text.split("\n")
-    if 1 <= line <= len(lines):
-        return lines[line - 1].rstrip("\r")
-    return ""
+    return _line_in(text.split("\n"), line)
+
+
+def _line_in(lines: list[str], line: int) -> str:
+    return lines[line - 1].rstrip("\r") if 1 <= line <= len(lines) else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,8 +157,7 @@ class Script:
 
     def line(self, number: int) -> str:
         """The source text of line ``number``, for error messages (as :func:`source_line`)."""
-        lines = self.lines
-        return lines[number - 1].rstrip("\r") if 1 <= number <= len(lines) else ""
+        return _line_in(self.lines, number)
 
     @functools.cached_property
     def lines(self) -> list[str]:
