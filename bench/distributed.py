@@ -29,8 +29,10 @@ table (fusec.distributed.Latency) the rule for fewer GPUs takes
 fusec.distributed.compile then applies by itself. The report gives, per
 sequence, the size below which the rule runs on fewer GPUs.
 
-The weak case (--weak auto: when every GPU has the memory) is BiCGK in fp64 at
-n = 100000: an 80 GB matrix, more than one H100 holds, spread over P GPUs.
+The weak case (--weak auto: when every GPU has the memory for its rows) is BiCGK
+in fp64 at the smallest n (a multiple of 1000, at least 100000) whose matrix is
+larger than the whole memory of the largest GPU of the run, spread over P GPUs:
+n = 100000 is an 80 GB matrix, which an 80 GB H100 (85 GB of memory) still holds.
 
 Cases run in order until --budget seconds have passed; the rest are listed
 as not run. Tables go to bench/results/<gpu>-p<P>-distributed.md and .json
@@ -47,6 +49,7 @@ import argparse
 import datetime
 import gc
 import json
+import math
 import statistics
 import sys
 import time
@@ -59,7 +62,7 @@ SCRIPTS = ("bicgk", "atax", "gemver", "gesummv", "sgemvt")
 SIZES = (8192, 16384, 32768)
 LATENCY_BYTES = tuple(4 * 4 ** k for k in range(13))  # 4 B .. 64 MB
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
-WEAK_N = 100_000
+WEAK_N = 100_000  # the weak case's least n; more where one GPU would hold that matrix
 RULE_SIZES = tuple(2 ** k for k in range(8, 17))  # where the rule is asked how many GPUs to use
 TARGETS = {("bicgk", 16384): 1.85, ("bicgk", 32768): 1.95, ("atax", 16384): 1.85, ("atax", 32768): 1.95,
            ("gemver", 32768): 1.8}  # issue 47's targets on two H100s (fp32 and fp64 alike)
@@ -224,17 +227,27 @@ def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repea
     return row
 
 
+def weak_size(gpu_bytes: int, itemsize: int = 8, least: int = WEAK_N, step: int = 1000) -> int:
+    """The smallest n, a multiple of ``step`` and at least ``least``, whose n x n matrix
+    of ``itemsize``-byte elements is larger than ``gpu_bytes``, one GPU's whole memory."""
+    n = max(least, math.isqrt(gpu_bytes // itemsize) + 1)
+    return -(-n // step) * step
+
+
 def weak_case(cupy, comm, ranks: Ranks, repeat: int, bandwidth: float, force: bool = False) -> dict:
-    """BiCGK fp64 at n = WEAK_N over the ranks, where every GPU has the memory for
-    its rows (``force``: try anyway). The ranks agree that every one made its
-    rows before any collective runs."""
+    """BiCGK fp64 over the ranks at n = :func:`weak_size` of the largest GPU, where every
+    GPU has the memory for its rows (``force``: try anyway). The ranks agree that every
+    one made its rows before any collective runs."""
     import fusec.distributed as fd
-    n, itemsize = WEAK_N, 8
+    free, total = cupy.cuda.runtime.memGetInfo()
+    largest, least = ranks.slowest([float(total), -float(free)])  # the largest GPU, the least free memory
+    least = -least
+    itemsize = 8
+    n = weak_size(int(largest), itemsize)
     rows = -(-n // ranks.size)
     needed = rows * n * itemsize + 8 * n * itemsize
-    free = cupy.cuda.runtime.memGetInfo()[0]
-    least = -ranks.slowest([-float(free)])[0]  # the least free memory of any rank
-    row = {"script": "bicgk", "dtype": "float64", "n": n, "ranks": ranks.size, "matrix_gb": n * n * itemsize / 1e9}
+    row = {"script": "bicgk", "dtype": "float64", "n": n, "ranks": ranks.size, "matrix_gb": n * n * itemsize / 1e9,
+           "gpu_gb": largest / 1e9}
     if least < 1.1 * needed and not force:
         return dict(row, skipped=f"needs {needed / 1e9:.1f} GB a GPU, {least / 1e9:.1f} GB free")
     prog = fd.compile(_script("bicgk"), dtype="float64", sizes={"n": n}, comm=comm, latency=False)
@@ -310,9 +323,11 @@ def report(rows, weak, latency_points, launch_s, rules, meta) -> str:
                      f" {r['collective_bytes']} | {', '.join(r['collectives']) or 'none'} |")
     lines += ["", "## Weak case: a matrix no single GPU holds", ""]
     if weak is None or "skipped" in weak:
-        lines.append(f"BiCGK fp64 n = {WEAK_N}: not run ({(weak or {}).get('skipped', 'not asked for')}).")
+        n = (weak or {}).get("n", f"of at least {WEAK_N}")
+        lines.append(f"BiCGK fp64 n = {n}: not run ({(weak or {}).get('skipped', 'not asked for')}).")
     else:
-        lines.append(f"BiCGK fp64 n = {weak['n']} ({weak['matrix_gb']:.0f} GB matrix) over {p} GPUs:"
+        held = f"; one GPU has {weak['gpu_gb']:.1f} GB" if "gpu_gb" in weak else ""
+        lines.append(f"BiCGK fp64 n = {weak['n']} ({weak['matrix_gb']:.1f} GB matrix{held}) over {p} GPUs:"
                      f" {weak['p_gpus_us']:.0f} µs a call, {weak['gb_per_s_per_gpu']:.0f} GB/s a GPU"
                      f" ({weak['of_copy_bandwidth']:.2f} of the copy bandwidth).")
     lines += ["", f"## Collectives alone ({p} ranks, float32), and the rule for fewer GPUs", "",
@@ -375,8 +390,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=20, help="timed samples a case, after 3 warm-ups"
                                                               " (default: %(default)s)")
     parser.add_argument("--weak", choices=["auto", "on", "off"], default="auto",
-                        help="the weak case, BiCGK fp64 n = 100000 over the ranks: auto runs it where every GPU"
-                             " has the memory (default: %(default)s)")
+                        help="the weak case, BiCGK fp64 over the ranks at the smallest n (at least 100000) whose"
+                             " matrix one GPU cannot hold: auto runs it where every GPU has the memory for"
+                             " its rows (default: %(default)s)")
     parser.add_argument("--budget", type=float, default=480.0,
                         help="seconds; cases not started by then are listed as not run (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"),

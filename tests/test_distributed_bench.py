@@ -53,6 +53,30 @@ def test_report_lists_every_case():
     assert "| 1024 | 10.0 | 10.0 | 10.0 | 10.0 |" in text
 
 
+@pytest.mark.parametrize("gpu_bytes,n", [
+    (85_520_000_000, 104_000),  # an 80 GB H100: 100000's 80 GB matrix would fit it
+    (150_754_820_096, 138_000),  # an H200
+    (16 * 2 ** 30, 100_000),  # a small GPU: the least n
+    (80_000_000_000, 101_000),  # exactly 100000's matrix: one step more
+])
+def test_the_weak_case_holds_more_than_one_gpu(gpu_bytes, n):
+    assert bench.weak_size(gpu_bytes) == n
+    assert n * n * 8 > gpu_bytes and n % 1000 == 0
+    assert n == bench.WEAK_N or (n - 1000) ** 2 * 8 <= gpu_bytes
+
+
+def test_report_says_what_the_weak_case_held():
+    meta = {"gpu": "GPU", "ranks": 2, "nccl": 22800, "bandwidth": 4e12, "repeat": 20, "date": "2026-11-30",
+            "command": "mpirun -n 2 python -m mpi4py -m bench.distributed"}
+    weak = {"n": 138000, "matrix_gb": 152.352, "gpu_gb": 150.75, "p_gpus_us": 20000.0, "gb_per_s_per_gpu": 3800.0,
+            "of_copy_bandwidth": 0.9}
+    text = bench.report([], weak, [], 3e-6, {}, meta)
+    assert ("BiCGK fp64 n = 138000 (152.4 GB matrix; one GPU has 150.8 GB) over 2 GPUs: 20000 µs a call,"
+            " 3800 GB/s a GPU (0.90 of the copy bandwidth).") in text
+    skipped = bench.report([], {"n": 138000, "skipped": "needs 76.2 GB a GPU, 40.0 GB free"}, [], 3e-6, {}, meta)
+    assert "BiCGK fp64 n = 138000: not run (needs 76.2 GB a GPU, 40.0 GB free)." in skipped
+
+
 def test_ship_merges_tables_by_rank_count(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "ROOT", tmp_path)
     (tmp_path / "fusec" / "data").mkdir(parents=True)
