@@ -1,13 +1,13 @@
 """The ``fusec`` command line.
 
-    fusec compile SCRIPT --library DIR [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
+    fusec compile SCRIPT [--library DIR] [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
                   [--reproducible] [--device-scalar NAME]...
-    fusec space SCRIPT --library DIR [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
-    fusec run SCRIPT --library DIR --size n=8192 [--dtype ...] [--repeat 20] [--reproducible]
-    fusec tune SCRIPT --library DIR --size n=8192 [--dtype ...] [--top 10] [--layouts 60] [--ship]
+    fusec space SCRIPT [--library DIR] [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
+    fusec run SCRIPT [--library DIR] --size n=8192 [--dtype ...] [--repeat 20] [--reproducible]
+    fusec tune SCRIPT [--library DIR] --size n=8192 [--dtype ...] [--top 10] [--layouts 60] [--ship]
     fusec tunings [--library DIR] [--gpu NAME] [--prune]
     fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
-    fusec perfdb show [--gpu NAME] [--routine NAME]
+    fusec perfdb show [--gpu NAME] [--dir DIR] [--routine NAME]
     fusec perfdb measure-plans SCRIPT... [--budget SECONDS] [--seed N] [--top K] [--layouts L] [-o FILE]
     fusec perfdb fit [--gpu NAME] [--training FILE] [--ridge R] [--absolute] [--folds K] [--force] [-o FILE]
 """
@@ -32,12 +32,12 @@ CUDA kernels that read each matrix as few times as the dependencies allow."""
 
 EPILOG = """\
 examples:
-  fusec compile scripts/bicgk.script --library fusec/data/blas -o out/
-  fusec space scripts/gemver.script --library fusec/data/blas --size n=16384 --top 5
-  fusec run scripts/bicgk.script --library fusec/data/blas --size n=16384
-  fusec tune scripts/gemver.script --library fusec/data/blas --size n=16384 --top 20
-  fusec tunings --library fusec/data/blas
-  fusec perfdb build --library fusec/data/blas
+  fusec compile scripts/bicgk.script -o out/
+  fusec space scripts/gemver.script --size n=16384 --top 5
+  fusec run scripts/bicgk.script --size n=16384
+  fusec tune scripts/gemver.script --size n=16384 --top 20
+  fusec tunings
+  fusec perfdb build
 Run 'fusec COMMAND --help' for a command's options."""
 
 

@@ -66,6 +66,17 @@ def test_top_level_help_lists_the_commands(capsys):
     assert "fusec compile scripts/bicgk.script" in out  # the examples
 
 
+def test_the_help_examples_parse_and_name_no_library_folder():
+    """The examples `fusec --help` ends with run from any folder that holds the scripts: with an
+    installed wheel there is no fusec/data/blas below the current folder, and the bundled library
+    is the default anyway."""
+    examples = [line.split()[1:] for line in cli.EPILOG.splitlines() if line.startswith("  fusec ")]
+    assert len(examples) >= 6
+    for argv in examples:
+        args = cli.parser().parse_args(argv)
+        assert getattr(args, "library", None) is None, argv
+
+
 def test_the_commands_include_compile_and_run():
     assert {"compile", "run"} <= set(subcommands())
 
