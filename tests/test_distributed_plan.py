@@ -288,6 +288,20 @@ def test_the_rules_are_checked_not_assumed():
     assert not rules.holds(function, library(), rules.Choice((W, S, S, W, W), P))
 
 
+def test_the_plan_example_of_the_docs_runs_and_prints_the_plan_text_they_show(capsys, monkeypatch):
+    """docs/distributed.md, "The plan": its snippet runs as written (from a checkout's root) and
+    prints the GEMVER plan text shown below it, but for the lines it shortens with '...'."""
+    text = (ROOT / "docs" / "distributed.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.M | re.S)
+    (snippet,) = [code for lang, code in blocks if lang == "python" and "fd.plan(" in code]
+    (shown,) = [code for lang, code in blocks if code.startswith("distributed program gemver")]
+    monkeypatch.chdir(ROOT)
+    exec(snippet, {})
+    printed = capsys.readouterr().out.splitlines()
+    for line in shown.splitlines():
+        assert "..." in line or line in printed, line
+
+
 def test_plan_text_names_each_collective_and_its_bytes():
     dag = script_dag("gemver")
     plan = _plan("gemver", 2, {"m": 1001, "n": 1001})
