@@ -417,7 +417,7 @@ def parser() -> argparse.ArgumentParser:
     common(comp)
     comp.add_argument("-o", "--output", metavar="DIR", type=_path, default=".",
                       help="where to write NAME.DTYPE.cu, NAME.DTYPE.plan.txt (and the cubin); default: .")
-    comp.add_argument("--arch", default="sm_90", help="nvcc target (default: sm_90, the H100)")
+    comp.add_argument("--arch", default="sm_90", help="nvcc target, sm_80 or later (default: sm_90, the H100)")
     comp.add_argument("--no-nvcc", action="store_true", help="only generate, do not run nvcc")
     comp.add_argument("--no-tuned", action="store_true",
                       help="ignore the tuning cache and the plans shipped with the library: take the"

@@ -26,6 +26,7 @@ from .errors import CompileError, FusecWarning, GPUUnavailableError, ToolError
 from .version import __version__
 
 DEFAULT_ARCH = "sm_90"
+OLDEST_ARCH = 80  # the generated code drops summed scratch lines with PTX discard.global.L2 (PTX ISA 7.4: sm_80)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +83,13 @@ def nvcc_options(arch: str, lineinfo: bool) -> list[str]:
 
 
 def check_arch(arch: str) -> None:
-    """A :class:`CompileError` unless ``arch`` names an nvcc target such as ``sm_90``."""
+    """A :class:`CompileError` unless ``arch`` names an nvcc target such as ``sm_90``,
+    one the generated code can be compiled for (ptxas's errors past it say less)."""
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise CompileError(f"bad architecture {arch!r}: expected something like sm_90")
+    if int(re.sub(r"\D", "", arch)) < OLDEST_ARCH:
+        raise CompileError(f"architecture {arch!r}: fusec's kernels need sm_{OLDEST_ARCH} or later"
+                           " (compute capability 8.0: A100, L40S, H100, ...)")
 
 
 def compile_cubin(source: str, arch: str = DEFAULT_ARCH, lineinfo: bool = False,

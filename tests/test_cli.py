@@ -290,6 +290,15 @@ def test_compile_with_a_bad_arch_is_an_error(capsys, tmp_path, monkeypatch):
     assert "Traceback" not in err
 
 
+def test_compile_for_an_arch_older_than_sm_80_is_an_error_before_any_work(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "sscal.script", tmp_path, "--arch", "sm_75"))
+    assert (code, out) == (1, "")
+    assert err == "fusec: error: architecture 'sm_75': fusec's kernels need sm_80 or later" \
+                  " (compute capability 8.0: A100, L40S, H100, ...)\n"
+    assert not list(tmp_path.glob("sscal.*"))
+
+
 @pytest.mark.parametrize("sizes,shown", [(["--size", "n=1000"], {"m": 1000, "n": 1000}),
                                          (["--size", "m=1000", "--size", "n=500"], {"m": 1000, "n": 500}),
                                          (["--size", "n=33", "--size", "m=4097"], {"m": 4097, "n": 33})])

@@ -788,6 +788,20 @@ def test_bad_arch_is_a_compile_error(arch):
         nvcc.compile_cubin(TINY, arch=arch)
 
 
+@pytest.mark.parametrize("arch", ["sm_75", "sm_70", "sm_8", "sm_61"])
+def test_an_arch_older_than_sm_80_is_a_compile_error_before_nvcc(arch, monkeypatch):
+    """The kernels use PTX that sm_80 brought (discard.global.L2): ptxas would fail on every
+    use, a screen of errors; the check names the floor instead, with nvcc on PATH or not."""
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: pytest.fail("nvcc was looked for"))
+    with pytest.raises(CompileError, match=f"architecture '{arch}': fusec's kernels need sm_80 or later"):
+        nvcc.compile_cubin(TINY, arch=arch)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90a", "sm_100", "sm_120"])
+def test_an_arch_of_sm_80_or_later_is_taken(arch):
+    nvcc.check_arch(arch)
+
+
 @pytest.mark.nvcc
 def test_nvcc_failure_is_a_compile_error_with_the_log(cache):
     broken = TINY + '\nextern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n'
