@@ -17,6 +17,10 @@ the script n; matrices n x n):
   call, so the host's launching is not counted (bench.peers' clock); the ranks
   meet on the host (an MPI barrier) before each sample, and a sample's time is
   the slowest rank's; median of --repeat after 3 warm-ups;
+- *graphs*: the same calls replayed from a CUDA graph (results into arrays made
+  once, captured on a stream of the run's own after two plain calls), as a loop
+  of calls would run them: NCCL's collectives take about half their plain time
+  there (docs/distributed.md);
 - *local* and *collective*: events between the steps of a call
   (``DistributedProgram.run(timings=True)``), medians, slowest rank; a
   collective's time includes waiting for the slowest rank to reach it.
@@ -222,9 +226,54 @@ def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repea
     row["collective_us"] = statistics.median(ranks.slowest(parts_collective)) * 1e3
     row["speedup"] = row["one_gpu_us"] / row["p_gpus_us"]
     row["target"] = TARGETS.get((script, n)) if ranks.size == 2 else None
+    # the same calls replayed from CUDA graphs, as a loop of calls would run them
+    one = [0.0]
+    if ranks.rank == 0:
+        whole = _inputs(cupy, dag, shapes, dtype, seed=1)
+        out = {dag.value(v).name: cupy.empty(tuple(sizes[d] for d in dag.value(v).dims), dtype) for v in dag.outputs}
+        one = _replayed_ms(cupy, ranks, lambda out: plain(**whole, out=out), out, repeat)
+        whole.clear()
+        _free(cupy)
+    ranks.barrier()
+    one = ranks.agree(one)
+    replayed = _replayed_ms(cupy, ranks, lambda out: prog(**local, out=out),
+                            {name: cupy.empty(prog.local_shape(name), dtype) for name in prog.outputs}, repeat, prog)
+    if one is not None and replayed is not None:
+        row["one_gpu_graph_us"] = statistics.median(one) * 1e3
+        row["p_gpus_graph_us"] = statistics.median(ranks.slowest(replayed)) * 1e3
+        row["graph_speedup"] = row["one_gpu_graph_us"] / row["p_gpus_graph_us"]
+    else:
+        row["graphs"] = "not captured"
     local.clear()
     _free(cupy)
     return row
+
+
+def _replayed_ms(cupy, ranks: Ranks, call, out: dict, repeat: int, distributed=None) -> list[float] | None:
+    """GPU ms of ``call(out)`` replayed from a CUDA graph captured on a stream of its own, after
+    two plain calls (they make the workspaces and load the code); ``distributed``: the
+    program whose ``capture`` makes the graph (every rank together), else CuPy's stream capture.
+    None where the calls cannot be captured."""
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        call(out)
+        call(out)
+        if distributed is not None:
+            captured = distributed.capture(lambda: call(out))
+            launch = captured.launch if captured is not None else None
+        else:
+            stream.begin_capture()
+            try:
+                call(out)
+            finally:
+                graph = stream.end_capture()
+            launch = lambda: graph.launch(stream)  # noqa: E731
+        samples = None if launch is None else Timer(cupy, ranks).samples_ms(launch, repeat,
+                                                                           together=distributed is not None)
+        stream.synchronize()
+    if distributed is not None and captured is not None:
+        captured.release()
+    return samples
 
 
 def weak_size(gpu_bytes: int, itemsize: int = 8, least: int = WEAK_N, step: int = 1000) -> int:
@@ -311,16 +360,18 @@ def report(rows, weak, latency_points, launch_s, rules, meta) -> str:
              " local and collective from events between the steps of a call.", "",
              f"## Strong scaling, 1 → {p} GPUs", "",
              f"| sequence | dtype | n | 1 GPU µs | {p} GPUs µs | speed-up | target | local µs | collective µs |"
-             " collective bytes | collectives |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             f" collective bytes | collectives | graphs: 1 GPU µs | {p} GPUs µs | speed-up |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['script']} | {r['dtype']} | {r['n']} | {r['skipped']} |  |  |  |  |  |  |  |")
+            lines.append(f"| {r['script']} | {r['dtype']} | {r['n']} | {r['skipped']} |" + "  |" * 10)
             continue
         target = f"{r['target']:.2f}×" if r.get("target") else ""
+        graphs = (f" {r['one_gpu_graph_us']:.1f} | {r['p_gpus_graph_us']:.1f} | {r['graph_speedup']:.2f}× |"
+                  if "graph_speedup" in r else f" {r.get('graphs', 'not timed')} |  |  |")  # older runs: not timed
         lines.append(f"| {r['script']} | {r['dtype']} | {r['n']} | {r['one_gpu_us']:.1f} | {r['p_gpus_us']:.1f} |"
                      f" {r['speedup']:.2f}× | {target} | {r['local_us']:.1f} | {r['collective_us']:.1f} |"
-                     f" {r['collective_bytes']} | {', '.join(r['collectives']) or 'none'} |")
+                     f" {r['collective_bytes']} | {', '.join(r['collectives']) or 'none'} |" + graphs)
     lines += ["", "## Weak case: a matrix no single GPU holds", ""]
     if weak is None or "skipped" in weak:
         n = (weak or {}).get("n", f"of at least {WEAK_N}")
