@@ -265,6 +265,9 @@ def _replayed_ms(cupy, ranks: Ranks, call, out: dict, repeat: int, distributed=N
             stream.begin_capture()
             try:
                 call(out)
+            except RuntimeError as exc:  # refused: CuPy's CUDA errors are RuntimeErrors
+                print(f"the one-GPU program was not captured: {exc}", file=sys.stderr)
+                return None
             finally:
                 graph = stream.end_capture()
             launch = lambda: graph.launch(stream)  # noqa: E731
