@@ -266,10 +266,13 @@ def _replayed_ms(cupy, ranks: Ranks, call, out: dict, repeat: int, distributed=N
             try:
                 call(out)
             except RuntimeError as exc:  # refused: CuPy's CUDA errors are RuntimeErrors
+                try:
+                    stream.end_capture()
+                except RuntimeError:  # the capture the error invalidated: nothing to add
+                    pass
                 print(f"the one-GPU program was not captured: {exc}", file=sys.stderr)
                 return None
-            finally:
-                graph = stream.end_capture()
+            graph = stream.end_capture()
             launch = lambda: graph.launch(stream)  # noqa: E731
         samples = None if launch is None else Timer(cupy, ranks).samples_ms(launch, repeat,
                                                                            together=distributed is not None)
