@@ -19,8 +19,7 @@ the script n; matrices n x n):
   the slowest rank's; median of --repeat after 3 warm-ups;
 - *graphs*: the same calls replayed from a CUDA graph (results into arrays made
   once, captured on a stream of the run's own after two plain calls), as a loop
-  of calls would run them: NCCL's collectives take about half their plain time
-  there (docs/distributed.md);
+  of calls may run them;
 - *local* and *collective*: events between the steps of a call
   (``DistributedProgram.run(timings=True)``), medians, slowest rank; a
   collective's time includes waiting for the slowest rank to reach it.
