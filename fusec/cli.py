@@ -60,6 +60,8 @@ def _sizes(items: list[str], symbols: tuple[str, ...]) -> dict[str, int]:
         if name not in symbols and name != "n":
             raise FusecError(f"--size {item!r}: the script has no size {name!r}"
                              f" (its sizes: {', '.join(symbols)})")
+        if given.get(name, number) != number:  # which one was meant cannot be told
+            raise FusecError(f"--size {item!r}: {name} is given twice ({name}={given[name]} before)")
         given[name] = number
     missing = [s for s in symbols if s not in given]
     if missing and "n" not in given:

@@ -344,6 +344,15 @@ def test_bad_size(capsys, tmp_path, size, message):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_a_size_given_twice_with_two_values_is_an_error(capsys, tmp_path):
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "bicgk.script", tmp_path, "--no-nvcc",
+                                               "--size", "n=5", "--size", "m=7", "--size", "n=6"))
+    assert code == 1 and err == "fusec: error: --size 'n=6': n is given twice (n=5 before)\n"
+    assert list(tmp_path.iterdir()) == []
+    code, out, err = run(capsys, *compile_args(SCRIPTS / "bicgk.script", tmp_path, "--no-nvcc",
+                                               "--size", "n=5", "--size", "n=5"))
+    assert code == 0, err  # the same value again says nothing new
+
 
 @pytest.mark.parametrize("flag", ["--top", "--layouts"])
 def test_tune_refuses_more_candidates_than_it_measures_before_anything(capsys, flag):
