@@ -17,9 +17,10 @@ the script n; matrices n x n):
   call, so the host's launching is not counted (bench.peers' clock); the ranks
   meet on the host (an MPI barrier) before each sample, and a sample's time is
   the slowest rank's; median of --repeat after 3 warm-ups;
-- *graphs*: the same calls replayed from a CUDA graph (results into arrays made
-  once, captured on a stream of the run's own after two plain calls), as a loop
-  of calls may run them;
+- *queued*: QUEUED calls back to back between the events, per call: the ranks
+  meet on the host once per QUEUED calls, as in a loop of calls, where before
+  every call a rank that leaves the host barrier late makes the others wait in
+  the collective;
 - *local* and *collective*: events between the steps of a call
   (``DistributedProgram.run(timings=True)``), medians, slowest rank; a
   collective's time includes waiting for the slowest rank to reach it.
@@ -65,6 +66,7 @@ SCRIPTS = ("bicgk", "atax", "gemver", "gesummv", "sgemvt")
 SIZES = (8192, 16384, 32768)
 LATENCY_BYTES = tuple(4 * 4 ** k for k in range(13))  # 4 B .. 64 MB
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
+QUEUED = 10  # calls back to back in a queued sample
 WEAK_N = 100_000  # the weak case's least n; more where one GPU would hold that matrix
 RULE_SIZES = tuple(2 ** k for k in range(8, 17))  # where the rule is asked how many GPUs to use
 TARGETS = {("bicgk", 16384): 1.85, ("bicgk", 32768): 1.95, ("atax", 16384): 1.85, ("atax", 32768): 1.95,
@@ -124,7 +126,8 @@ class Timer:
         from bench.peers import Clock
         self.clock, self.cupy, self.ranks = Clock.for_cupy(cupy), cupy, ranks
 
-    def samples_ms(self, run, repeat: int, warmup: int = 3, together: bool = True) -> list[float]:
+    def samples_ms(self, run, repeat: int, warmup: int = 3, together: bool = True, calls: int = 1) -> list[float]:
+        """ms per call of ``calls`` calls of ``run`` between the events, ``repeat`` samples."""
         for _ in range(warmup):
             run()
         self.cupy.cuda.get_current_stream().synchronize()
@@ -135,10 +138,11 @@ class Timer:
                 self.ranks.barrier()
             self.clock.spin()
             start.record()
-            run()
+            for _ in range(calls):
+                run()
             end.record()
             end.synchronize()
-            out.append(self.cupy.cuda.get_elapsed_time(start, end))
+            out.append(self.cupy.cuda.get_elapsed_time(start, end) / calls)
         return out
 
 
@@ -199,21 +203,26 @@ def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repea
            "collective_bytes": sum(c.bytes for c in prog.plan.collectives),
            "collectives": [f"{c.op} {dag.value(c.value).label}" for c in prog.plan.collectives]}
     # one GPU: rank 0 runs the script's own program on the whole arrays
-    one = [0.0]
+    one = one_queued = [0.0]
     if ranks.rank == 0:
         plain = fusec.compile(path, lib, dtype, sizes=sizes)
         shapes = {dag.value(v).name: tuple(sizes[d] for d in dag.value(v).dims) for v in dag.inputs}
         whole = _inputs(cupy, dag, shapes, dtype, seed=1)
         one = timer.samples_ms(lambda: plain(**whole), repeat, together=False)
+        one_queued = timer.samples_ms(lambda: plain(**whole), repeat, together=False, calls=QUEUED)
         whole.clear()
         _free(cupy)
     ranks.barrier()
     row["one_gpu_us"] = statistics.median(ranks.agree(one)) * 1e3
+    row["one_gpu_queued_us"] = statistics.median(ranks.agree(one_queued)) * 1e3
     # P GPUs: each rank its rows
     local = _inputs(cupy, dag, {name: prog.local_shape(name) for name in prog.inputs}, dtype, seed=2 + ranks.rank)
     samples = ranks.slowest(timer.samples_ms(lambda: prog(**local), repeat))
     row["p_gpus_us"] = statistics.median(samples) * 1e3
     row["quartiles_us"] = [q * 1e3 for q in statistics.quantiles(samples, n=4)[::2]] if len(samples) > 1 else []
+    queued = ranks.slowest(timer.samples_ms(lambda: prog(**local), repeat, calls=QUEUED))
+    row["p_gpus_queued_us"] = statistics.median(queued) * 1e3
+    row["queued_speedup"] = row["one_gpu_queued_us"] / row["p_gpus_queued_us"]
     parts_local, parts_collective = [], []
     for _ in range(repeat):
         ranks.barrier()
@@ -225,60 +234,9 @@ def strong_case(cupy, comm, ranks: Ranks, script: str, dtype: str, n: int, repea
     row["collective_us"] = statistics.median(ranks.slowest(parts_collective)) * 1e3
     row["speedup"] = row["one_gpu_us"] / row["p_gpus_us"]
     row["target"] = TARGETS.get((script, n)) if ranks.size == 2 else None
-    # the same calls replayed from CUDA graphs, as a loop of calls would run them
-    one = [0.0]
-    if ranks.rank == 0:
-        whole = _inputs(cupy, dag, shapes, dtype, seed=1)
-        out = {dag.value(v).name: cupy.empty(tuple(sizes[d] for d in dag.value(v).dims), dtype) for v in dag.outputs}
-        one = _replayed_ms(cupy, ranks, lambda out: plain(**whole, out=out), out, repeat)
-        whole.clear()
-        _free(cupy)
-    ranks.barrier()
-    one = ranks.agree(one)
-    replayed = _replayed_ms(cupy, ranks, lambda out: prog(**local, out=out),
-                            {name: cupy.empty(prog.local_shape(name), dtype) for name in prog.outputs}, repeat, prog)
-    if one is not None and replayed is not None:
-        row["one_gpu_graph_us"] = statistics.median(one) * 1e3
-        row["p_gpus_graph_us"] = statistics.median(ranks.slowest(replayed)) * 1e3
-        row["graph_speedup"] = row["one_gpu_graph_us"] / row["p_gpus_graph_us"]
-    else:
-        row["graphs"] = "not captured"
     local.clear()
     _free(cupy)
     return row
-
-
-def _replayed_ms(cupy, ranks: Ranks, call, out: dict, repeat: int, distributed=None) -> list[float] | None:
-    """GPU ms of ``call(out)`` replayed from a CUDA graph captured on a stream of its own, after
-    two plain calls (they make the workspaces and load the code); ``distributed``: the
-    program whose ``capture`` makes the graph (every rank together), else CuPy's stream capture.
-    None where the calls cannot be captured."""
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        call(out)
-        call(out)
-        if distributed is not None:
-            captured = distributed.capture(lambda: call(out))
-            launch = captured.launch if captured is not None else None
-        else:
-            stream.begin_capture()
-            try:
-                call(out)
-            except RuntimeError as exc:  # refused: CuPy's CUDA errors are RuntimeErrors
-                try:
-                    stream.end_capture()
-                except RuntimeError:  # the capture the error invalidated: nothing to add
-                    pass
-                print(f"the one-GPU program was not captured: {exc}", file=sys.stderr)
-                return None
-            graph = stream.end_capture()
-            launch = lambda: graph.launch(stream)  # noqa: E731
-        samples = None if launch is None else Timer(cupy, ranks).samples_ms(launch, repeat,
-                                                                           together=distributed is not None)
-        stream.synchronize()
-    if distributed is not None and captured is not None:
-        captured.release()
-    return samples
 
 
 def weak_size(gpu_bytes: int, itemsize: int = 8, least: int = WEAK_N, step: int = 1000) -> int:
@@ -362,21 +320,22 @@ def report(rows, weak, latency_points, launch_s, rules, meta) -> str:
     lines = [f"# Distributed programs on {p} × {meta['gpu']}", "",
              f"{meta['date']}, NCCL {meta['nccl']}, copy bandwidth {meta['bandwidth'] / 1e9:.0f} GB/s (rank 0),"
              f" `{meta['command']}`. GPU time (spinning kernel first), median of {meta['repeat']}, slowest rank;"
-             " local and collective from events between the steps of a call.", "",
+             " local and collective from events between the steps of a call; queued: per call of"
+             f" {QUEUED} calls back to back a sample, the ranks meeting on the host once per sample.", "",
              f"## Strong scaling, 1 → {p} GPUs", "",
              f"| sequence | dtype | n | 1 GPU µs | {p} GPUs µs | speed-up | target | local µs | collective µs |"
-             f" collective bytes | collectives | graphs: 1 GPU µs | {p} GPUs µs | speed-up |",
+             f" collective bytes | collectives | queued: 1 GPU µs | {p} GPUs µs | speed-up |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for r in rows:
         if "skipped" in r:
             lines.append(f"| {r['script']} | {r['dtype']} | {r['n']} | {r['skipped']} |" + "  |" * 10)
             continue
         target = f"{r['target']:.2f}×" if r.get("target") else ""
-        graphs = (f" {r['one_gpu_graph_us']:.1f} | {r['p_gpus_graph_us']:.1f} | {r['graph_speedup']:.2f}× |"
-                  if "graph_speedup" in r else f" {r.get('graphs', 'not timed')} |  |  |")  # older runs: not timed
+        queued = (f" {r['one_gpu_queued_us']:.1f} | {r['p_gpus_queued_us']:.1f} | {r['queued_speedup']:.2f}× |"
+                  if "queued_speedup" in r else " not timed |  |  |")  # runs from before the queued samples
         lines.append(f"| {r['script']} | {r['dtype']} | {r['n']} | {r['one_gpu_us']:.1f} | {r['p_gpus_us']:.1f} |"
                      f" {r['speedup']:.2f}× | {target} | {r['local_us']:.1f} | {r['collective_us']:.1f} |"
-                     f" {r['collective_bytes']} | {', '.join(r['collectives']) or 'none'} |" + graphs)
+                     f" {r['collective_bytes']} | {', '.join(r['collectives']) or 'none'} |" + queued)
     lines += ["", "## Weak case: a matrix no single GPU holds", ""]
     if weak is None or "skipped" in weak:
         n = (weak or {}).get("n", f"of at least {WEAK_N}")

@@ -40,14 +40,11 @@ def test_the_rule_table_gives_the_size_from_which_all_gpus_are_used():
 def test_report_lists_every_case():
     rows = [{"script": "bicgk", "dtype": "float32", "n": 16384, "ranks": 2, "one_gpu_us": 349.0, "p_gpus_us": 190.0,
              "speedup": 349 / 190, "target": 1.85, "local_us": 170.0, "collective_us": 17.0,
-             "collective_bytes": 65536, "collectives": ["all-reduce s"], "one_gpu_graph_us": 348.0,
-             "p_gpus_graph_us": 180.0, "graph_speedup": 348 / 180},
+             "collective_bytes": 65536, "collectives": ["all-reduce s"], "one_gpu_queued_us": 348.0,
+             "p_gpus_queued_us": 180.0, "queued_speedup": 348 / 180},
             {"script": "sgemvt", "dtype": "float32", "n": 8192, "ranks": 2, "one_gpu_us": 120.0, "p_gpus_us": 70.0,
              "speedup": 120 / 70, "target": None, "local_us": 60.0, "collective_us": 9.0,
-             "collective_bytes": 32768, "collectives": ["all-reduce x"], "graphs": "not captured"},
-            {"script": "gesummv", "dtype": "float32", "n": 8192, "ranks": 2, "one_gpu_us": 120.0, "p_gpus_us": 62.0,
-             "speedup": 120 / 62, "target": None, "local_us": 62.0, "collective_us": 0.0,
-             "collective_bytes": 0, "collectives": []},
+             "collective_bytes": 32768, "collectives": ["all-reduce x"]},
             {"script": "atax", "dtype": "float64", "n": 32768, "skipped": "not run (--budget)"}]
     points = [(op, 2, b, 1e-5) for op in bench.OPS for b in (4, 1024)]
     meta = {"gpu": "GPU", "ranks": 2, "nccl": 22800, "bandwidth": 3e12, "repeat": 20, "date": "2026-11-27",
@@ -56,8 +53,8 @@ def test_report_lists_every_case():
     text = bench.report(rows, {"skipped": "needs 41 GB"}, points, 3e-6, rules, meta)
     assert ("| bicgk | float32 | 16384 | 349.0 | 190.0 | 1.84× | 1.85× | 170.0 | 17.0 | 65536 | all-reduce s |"
             " 348.0 | 180.0 | 1.93× |") in text
-    assert "| 32768 | all-reduce x | not captured |  |  |" in text
-    assert "| 0 | none | not timed |  |  |" in text  # a run from before the graphs were timed
+    assert "| 32768 | all-reduce x | not timed |  |  |" in text  # a run from before the queued samples
+    assert "queued: per call of 10 calls back to back a sample" in text
     assert "| atax | float64 | 32768 | not run (--budget) |" in text
     assert "not run (needs 41 GB)" in text and "| bicgk float32 | 4096 | 8192 |" in text
     assert "| 1024 | 10.0 | 10.0 | 10.0 | 10.0 |" in text
