@@ -2,7 +2,7 @@
 
     python -m experiments.loop_against_replay [--cases bicgstab:float64:16384,...] [--k 20] [--repeat 10]
 
-QUESTION (issue 46). On one H200 (bench/results/h200-solvers-started.md, 2026-11-29) a BiCGStab
+QUESTION (issue 46). On one H200 (experiments/results/h200-solvers-started.md, 2026-11-29) a BiCGStab
 fp64 n = 16384 solve to tolerance took 20.92 ms for 20 iterations (20.39 without the pass over A
 that checks it), where 20 iterations replayed from a graph take 20 x 0.9725 = 19.45 ms by the same
 run's per-iteration column; JAX's took 20.53. Where does the other ms go?

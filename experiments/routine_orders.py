@@ -6,7 +6,7 @@
 QUESTION (issue 49). A kernel fusing several calls runs them in an order (``q>s``: q's
 routine first) and loads its operands in one phase or more; the performance model prices
 these variants alike, and a layout (fusec.space.combinations.Space.layouts) stands for all of
-them. The quick tune's miss at BiCGK fp32 3342 x 667 (bench/results/h200-prediction-quick-reruns.md)
+them. The quick tune's miss at BiCGK fp32 3342 x 667 (experiments/results/h200-prediction-quick-reruns.md)
 was a vertical fusion timed in its slow order. How far apart do such twins run, and does one
 variant win consistently enough for the model to price it?
 

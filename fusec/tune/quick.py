@@ -48,7 +48,7 @@ WITHIN = 1.6
 FAMILIES = 12
 # Of each plan the first round times, its best-predicted other routine order too, where its
 # heaviest kernel fuses calls in an order: the model prices the orders alike, and they can
-# time far apart (bench/results/h200-prediction-quick-reruns.md)
+# time far apart (experiments/results/h200-prediction-quick-reruns.md)
 FIRST_ORDERS = 1
 # The second round refines the structure of each first-round plan within this factor of the
 # fastest, not only the fastest's: two structures apart by less are apart by noise
@@ -191,7 +191,7 @@ def _bytes_moved(plan: ProgramPlan) -> tuple:
     """Each kernel's :meth:`~fusec.ir.plan.Plan.traffic`: a second round times one combination
     of each. Among layouts a register-bounded twin counts apart, yet times as a variant (BiCGK fp32 795 x 795:
     the fastest plan, a fourth layout, was left for two twins of those before it;
-    bench/results/h200-prediction-quick-reruns.md)."""
+    experiments/results/h200-prediction-quick-reruns.md)."""
     return tuple(k.traffic() for k in plan.kernels)
 
 
