@@ -24,6 +24,8 @@ import json
 import pathlib
 import warnings
 
+from experiments import script_cases
+
 CASES = ("bicgk-float32-16384", "gemver-float32-16384", "sgemvt-float32-16384",
          "bicgk-float64-16384", "gemver-float64-16384", "sgemvt-float64-16384")
 SCRIPTS = ("bicgk", "gemver", "sgemvt")
@@ -41,14 +43,7 @@ def _arguments(argv=None):
     for name in ("top", "layouts"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)}: 1 or more")
-    cases = []
-    for case in args.cases.split(","):
-        script, _, rest = case.partition("-")
-        dtype, _, n = rest.partition("-")
-        if script not in SCRIPTS or dtype not in ("float32", "float64") or not n.isdigit() or int(n) < RANKS:
-            parser.error(f"--cases {case!r}: pass script-dtype-n of {', '.join(SCRIPTS)}, e.g. bicgk-float32-16384")
-        cases.append((script, dtype, int(n)))
-    return args, cases
+    return args, script_cases(parser, args.cases, SCRIPTS, least=RANKS)
 
 
 def _tuned(dag, library, dtype, sizes, top, layouts) -> dict:

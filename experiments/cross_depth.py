@@ -25,6 +25,8 @@ import json
 import pathlib
 import warnings
 
+from experiments import script_cases
+
 CASES = ("cg-float32-1024", "cg-float64-1024", "cg-float32-4096", "cg-float32-16384",
          "bicgstab-float32-1024", "bicgstab-float32-4096", "bicg-float32-1024")
 
@@ -69,14 +71,7 @@ def _arguments():
     for name in ("top", "wide"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)}: 1 or more")
-    cases = []
-    for case in args.cases.split(","):
-        script, _, rest = case.partition("-")
-        dtype, _, n = rest.partition("-")
-        if script not in ("cg", "bicg", "bicgstab") or dtype not in ("float32", "float64") or not n.isdigit():
-            parser.error(f"--cases {case!r}: pass script-dtype-n, e.g. cg-float32-1024")
-        cases.append((script, dtype, int(n)))
-    return args, cases
+    return args, script_cases(parser, args.cases, ("cg", "bicg", "bicgstab"))
 
 
 def main() -> None:
