@@ -121,3 +121,54 @@ def test_rules_from_a_file_that_is_no_run_is_a_usage_error(tmp_path, capsys):
         bench.main(["--rules-from", str(bad)])
     assert exited.value.code == 2
     assert f"--rules-from {bad}: not a bench.distributed run's JSON" in capsys.readouterr().err
+
+
+class _FakeCupy:
+    """Enough of CuPy for bench.distributed.Timer: a GPU clock that a call moves on by
+    ``per_call`` ms and a spin by 1 ms, events that read it when recorded."""
+
+    def __init__(self, per_call: float):
+        self.now, self.per_call, self.calls = 0.0, per_call, 0
+        clock = self
+
+        class Event:
+            def record(self, stream=None):
+                self.at = clock.now
+
+            def synchronize(self):
+                pass
+
+        class Stream:
+            ptr = 0
+
+            def synchronize(self):
+                pass
+
+        class cuda:  # noqa: N801 (CuPy's name)
+            pass
+
+        cuda.Event = Event
+        cuda.get_current_stream = staticmethod(lambda: Stream())
+        cuda.get_elapsed_time = staticmethod(lambda a, b: b.at - a.at)
+        self.cuda = cuda
+
+    def call(self):
+        self.now += self.per_call
+        self.calls += 1
+
+
+def test_the_timer_gives_a_call_s_time_of_queued_calls():
+    fake = _FakeCupy(per_call=0.25)
+    barriers = []
+
+    class Ranks:
+        def barrier(self):
+            barriers.append(fake.calls)
+
+    timer = bench.Timer.__new__(bench.Timer)
+    timer.cupy, timer.ranks = fake, Ranks()
+    timer.clock = type("Clock", (), {"spin": lambda self: setattr(fake, "now", fake.now + 1.0)})()
+    assert timer.samples_ms(fake.call, repeat=4, warmup=2, calls=10) == [0.25] * 4
+    assert fake.calls == 2 + 4 * 10 and barriers == [2, 12, 22, 32]  # the ranks meet once a sample
+    assert timer.samples_ms(fake.call, repeat=3, warmup=0, together=False) == [0.25] * 3
+    assert len(barriers) == 4
