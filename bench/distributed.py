@@ -18,9 +18,8 @@ the script n; matrices n x n):
   meet on the host (an MPI barrier) before each sample, and a sample's time is
   the slowest rank's; median of --repeat after 3 warm-ups;
 - *queued*: QUEUED calls back to back between the events, per call: the ranks
-  meet on the host once per QUEUED calls, as in a loop of calls, where before
-  every call a rank that leaves the host barrier late makes the others wait in
-  the collective;
+  meet on the host once per QUEUED calls, as in a loop of calls (timed alone, a
+  call's collective also counts the wait for a rank that left the barrier later);
 - *local* and *collective*: events between the steps of a call
   (``DistributedProgram.run(timings=True)``), medians, slowest rank; a
   collective's time includes waiting for the slowest rank to reach it.
