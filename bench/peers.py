@@ -215,8 +215,8 @@ class Clock:
                    lambda e: e.record(stream), lambda a, b: a.elapsed_time(b))
 
     def spin(self) -> None:
-        stream = (self.cupy.cuda.Stream.null if self.stream_handle == 0
-                  else self.cupy.cuda.ExternalStream(self.stream_handle))
+        from fusec.runtime.streams import cupy_stream  # CuPy's ExternalStream is deprecated where it has another
+        stream = self.cupy.cuda.Stream.null if self.stream_handle == 0 else cupy_stream(self.cupy, self.stream_handle)
         with stream:
             _spin_function(self.cupy)((1,), (32,), (np.int64(SPIN_CYCLES),))
 
