@@ -251,8 +251,8 @@ def weak_case(cupy, comm, ranks: Ranks, repeat: int, bandwidth: float, force: bo
     one made its rows before any collective runs."""
     import fusec.distributed as fd
     free, total = cupy.cuda.runtime.memGetInfo()
-    largest, least = ranks.slowest([float(total), -float(free)])  # the largest GPU, the least free memory
-    least = -least
+    largest, least_negated = ranks.slowest([float(total), -float(free)])  # a maximum over the ranks each
+    least = -least_negated  # the least free memory of any rank
     itemsize = 8
     n = weak_size(int(largest), itemsize)
     rows = -(-n // ranks.size)

@@ -85,9 +85,10 @@ def nvcc_options(arch: str, lineinfo: bool) -> list[str]:
 def check_arch(arch: str) -> None:
     """A :class:`CompileError` unless ``arch`` names an nvcc target such as ``sm_90``,
     one the generated code can be compiled for (ptxas's errors past it say less)."""
-    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
+    if match is None:
         raise CompileError(f"bad architecture {arch!r}: expected something like sm_90")
-    if int(re.sub(r"\D", "", arch)) < OLDEST_ARCH:
+    if int(match.group(1)) < OLDEST_ARCH:
         raise CompileError(f"architecture {arch!r}: fusec's kernels need sm_{OLDEST_ARCH} or later"
                            " (compute capability 8.0: A100, L40S, H100, ...)")
 
