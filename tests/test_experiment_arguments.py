@@ -33,6 +33,7 @@ pytest.importorskip("experiments.solver_fixed_cost", reason="experiments/ is bes
     ("column_split", ["--layouts", "0"], "--layouts 0: 1 or more"),
     ("column_split", ["--cases", "atax-float32-16384"], "--cases 'atax-float32-16384': pass script-dtype-n"),
     ("column_split", ["--cases", "bicgk-float32-1"], "--cases 'bicgk-float32-1'"),
+    ("band_tma", ["--repeat", "0"], "--repeat 0: 1 or more"),
     ("distributed_marginal", ["out.json", "--n", "1"], "--n 1: 2 or more"),
     ("distributed_marginal", ["out.json", "--layouts", "most"], "--layouts 'most': agreed, calls or fewest"),
     ("distributed_marginal", ["out.json", "--check-every", "0"], "--check-every '0': whole numbers of 1 or more"),

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.streams import cupy_stream
+
 
 def family(array: Any) -> str:
     module = type(array).__module__.split(".")[0]
@@ -101,7 +103,7 @@ class CupyArrays:
     def __init__(self, device: int):
         import cupy
         self.cupy, self.device = cupy, device
-        self._streams: dict = {}  # handle -> its ExternalStream (made once: every event and wait asks)
+        self._streams: dict = {}  # handle -> its CuPy stream (made once: every event and wait asks)
 
     def empty(self, shape, dtype):
         with self.cupy.cuda.Device(self.device):
@@ -130,7 +132,7 @@ class CupyArrays:
             return self.cupy.cuda.Stream.null
         stream = self._streams.get(handle)
         if stream is None:
-            stream = self._streams[handle] = self.cupy.cuda.ExternalStream(handle, self.device)
+            stream = self._streams[handle] = cupy_stream(self.cupy, handle, self.device)
         return stream
 
     def on(self, stream: int):

@@ -77,12 +77,14 @@ class _Handle:
         return (0, self.handle)
 
 
-def cupy_stream(cupy, handle: int):
-    """A CuPy stream object for a raw handle (``Stream.from_external`` where CuPy has it:
-    its ``ExternalStream`` is deprecated there)."""
+def cupy_stream(cupy, handle: int, device: int | None = None):
+    """A CuPy stream object for a raw handle made on ``device`` (None: unknown).
+    ``Stream.from_external`` where CuPy has it (its ``ExternalStream`` is deprecated there);
+    that records no device, so the caller uses the stream on the device it was made on, as
+    fusec's callers do."""
     if hasattr(cupy.cuda.Stream, "from_external"):
         return cupy.cuda.Stream.from_external(_Handle(handle))
-    return cupy.cuda.ExternalStream(handle)
+    return cupy.cuda.ExternalStream(handle, -1 if device is None else device)
 
 
 @contextlib.contextmanager
