@@ -32,7 +32,7 @@ Times (median of --repeat, after 3 warm-ups), two for every contender:
   out. fusec: ``Program.time(host=False)``; cuBLAS: CuPy events on CuPy's
   current stream; PyTorch: ``torch.cuda.Event`` on PyTorch's current stream,
   the spinning kernel launched onto that same stream through CuPy
-  (``cupy.cuda.ExternalStream``). PyTorch's and CuPy's default streams are
+  (``fusec.runtime.streams.cupy_stream``). PyTorch's and CuPy's default streams are
   both the legacy default stream (handle 0) unless per-thread default streams
   are on (``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``, or a PyTorch built with
   them); the spinner goes onto PyTorch's stream by its handle, so it is right
