@@ -722,7 +722,7 @@ def test_past_the_top_k_the_best_of_each_layout_of_the_heaviest_kernel():
 
 @pytest.mark.parametrize("dtype, n", [("float32", 16384), ("float64", 8192)])
 def test_the_default_layouts_reach_gesummvs_fastest_plan_on_the_h100(dtype, n):
-    """Measured on the H100 (README, Tuning): the fused [256t,2it,32r] gemv pair, which the H100's
+    """Measured on the H100 (docs/design/optimization-space.md): the fused [256t,2it,32r] gemv pair, which the H100's
     predictor ranks past 1,500th, beat every plan of the top 150; the default --layouts reaches it."""
     from fusec.cost.perfdb import predictor_for
     from fusec.space.combinations import LAYOUTS
