@@ -112,7 +112,8 @@ def _options(name: str, options: dict) -> dict:
 
 @functools.cache
 def _solve_options() -> tuple[str, ...]:
-    """The options :func:`solve` takes (asked of its signature once: 0.15 ms a solve otherwise)."""
+    """The options :func:`solve` takes (asked of its signature once, not at every solve: a
+    profile found that a cost of every solve)."""
     return tuple(p for p in inspect.signature(solve).parameters if p not in ("method", "A", "b", "x0"))
 
 

@@ -65,7 +65,7 @@ _PRIMARY: dict = {}  # device index -> its primary context, retained once
 
 def primary_context():
     """The primary context of device ``$FUSEC_DEVICE``: retained once and kept
-    (retaining and releasing it on every call cost tens of µs)."""
+    (retaining and releasing it on every call was a cost of every call)."""
     index = device_index()
     if index not in _PRIMARY:
         _PRIMARY[index] = driver().Device(index).retain_primary_context()
@@ -109,7 +109,7 @@ def context_key(ctx) -> int:
     """What identifies a context across calls: PyCUDA hands out a new wrapper
     object each time it is asked for the current one, so the wrapper itself
     is no key (keyed on it, every call of a program loaded its module and
-    allocated its buffers again: ~0.5 ms)."""
+    allocated its buffers again)."""
     return int(ctx.handle)
 
 

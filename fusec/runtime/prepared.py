@@ -115,7 +115,7 @@ _SIGNERS: dict[type, Callable[[Any], tuple | None]] = {}
 def _signer(kind: type) -> Callable[[Any], tuple | None]:
     """How to read an argument's signature cheaply, once per argument type:
     CuPy and PyTorch through their own attributes (PyTorch builds its
-    ``__cuda_array_interface__`` in Python, several µs), others through the
+    ``__cuda_array_interface__`` in Python, slowly), others through the
     interface. NumPy arrays, arrays the host waits for every call (JAX's:
     :func:`~fusec.runtime.arrays.unordered`) and anything else have none."""
     if kind not in _SIGNERS:

@@ -137,7 +137,7 @@ def solve_with_outcome(method: Method, A, b, x0=None, *, rtol=1e-5, atol=0.0, ma
                 kept.stepper.begin(A, start, graphs=graphs, make_loop=make_loop)
             stepper = kept.stepper
             every = problem.check_every
-            if every is None:  # found only where the host loops (finding the GPU's bandwidth takes 50 us)
+            if every is None:  # found only where the host loops (finding the GPU's bandwidth is a measurement)
                 every = functools.partial(_host_check_every, method, problem, bandwidth)
             try:
                 rr0 = arrays.squared_norm(r0) if rr0 is None else rr0

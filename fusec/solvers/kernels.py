@@ -241,7 +241,7 @@ __device__ void survey(const real *A, int n, int rows, int vector, const real *b
 }
 
 // The checkpoint of a loop's body: up to 8 arrays of one length copied in one launch, not one
-// launch each (a graph's launches cost about 2 us apiece on the loop's path)
+// launch each (every launch in the loop's graph lengthens its path)
 struct fusec_copies { const unsigned int *src[8]; unsigned int *dst[8]; };
 
 extern "C" __global__ void fusec_copy_arrays(fusec_copies copies, int count, long long words)
