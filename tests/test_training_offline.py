@@ -305,4 +305,17 @@ def test_a_fit_reproduces_the_shipped_h200_correction(tmp_path, monkeypatch, cap
         assert values.keys() == numbers[1][key].keys()
         assert list(values.values()) == pytest.approx(list(numbers[1][key].values()), rel=1e-9, abs=1e-12)
     made["fitted"].pop("when"), shipped["fitted"].pop("when")
-    assert made == shipped
+    assert _same(made, shipped)
+
+
+def _same(a, b) -> bool:
+    """Equal, but for floats within 1e-4 of each other: the scores recorded beside the choice
+    of features (a Spearman rho, a geometric mean) move in the sixth digit with the order
+    another NumPy or BLAS sums in; which features were chosen, and every other field, may not."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == pytest.approx(b, rel=1e-4)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
