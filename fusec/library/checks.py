@@ -31,6 +31,11 @@ from .model import (
 )
 
 
+# where a routine is defined: ``__device__``, then anything but a statement's or a block's
+# end, then its name and parameter list (what fusec.library.pieces splits files by, too)
+ROUTINE_DEFINITION = re.compile(rf"__device__[^;{{}}()]*?\b({IDENT})\s*\(")
+
+
 def _fail(message: str, coord: Coord):
     raise LibraryValidationError(message, coord, source_line(coord.file, coord.line))
 
@@ -38,7 +43,7 @@ def _fail(message: str, coord: Coord):
 def routine_homes(files: tuple[SourceFile, ...], functions: list[Function]) -> dict[str, str]:
     """Where each ``__device__`` function is defined; names must be unique library-wide."""
     homes: dict[str, str] = {}
-    pattern = re.compile(rf"__device__[^;{{}}()]*?\b({IDENT})\s*\(")
+    pattern = ROUTINE_DEFINITION
     sources = [(f.path, f.text) for f in files] + [(fn.file, fn.source) for fn in functions]
     for path, text in sources:
         for match in pattern.finditer(text):
