@@ -362,7 +362,7 @@ def _tunings(args) -> int:
         print(f"\npruned {len(gone)} stale file(s) from the library's tunings:")
         print("\n".join(f"  {path}" for path in gone))
     elif stale:
-        print(f"\n{len(stale)} shipped file(s) are stale (keyed on library files as they were);"
+        print(f"\n{len(stale)} shipped file(s) are stale (built from library code as it was);"
               " 'fusec tunings --prune' deletes them")
     broken = [e for e in entries if e.script == "?"]  # rows of '?': the path is all that tells them apart
     if broken:

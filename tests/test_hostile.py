@@ -259,8 +259,10 @@ ENTRY_MUTANTS = {
     "iters 1.5": lambda d: _kernel(d)["shape"].__setitem__("iters", 1.5),
     "a list in the plan": lambda d: _kernel(d)["shape"].__setitem__("block", [128]),
     "calls of strings": lambda d: _kernel(d).__setitem__("calls", ["0", 1]),
-    "library files a list": lambda d: d.__setitem__("library_files", ["sgemv.cu"]),
-    "a library file's digest a number": lambda d: d["library_files"].__setitem__("sgemv.cu", 7),
+    "library pieces a list": lambda d: d.__setitem__("library_pieces", ["sgemv.cu: declaration"]),
+    "a library piece's digest a number": lambda d: d["library_pieces"].__setitem__("sgemv.cu: declaration", 7),
+    "calls a string": lambda d: d.__setitem__("calls", "sgemv"),
+    "a call no function's": lambda d: d.__setitem__("calls", ["sgemv"]),
 }
 
 
@@ -306,8 +308,9 @@ def test_an_entry_with_bad_sizes_is_skipped_by_every_reader(cache, capsys, value
     assert "does not parse" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["library files a list", "a library file's digest a number"])
-def test_an_entry_with_bad_library_files_is_listed_as_not_parsing_and_kept(cache, capsys, name, tmp_path):
+@pytest.mark.parametrize("name", ["library pieces a list", "a library piece's digest a number", "calls a string",
+                                  "a call no function's"])
+def test_an_entry_with_bad_library_pieces_is_listed_as_not_parsing_and_kept(cache, capsys, name, tmp_path):
     from fusec.cli import main
     entry = tuned_entry()
     data = json.loads(entry.key.path.read_text())

@@ -91,14 +91,15 @@ def test_a_changed_timing_refuses_everything():
 
 
 def test_timings_of_routines_the_library_redefined_may_change():
-    """Function files (here ssyr.cu and ssyr2.cu) changed since the database at --was timed
-    them: their routines' timings (timed again by --missing) are not the ones compared."""
+    """Routines (here syr_compute and syr2_compute) whose code changed since the database at
+    --was timed them: their timings (timed again by --missing) are not the ones compared."""
     from fusec.cost.perfdb import store
     now = _now()
     was = _before(now)
-    was["library"] = {**was["library"], "files": {**was["library"]["files"], "ssyr.cu": "0" * 16, "ssyr2.cu": "0" * 16}}
+    changed = {"syr_compute": "0" * 16, "syr2_compute": "0" * 16}
+    was["library"] = {**was["library"], "routines": {**was["library"]["routines"], **changed}}
     stale = store.stale_routines(store.Database.from_json(json.dumps(was)), library())
-    assert {"syr_compute", "syr2_compute"} <= stale
+    assert stale == set(changed)
     retimed = [dict(e, seconds={k: v * 2 for k, v in e["seconds"].items()}) if e["routine"] in stale else e
                for e in now["routines"]]
     assert retimed != now["routines"]

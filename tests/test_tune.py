@@ -100,7 +100,7 @@ def test_the_key_changes_with_every_field(monkeypatch):
     variants = {
         "script": tuning.key(dataclasses.replace(dag, text=dag.text + "\n# a comment\n"), lib, "float32",
                              SIZES, SLUG),
-        "library": tuning.key(dag, edited(lib, {"sgemv.cu": "0" * 16}), "float32", SIZES, SLUG),
+        "library": tuning.key(dag, dataclasses.replace(lib, name="other"), "float32", SIZES, SLUG),
         "sizes": tuning.key(dag, lib, "float32", {"m": 300, "n": 201}, SLUG),
         "dtype": tuning.key(dag, lib, "float64", SIZES, SLUG),
         "gpu": tuning.key(dag, lib, "float32", SIZES, "a100-sxm4-80gb"),
@@ -113,19 +113,16 @@ def test_the_key_changes_with_every_field(monkeypatch):
     assert len({k.digest for k in variants.values()}) == len(variants)
 
 
-def test_the_key_holds_only_the_library_files_the_script_reads():
-    """BiCGK calls sgemv and sgemtv: a file it does not read, changed or added (a function it
-    does not call, a routine file its functions do not name), leaves its key as it is; one it
-    reads, changed, is another key."""
+def test_the_key_holds_the_librarys_name_not_its_files():
+    """What a plan uses of the library is known only from the plan, so it is no part of the key
+    (it is recorded in the entry, and judged after reading it: tests/test_staleness.py): a
+    library whose files changed, any of them, keys BiCGK's plans alike; another name does not."""
     dag, lib = bicgk(), library()
     base = tuning.key(dag, lib, "float32", SIZES, SLUG)
-    assert set(base.files) == {"library.fusec", "prelude.cuh", "sgemv.cu", "sgemtv.cu", "tile.cuh", "band.cuh"}
-    assert base.files == {name: lib.files[name] for name in base.files}
-    unread = edited(lib, {"sscal.cu": "0" * 16, "vector.cuh": "1" * 16, "strmv.cu": "2" * 16})
-    assert unread.content_hash != lib.content_hash
-    assert tuning.key(dag, unread, "float32", SIZES, SLUG) == base
-    for name in base.files:
-        assert tuning.key(dag, edited(lib, {name: "0" * 16}), "float32", SIZES, SLUG).library != base.library, name
+    assert base.library == lib.name and base.calls == ("sgemv", "sgemtv") and base.composites == ()
+    changed = edited(lib, {"sgemv.cu": "0" * 16, "tile.cuh": "1" * 16, "library.fusec": "2" * 16})
+    assert changed.content_hash != lib.content_hash
+    assert tuning.key(dag, changed, "float32", SIZES, SLUG).digest == base.digest
 
 
 def test_the_key_is_a_sha256_of_canonical_json_and_files_under_the_gpu(cache):
@@ -203,7 +200,7 @@ def _damage(kind: str, text: str) -> str:
     elif kind == "wrong version in the key":
         data["key"]["fusec"] = "0.0.1"
     elif kind == "other format":
-        data["format"] = 2
+        data["format"] = 3
     elif kind == "no plan":
         del data["plan"]
     elif kind == "bad plan":
@@ -241,12 +238,26 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_naming_the_file(cache, kind):
 def test_an_entry_whose_plan_does_not_build_is_ignored_by_compile(cache):
     entry = planted()
     data = json.loads(entry.key.path.read_text())
-    for kernel in kernel_dicts(data["plan"]):
-        kernel["implementations"] = ["no_such_implementation"] * len(kernel["calls"])
+    kernel_dicts(data["plan"])[0]["shape"]["iters"] = 3  # no shape the space searches
     entry.key.path.write_text(json.dumps(data))
     with pytest.warns(FusecWarning, match="its plan is not one the optimization space offers"):
         program = fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100")
     assert program.tuned is None
+
+
+@pytest.mark.slow
+def test_an_entry_whose_plan_runs_implementations_the_library_lacks_is_never_used(cache):
+    """Not built from the pieces it records (the implementations are not the library's): a
+    stale entry, a quiet miss, whatever it records."""
+    entry = planted()
+    data = json.loads(entry.key.path.read_text())
+    for kernel in kernel_dicts(data["plan"]):
+        kernel["implementations"] = ["no_such_implementation"] * len(kernel["calls"])
+    entry.key.path.write_text(json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG) is None
+        assert fusec.compile(BICGK, library(), sizes=SIZES, gpu="h100").tuned is None
 
 
 def test_an_unreadable_cache_does_not_break_compile(monkeypatch, tmp_path):
@@ -954,36 +965,47 @@ def test_a_shipped_plan_stays_current_when_the_library_gains_a_function(capsys, 
     assert path.exists()
 
 
-@pytest.mark.filterwarnings("ignore:performance database .* timed library")  # the test changes the library
-def test_a_shipped_plan_goes_stale_only_when_a_file_its_script_reads_changes(capsys, cache, own_library):
-    """Edits to a function BiCGK does not call (sdot.cu) and to a routine file its functions
-    do not name (vector.cuh) leave its shipped plan current; an edit to the file of a
-    function it calls (sgemv.cu), or to a routine file they name (tile.cuh), makes it
-    stale, and `fusec tunings` names the file."""
+def test_a_shipped_plan_goes_stale_only_when_code_its_kernels_are_built_from_changes(capsys, cache, own_library):
+    """Edits to a function BiCGK does not call (sdot.cu), to a routine file its functions do
+    not name (vector.cuh) and to comments of the files it reads leave its shipped plan
+    current; an edit to the declaration of a function it calls (sgemv.cu), or to a routine
+    its kernels run (tile.cuh), makes it stale, and `fusec tunings` names the piece."""
     from fusec.library.loader import load_library
     folder = Path(own_library.path)
     path = tuning.ship(planted(store=False), own_library)
-    _append(folder / "sdot.cu", "\n// edited\n")
-    _append(folder / "vector.cuh", "\n// edited\n")
+    _append(folder / "sdot.cu", "\n__device__ int sdot_note() { return 1; }\n")
+    _append(folder / "vector.cuh", "\nstruct fusec_vector_note { int unused; };\n")
+    for name in ("sgemv.cu", "tile.cuh", "library.fusec"):
+        _append(folder / name, "\n// edited\n" if name != "library.fusec" else "\n# edited\n")
     assert tuning.lookup(bicgk(), load_library(folder), "float32", SIZES, SLUG).path == path
     code, out, err = run_cli(capsys, "tunings", "--library", folder)
     assert code == 0 and _shipped_row(out, "m=300,n=200").endswith("  yes"), err
-    pristine = {name: (folder / name).read_text(encoding="utf-8") for name in ("sgemv.cu", "tile.cuh")}
-    for name in pristine:
-        _append(folder / name, "\n// edited\n")
+    edits = {"sgemv.cu": ("reference  A @ x", "reference  (A @ x)", "sgemv.cu: declaration"),
+             "tile.cuh": ("tile_load(const real* __restrict__ A, real* a, const fusec_tile& c) {",
+                          "tile_load(const real* __restrict__ A, real* a, const fusec_tile& c) {\n  (void)0;",
+                          "tile.cuh: tile_load()")}
+    for name, (old, new, piece) in edits.items():
+        pristine = (folder / name).read_text(encoding="utf-8")
+        assert old in pristine
+        (folder / name).write_text(pristine.replace(old, new), encoding="utf-8")
         changed = load_library(folder)
         assert tuning.lookup(bicgk(), changed, "float32", SIZES, SLUG) is None
-        was, now = json.loads(path.read_text())["key"]["library"], tuning.key(bicgk(), changed, "float32", SIZES, SLUG)
         code, out, err = run_cli(capsys, "tunings", "--library", folder)
         assert code == 0, err
-        assert _shipped_row(out, "m=300,n=200").endswith(
-            f"  no: keyed on the library as it was: {name} changed (hash {was}, now {now.library})")
+        assert _shipped_row(out, "m=300,n=200").endswith(f"  no: built from the library as it was: {piece} changed")
         assert "1 shipped file(s) are stale" in out
-        (folder / name).write_text(pristine[name], encoding="utf-8")
-    _append(folder / "tile.cuh", "\n// edited\n")
+        (folder / name).write_text(pristine, encoding="utf-8")
+    _append(folder / "tile.cuh", "\nstruct fusec_tile_note { int unused; };\n")
     code, out, err = run_cli(capsys, "tunings", "--library", folder, "--prune")
     assert code == 0 and f"pruned 1 stale file(s) from the library's tunings:\n  {path}" in out
     assert not path.exists()
+
+
+def _as_it_was(entry: tuning.TuningEntry, **changed) -> tuning.TuningEntry:
+    """``entry`` as tuned before the pieces ``changed`` (name -> digest then) changed."""
+    recorded = entry.recorded
+    return dataclasses.replace(entry, recorded=dataclasses.replace(
+        recorded, pieces=MappingProxyType({**recorded.pieces, **changed})))
 
 
 @pytest.mark.slow
@@ -992,8 +1014,7 @@ def test_a_plan_shipped_for_the_library_as_it_was_is_measured_again_when_tuning(
     measures the stale plan of the same point beside its candidates, so tuning again
     keeps it where it still wins."""
     dag = load_script(BICGK, own_library)
-    old = planted(store=False, rank=40)
-    old = dataclasses.replace(old, key=dataclasses.replace(old.key, library="0" * 16))
+    old = _as_it_was(planted(store=False, rank=40), **{"sgemv.cu: declaration": "0" * 16})
     tuning.ship(old, own_library)
     other_sizes = dataclasses.replace(old, key=dataclasses.replace(old.key, sizes=(("m", 64), ("n", 64))),
                                       plan=planted(store=False, rank=5).plan)
@@ -1073,10 +1094,9 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     mine = planted()
     current = planted(store=False, sizes={"m": 8192, "n": 8192})
     tuning.ship(current, own_library)
-    from fusec.library.digest import digest
-    files = {**current.key.files, "sgemv.cu": "0" * 16}  # as if tuned before sgemv.cu changed
-    as_it_was = dataclasses.replace(current, key=dataclasses.replace(current.key, library=digest(files),
-                                                                     files=MappingProxyType(files)))
+    from fusec.library.digest import dag_files, digest
+    as_it_was = _as_it_was(dataclasses.replace(current, key=dataclasses.replace(current.key, sizes=(("m", 32),))),
+                           **{"sgemv.cu: declaration": "0" * 16})  # as if tuned before sgemv's declaration changed
     stale = tuning.ship(as_it_was, own_library)
     newer = dataclasses.replace(current, key=dataclasses.replace(current.key, fusec="99.0"))
     kept = tuning.ship(newer, own_library)
@@ -1086,17 +1106,28 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     legacy = dataclasses.replace(current, key=dataclasses.replace(current.key, library=own_library.content_hash,
                                                                   sizes=(("m", 64), ("n", 64))))
     data = json.loads(legacy.to_json())
-    del data["library_files"]
+    for field in ("library_pieces", "calls", "composites"):
+        del data[field]
     unjudged = tuning.shipped_root(own_library) / SLUG / f"{legacy.key.digest}.json"
-    unjudged.write_text(json.dumps(data))
+    unjudged.write_text(json.dumps(dict(data, format=tuning.KEYED_ON_FILES)))
+    # keyed as fusec keyed tunings next, on the files its script reads (format 1), as they are
+    files = dag_files(own_library, bicgk())
+    on_files = dataclasses.replace(current, key=dataclasses.replace(current.key, library=digest(files),
+                                                                    sizes=(("m", 128), ("n", 128))))
+    data = json.loads(on_files.to_json())
+    for field in ("library_pieces", "calls", "composites"):
+        del data[field]
+    carried = tuning.shipped_root(own_library) / SLUG / f"{on_files.key.digest}.json"
+    carried.write_text(json.dumps(dict(data, format=tuning.KEYED_ON_FILES, library_files=files)))
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path)
     assert code == 0, err
     cached, shipped = out.split("in the tuning cache:")[1].split("shipped with the library:")
     assert re.search(r"h100-80gb-hbm3\s+bicgk\s+float32\s+m=300,n=200\s+12\.5 us\s+2026-11-22\s+yes", cached)
-    assert len(re.findall(r"^  h100", shipped, re.M)) == 5
+    assert len(re.findall(r"^  h100", shipped, re.M)) == 6
     assert re.search(r"m=8192,n=8192\s+12\.5 us\s+2026-11-22\s+yes$", shipped, re.M)
-    assert (f"no: keyed on the library as it was: sgemv.cu changed (hash {digest(files)},"
-            f" now {current.key.library})") in shipped
+    assert re.search(r"m=32 .* no: built from the library as it was: sgemv.cu: declaration changed$", shipped, re.M)
+    assert re.search(rf"m=128,n=128 .* no: keyed on the library files its script reads \(hash {digest(files)}\),"
+                     r" as fusec once keyed tunings; python tools/rekey_tunings.py carries it over$", shipped, re.M)
     assert "no: made by fusec 99.0, this is 0.1.0" in shipped
     assert "no: does not parse (JSONDecodeError)" in shipped
     assert re.search(rf"m=64,n=64 .* no: records no library files \(keyed on a whole library's hash,"
@@ -1106,7 +1137,7 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     assert code == 0, err
     assert f"pruned 1 stale file(s) from the library's tunings:\n  {stale}" in out
     assert not stale.exists() and kept.exists() and broken.exists() and mine.key.path.exists()
-    assert unjudged.exists()  # what cannot be judged is kept
+    assert unjudged.exists() and carried.exists()  # what cannot be judged, or can be carried over, is kept
     code, out, err = run_cli(capsys, "tunings", "--library", own_library.path, "--gpu", "a100")
     assert code == 0 and "no entries for GPUs named 'a100'" in out
 

@@ -10,7 +10,7 @@ point falls out of the fit although its prices need not have changed. This moves
 stamped as the database at git revision REV to the database's stamp now when:
 
 - every timing of the database at REV is in the database now, unchanged, on the same GPU —
-  but those of routines whose function files changed since (``store.stale_routines``: the
+  but those of routines whose code changed since (``store.stale_routines``: the
   database at REV no longer serves them, and ``--missing`` timed them again); and
 - each of the point's plans, generated again from its JSON, has as many kernels as recorded,
   and the database now prices each kernel as recorded (within the relative PRICE_TOLERANCE

@@ -2,38 +2,49 @@
 
 One JSON file per key, ``<cache>/tuning/<gpu slug>/<sha256 of the key>.json``
 (``<cache>`` is ``$FUSEC_CACHE_DIR``, default ``~/.cache/fusec``). The key is
-what the winner depends on: the script's text (its sha256), the library files
-the script's kernels are built from (the digest of their digests,
-:func:`fusec.library.digest.library_digest`), every size, the precision, the
-GPU (its slug) and fusec's version; a change to any of them is a different
-file, never a stale hit. A file of the library that the script does not read
-(a function it does not call) is not in its key, so a library that only gains
-files keeps its tuned plans. An entry records those files with their digests
-(``library_files``), so that ``fusec tunings`` can judge it without its script.
+what the winner is sought by: the script's text (its sha256), the library's
+name, every size, the precision, the GPU (its slug) and fusec's version; a
+change to any of them is a different file.
+
+What a plan depends on in the library is known only once its plan is read, so
+it is not in the key but recorded in the entry and judged after reading it:
+the library's pieces its kernels are built from (:mod:`fusec.library.pieces`:
+each call's function declaration and chosen implementation, the routines,
+macros and mappings those name, the prelude, the composites expanded), each
+with its digest, and each call's function. An entry whose recorded pieces
+differ from those its plan would be built from in the library now (one
+changed, went, or is newly named) is *stale*: a quiet miss for a lookup, as
+though it were not there. So a library that gains an implementation, or
+changes a routine no plan of the script uses, keeps its tuned plans; one whose
+code under a plan changed never runs that plan as though it were measured.
 
 A library may ship plans tuned for it, laid out the same way in its own
 ``tunings/`` folder (``fusec tune --ship`` writes there): a fresh machine then
 runs the tuned plans without tuning again. The user's cache is looked in
-first, so a user's own tuning wins. No script reads the folder, and an entry
-keyed on files that have changed since never matches: it is *stale*,
-and ``fusec tunings --prune`` deletes it (an entry that does not record its
-files, keyed as fusec keyed tunings before, on the whole library's content
-hash, cannot be judged and is kept). ``$FUSEC_SHIPPED_TUNINGS=0`` makes
-lookups ignore every library's folder (the test suite sets it, as it points the
-cache at a folder of its own, so that no test depends on what was tuned).
+first, so a user's own tuning wins. A stale shipped entry is found by
+:func:`previous` (``fusec tune`` measures it beside its candidates) and
+deleted by ``fusec tunings --prune``. Entries of the format before (keyed on
+the digest of the library files a script reads, or on the whole library's
+content hash) are never found by a lookup; ``tools/rekey_tunings.py`` carries
+them over where the code under their plans is unchanged.
+``$FUSEC_SHIPPED_TUNINGS=0`` makes lookups ignore every library's folder (the
+test suite sets it, as it points the cache at a folder of its own, so that no
+test depends on what was tuned).
 
 Files are written whole to a temporary file and renamed over the target, so
 two tuners at once never corrupt an entry (the last one to finish wins) and a
 reader never sees half a file. An entry is never trusted: one that does not
-parse, whose key fields differ from the key looked for, or whose plan does not
-cover the script's calls is a miss, with a :class:`~fusec.errors.FusecWarning`
-naming the file; the next ``fusec tune`` overwrites it.
+parse, whose key fields differ from the key looked for, whose plan does not
+cover the script's calls, or that records other calls than the script's, is a
+miss, with a :class:`~fusec.errors.FusecWarning` naming the file; the next
+``fusec tune`` overwrites it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import math
@@ -46,11 +57,15 @@ from .. import validate as check
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
 from ..ir.plan import ProgramPlan
-from ..library.digest import dag_files, file_digest
 from ..library.digest import digest as files_digest
+from ..library.digest import file_digest
+from ..library.pieces import Gone, changes, plan_pieces
 from ..version import __version__
 
-FORMAT = 1  # of an entry file; another format is a miss
+# of an entry file; another format is a miss. 1: keyed on the digest of the library files its
+# script reads (recorded as ``library_files``), or on the whole library's content hash
+FORMAT = 2
+KEYED_ON_FILES = 1
 # what reading an entry that is not to be trusted may raise (JSONDecodeError and
 # UnicodeDecodeError are ValueErrors; RecursionError: arrays nested 50,000 deep)
 UNREADABLE = (OSError, ValueError, LookupError, TypeError, AttributeError, RecursionError, OverflowError)
@@ -60,14 +75,17 @@ SHIPPED = "tunings"  # a library's folder of plans tuned for it
 @dataclasses.dataclass(frozen=True)
 class TuningKey:
     script: str  # sha256 of the script's text
-    library: str  # the digest of the library files the script's kernels are built from
+    library: str  # the library's name (an entry of format 1: the digest of the files it read)
     sizes: tuple[tuple[str, int], ...]  # sorted by name
     dtype: str
     gpu: str  # slug, e.g. "h100-80gb-hbm3"
     fusec: str  # version
-    # those files with their digests, what ``library`` is the digest of: recorded in an
-    # entry, not part of the key (empty where the key was read from a file)
-    files: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}), compare=False)
+    # not part of the key: the script's calls' functions (by call id) and the composites they
+    # were expanded from, and the library the key was made with, which an entry made under it
+    # records the pieces of and a lookup judges an entry by (None where read from a file)
+    calls: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    composites: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def fields(self) -> dict:
         return {"script": self.script, "library": self.library, "sizes": dict(self.sizes),
@@ -110,10 +128,43 @@ def shipped_root(library) -> Path:
 
 def key(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str) -> TuningKey:
     """The key of a script (its DAG), library, precision, sizes and GPU slug."""
-    files = dag_files(library, dag)
-    return TuningKey(hashlib.sha256(dag.text.encode()).hexdigest(), files_digest(files),
+    return TuningKey(hashlib.sha256(dag.text.encode()).hexdigest(), library.name,
                      tuple(sorted((str(k), int(v)) for k, v in sizes.items())), str(dtype), gpu,
-                     __version__, MappingProxyType(files))
+                     __version__, tuple(call.function for call in dag.calls),
+                     tuple(sorted({name for call in dag.calls for name in call.via})), library)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What an entry records of the library its plan was measured with: each call's
+    function (by call id), the composites the calls were expanded from, and the pieces
+    (:func:`fusec.library.pieces.plan_pieces`) its kernels were built from, with digests."""
+
+    calls: tuple[str, ...]
+    composites: tuple[str, ...]
+    pieces: Mapping[str, str]
+
+    @classmethod
+    def of(cls, library, calls: tuple[str, ...], composites: tuple[str, ...], plan: ProgramPlan) -> Recorded:
+        """What a plan uses of ``library`` now; :class:`~fusec.library.pieces.Gone` where a
+        function or implementation it names is not there, IndexError where it names a call
+        beyond ``calls``."""
+        return cls(calls, composites, MappingProxyType(plan_pieces(library, uses(plan, calls), composites)))
+
+    def stale(self, library, plan: ProgramPlan) -> str:
+        """Why ``plan``, recorded so, is not built from ``library`` as it was measured (its
+        pieces changed, went, or others are named now), or "" where it is."""
+        try:
+            now = Recorded.of(library, self.calls, self.composites, plan)
+        except Gone as exc:
+            return str(exc)
+        return ", ".join(changes(self.pieces, now.pieces, library))
+
+
+def uses(plan: ProgramPlan, calls: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Each call's function and the implementation ``plan`` runs it with."""
+    return [(calls[c], impl) for kernel in plan.kernels for part in kernel.parts
+            for c, impl in zip(part.calls, part.implementations)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +182,13 @@ class TuningEntry:
     # entries from before it was measured say nothing, and turn
     turning: bool = True
     path: Path | None = dataclasses.field(default=None, compare=False)  # where it was read
+    # what it records of the library: read from its file, else found from the key's library
+    recorded: Recorded | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.recorded is None and self.key.source is not None:
+            object.__setattr__(self, "recorded", Recorded.of(self.key.source, self.key.calls,
+                                                             self.key.composites, self.plan))
 
     def describe(self) -> str:
         """One line for plans and messages."""
@@ -139,12 +197,15 @@ class TuningEntry:
                 + ("" if self.turning else ", blocks always walk forwards"))
 
     def to_json(self) -> str:
+        if self.recorded is None:
+            raise ValueError("an entry records what its plan uses of the library: make its key with key()")
         return json.dumps({
             "format": FORMAT, "key": self.key.fields(), "plan": json.loads(self.plan.to_json()),
             "measured_us": self.measured_us, "predicted_us": self.predicted_us,
             "predicted_rank": self.predicted_rank, "top": self.top, "gpu_name": self.gpu_name,
             "date": self.date, "script": self.script, "turning": self.turning,
-            "library_files": dict(self.key.files),
+            "calls": list(self.recorded.calls), "composites": list(self.recorded.composites),
+            "library_pieces": dict(self.recorded.pieces),
         }, indent=1, sort_keys=True) + "\n"
 
 
@@ -171,8 +232,8 @@ def ship(entry: TuningEntry, library) -> Path:
 def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
     """The entry for these, or None: the user's cache first, then the plans
     ``library`` ships. ``gpu`` is a slug or a slug's prefix (``h100`` finds
-    ``h100-80gb-hbm3``); None (no GPU known) is a miss. A folder that cannot be
-    read is a miss with a warning."""
+    ``h100-80gb-hbm3``); None (no GPU known) is a miss. A stale entry is a quiet
+    miss; a folder that cannot be read is a miss with a warning."""
     if not gpu:
         return None
     roots = [(cache_dir("tuning", create=False), "the tuning cache")]
@@ -189,25 +250,31 @@ def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
 
 def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
     """The plan ``library`` shipped for these when it was another version (a stale
-    file: keyed on the files the script reads as they were, or on the whole library's
-    content hash, as fusec keyed tunings before), or None. ``fusec tune`` measures it
-    beside its candidates, so that tuning again after a library change never loses the
-    plan tuned before it where that plan still builds and still wins."""
+    entry: what its plan is built from changed since; or one keyed as fusec keyed
+    tunings before, format 1), or None. ``fusec tune`` measures it beside its
+    candidates, so that tuning again after a library change never loses the plan
+    tuned before it where that plan still builds and still wins."""
     if not gpu:
         return None
     root = shipped_root(library)
     for slug in _slugs(root, gpu, "the library's tunings"):
         now = key(dag, library, dtype, sizes, slug)
+        entry = read(root / slug / f"{now.digest}.json", now, calls=len(dag.calls), stale=True)
+        if entry is not None:
+            return entry
         for path in sorted((root / slug).glob("*.json")):
             try:
-                fields = json.loads(path.read_text(encoding="utf-8"))["key"]
+                data = json.loads(path.read_text(encoding="utf-8"))
+                fields = data["key"]
             except UNREADABLE:
                 continue  # `fusec tunings` reports what does not parse
-            if not isinstance(fields, dict) or fields.get("library") == now.library:
+            if not isinstance(fields, dict) or data.get("format") != KEYED_ON_FILES:
                 continue
-            was = dataclasses.replace(now, library=str(fields.get("library")))
+            was = dataclasses.replace(now, library=str(fields.get("library")), source=None)
             if fields == was.fields():
-                return read(path, was, calls=len(dag.calls))
+                entry = read(path, was, calls=len(dag.calls), format=KEYED_ON_FILES)
+                if entry is not None:
+                    return entry
     return None
 
 
@@ -293,10 +360,14 @@ def _slugs(root: Path, gpu: str, where: str) -> list[str]:
     return slugs
 
 
-def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry | None:
-    """The entry in ``path`` if it is whole and is the one for ``wanted``;
-    a missing file is a quiet miss, anything else wrong a miss with a warning.
-    ``calls``: the script's number of calls, which the plan must cover."""
+def read(path: Path, wanted: TuningKey, calls: int | None = None, stale: bool = False,
+         format: int = FORMAT) -> TuningEntry | None:
+    """The entry in ``path`` if it is whole, is the one for ``wanted`` and, judged by the
+    library ``wanted`` was made with, is current (with ``stale``: is stale); a missing file,
+    or one current where a stale one is wanted or the other way round, is a quiet miss,
+    anything else wrong a miss with a warning. ``calls``: the script's number of calls,
+    which the plan must cover. ``format``: :data:`KEYED_ON_FILES` reads an entry of the
+    format before, unjudged."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -307,15 +378,21 @@ def read(path: Path, wanted: TuningKey, calls: int | None = None) -> TuningEntry
         data = json.loads(text)
         if not isinstance(data, dict):
             return _bad(path, "is not a JSON object")
-        if data.get("format") != FORMAT:
-            return _bad(path, f"has format {data.get('format')!r}, not {FORMAT}")
+        if data.get("format") != format:
+            return _bad(path, f"has format {data.get('format')!r}, not {format}")
         if data.get("key") != wanted.fields():
             return _bad(path, "is filed under a key its fields do not match")
         entry, covered = _entry(data, wanted, path)
+        if calls is not None and covered != list(range(calls)):
+            return _bad(path, "holds a plan that does not cover the script's calls")
+        why = entry.recorded.stale(wanted.source, entry.plan) if entry.recorded and wanted.source else ""
     except UNREADABLE as exc:
         return _bad(path, f"does not parse ({type(exc).__name__}: {str(exc)[:200]})")
-    if calls is not None and covered != list(range(calls)):
-        return _bad(path, "holds a plan that does not cover the script's calls")
+    if bool(why) != stale:
+        return None
+    if entry.recorded is not None and wanted.source is not None and (
+            entry.recorded.calls, entry.recorded.composites) != (wanted.calls, wanted.composites):
+        return _bad(path, "records other calls than its script makes")
     return entry
 
 
@@ -323,7 +400,9 @@ def _entry(data: dict, wanted: TuningKey, path: Path) -> tuple[TuningEntry, list
     """The entry the fields of ``data`` hold, filed under ``wanted``, and the calls its plan
     covers, sorted; one of UNREADABLE where a field is missing or wrong. What a lookup
     reads, and what `fusec tunings` checks before it calls an entry usable."""
-    recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
+    recorded = _recorded(data) if data.get("format") == FORMAT else None
+    if data.get("format") != FORMAT:
+        recorded_files(data)  # what `fusec tunings` judges it by: whole, or no entry
     if not isinstance(data["plan"], list) or not data["plan"]:
         raise check.Invalid("plan is not a list of kernel plans")
     plan = ProgramPlan.from_json(json.dumps(data["plan"]))
@@ -332,8 +411,25 @@ def _entry(data: dict, wanted: TuningKey, path: Path) -> tuple[TuningEntry, list
                         float(check.number(data["predicted_us"], "predicted_us", low=0)),
                         check.number(data["predicted_rank"], "predicted_rank", low=1, integer=True),
                         check.number(data["top"], "top", low=0, integer=True), str(data["gpu_name"]),
-                        str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path)
-    return entry, sorted(c for k in plan.kernels for c in k.calls)  # a TypeError where calls are not numbers
+                        str(data["date"]), str(data.get("script", "")), _flag(data, "turning"), path, recorded)
+    covered = sorted(c for k in plan.kernels for c in k.calls)  # a TypeError where calls are not numbers
+    if recorded is not None and covered and not 0 <= covered[-1] < len(recorded.calls):
+        raise check.Invalid("the plan runs a call the entry records no function of")
+    return entry, covered
+
+
+def _recorded(data: dict) -> Recorded:
+    """What an entry of this format records of the library (:class:`Recorded`)."""
+    calls = data["calls"]
+    composites = data["composites"]
+    if not isinstance(calls, list) or not isinstance(composites, list):
+        raise check.Invalid("calls and composites are lists of names")
+    pieces = check.mapping(data["library_pieces"], "library_pieces")
+    return Recorded(tuple(check.text(c, "a call's function") for c in calls),
+                    tuple(check.text(c, "a composite") for c in composites),
+                    MappingProxyType({check.text(name, "a library piece's name"):
+                                      check.text(digest, f"library_pieces[{name!r}]")
+                                      for name, digest in pieces.items()}))
 
 
 def sizes_of(fields: dict) -> tuple[tuple[str, int], ...]:
@@ -369,16 +465,16 @@ class Filed:
     measured_us: float | None
     date: str
     why_unused: str  # why no lookup with this library and this fusec finds it; "" when one can
-    other_library: bool = False  # keyed on library files that differ from the library's now
-    # whether it can be told if the entry suits the library: not where it records no files
-    # (keyed on the whole library's content hash, as fusec keyed tunings before it recorded
-    # them) or records files its key is not the digest of
+    other_library: bool = False  # built from library pieces that differ from the library's now
+    # whether it can be told if the entry suits the library: not where it is of the format
+    # before and records no files (keyed on the whole library's content hash) or records
+    # files its key is not the digest of
     judged: bool = True
 
     @property
     def stale(self) -> bool:
-        """A shipped file keyed on files the library has changed since: no fusec
-        can use it with the library as it is. (The cache holds other libraries'
+        """A shipped file whose plan is built from pieces the library has changed since:
+        no fusec can use it with the library as it is. (The cache holds other libraries'
         entries, and another fusec version's entries serve that version.)"""
         return self.shipped and self.other_library
 
@@ -404,30 +500,33 @@ def _filed(path: Path, shipped: bool, slug: str, library) -> Filed:
         sizes, digest = stored.sizes, stored.digest
         measured = float(check.number(data["measured_us"], "measured_us"))
         script, dtype, date = str(data.get("script", "")), str(fields["dtype"]), str(data.get("date", ""))
-        library_hash, made_by = str(fields["library"]), str(fields["fusec"])
-        files = recorded_files(data)
+        made_by = str(fields["fusec"])
+        entry = _entry(data, stored, path)[0] if data.get("format") == FORMAT else None
+        files = None if entry is not None else recorded_files(data)
     except UNREADABLE as exc:
         return Filed(path, shipped, slug, "?", "?", (), None, "", f"does not parse ({type(exc).__name__})")
-    why, other_library, judged = _judge(library, library_hash, files, shipped)
-    if why:  # the library first: a file keyed on changed files is stale whoever made it
-        return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library, judged)
+    listed = functools.partial(Filed, path, shipped, slug, script, dtype, sizes, measured, date)
+    if entry is None:  # the format before: keyed on files, or on the whole library
+        return listed(*_judge_files(library, stored.library, files, shipped, data.get("format")))
+    try:
+        why = entry.recorded.stale(library, entry.plan)
+    except UNREADABLE as exc:  # a call of its plan the entry records no function of
+        return listed(f"does not parse ({type(exc).__name__})")
+    if why:  # the library first: an entry built from changed pieces is stale whoever made it
+        where = "the library as it was" if shipped else "another library, or this one as it was"
+        return listed(f"built from {where}: {why}", True)
+    if stored.library != library.name:
+        return listed(f"tuned with library {stored.library!r}, this is {library.name!r}", True)
     if made_by != __version__:
-        why = f"made by fusec {made_by}, this is {__version__}"
-    elif data.get("format") != FORMAT:
-        why = f"format {data.get('format')!r}, not {FORMAT}"
-    elif path.stem != digest:
-        why = "filed under a key its fields do not match"
-    else:
-        try:  # what a lookup reads of it: a field it ignores the entry for is no usable entry
-            _entry(data, stored, path)
-        except UNREADABLE as exc:
-            why = f"does not parse ({type(exc).__name__})"
-    return Filed(path, shipped, slug, script, dtype, sizes, measured, date, why, other_library, judged)
+        return listed(f"made by fusec {made_by}, this is {__version__}")
+    if path.stem != digest:
+        return listed("filed under a key its fields do not match")
+    return listed("")
 
 
 def recorded_files(data: dict) -> dict[str, str] | None:
-    """The library files an entry records its plan read, with their digests; None where
-    it records none (made before fusec recorded them)."""
+    """The library files an entry of the format before records its plan read, with their
+    digests; None where it records none (keyed on the whole library's content hash)."""
     if "library_files" not in data:
         return None
     files = check.mapping(data["library_files"], "library_files")
@@ -435,11 +534,15 @@ def recorded_files(data: dict) -> dict[str, str] | None:
             for name, digest in files.items()}
 
 
-def _judge(library, keyed_on: str, files: dict[str, str] | None, shipped: bool) -> tuple[str, bool, bool]:
-    """(why an entry keyed on library digest ``keyed_on``, recording ``files``, does not
-    suit ``library``, or ""; whether it is keyed on files the library has changed since;
-    whether that can be told). Without its script at hand, an entry is judged by the files
-    it records (what its key's digest is over), compared with the library's now."""
+def _judge_files(library, keyed_on: str, files: dict[str, str] | None, shipped: bool,
+                 format) -> tuple[str, bool, bool]:
+    """(why an entry of the format before, keyed on library digest ``keyed_on`` and
+    recording ``files``, is not used; whether it is keyed on files the library has
+    changed since; whether that can be told). No lookup finds such an entry: where its
+    files are as they were, ``tools/rekey_tunings.py`` carries it over."""
+    carry = "; python tools/rekey_tunings.py carries it over" if shipped else "; tune it again"
+    if format != KEYED_ON_FILES:
+        return f"format {format!r}, not {FORMAT}", False, True
     if files is None:
         return (f"records no library files (keyed on a whole library's hash, {keyed_on}, as fusec"
                 " once keyed tunings): cannot tell whether it suits this one"
@@ -451,7 +554,8 @@ def _judge(library, keyed_on: str, files: dict[str, str] | None, shipped: bool) 
     changed = [name + (" changed" if name in library.files else " is gone")
                for name in files if now[name] != files[name]]
     if not changed:
-        return "", False, True
+        return f"keyed on the library files its script reads (hash {keyed_on}), as fusec once keyed tunings" + carry, \
+            False, True
     if shipped:
         why = f"keyed on the library as it was: {', '.join(changed)} (hash {keyed_on}, now {files_digest(now)})"
     else:

@@ -154,7 +154,10 @@ def save_merged(database: store.Database, path: Path, library: Library, dtypes, 
             for key, timing in old.timings.items():
                 if missing or key.dtype not in dtypes:
                     timings.setdefault(key, timing)
-        merged = dataclasses.replace(database, timings=timings)
+        # every timing kept is of the library as it is (load left out the stale ones), so
+        # each routine's digest now is what its timings measured
+        routines = store.routine_digests(library, {key.routine for key in timings})
+        merged = dataclasses.replace(database, timings=timings, library={**database.library, "routines": routines})
         if missing and old is not None:
             device = {**database.device, "target": old.device.get("target", database.device.get("target"))}
             merged = dataclasses.replace(merged, device=device, launch=old.launch)

@@ -1,22 +1,26 @@
 """Reading and writing performance databases: ``perfdb/<gpu slug>.json``.
 
 A database records the GPU (name, SMs, compute capability, driver, nvcc),
-the library it timed (name, content hash, and the hash of each of its files),
-the launch cost, and for every routine key the seconds one block spends on the
-routine per serial iteration (per block for routines outside the loop) at each
-number of blocks per SM it was run with. A file that does not parse, has the
+the library it timed (name, content hash, the hash of each of its files, and
+the digest of what each routine's timings measured), the launch cost, and for
+every routine key the seconds one block spends on the routine per serial
+iteration (per block for routines outside the loop) at each number of blocks
+per SM it was run with. A file that does not parse, has the
 wrong format, or timed another version of the library is reported
 (:class:`PerfdbWarning`) and not used; writes are atomic.
 
-A library that only gained files since (a new function) is the version timed:
-every routine the database holds is defined and compiled as it was, since a
-routine name is defined once in a library and the shared files are among those
-recorded. Kernels that call a new routine are priced by the analytic model
-until ``fusec perfdb build --missing`` times it. A library in which function
-files changed too (their metadata, their routines), and no shared file, is
-served the same way less the routines those files define: their timings are
-left out (:func:`stale_routines`), so they are priced as new ones until
-``--missing`` times them again.
+A routine's timings hold while the code they measured is unchanged: the
+library's pieces the routine is built from (:func:`fusec.library.pieces.routine_pieces`:
+its definition, the routines and macros its code names, the rest of their
+files, the prelude, the metadata lines calling it and their mappings), whose
+digest the database records per routine (``library.routines``). Where any of
+them changed, that routine's timings are left out (:func:`stale_routines`), so
+it is priced as a new one (by the analytic model) until ``fusec perfdb build
+--missing`` times it again; a new implementation, a new routine, a changed
+routine elsewhere, or a library that only gained files, leave the others as
+they are. A database that records no routine digests (built before them) is
+judged by its files: usable less the routines of the function files that
+changed, where no shared file did.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ... import validate as check
 from ...cache import atomic_write_text
 from ...errors import FusecWarning
 from ...library.model import Library
+from ...library.pieces import routine_digest
 from ...target import slug
 from .probes import RoutineKey
 
@@ -133,6 +138,10 @@ class Database:
             for name, digest in check.mapping(library["files"], "library files").items():
                 check.text(name, "a library file")
                 check.text(digest, f"library file {name}")
+        if "routines" in library:  # absent in databases built before it was recorded
+            for name, digest in check.mapping(library["routines"], "library routines").items():
+                check.text(name, "a routine")
+                check.text(digest, f"library routine {name}")
         launch = check.number(data.get("launch_seconds"), "launch_seconds", low=0, high=1.0)
         bench_sizes = check.mapping(data.get("bench_sizes", {}), "bench_sizes")
         routines = data.get("routines")
@@ -228,15 +237,21 @@ def timed(database: Database, library: Library) -> bool:
 
 def stale_routines(database: Database, library: Library) -> frozenset[str] | None:
     """The routines whose timings in ``database`` no longer time ``library``: none when it
-    has the same content hash, or when every file the database recorded is in the library
-    unchanged (the library only gained files: new functions, whose routines the database
-    lacks); the routines defined in the function files that changed, when only function
+    has the same content hash; else, where it records each routine's digest, those whose
+    pieces (:func:`~fusec.library.pieces.routine_digest`) changed or went, or that it
+    records no digest of. A database of before routine digests is judged by the files it
+    recorded: none stale when each is in the library unchanged (the library only gained
+    files); the routines defined in the function files that changed, when only function
     files did (a routine name is defined once in a library, so the others are compiled
-    from the files they were). None when the database does not time the library at all: a
-    shared file (``library.fusec``, a part, the prelude, a routine file) changed or went, a
-    function file went, or the database recorded no files."""
+    from the files they were); None, the database not timing the library at all, when a
+    shared file (``library.fusec``, a part, the prelude, a routine file) changed or went,
+    a function file went, or it recorded no files."""
     if database.library.get("hash") == library.content_hash:
         return frozenset()
+    routines = database.library.get("routines")
+    if routines:
+        timed = {key.routine for key in database.timings}
+        return frozenset(r for r in timed if routines.get(r) is None or routines[r] != routine_digest(library, r))
     files = database.library.get("files")
     if not files:
         return None
@@ -246,6 +261,13 @@ def stale_routines(database: Database, library: Library) -> frozenset[str] | Non
         return None
     return frozenset(routine for routine, home in library.routine_homes.items()
                      if _relative(library, home) in changed)
+
+
+def routine_digests(library: Library, routines) -> dict[str, str]:
+    """What a database records of ``routines`` timed with ``library`` as it is: each
+    one's digest (:func:`~fusec.library.pieces.routine_digest`), sorted by name."""
+    found = {routine: routine_digest(library, routine) for routine in set(routines)}
+    return {routine: digest for routine, digest in sorted(found.items()) if digest is not None}
 
 
 def _relative(library: Library, path: str) -> str:
