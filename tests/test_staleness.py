@@ -244,3 +244,29 @@ def test_an_entry_that_records_other_calls_than_its_script_is_a_warning(folder):
     with pytest.warns(Warning, match="records other calls than its script makes"):
         assert tuning.lookup(dag, lib, "float32", SIZES, SLUG) is None
 
+
+def test_every_shipped_plan_is_found_by_its_script_at_its_sizes(tmp_path):
+    """The bundled library's shipped plans (the H100's among them, which no GPU here can tune
+    again) are each found by a lookup with their script (the bundled scripts, the solvers'
+    iterations, and the local stages of the two-rank programs tools/stage_scripts.py writes)."""
+    import hashlib
+
+    from fusec import data
+    from tools.stage_scripts import write
+    scripts = [*(ROOT / "scripts").rglob("*.script"), *(data.ROOT / "solvers").glob("*.script")]
+    for script in ("atax", "bicgk"):
+        scripts += [path for path, _ in write(str(ROOT / "scripts" / f"{script}.script"), 2, {"n": 16384},
+                                              "float32", tmp_path / "stages")]
+    by_text = {}
+    for script in scripts:
+        dag = load_script(script, library())
+        by_text[hashlib.sha256(dag.text.encode()).hexdigest()] = dag
+    shipped = sorted(tuning.shipped_root(library()).glob("*/*.json"))
+    assert len(shipped) >= 116 and {p.parent.name for p in shipped} == {"h100-80gb-hbm3", "h200"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for path in shipped:
+            key = json.loads(path.read_text(encoding="utf-8"))["key"]
+            found = tuning.lookup(by_text[key["script"]], library(), key["dtype"], key["sizes"], key["gpu"])
+            assert found is not None and found.path.samefile(path), path.name
+    assert all(e.why_unused == "" for e in tuning.filed(library()) if e.shipped)
