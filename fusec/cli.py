@@ -538,9 +538,10 @@ def parser() -> argparse.ArgumentParser:
         description="List the entries of the tuning cache and of the library's tunings/ folder"
                     " (written by 'fusec tune --ship'): GPU, script, precision, sizes, the winner's"
                     " measured time, the date, and whether 'fusec compile' can use it with the"
-                    " library as it is and this fusec (an entry is keyed on the library files its"
-                    " script's kernels are built from and fusec's version, so one made before either"
-                    " changed is never used; a file the script does not read may be added or edited).",
+                    " library as it is and this fusec (an entry records the library pieces its"
+                    " plan's kernels are built from, and one made before any of them, or fusec's"
+                    " version, changed is never used; a new function or implementation, or an edit"
+                    " to code the plan does not run, leaves it in use).",
         epilog="The cache is looked in first; a library's shipped plan runs where the cache has"
                " none for the same key.")
     listing.add_argument("--library", metavar="DIR", type=_path, default=None,
@@ -549,9 +550,9 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--gpu", metavar="NAME", default=None,
                          help="only entries for GPUs whose folder starts with NAME, e.g. h100")
     listing.add_argument("--prune", action="store_true",
-                         help="delete the library's shipped files keyed on library files that have"
-                              " changed since (stale: never used again); files that cannot be judged"
-                              " and the cache are left alone")
+                         help="delete the library's shipped files whose plans are built from library"
+                              " pieces that have changed since (stale: never used again); files that"
+                              " cannot be judged and the cache are left alone")
     listing.set_defaults(handler=_tunings)
 
     perfdb = commands.add_parser(

@@ -30,7 +30,6 @@ from .model import (
     ThreadMapping,
 )
 
-
 # where a routine is defined: ``__device__``, then anything but a statement's or a block's
 # end, then its name and parameter list (what fusec.library.pieces splits files by, too)
 ROUTINE_DEFINITION = re.compile(rf"__device__[^;{{}}()]*?\b({IDENT})\s*\(")

@@ -1,16 +1,17 @@
 """The library files a script's kernels are built from, and their digest.
 
-A plan tuned for a script depends on the library only through the files its kernels
-are generated from: the index (``library.fusec``), the prelude, the files of the
+The generated program's header names the digest of the files its kernels include
+(:func:`library_digest`): the index (``library.fusec``), the prelude, the files of the
 functions the script calls, the routine files defining what those functions name
 (their routines, finish routines and macros, and in turn what those files name, as
-:func:`fusec.emit.kernel.library_sources` includes them), and the files declaring the
+:func:`fusec.emit.kernel.library_sources` includes them), the files declaring the
 thread mappings their implementations use, and the parts defining the composites the
-script's calls were expanded from (they say which calls a composite makes). A tuned plan
-is keyed on the digest of those files (:func:`library_digest`), not on the whole
-library's content hash, so a library that only gains files the script does not read (a
-new function, a part index of new mappings) keeps its tuned plans. The files' digests are the loader's
-(:attr:`~fusec.library.model.Library.files`); nothing is read again.
+script's calls were expanded from. A library that only gains files the script does
+not read generates the same source. Tuning entries of format 1 were keyed on this
+digest; a plan is now judged by the finer pieces of :mod:`fusec.library.pieces`,
+which leave out the code of a file that the plan's kernels do not run. The files'
+digests are the loader's (:attr:`~fusec.library.model.Library.files`); nothing is read
+again.
 """
 
 from __future__ import annotations

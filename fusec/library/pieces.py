@@ -11,18 +11,17 @@ is split into pieces, each digested on its own:
   which inputs only its finish reads, which every implementation's loads decide);
 - ``sgemv.cu: implementation band``: one implementation block (its routines and options);
 - ``band.cuh: band_load()``: a CUDA routine, every ``__device__`` definition of that name
-  in the file (found as :func:`fusec.library.checks.routine_homes` finds routine homes),
-  with the comment lines right above it; ``tile.cuh: macro ROWS_PER_THREAD``: a
-  ``#define``, with its continuation lines;
+  in the file (found as :func:`fusec.library.checks.routine_homes` finds routine homes);
+  ``tile.cuh: macro ROWS_PER_THREAD``: a ``#define``, with its continuation lines;
 - ``band.cuh: rest``: whatever of a CUDA file is neither (helpers that are no routine,
-  structs, includes, comments), blank lines left out: conservative, a change there stales
-  everything that uses the file;
+  structs, includes): conservative, a change there stales everything that uses the file;
 - ``library.fusec: mapping band``: a thread mapping's name, storage and size (its comment
   reaches no code); ``symv.fusec: composite symv``: a composite's signature and calls;
 - ``prelude.cuh``: a prelude file, whole (every kernel includes it).
 
 Metadata pieces are digested from the loader's records (coordinates and comments left
-out), CUDA pieces from their text. What a plan uses (:func:`plan_pieces`): for each call,
+out), CUDA pieces from their text less comments and blank lines (C reads a comment as one
+space), so an edited comment stales nothing. What a plan uses (:func:`plan_pieces`): for each call,
 the function's declaration, the implementation the plan chose, the mappings and routines
 that implementation names, and in turn every routine and macro their code (comments left
 out) names, with the rest of each file they come from and of the function's own file; the
@@ -66,6 +65,7 @@ class Gone(LookupError):
 
 
 def digest_text(text: str) -> str:
+    """16 hex digits of the text's sha256, as the loader digests files."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
