@@ -1142,6 +1142,45 @@ def test_fusec_tunings_lists_both_folders_and_prunes_only_stale_shipped_files(ca
     assert code == 0 and "no entries for GPUs named 'a100'" in out
 
 
+
+def _in_the_format_before(entry: tuning.TuningEntry, files: dict) -> tuning.TuningEntry:
+    """``entry`` as fusec filed it before pieces: keyed on the digest of ``files`` (the
+    library files its script reads, with their digests), recording them, format 1."""
+    from fusec.library.digest import digest
+    old = dataclasses.replace(entry, key=dataclasses.replace(entry.key, library=digest(files)))
+    data = json.loads(old.to_json())
+    for field in ("library_pieces", "calls", "composites"):
+        del data[field]
+    path = old.key.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(data, format=tuning.KEYED_ON_FILES, library_files=files)))
+    return old
+
+
+def test_a_users_entry_of_the_format_before_is_carried_over_where_its_files_are_as_they_were(cache):
+    from fusec.library.digest import dag_files
+    entry = planted(store=False)
+    old = _in_the_format_before(entry, dag_files(library(), bicgk()))
+    assert not entry.key.path.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # quietly
+        found = tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG)
+    assert found is not None and found.plan == entry.plan and found.measured_us == 12.5
+    assert found.path == entry.key.path and entry.key.path.exists() and not old.key.path.exists()
+    again = tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG)  # now the entry of this format
+    assert again.path == entry.key.path and again.recorded == found.recorded
+    assert json.loads(entry.key.path.read_text())["format"] == tuning.FORMAT
+
+
+def test_a_users_entry_of_the_format_before_keyed_on_other_files_is_not_carried_over(cache):
+    from fusec.library.digest import dag_files
+    entry = planted(store=False)
+    files = dict(dag_files(library(), bicgk()), **{"sgemv.cu": "0" * 16})  # sgemv.cu as it was
+    old = _in_the_format_before(entry, files)
+    assert tuning.lookup(bicgk(), library(), "float32", SIZES, SLUG) is None
+    assert old.key.path.exists() and not entry.key.path.exists()  # nothing lost, nothing made
+
+
 DAMAGED_FIELDS = {
     "measured_us -1": lambda d: d.update(measured_us=-1),
     "predicted_rank 0": lambda d: d.update(predicted_rank=0),

@@ -21,7 +21,9 @@ code under a plan changed never runs that plan as though it were measured.
 A library may ship plans tuned for it, laid out the same way in its own
 ``tunings/`` folder (``fusec tune --ship`` writes there): a fresh machine then
 runs the tuned plans without tuning again. The user's cache is looked in
-first, so a user's own tuning wins. A stale shipped entry is found by
+first, so a user's own tuning wins; an entry of the user's in the format before
+whose library files are as they were is carried over to this format by the
+lookup that finds it. A stale shipped entry is found by
 :func:`previous` (``fusec tune`` measures it beside its candidates) and
 deleted by ``fusec tunings --prune``. Entries of the format before (keyed on
 the digest of the library files a script reads, or on the whole library's
@@ -57,8 +59,8 @@ from .. import validate as check
 from ..cache import atomic_write_text, cache_dir
 from ..errors import FusecWarning
 from ..ir.plan import ProgramPlan
+from ..library.digest import dag_files, file_digest
 from ..library.digest import digest as files_digest
-from ..library.digest import file_digest
 from ..library.pieces import Gone, changes, plan_pieces
 from ..version import __version__
 
@@ -239,13 +241,42 @@ def lookup(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) 
     roots = [(cache_dir("tuning", create=False), "the tuning cache")]
     if shipped_wanted():
         roots.append((shipped_root(library), "the library's tunings"))
-    for root, where in roots:
+    for order, (root, where) in enumerate(roots):
         for slug in _slugs(root, gpu, where):
             wanted = key(dag, library, dtype, sizes, slug)
             entry = read(root / slug / f"{wanted.digest}.json", wanted, calls=len(dag.calls))
+            if entry is None and order == 0:
+                entry = _carried_over(dag, library, root / slug, wanted)
             if entry is not None:
                 return entry
     return None
+
+
+def _carried_over(dag, library, folder: Path, wanted: TuningKey) -> TuningEntry | None:
+    """The user's entry for ``wanted`` in the format before (keyed on the digest of the library
+    files its script reads), where those files are as they were: its plan is then built from
+    the same code, so it is written again under ``wanted`` (recording the pieces it uses now)
+    and the old file removed; None where there is none. A user's plans outlive the change of
+    format without tuning again; a cache that cannot be written still serves the plan."""
+    files = dag_files(library, dag)
+    was = dataclasses.replace(wanted, library=files_digest(files), source=None)
+    path = folder / f"{was.digest}.json"
+    if not path.is_file():
+        return None
+    old = read(path, was, calls=len(dag.calls), format=KEYED_ON_FILES)
+    if old is None:
+        return None
+    try:
+        entry = dataclasses.replace(old, key=wanted, path=None, recorded=None)
+    except UNREADABLE as exc:  # its plan names what the library lacks (Gone is a LookupError)
+        return _bad(path, f"cannot be carried over ({exc})")
+    try:
+        entry = dataclasses.replace(entry, path=store(entry))
+        path.unlink()
+    except OSError as exc:
+        warnings.warn(FusecWarning(f"carried the tuning-cache entry {path} over to this fusec's format,"
+                                   f" but cannot write it: {exc.strerror or exc}"))
+    return entry
 
 
 def previous(dag, library, dtype: str, sizes: Mapping[str, int], gpu: str | None) -> TuningEntry | None:
@@ -540,7 +571,7 @@ def _judge_files(library, keyed_on: str, files: dict[str, str] | None, shipped: 
     recording ``files``, is not used; whether it is keyed on files the library has
     changed since; whether that can be told). No lookup finds such an entry: where its
     files are as they were, ``tools/rekey_tunings.py`` carries it over."""
-    carry = "; python tools/rekey_tunings.py carries it over" if shipped else "; tune it again"
+    carry = "; python tools/rekey_tunings.py carries it over" if shipped else "; the next lookup carries it over"
     if format != KEYED_ON_FILES:
         return f"format {format!r}, not {FORMAT}", False, True
     if files is None:
