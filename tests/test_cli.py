@@ -66,6 +66,18 @@ def test_top_level_help_lists_the_commands(capsys):
     assert "fusec compile scripts/bicgk.script" in out  # the examples
 
 
+def test_python_dash_m_fusec_is_the_fusec_command(tmp_path):
+    """``python -m fusec`` where the scripts folder is not on PATH: the same parser, the same
+    exit statuses and messages as the ``fusec`` script's."""
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "fusec", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "usage: fusec" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "fusec", "compile", str(SCRIPTS / "waxpby.script"), "--size",
+                           "n=x", "--no-nvcc", "-o", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr == "fusec: error: --size 'n=x': 'x' is not a whole number (digits 0-9 only)\n"
+
+
 def test_the_help_examples_parse_and_name_no_library_folder():
     """The examples `fusec --help` ends with run from any folder that holds the scripts: with an
     installed wheel there is no fusec/data/blas below the current folder, and the bundled library
