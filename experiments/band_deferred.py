@@ -28,12 +28,11 @@ times them in one process with ``Program.time(host=False)``:
 from __future__ import annotations
 
 import argparse
-import copy
-import dataclasses
 import json
 import re
-import statistics
 from pathlib import Path
+
+from experiments.source_variants import run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = (("bicgk", "float32", 16384), ("bicgk", "float64", 8192), ("atax", "float32", 16384),
@@ -100,6 +99,16 @@ def prefetched(source: str | None, ahead: int) -> str | None:
     return source[:load.start(1)] + ask + source[load.start(1):]
 
 
+# a row of A in shared memory into the thread's registers (mapping `band`)
+STAGE_READ = """__device__ __forceinline__ void band_stage_read(const real* stage, real* a, const fusec_band& c) {
+  #pragma unroll
+  for (int j = 0; j < PIECES; ++j) {
+    const fusec_vec v = *reinterpret_cast<const fusec_vec*>(stage + band_col(j, c));
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) a[j * VEC + k] = v.v[k];
+  }
+}"""
+
 STAGE_HELPERS = """
 // experiments.band_deferred: rows staged in shared memory by cp.async, each thread copying
 // and later reading only its own pieces (its own wait_group suffices: no block barrier)
@@ -113,14 +122,7 @@ __device__ __forceinline__ void band_stage_issue(const real* __restrict__ A, rea
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src + col));
   }
 }
-__device__ __forceinline__ void band_stage_read(const real* stage, real* a, const fusec_band& c) {
-  #pragma unroll
-  for (int j = 0; j < PIECES; ++j) {
-    const fusec_vec v = *reinterpret_cast<const fusec_vec*>(stage + band_col(j, c));
-    #pragma unroll
-    for (int k = 0; k < VEC; ++k) a[j * VEC + k] = v.v[k];
-  }
-}"""
+""" + STAGE_READ
 
 
 def staged(source: str | None, stages: int) -> str | None:
@@ -169,22 +171,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="h200-band-deferred")
     args = parser.parse_args()
-    import cupy
     import numpy as np
 
     import fusec
-    from bench.fusion import device_inputs
-    from fusec import nvcc
-    from fusec.runtime import cuda
-    from fusec.runtime.program import Program
     rows = []
     for script, dtype, n in CASES:
         path = ROOT / "scripts" / f"{script}.script"
         sizes = {"m": n, "n": n}
         for origin, tuned in (("shipped", True), ("first choice", False)):
             base = fusec.compile(path, dtype=dtype, sizes=sizes, tuned=tuned)
-            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            nbytes = base.minimum_bytes(sizes)
             variants = {"plain": base.source}
             if (d := deferred(base.source)) is not None:
                 variants["deferred"] = d
@@ -201,38 +196,7 @@ def main() -> None:
             if "#define BAND_ROWS" not in base.source:
                 for k in (2, 3):
                     variants[f"bounds {k}"] = bounded(base.source, k)
-            reference = None
-            row = {"sequence": script, "dtype": dtype, "size": n, "origin": origin,
-                   "plan": base.generated.plan.summary(base.dag), "us": {}, "registers": {}}
-            for name, source in variants.items():
-                resources = nvcc.compile_cubin(source).resources
-                row["registers"][name] = {k: [r.registers, r.spill_stores] for k, r in resources.items()}
-                generated = dataclasses.replace(base.generated, source=source)
-                if name in shared:  # the stages: dynamic shared memory, passed by every launch
-                    kernels = [copy.copy(k) for k in generated.kernels]
-                    object.__setattr__(kernels[0], "dynamic_shared_bytes", shared[name])
-                    generated = dataclasses.replace(generated, kernels=tuple(kernels))
-                program = Program(generated)
-                with cuda.context():
-                    results = program(**inputs)
-                    results = results if isinstance(results, tuple) else (results,)
-                    host = [cupy.asnumpy(r) for r in results]
-                    if reference is None:
-                        reference = host
-                    same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, host))
-                    close = all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(a).max()))
-                                for a, b in zip(reference, host))
-                    del results
-                    times = program.time(inputs, repeat=args.repeat, host=False)
-                us = statistics.median(times) * 1e3
-                row["us"][name] = us
-                row.setdefault("check", {})[name] = "same bits" if same else "close" if close else "DIFFERENT"
-                print(f"{script:6s} {dtype} {n:6d} {origin:12s} {name:9s} {us:8.1f} us {nbytes / us / 1e3:6.0f} GB/s "
-                      f"{row['check'][name]:9s} regs {row['registers'][name]}  {row['plan'][:70]}", flush=True)
-                program.release()
-            rows.append(row)
-            del inputs
-            cupy.get_default_memory_pool().free_all_blocks()
+            rows.append(run_case(script, base, sizes, dtype, origin, variants, shared, args.repeat))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
 

@@ -32,14 +32,12 @@ in flight. Not built.
 from __future__ import annotations
 
 import argparse
-import copy
-import dataclasses
 import json
 import re
-import statistics
 from pathlib import Path
 
-from experiments.band_deferred import deferred
+from experiments.band_deferred import STAGE_READ, deferred
+from experiments.source_variants import run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = (("bicgk", "float32", 16384), ("atax", "float32", 16384), ("bicgk", "float64", 8192),
@@ -79,14 +77,7 @@ __device__ __forceinline__ void tma_wait(unsigned long long* bar, unsigned parit
                " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\\n"
                " @!p bra TMA_WAIT;\\n}" :: "r"(tma_smem(bar)), "r"(parity) : "memory");
 }
-__device__ __forceinline__ void tma_read(const real* slot, real* a, const fusec_band& c) {
-  #pragma unroll
-  for (int j = 0; j < PIECES; ++j) {
-    const fusec_vec v = *reinterpret_cast<const fusec_vec*>(slot + band_col(j, c));
-    #pragma unroll
-    for (int k = 0; k < VEC; ++k) a[j * VEC + k] = v.v[k];
-  }
-}"""
+""" + STAGE_READ
 
 
 def tma(source: str | None, stages: int) -> str | None:
@@ -97,7 +88,7 @@ def tma(source: str | None, stages: int) -> str | None:
         return None
     A, a = load.group(2), load.group(3)
     read = (f"    tma_wait(fusec_bars + it % {stages}, (it / {stages}) & 1);  // experiments.band_tma\n"
-            f"    tma_read(fusec_stages + (it % {stages}) * BAND_COLS, {a}, c);\n")
+            f"    band_stage_read(fusec_stages + (it % {stages}) * BAND_COLS, {a}, c);\n")
     source = source[:load.start(1)] + read + source[load.end(1):]
     loop = source.index("  for (int it = 0; it < ITERS", source.index("#define BAND_ROWS"))
     barrier = source.index("    BARRIER();\n", loop) + len("    BARRIER();\n")
@@ -135,14 +126,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: 1 or more")
-    import cupy
     import numpy as np
 
     import fusec
-    from bench.fusion import device_inputs
-    from fusec import nvcc
-    from fusec.runtime import cuda
-    from fusec.runtime.program import Program
     rows = []
     for script, dtype, n in CASES:
         path = ROOT / "scripts" / f"{script}.script"
@@ -155,8 +141,6 @@ def main() -> None:
             if not tuned and rows and rows[-1]["origin"] == "shipped" and rows[-1]["sequence"] == script \
                     and rows[-1]["dtype"] == dtype:
                 continue  # the shipped plan was a band kernel: that is the one studied
-            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            nbytes = base.minimum_bytes(sizes)
             variants, shared = {"plain": base.source}, {}
             d = deferred(base.source)
             if d is not None:
@@ -167,43 +151,7 @@ def main() -> None:
                     if (v := tma(src, stages)) is not None:
                         variants[label] = v
                         shared[label] = stages * n * itemsize
-            reference = None
-            row = {"sequence": script, "dtype": dtype, "size": n, "origin": origin,
-                   "plan": base.generated.plan.summary(base.dag), "us": {}, "registers": {}, "check": {}}
-            for name, source in variants.items():
-                try:
-                    resources = nvcc.compile_cubin(source).resources
-                except Exception as exc:  # a variant that does not build is reported, not fatal
-                    print(f"{script} {dtype} {n} {origin} {name}: does not build: {str(exc)[:2000]}", flush=True)
-                    row["us"][name] = None
-                    continue
-                row["registers"][name] = {k: [r.registers, r.spill_stores] for k, r in resources.items()}
-                generated = dataclasses.replace(base.generated, source=source)
-                if name in shared:  # the ring: dynamic shared memory, passed by every launch
-                    kernels = [copy.copy(k) for k in generated.kernels]
-                    object.__setattr__(kernels[0], "dynamic_shared_bytes", shared[name])
-                    generated = dataclasses.replace(generated, kernels=tuple(kernels))
-                program = Program(generated)
-                with cuda.context():
-                    results = program(**inputs)
-                    results = results if isinstance(results, tuple) else (results,)
-                    host = [cupy.asnumpy(r) for r in results]
-                    if reference is None:
-                        reference = host
-                    same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, host))
-                    close = all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(a).max()))
-                                for a, b in zip(reference, host))
-                    del results
-                    times = program.time(inputs, repeat=args.repeat, host=False)
-                us = statistics.median(times) * 1e3
-                row["us"][name] = us
-                row["check"][name] = "same bits" if same else "close" if close else "DIFFERENT"
-                print(f"{script:6s} {dtype} {n:6d} {origin:12s} {name:16s} {us:8.1f} us {nbytes / us / 1e3:6.0f} GB/s "
-                      f"{row['check'][name]:9s} regs {row['registers'][name]}  {row['plan'][:60]}", flush=True)
-                program.release()
-            rows.append(row)
-            del inputs
-            cupy.get_default_memory_pool().free_all_blocks()
+            rows.append(run_case(script, base, sizes, dtype, origin, variants, shared, args.repeat))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
 

@@ -18,10 +18,10 @@ bit for bit, and times them all in one process with ``Program.time(host=False)``
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import statistics
 from pathlib import Path
+
+from experiments.source_variants import run_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,12 +77,9 @@ def main() -> None:
     parser.add_argument("--name", default="h100-cache-hints")
     args = parser.parse_args()
     import cupy
-    import numpy as np
 
     import fusec
     from bench.fusion import device_inputs
-    from fusec.runtime import cuda
-    from fusec.runtime.program import Program
     rows = []
     for script in SEQUENCES:
         path = ROOT / "scripts" / f"{script}.script"
@@ -93,24 +90,14 @@ def main() -> None:
         base = fusec.compile(path, dtype="float32", sizes=sizes, tuned=False)
         inputs = device_inputs(cupy, base.dag, sizes, "float32", seed=5)
         nbytes = base.minimum_bytes(sizes)
-        reference = None
+        reference: list = []
         row = {"sequence": script, "size": n, "plan": base.generated.plan.summary(base.dag), "us": {}}
         for name, (load, store) in VARIANTS.items():
-            program = Program(dataclasses.replace(base.generated, source=with_hints(base.source, load, store)))
-            with cuda.context():
-                results = program(**inputs)
-                results = results if isinstance(results, tuple) else (results,)
-                host = [cupy.asnumpy(r) for r in results]
-                if reference is None:
-                    reference = host
-                same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, host))
-                del results
-                times = program.time(inputs, repeat=args.repeat, host=False)
-            us = statistics.median(times) * 1e3
-            row["us"][name] = us
+            outcome = run_variant(base, with_hints(base.source, load, store), inputs, args.repeat, reference)
+            us = row["us"][name] = outcome.us
+            same = outcome.check == "same bits"
             print(f"{script:8s} {name:12s} {us:8.1f} us {nbytes / us / 1e3:6.0f} GB/s"
                   f"  {'same results' if same else 'RESULTS DIFFER'}", flush=True)
-            program.release()
         rows.append(row)
         del inputs
         cupy.get_default_memory_pool().free_all_blocks()
