@@ -24,7 +24,7 @@ Whole rows of whole 16-byte pieces only (the sizes this study runs).
 
     python -m experiments.band_tma [--repeat 20] [--out DIR] [--name NAME]
 
-Answer (one H200, 2026-11-30, experiments/results/h200-band-tma.md): 1-3 % faster, no more
+Answer (two H200s, 2026-11-30, experiments/results/h200-band-tma.md): 0.4-3 % faster, no more
 than deferring the row sums; the kernels stay at 0.96-0.97 of the copy figure with rows always
 in flight. Not built.
 """
