@@ -42,10 +42,9 @@ def _fail(message: str, coord: Coord):
 def routine_homes(files: tuple[SourceFile, ...], functions: list[Function]) -> dict[str, str]:
     """Where each ``__device__`` function is defined; names must be unique library-wide."""
     homes: dict[str, str] = {}
-    pattern = ROUTINE_DEFINITION
     sources = [(f.path, f.text) for f in files] + [(fn.file, fn.source) for fn in functions]
     for path, text in sources:
-        for match in pattern.finditer(text):
+        for match in ROUTINE_DEFINITION.finditer(text):
             name = match.group(1)
             if name in homes and homes[name] != path:
                 line = text.count("\n", 0, match.start(1)) + 1

@@ -48,7 +48,7 @@ def files_read(library: Library, functions: Iterable[str], composites: Iterable[
                  *(function.file for function in called), *(library.composites[name].file for name in defined)}
         paths |= {library.mappings[name].coord.file for name in _mappings(called) if name in library.mappings}
         paths |= _routine_files(library, called)
-        found = tuple((name, file_digest(library, name)) for name in sorted(_relative(library, p) for p in paths))
+        found = tuple((name, file_digest(library, name)) for name in sorted(library.file_name(p) for p in paths))
         _READ.keep(key, (library, found))
     return dict(found)
 
@@ -79,8 +79,6 @@ def library_digest(library: Library, dag) -> str:
     return digest(dag_files(library, dag))
 
 
-def _relative(library: Library, path: str) -> str:
-    return str(Path(path).relative_to(library.path))
 
 
 def _mappings(functions: list[Function]) -> set[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
@@ -384,3 +385,7 @@ class Library:
 
     def function(self, name: str) -> Function | None:
         return self.functions.get(name)
+
+    def file_name(self, path: str) -> str:
+        """One of the library's files named as :attr:`files` names it: relative to its folder."""
+        return str(Path(path).relative_to(self.path))

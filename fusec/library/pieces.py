@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
@@ -69,9 +68,6 @@ def digest_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def name(path: str, library: Library) -> str:
-    """A library file named as :attr:`Library.files` names it: relative to its folder."""
-    return str(Path(path).relative_to(library.path))
 
 
 # the pieces of libraries loaded (the loader gives the same object for the same bytes; the
@@ -100,15 +96,15 @@ def library_pieces(library: Library) -> Pieces:
                 defining.setdefault(defined, []).append(full)
 
     for source in library.prelude:  # whole: every kernel includes it
-        file = name(source.path, library)
+        file = library.file_name(source.path)
         code[file] = _code(source.text)
         digests[file] = digest_text(code[file])
         for defined in _defined(source.text):
             defining.setdefault(defined, []).append(file)
     for source in library.routine_files:
-        cuda(name(source.path, library), source.text)
+        cuda(library.file_name(source.path), source.text)
     for function in library.functions.values():
-        file = name(function.file, library)
+        file = library.file_name(function.file)
         cuda(file, function.source)
         digests[f"{file}: declaration"] = digest_text(_declaration(function))
         for impl in function.implementations:
@@ -130,7 +126,7 @@ def plan_pieces(library: Library, uses: Sequence[tuple[str, str]], composites: I
     defining ``composites``. :class:`Gone` where a function, an implementation or a
     composite is not in ``library``."""
     pieces = library_pieces(library)
-    found = {name(source.path, library) for source in library.prelude}
+    found = {library.file_name(source.path) for source in library.prelude}
     roots: set[str] = set()
     words: set[str] = set()
     for function_name, implementation in uses:
@@ -141,7 +137,7 @@ def plan_pieces(library: Library, uses: Sequence[tuple[str, str]], composites: I
             impl = function.implementation(implementation)
         except KeyError:
             raise Gone(f"implementation {implementation} of {function_name} is gone") from None
-        file = name(function.file, library)
+        file = library.file_name(function.file)
         found |= {f"{file}: declaration", f"{file}: implementation {implementation}"}
         roots.add(f"{file}: {REST}")
         words |= {function.finish.routine} if function.finish else set()
@@ -171,12 +167,12 @@ def routine_pieces(library: Library, routine: str) -> dict[str, str] | None:
     defined = set(pieces.defining.get(routine, ()))
     if not defined:
         return None
-    found = {name(source.path, library) for source in library.prelude}
+    found = {library.file_name(source.path) for source in library.prelude}
     found |= _closure(pieces, {routine}, defined)
     out = {}
     homes = {pieces.rests[p] for p in defined if p in pieces.rests}
     for function in library.functions.values():
-        file = name(function.file, library)
+        file = library.file_name(function.file)
         if f"{file}: {REST}" in homes:
             found.add(f"{file}: declaration")
         for impl in function.implementations:
@@ -229,11 +225,11 @@ def _closure(pieces: Pieces, words: set[str], found: set[str]) -> set[str]:
 
 
 def _mapping_piece(library: Library, mapping: str) -> str:
-    return f"{name(library.mappings[mapping].coord.file, library)}: mapping {mapping}"
+    return f"{library.file_name(library.mappings[mapping].coord.file)}: mapping {mapping}"
 
 
 def _composite_piece(library: Library, composite: str) -> str:
-    return f"{name(library.composites[composite].file, library)}: composite {composite}"
+    return f"{library.file_name(library.composites[composite].file)}: composite {composite}"
 
 
 def _declaration(function: Function) -> str:

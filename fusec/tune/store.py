@@ -569,8 +569,9 @@ def _judge_files(library, keyed_on: str, files: dict[str, str] | None, shipped: 
                  format) -> tuple[str, bool, bool]:
     """(why an entry of the format before, keyed on library digest ``keyed_on`` and
     recording ``files``, is not used; whether it is keyed on files the library has
-    changed since; whether that can be told). No lookup finds such an entry: where its
-    files are as they were, ``tools/rekey_tunings.py`` carries it over."""
+    changed since; whether that can be told). No lookup uses such an entry as it is: where
+    its files are as they were, ``tools/rekey_tunings.py`` carries a shipped one over, and
+    the lookup that finds a user's (:func:`_carried_over`)."""
     carry = "; python tools/rekey_tunings.py carries it over" if shipped else "; the next lookup carries it over"
     if format != KEYED_ON_FILES:
         return f"format {format!r}, not {FORMAT}", False, True

@@ -255,12 +255,12 @@ def stale_routines(database: Database, library: Library) -> frozenset[str] | Non
     files = database.library.get("files")
     if not files:
         return None
-    function_files = {_relative(library, function.file) for function in library.functions.values()}
+    function_files = {library.file_name(function.file) for function in library.functions.values()}
     changed = {name for name, digest in files.items() if library.files.get(name) != digest}
     if not changed <= function_files:
         return None
     return frozenset(routine for routine, home in library.routine_homes.items()
-                     if _relative(library, home) in changed)
+                     if library.file_name(home) in changed)
 
 
 def routine_digests(library: Library, routines) -> dict[str, str]:
@@ -270,9 +270,6 @@ def routine_digests(library: Library, routines) -> dict[str, str]:
     return {routine: digest for routine, digest in sorted(found.items()) if digest is not None}
 
 
-def _relative(library: Library, path: str) -> str:
-    """A file of the library named as :attr:`Library.files` names it: relative to its folder."""
-    return str(Path(path).relative_to(library.path))
 
 
 def save(database: Database, path: Path) -> None:
