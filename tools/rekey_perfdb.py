@@ -24,12 +24,14 @@ sys.path.insert(0, str(ROOT))
 
 from fusec.cache import atomic_write_text  # noqa: E402
 from fusec.cost.perfdb import store  # noqa: E402
+from fusec.errors import FusecError  # noqa: E402
 from fusec.library.loader import load_library  # noqa: E402
 
 
 def rekey(path: Path, library, dry_run: bool = False) -> str:
     """Record the routine digests in the database at ``path`` where it timed ``library`` as
-    it is; what was done, or why not."""
+    it is; what was done, or why not (a file that cannot be read or is no whole database:
+    ``ValueError``/``OSError``, which :func:`main` reports)."""
     text = path.read_text(encoding="utf-8")
     store.Database.from_json(text, str(path))  # whole, or this raises
     data = json.loads(text)
@@ -53,14 +55,26 @@ def rekey(path: Path, library, dry_run: bool = False) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--library", default=str(ROOT / "fusec" / "data" / "blas"))
+    parser.add_argument("--library", default=str(ROOT / "fusec" / "data" / "blas"),
+                        help="the library the databases timed")
     parser.add_argument("--perfdb", default=str(ROOT / "fusec" / "data" / "perfdb"), help="the databases' folder")
     parser.add_argument("--dry-run", action="store_true", help="say what would be recorded, write nothing")
     args = parser.parse_args(argv)
-    library = load_library(args.library)
+    if not Path(args.perfdb).is_dir():
+        parser.error(f"--perfdb {args.perfdb}: not a folder")
+    try:
+        library = load_library(args.library)
+    except FusecError as exc:
+        parser.error(f"--library {args.library}: {exc}")
+    status = 0
     for path in sorted(Path(args.perfdb).glob("*.json")):
-        print(rekey(path, library, args.dry_run))
-    return 0
+        try:
+            print(rekey(path, library, args.dry_run))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+            print(f"{path.name}: cannot be read as a performance database ({type(exc).__name__}: {exc});"
+                  " left as it is")
+            status = 1
+    return status
 
 
 if __name__ == "__main__":
