@@ -32,7 +32,7 @@ import json
 import re
 from pathlib import Path
 
-from experiments.source_variants import run_case
+from experiments.source_variants import run_case, shipped_and_first
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = (("bicgk", "float32", 16384), ("bicgk", "float64", 8192), ("atax", "float32", 16384),
@@ -173,30 +173,25 @@ def main() -> None:
     args = parser.parse_args()
     import numpy as np
 
-    import fusec
     rows = []
-    for script, dtype, n in CASES:
-        path = ROOT / "scripts" / f"{script}.script"
-        sizes = {"m": n, "n": n}
-        for origin, tuned in (("shipped", True), ("first choice", False)):
-            base = fusec.compile(path, dtype=dtype, sizes=sizes, tuned=tuned)
-            variants = {"plain": base.source}
-            if (d := deferred(base.source)) is not None:
-                variants["deferred"] = d
-                variants["deferred+prefetch 1"] = prefetched(d, 1)
-            shared = {}
-            for stages in (2, 3):
-                for label, src in ((f"staged {stages}", base.source), (f"deferred+staged {stages}", d)):
-                    if (v := staged(src, stages)) is not None:
-                        variants[label] = v
-                        shared[label] = stage_bytes(v, stages, np.dtype(dtype).itemsize)
-            for ahead in (1, 2):
-                if (f := prefetched(base.source, ahead)) is not None:
-                    variants[f"prefetch {ahead}"] = f
-            if "#define BAND_ROWS" not in base.source:
-                for k in (2, 3):
-                    variants[f"bounds {k}"] = bounded(base.source, k)
-            rows.append(run_case(script, base, sizes, dtype, origin, variants, shared, args.repeat))
+    for script, dtype, sizes, origin, base in shipped_and_first(CASES):
+        variants = {"plain": base.source}
+        if (d := deferred(base.source)) is not None:
+            variants["deferred"] = d
+            variants["deferred+prefetch 1"] = prefetched(d, 1)
+        shared = {}
+        for stages in (2, 3):
+            for label, src in ((f"staged {stages}", base.source), (f"deferred+staged {stages}", d)):
+                if (v := staged(src, stages)) is not None:
+                    variants[label] = v
+                    shared[label] = stage_bytes(v, stages, np.dtype(dtype).itemsize)
+        for ahead in (1, 2):
+            if (f := prefetched(base.source, ahead)) is not None:
+                variants[f"prefetch {ahead}"] = f
+        if "#define BAND_ROWS" not in base.source:
+            for k in (2, 3):
+                variants[f"bounds {k}"] = bounded(base.source, k)
+        rows.append(run_case(script, base, sizes, dtype, origin, variants, shared, args.repeat))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
 

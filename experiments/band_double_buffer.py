@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from experiments.band_deferred import deferred
-from experiments.source_variants import run_case
+from experiments.source_variants import run_case, shipped_and_first
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = (("bicgk", "float32", 16384), ("atax", "float32", 16384), ("bicgk", "float64", 8192),
@@ -65,23 +65,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="h200-band-double-buffer")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: 1 or more")
 
-    import fusec
     rows = []
-    for script, dtype, n in CASES:
-        path = ROOT / "scripts" / f"{script}.script"
-        sizes = {"m": n, "n": n}
-        for origin, tuned in (("shipped", True), ("first choice", False)):
-            base = fusec.compile(path, dtype=dtype, sizes=sizes, tuned=tuned)
-            variants = {"plain": base.source}
-            if (v := two_buffers(base.source)) is not None:
-                variants["two buffers"] = v
-            if (d := deferred(base.source)) is not None:
-                variants["deferred"] = d
-            if len(variants) == 1:
-                print(f"{script} {dtype} {n} {origin}: no band row sum ({base.generated.plan.summary(base.dag)})")
-                continue
-            rows.append(run_case(script, base, sizes, dtype, origin, variants, {}, args.repeat))
+    for script, dtype, sizes, origin, base in shipped_and_first(CASES):
+        variants = {"plain": base.source}
+        if (v := two_buffers(base.source)) is not None:
+            variants["two buffers"] = v
+        if (d := deferred(base.source)) is not None:
+            variants["deferred"] = d
+        if len(variants) == 1:
+            print(f"{script} {dtype} {sizes['n']} {origin}: no band row sum ({base.generated.plan.summary(base.dag)})")
+            continue
+        rows.append(run_case(script, base, sizes, dtype, origin, variants, {}, args.repeat))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclasses.dataclass
@@ -87,3 +90,15 @@ def run_case(script: str, base, sizes: dict, dtype: str, origin: str, variants: 
     del inputs
     cupy.get_default_memory_pool().free_all_blocks()
     return row
+
+
+def shipped_and_first(cases):
+    """(script, dtype, sizes, origin, program) for each (script, dtype, n) of ``cases`` at
+    m = n = n: the program of the plan shipped for it (origin "shipped"), then of the
+    predictor's first choice ("first choice"), the plans each study rewrites."""
+    import fusec
+    for script, dtype, n in cases:
+        path = ROOT / "scripts" / f"{script}.script"
+        sizes = {"m": n, "n": n}
+        for origin, tuned in (("shipped", True), ("first choice", False)):
+            yield script, dtype, sizes, origin, fusec.compile(path, dtype=dtype, sizes=sizes, tuned=tuned)

@@ -77,6 +77,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="h200-warm-vectors")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: 1 or more")
+    if args.n < 1:
+        parser.error(f"--n {args.n}: 1 or more")
+    for script in args.scripts.split(","):
+        if not (ROOT / "scripts" / f"{script}.script").is_file():
+            parser.error(f"--scripts: no sequence {script!r} in scripts/")
 
     from fusec import data
     from fusec.cost.perfdb import predictor_for
