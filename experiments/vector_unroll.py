@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from experiments.source_variants import run_case
+from experiments.warm_vectors import check_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP = "  for (int it = 0; it < ITERS && base < n; ++it, base += chunk, c.i += chunk) {"
@@ -40,13 +41,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="h200-vector-unroll")
     args = parser.parse_args()
-    if args.repeat < 1:
-        parser.error(f"--repeat {args.repeat}: 1 or more")
-    if args.n < 1:
-        parser.error(f"--n {args.n}: 1 or more")
-    for script in args.scripts.split(","):
-        if not (ROOT / "scripts" / f"{script}.script").is_file():
-            parser.error(f"--scripts: no sequence {script!r} in scripts/")
+    check_arguments(parser, args)
 
     import fusec
     from fusec.api import default_sizes

@@ -68,6 +68,17 @@ def study(script: str, library, dtype: str, n: int, predictor, repeat: int) -> d
             "cold_best_warm_us": cold_best["warm_us"], "warm_best_warm_us": warm_best["warm_us"]}
 
 
+def check_arguments(parser: argparse.ArgumentParser, args) -> None:
+    """--repeat, --n and --scripts (names of scripts/*.script), before anything touches the GPU."""
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: 1 or more")
+    if args.n < 1:
+        parser.error(f"--n {args.n}: 1 or more")
+    for script in args.scripts.split(","):
+        if not (ROOT / "scripts" / f"{script}.script").is_file():
+            parser.error(f"--scripts: no sequence {script!r} in scripts/")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scripts", default=",".join(SCRIPTS))
@@ -77,13 +88,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="h200-warm-vectors")
     args = parser.parse_args()
-    if args.repeat < 1:
-        parser.error(f"--repeat {args.repeat}: 1 or more")
-    if args.n < 1:
-        parser.error(f"--n {args.n}: 1 or more")
-    for script in args.scripts.split(","):
-        if not (ROOT / "scripts" / f"{script}.script").is_file():
-            parser.error(f"--scripts: no sequence {script!r} in scripts/")
+    check_arguments(parser, args)
 
     from fusec import data
     from fusec.cost.perfdb import predictor_for
