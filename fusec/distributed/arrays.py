@@ -18,14 +18,18 @@ import numpy as np
 
 from ..runtime.streams import cupy_stream
 
+_FAMILIES: dict[type, str] = {}  # an array type -> its framework: a call asks for every argument
+
 
 def family(array: Any) -> str:
-    module = type(array).__module__.split(".")[0]
-    if module in ("cupy", "torch"):
-        return module
-    if isinstance(array, np.ndarray):
-        return "numpy"
-    return "other"
+    kind = type(array)
+    found = _FAMILIES.get(kind)
+    if found is None:
+        module = kind.__module__.split(".")[0]
+        found = module if module in ("cupy", "torch") else "numpy" if issubclass(kind, np.ndarray) else "other"
+        if len(_FAMILIES) < 64:
+            _FAMILIES[kind] = found
+    return found
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class NumpyArrays:
     def on(self, stream: int):
         return contextlib.nullcontext()
 
-    def event(self) -> DoneEvent:
+    def event(self, timing: bool = False) -> DoneEvent:
         return DoneEvent()
 
     def wait_event(self, stream: int, event) -> None:
@@ -138,8 +142,10 @@ class CupyArrays:
     def on(self, stream: int):
         return self.stream(stream)
 
-    def event(self) -> "CupyEvent":
-        return CupyEvent(self)
+    def event(self, timing: bool = False) -> "CupyEvent":
+        """An event; ``timing``: one ``ms_since`` may measure from (an event only waited on or
+        watched is made without, which CUDA records for less)."""
+        return CupyEvent(self, timing)
 
     def wait_event(self, stream: int, event: "CupyEvent") -> None:
         self.stream(stream).wait_event(event.event)
@@ -169,9 +175,9 @@ class CupyArrays:
 
 
 class CupyEvent:
-    def __init__(self, arrays: CupyArrays):
+    def __init__(self, arrays: CupyArrays, timing: bool = False):
         with arrays.cupy.cuda.Device(arrays.device):
-            self.event = arrays.cupy.cuda.Event()
+            self.event = arrays.cupy.cuda.Event(disable_timing=not timing)
         self.arrays = arrays
 
     def record(self, stream: int) -> "CupyEvent":
@@ -243,8 +249,8 @@ class TorchArrays:
     def on(self, stream: int):
         return self.torch.cuda.stream(self.stream(stream))
 
-    def event(self) -> "TorchEvent":
-        return TorchEvent(self)
+    def event(self, timing: bool = False) -> "TorchEvent":
+        return TorchEvent(self, timing)
 
     def wait_event(self, stream: int, event: "TorchEvent") -> None:
         self.stream(stream).wait_event(event.event)
@@ -258,8 +264,8 @@ class TorchArrays:
 
 
 class TorchEvent:
-    def __init__(self, arrays: TorchArrays):
-        self.event = arrays.torch.cuda.Event(enable_timing=True)
+    def __init__(self, arrays: TorchArrays, timing: bool = False):
+        self.event = arrays.torch.cuda.Event(enable_timing=timing)
         self.arrays = arrays
 
     def record(self, stream: int) -> "TorchEvent":

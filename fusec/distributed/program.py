@@ -23,6 +23,7 @@ and empty blocks of the split ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import numbers
 import warnings
@@ -74,6 +75,13 @@ def _flat(array):
     return array.reshape(-1)
 
 
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype) -> str:
+    """A NumPy, CuPy or PyTorch dtype's name ("float32"); str() of a NumPy dtype is slow
+    for what a call does per argument."""
+    return str(dtype).replace("torch.", "")
+
+
 def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -118,6 +126,10 @@ class DistributedProgram:
                 self._packed_at[c.value, Layout.WHOLE] = (number, "sums", slot)
             names = ", ".join(dag.value(c.value).label for c in members)
             self._watch_text[id(members[0])] = f"the all-reduce of {names} ({sum(c.bytes for c in members)} bytes)"
+        # what a call checks each argument against, made once (a call is host work)
+        self._local_shapes = {name: self._local_shape(name) for name in (*self._names, *self._outputs)}
+        self._input_specs = tuple((name, value, plan.layout(value), dag.value(value).kind is Kind.SCALAR,
+                                   self._local_shapes[name]) for name, value in self._names.items())
         self._side: dict = {}
         self._last_collective = None
         self._unwatched: list[str] | None = None  # while capturing: the collectives captured, not watched
@@ -156,6 +168,10 @@ class DistributedProgram:
 
     def local_shape(self, name: str) -> tuple[int, ...]:
         """The shape of what this rank passes (an input) or gets (a result) for ``name``."""
+        shape = self._local_shapes.get(name)
+        return shape if shape is not None else self._local_shape(name)
+
+    def _local_shape(self, name: str) -> tuple[int, ...]:
         value, _ = self._value(name)
         shape = self._whole_shape(value)
         rows = self.rows(name)
@@ -247,7 +263,7 @@ class DistributedProgram:
                                            f" (its results: {', '.join(self._outputs)})")
             if family(array) != helper.name:
                 raise ArgumentError(name, f"(out=) is a {family(array)} array, but the inputs are {helper.name} ones")
-            dtype = str(array.dtype).replace("torch.", "")
+            dtype = _dtype_name(array.dtype)
             if tuple(array.shape) != self.local_shape(name) or dtype != self.plan.dtype:
                 raise ArgumentError(name, f"(out=) has shape {tuple(array.shape)} and dtype {array.dtype}: this rank's"
                                           f" {name} is {self.local_shape(name)} of {self.plan.dtype}")
@@ -288,17 +304,16 @@ class DistributedProgram:
                 raise ArgumentError(name, f"is not an input of {self.dag.file} (its inputs: {', '.join(self._names)})")
         families = set()
         env: dict = {}
-        for name, value in self._names.items():
+        for name, value, layout, scalar, expected in self._input_specs:
             if name not in arrays:
                 raise ArgumentError(name, f"is missing: {self.dag.file} needs {', '.join(self._names)}")
-            obj, layout = arrays[name], self.plan.layout(value)
-            if self.dag.value(value).kind is Kind.SCALAR:
+            obj = arrays[name]
+            if scalar:
                 if not _is_number(obj):
                     raise ArgumentError(name, "is a scalar of the script: pass a host number,"
                                               f" not {type(obj).__name__}")
                 env[value, layout] = float(obj)
                 continue
-            expected = self.local_shape(name)
             if obj is None and 0 in expected:
                 env[value, layout] = None  # made once the framework is known
                 continue
@@ -324,7 +339,7 @@ class DistributedProgram:
         return helper, env
 
     def _mark(self, helper, stream, marks):
-        return helper.event().record(stream) if marks is not None else None
+        return helper.event(timing=True).record(stream) if marks is not None else None
 
     def _stage(self, index: int, env, helper, stream, out, marks) -> None:
         stage, program = self.plan.stages[index], self.programs[index]
@@ -340,7 +355,7 @@ class DistributedProgram:
                 result = target
             env[arg.value, arg.layout] = result
         if marks is not None:
-            marks.append((f"stage {index}", "local", start, helper.event().record(stream)))
+            marks.append((f"stage {index}", "local", start, helper.event(timing=True).record(stream)))
 
     def _counts(self, value: int) -> list[int]:
         shape = self._whole_shape(value)
@@ -432,7 +447,7 @@ class DistributedProgram:
 
     def _end_collective(self, helper, on: int, c, label: str, start, marks):
         """After a collective (``c``, the first it does) on ``on``: its event, watched to its deadline."""
-        done = helper.event().record(on)
+        done = helper.event(timing=marks is not None).record(on)
         self._last_collective = (on, done)
         if self._unwatched is not None:  # captured: the launch of the graph is watched (CapturedCalls)
             self._unwatched.append(self._watch_text[id(c)])
