@@ -1,9 +1,15 @@
-"""Shared test helpers: paths, the real library, compiled programs, sizes."""
+"""Shared test helpers: paths, the real library, compiled programs, sizes, the examples and the
+Python blocks of the documentation."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import re
+import subprocess
+import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -104,3 +110,22 @@ def size_cases(dag, base: list[int]) -> list[dict[str, int]]:
             for m in (n + n // 2 + 1, n - (n // 2 + 1)):
                 cases.append({symbols[0]: m, symbols[1]: n})
     return cases
+
+
+def run_example(name: str, *args: str, path: tuple[str, ...] = (), timeout: float = 120) -> subprocess.CompletedProcess:
+    """``examples/NAME ARGS`` run by this Python from the repository root, with ``path`` and then
+    this checkout first on its module path (an installed fusec may be another checkout's)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*path, str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+_PYTHON_BLOCK = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*\n(?P<code>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """The ```python blocks of a Markdown file: (the line of the opening fence, the code), the
+    code dedented (a block in a list item is indented with it)."""
+    text = path.read_text()
+    return [(text.count("\n", 0, m.start()) + 1, textwrap.dedent(m["code"])) for m in _PYTHON_BLOCK.finditer(text)]
