@@ -13,6 +13,9 @@ argument checks (each argument's expected shape worked out anew, NumPy's dtype n
 creation and the stage's prepared call; 99-127 µs after it, below the GPU's time at n = 8192
 with out= left out (experiments/results/h200-p2-distributed-host-work.md).
 """
+
+from __future__ import annotations
+
 import cProfile
 import io
 import os
@@ -20,52 +23,52 @@ import pstats
 import sys
 import time
 
-import fusec.distributed as fd
-from fusec import oracle
-
-n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
-calls = 300
-prog = fd.compile("scripts/bicgk.script", dtype="float32", sizes={"n": n})
-import cupy
-
-root = prog.rank == 0
-inputs = oracle.random_inputs(prog.dag, {"m": n, "n": n}, "float32", 0) if root else None
-A = prog.scatter("A", cupy.asarray(inputs["A"]) if root else None)
-p = prog.scatter("p", cupy.asarray(inputs["p"]) if root else None)
-r = prog.scatter("r", cupy.asarray(inputs["r"]) if root else None)
-out = {"q": cupy.empty(prog.local_shape("q"), cupy.float32), "s": cupy.empty(prog.local_shape("s"), cupy.float32)}
-lines = []
+CALLS = 300
 
 
-def loop(k, with_out):
-    for _ in range(k):
-        if with_out:
-            prog(A=A, p=p, r=r, out=out)
-        else:
-            prog(A=A, p=p, r=r)
+def main() -> None:
+    import cupy
 
+    import fusec.distributed as fd
+    from fusec import oracle
 
-for with_out in (True, False):
-    loop(20, with_out)
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
+    if n < 1:
+        raise SystemExit(f"N {n}: 1 or more")
+    prog = fd.compile("scripts/bicgk.script", dtype="float32", sizes={"n": n})
+    root = prog.rank == 0
+    inputs = oracle.random_inputs(prog.dag, {"m": n, "n": n}, "float32", 0) if root else None
+    arrays = {name: prog.scatter(name, cupy.asarray(inputs[name]) if root else None) for name in ("A", "p", "r")}
+    out = {name: cupy.empty(prog.local_shape(name), cupy.float32) for name in ("q", "s")}
+
+    def loop(calls: int, with_out: bool) -> None:
+        for _ in range(calls):
+            prog(**arrays, out=out) if with_out else prog(**arrays)
+
+    lines = []
+    for with_out in (True, False):
+        loop(20, with_out)
+        prog.synchronize()
+        start = time.perf_counter()
+        loop(CALLS, with_out)
+        issued = time.perf_counter()
+        prog.synchronize()
+        done = time.perf_counter()
+        lines.append(f"rank {prog.rank} out={with_out}: issue {1e6 * (issued - start) / CALLS:.1f} us/call,"
+                     f" issue+wait {1e6 * (done - start) / CALLS:.1f} us/call")
+    profile = cProfile.Profile()
+    profile.enable()
+    loop(CALLS, True)
+    profile.disable()
     prog.synchronize()
-    t0 = time.perf_counter()
-    loop(calls, with_out)
-    t1 = time.perf_counter()
-    prog.synchronize()
-    t2 = time.perf_counter()
-    lines.append(f"rank {prog.rank} out={with_out}: issue {1e6 * (t1 - t0) / calls:.1f} us/call,"
-                 f" issue+wait {1e6 * (t2 - t0) / calls:.1f} us/call")
-# the one-GPU program's call, for scale
-one = prog.programs[0]
-pr = cProfile.Profile()
-pr.enable()
-loop(calls, True)
-pr.disable()
-prog.synchronize()
-s = io.StringIO()
-st = pstats.Stats(pr, stream=s)
-st.sort_stats("tottime").print_stats(35)
-st.sort_stats("cumulative").print_stats(45)
-with open(os.path.join(os.environ.get("OUT", "/tmp"), f"prof-rank{prog.rank}.txt"), "w") as f:
-    f.write("\n".join(lines) + "\n\n" + s.getvalue())
-print("\n".join(lines), flush=True)
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("tottime").print_stats(35)
+    stats.sort_stats("cumulative").print_stats(45)
+    with open(os.path.join(os.environ.get("OUT", "/tmp"), f"prof-rank{prog.rank}.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n\n" + text.getvalue())
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
