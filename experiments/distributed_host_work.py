@@ -10,8 +10,8 @@ $OUT/prof-rank<R>.txt).
 
 Answer (2026-11-30, two H200s): 150-172 µs a call of host work before dc627de, spread thin over
 argument checks (each argument's expected shape worked out anew, NumPy's dtype names), event
-creation and the stage's prepared call; 99-127 µs after it, below the GPU's time at n = 8192
-with out= left out (experiments/results/h200-p2-distributed-host-work.md).
+creation and the stage's prepared call; 99-128 µs after it (five runs), still above the GPU's
+62 µs at n = 8192 (experiments/results/h200-p2-distributed-host-work.md).
 """
 
 from __future__ import annotations
