@@ -409,6 +409,12 @@ def test_out_arrays_take_the_results_and_stages_keep_their_own_arrays():
             prog(**local, out={"q": out["x1"]})
         with pytest.raises(ArgumentError, match=r"argument 'x1': \(out=\) has shape"):
             prog(**local, out={"x1": np.zeros(40)})
+        with pytest.raises(ArgumentError, match=r"argument 'x1': \(out=\) has shape .* and dtype float32"):
+            prog(**local, out={"x1": np.zeros(prog.local_shape("x1"), np.float32)})  # twice: the name is cached
+        with pytest.raises(ArgumentError, match=r"argument 'x1': \(out=\) has shape .* and dtype float32"):
+            prog(**local, out={"x1": np.zeros(prog.local_shape("x1"), np.float32)})
+        with pytest.raises(ArgumentError, match="argument 'nope': is neither an input nor a result"):
+            prog.local_shape("nope")
         return prog
     run_ranks(2, work)
     internal = {"q", "rr_whole", "pq_whole"}  # made and read inside a call (rr1 is a result: the caller's)
