@@ -21,16 +21,6 @@ from fusec import oracle
 SCRIPT = "scripts/bicgk.script"
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
 def device_arrays(comm):
     """(upload, download) in the communicator's framework."""
     if comm is not None and comm.arrays_family == "torch":
@@ -43,9 +33,11 @@ def device_arrays(comm):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=positive_int, default=16384)
+    parser.add_argument("--n", type=int, default=16384)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = parser.parse_args()
+    if args.n < 1:
+        parser.error(f"argument --n: must be a whole number >= 1, got {args.n}")
 
     prog = fd.compile(SCRIPT, dtype=args.dtype, sizes={"n": args.n})
     upload, download = device_arrays(prog.comm)

@@ -31,16 +31,6 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bicgk.script"
 REPLAYS = 3
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
 def worst_ratios(values: dict, q, s, dtype) -> dict[str, float]:
     """The largest test ratio of q = A p and of s = A^T r against float64 NumPy (NaN stays NaN)."""
     A, p, r = (values[name].astype(np.float64) for name in ("A", "p", "r"))
@@ -52,22 +42,17 @@ def worst_ratios(values: dict, q, s, dtype) -> dict[str, float]:
     return ratios
 
 
-def need_cupy():
-    try:
-        import cupy
-    except ImportError as exc:
-        raise SystemExit(f"this example needs CuPy and an NVIDIA GPU ({exc})") from None
-    return cupy
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=positive_int, default=4096, help="A is n x n (default %(default)s)")
+    parser.add_argument("--n", type=int, default=4096, help="A is n x n (default %(default)s)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = parser.parse_args()
+    if args.n < 1:
+        parser.error(f"argument --n: must be a whole number >= 1, got {args.n}")
     n, dtype = args.n, np.dtype(args.dtype)
 
-    cp = need_cupy()
+    import cupy as cp  # here, not above: --help needs no GPU framework
+
     import fusec
 
     prog = fusec.compile(SCRIPT, dtype=args.dtype, sizes={"n": n})  # m, not given, takes n's value

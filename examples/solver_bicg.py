@@ -25,16 +25,6 @@ SLACK = 10  # the true residual may exceed the updated one the stopping rule rea
 KAPPA = 15  # a bound on cond(A) of the system below: see make_system
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
 def relative_tolerance(text: str) -> float:
     try:
         value = float(text)
@@ -95,25 +85,20 @@ def timed(cp, solve):
     return result, cp.cuda.get_elapsed_time(start, end)
 
 
-def need_cupy():
-    try:
-        import cupy
-    except ImportError as exc:
-        raise SystemExit(f"this example needs CuPy and an NVIDIA GPU ({exc})") from None
-    return cupy
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=positive_int, default=4096, help="the system's size (default %(default)s)")
+    parser.add_argument("--n", type=int, default=4096, help="the system's size (default %(default)s)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--rtol", type=relative_tolerance,
                         help=f"relative tolerance (default {RTOL['float32']:g} for float32, "
                              f"{RTOL['float64']:g} for float64)")
     args = parser.parse_args()
+    if args.n < 1:
+        parser.error(f"argument --n: must be a whole number >= 1, got {args.n}")
     rtol = RTOL[args.dtype] if args.rtol is None else args.rtol
 
-    cp = need_cupy()
+    import cupy as cp  # here, not above: --help needs no GPU framework
+
     import fusec.solvers
 
     A, b = make_system(cp, args.n, args.dtype)
