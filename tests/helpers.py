@@ -3,6 +3,7 @@ Python blocks of the documentation."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import os
@@ -129,3 +130,14 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
     code dedented (a block in a list item is indented with it)."""
     text = path.read_text()
     return [(text.count("\n", 0, m.start()) + 1, textwrap.dedent(m["code"])) for m in _PYTHON_BLOCK.finditer(text)]
+
+
+def imported_modules(code: str) -> set[str]:
+    """The top-level modules a block of Python imports (``import x.y``, ``from x.y import z``: x)."""
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found

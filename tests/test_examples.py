@@ -5,12 +5,11 @@ the flag, and every ```python block of README.md and docs/ is valid Python.
 
 from __future__ import annotations
 
-import ast
 import re
 
 import pytest
 
-from tests.helpers import ROOT, python_blocks, run_example
+from tests.helpers import ROOT, imported_modules, python_blocks, run_example
 
 if not (ROOT / "examples").is_dir() or not (ROOT / "README.md").is_file():
     pytest.skip("examples/ and README.md are beside the source, not in the wheel", allow_module_level=True)
@@ -73,6 +72,5 @@ def test_readme_shows_cupy_and_pytorch_blocks():
     """tests/gpu/test_examples.py runs README.md's blocks: it finds one for each framework."""
     imported = set()
     for _, code in python_blocks(ROOT / "README.md"):
-        imported |= {alias.name for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Import)
-                     for alias in node.names}
+        imported |= imported_modules(code)
     assert {"cupy", "torch", "fusec"} <= imported

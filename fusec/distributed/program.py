@@ -23,7 +23,6 @@ and empty blocks of the split ones.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import numbers
 import warnings
@@ -34,6 +33,7 @@ import numpy as np
 
 from ..errors import ArgumentError, FusecError, FusecWarning
 from ..library.model import Kind
+from ..solvers.arrays import dtype_name
 from . import comm as comm_module
 from . import text, watchdog
 from .arrays import arrays_for, family
@@ -73,13 +73,6 @@ def _takes_stream(program) -> bool:
 
 def _flat(array):
     return array.reshape(-1)
-
-
-@functools.lru_cache(maxsize=64)
-def _dtype_name(dtype) -> str:
-    """A NumPy, CuPy or PyTorch dtype's name ("float32"); str() of a NumPy dtype is slow
-    for what a call does per argument."""
-    return str(dtype).replace("torch.", "")
 
 
 def _is_number(value) -> bool:
@@ -263,7 +256,7 @@ class DistributedProgram:
                                            f" (its results: {', '.join(self._outputs)})")
             if family(array) != helper.name:
                 raise ArgumentError(name, f"(out=) is a {family(array)} array, but the inputs are {helper.name} ones")
-            dtype = _dtype_name(array.dtype)
+            dtype = dtype_name(array)
             if tuple(array.shape) != self.local_shape(name) or dtype != self.plan.dtype:
                 raise ArgumentError(name, f"(out=) has shape {tuple(array.shape)} and dtype {array.dtype}: this rank's"
                                           f" {name} is {self.local_shape(name)} of {self.plan.dtype}")

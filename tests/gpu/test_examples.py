@@ -6,12 +6,11 @@ are only compiled (tests/test_examples.py)."""
 
 from __future__ import annotations
 
-import ast
 import re
 
 import pytest
 
-from tests.helpers import DTYPES, ROOT, python_blocks, run_example
+from tests.helpers import DTYPES, ROOT, imported_modules, python_blocks, run_example
 
 pytestmark = pytest.mark.gpu
 if not (ROOT / "examples").is_dir() or not (ROOT / "README.md").is_file():
@@ -50,18 +49,9 @@ def test_the_embedding_example_checks_every_call_and_replay(dtype):
     assert re.search(r"all \d+ checks passed$", out.rstrip()), out
 
 
-def _frameworks(code: str) -> list[str]:
-    """The GPU frameworks a block imports (it is skipped where one is missing)."""
-    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(ast.parse(code))
-                 if isinstance(node, ast.ImportFrom) and node.module}
-    return sorted(imported & {"cupy", "torch"})
-
-
 @pytest.mark.parametrize("line, code", README_BLOCKS, ids=[f"README.md:{line}" for line, _ in README_BLOCKS])
 def test_readme_python_blocks_run_as_written(line, code, monkeypatch):
-    for name in _frameworks(code):
+    for name in sorted(imported_modules(code) & {"cupy", "torch"}):  # skipped where one is missing
         module = pytest.importorskip(name)
         if name == "torch" and not module.cuda.is_available():
             pytest.skip("PyTorch sees no CUDA device")
