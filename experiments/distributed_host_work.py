@@ -16,25 +16,27 @@ creation and the stage's prepared call; 99-128 µs after it (five runs), still a
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import os
 import pstats
-import sys
 import time
 
 CALLS = 300
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", nargs="?", type=int, default=8192, help="A is n x n (default: %(default)s)")
+    n = parser.parse_args().n
+    if n < 1:
+        parser.error(f"n {n}: 1 or more")
     import cupy
 
     import fusec.distributed as fd
     from fusec import oracle
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
-    if n < 1:
-        raise SystemExit(f"N {n}: 1 or more")
     prog = fd.compile("scripts/bicgk.script", dtype="float32", sizes={"n": n})
     root = prog.rank == 0
     inputs = oracle.random_inputs(prog.dag, {"m": n, "n": n}, "float32", 0) if root else None

@@ -40,6 +40,8 @@ pytest.importorskip("experiments.solver_fixed_cost", reason="experiments/ is bes
     ("warm_vectors", ["--scripts", "sscal,saxpyy"], "--scripts: no sequence 'saxpyy'"),
     ("vector_unroll", ["--n", "-4"], "--n -4: 1 or more"),
     ("vector_unroll", ["--scripts", "gemm"], "--scripts: no sequence 'gemm'"),
+    ("distributed_host_work", ["0"], "n 0: 1 or more"),
+    ("distributed_host_work", ["many"], "invalid int value: 'many'"),
     ("distributed_marginal", ["out.json", "--n", "1"], "--n 1: 2 or more"),
     ("distributed_marginal", ["out.json", "--layouts", "most"], "--layouts 'most': agreed, calls or fewest"),
     ("distributed_marginal", ["out.json", "--check-every", "0"], "--check-every '0': whole numbers of 1 or more"),
