@@ -27,6 +27,8 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import itertools
+import math
 import os
 import sys
 import threading
@@ -35,10 +37,11 @@ import time
 from .errors import CollectiveTimeoutError
 
 POLL_SECONDS = 0.005
+FRONT = 64  # events queried from the front of the queue before its lock is taken again
 EXIT_STATUS = 1
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # removed by identity
 class Watched:
     event: object  # has done()
     deadline: float
@@ -49,41 +52,73 @@ class Watched:
 
 
 class Watchdog:
-    def __init__(self):
+    """The watched events, in the order watched, and the thread polling them.
+
+    A poll queries the events from the front until the first unfinished one, and stops:
+    a communicator's collectives finish in the order issued, so a host that queues
+    thousands of calls ahead still costs each poll one or two queries (querying every one,
+    each poll, held the interpreter for milliseconds: the thread shares it with the
+    caller). An event finished behind an unfinished one waits for it to be dropped.
+    Deadlines are compared without a query; only an event past its deadline is queried
+    out of turn, so a finished one is never taken for expired. ``polling=False``: no
+    thread, :meth:`poll` is the caller's to call (tests)."""
+
+    def __init__(self, polling: bool = True):
+        self._polling = polling
         self._lock = threading.Lock()
         self._pending: collections.deque[Watched] = collections.deque()
+        self._earliest = math.inf  # no pending deadline before it (perhaps a finished item's)
         self._thread: threading.Thread | None = None
 
     def watch(self, event, what: str, comm, timeout: float, policy: str) -> None:
+        deadline = time.monotonic() + timeout
         with self._lock:
-            self._pending.append(Watched(event, time.monotonic() + timeout, what, comm, timeout, policy))
-            if self._thread is None:
+            self._pending.append(Watched(event, deadline, what, comm, timeout, policy))
+            self._earliest = min(self._earliest, deadline)
+            if self._thread is None and self._polling:
                 self._thread = threading.Thread(target=self._run, name="fusec-collective-watchdog", daemon=True)
                 self._thread.start()
 
     def _run(self) -> None:
         while True:
             time.sleep(POLL_SECONDS)
-            with self._lock:
-                pending = list(self._pending)
-            finished, expired = [], None
-            for item in pending:  # events of one stream finish in order: the first unfinished one decides
-                if item.comm.failed is not None or item.event.done():
-                    finished.append(item)
-                elif time.monotonic() > item.deadline:
-                    expired = item
-                    break
-            with self._lock:
-                for item in finished:
-                    self._pending.remove(item)
-                if expired is not None:
-                    self._pending.remove(expired)
+            expired = self.poll(time.monotonic())
             if expired is not None:
                 fail(expired.comm, timeout_error(expired.what, expired.comm, expired.timeout), expired.policy)
+
+    def poll(self, now: float) -> Watched | None:
+        """Drop the finished events at the front; return one unfinished past its deadline
+        (no longer watched), or None. Called by one thread (the watchdog's); events are
+        queried outside the lock, while the callers' threads only append."""
+        while True:
+            with self._lock:
+                front = list(itertools.islice(self._pending, FRONT))
+            finished = next((i for i, item in enumerate(front) if not _finished(item)), len(front))
+            with self._lock:  # one lock a batch: the caller's thread takes it for every watch
+                for _ in range(finished):
+                    self._pending.popleft()  # only the polling thread removes: these are still the front
+            if finished < FRONT:
+                break
+        if now <= self._earliest:
+            return None
+        with self._lock:
+            late = [item for item in self._pending if item.deadline < now]
+        states = [(item, _finished(item)) for item in late]
+        expired = next((item for item, finished in states if not finished), None)
+        with self._lock:
+            for item, finished in states:
+                if finished or item is expired:
+                    self._pending.remove(item)
+            self._earliest = min((item.deadline for item in self._pending), default=math.inf)
+        return expired
 
     def pending(self) -> list[Watched]:
         with self._lock:
             return list(self._pending)
+
+
+def _finished(item: Watched) -> bool:
+    return item.comm.failed is not None or bool(item.event.done())
 
 
 def timeout_error(what: str, comm, timeout: float) -> CollectiveTimeoutError:
