@@ -291,7 +291,9 @@ class PreparedCall:
     native: Any = None  # the same call as the C extension's FastCall, where it is built
     turns: tuple[Callable[[], int], ...] = ()  # the program's, one per turn group
     given: tuple[str | None, ...] = ()  # per output: the result name whose out= array it is, or None
-    stream: int = 0  # where its launches go: the current stream of its arrays' framework when prepared
+    # where its launches go: the prepared call's stream, its framework's current one or, where
+    # out= arrays hold every result (nothing is allocated), any
+    stream: int = 0
     current_stream: Callable[[], int] = lambda: 0  # that framework's current stream now
     scalar_limit: float = float("inf")  # a float beyond it (or not finite) goes to scalar_value
     scalar_value: Callable[[str, Any], float] = scalar_value  # the cold path's check (arrays.scalar_checker)

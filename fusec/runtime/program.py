@@ -423,8 +423,11 @@ class Program:
             launches = self._launches(buffers, pointers, binding)
             for kernel, grid, args in launches:
                 loaded.launch(kernel, grid, args, on)
-            # prepared calls only on the framework's own current stream: they allocate there
-            key = None if poison or on != current else self._key(cuda.context_key(ctx), arrays, out)
+            # prepared calls on the framework's own current stream, where they allocate, or on
+            # any stream where out= arrays hold every result and they allocate nothing
+            allocates = len(outputs) < len(set(self.dag.outputs))
+            key = (None if poison or (on != current and allocates)
+                   else self._key(cuda.context_key(ctx), arrays, out))
             if key is not None:
                 self._remember(key, self._prepare(loaded, buffers, launches, binding, key, on, outputs))
             return self._collect(results, pointers, binding, on)

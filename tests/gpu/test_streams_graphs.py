@@ -89,6 +89,40 @@ def test_out_arrays_receive_the_results(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_out_arrays_on_a_stream_of_the_callers_take_the_prepared_call(dtype, monkeypatch):
+    """A call on a stream that is not the framework's current one, with out= arrays for every
+    result, is prepared (it allocates nothing) and the next such call runs it, on that stream,
+    right; one that leaves a result to fusec goes the whole way every time."""
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk(dtype, m=1001, n=4097, seed=3)
+    prog.release()
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    out = {"q": cupy.full(1001, np.nan, dtype), "s": cupy.full(4097, np.nan, dtype)}
+    stream = cupy.cuda.Stream(non_blocking=True)
+    prog.run(device, out=out, stream=stream)
+    stream.synchronize()
+    assert prog.cache_info().prepared == 1
+    for arrays in out.values():
+        arrays.fill(np.nan)
+    cupy.cuda.get_current_stream().synchronize()  # the fills' stream: the call's does not wait for it
+    with monkeypatch.context() as patch:
+        patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
+        with cupy.cuda.Stream(non_blocking=True):  # another current stream: the call's own is given
+            got = prog.run(device, out=out, stream=stream)
+    stream.synchronize()
+    assert got[0] is out["q"] and got[1] is out["s"]
+    _check(prog, inputs, got)
+    bound = []
+    with monkeypatch.context() as patch:
+        patch.setattr(prog, "bind", lambda arrays, bind=prog.bind: bound.append(1) or bind(arrays))
+        for _ in range(2):  # s made by fusec: allocated with the stream current, the whole way
+            got = prog.run(device, out={"q": out["q"]}, stream=stream)
+            stream.synchronize()
+            _check(prog, inputs, got)
+    assert bound == [1, 1]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("script", script_names())
 def test_out_arrays_with_inputs_elsewhere_take_the_prepared_call(script, dtype, monkeypatch):
     """A call with out= arrays on inputs of the same shapes in other memory launches the call
