@@ -337,6 +337,115 @@ def test_a_call_on_another_stream_declines_before_anything_launches(extension):
     assert call(sgemv_device()) is not None and len(launched) == 2  # no stream said: its own
 
 
+
+# sgemv with out=: z's address is packed (not changing); alpha and beta change
+OUT_AT = POINTER + (2 << 20)
+OUT_VALUES = VALUES[:3] + (OUT_AT,) + VALUES[4:]
+
+
+def fast_sgemv_out(extension, outputs, launched, kernels=None, shapes=((3,),), results=(0,), given=("z",),
+                   out=None, spares=True):
+    """sgemv's FastCall prepared with out= arrays ``out`` (default: z at OUT_AT)."""
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    out = out if out is not None else {"z": device((3,), pointer=OUT_AT)}
+    names = sorted(out)
+    out_key = signature(7, out, tuple(names), frozenset())
+    by_name = dict(zip(names, zip(out_key[1::2], out_key[2::2])))
+    ordered = [by_name[name] for name in given if name is not None]
+    if kernels is None:
+        kernels = (native_kernel(0xF00, 2, 256, FORMAT, OUT_VALUES, (4, 5), ("alpha", "beta"), ("alpha", "beta")),)
+    kinds = key[1::2]
+    return extension.FastCall(
+        array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+        signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
+        **make_fields(outputs), output_shapes=shapes, results=results, kernels=kernels, context=7,
+        spares=spares, hook=lambda index, parameters, shared: launched.append((index, parameters)),
+        given=given, out_types=tuple(kind for kind, _ in ordered),
+        out_signers=tuple(_signer(kind) for kind, _ in ordered),
+        out_signatures=tuple(described for _, described in ordered))
+
+
+def test_a_call_with_out_arrays_packs_what_the_python_path_packs_and_returns_them(extension):
+    """The out= array's address stays as packed, the scalars change; the result is that array,
+    and nothing is allocated (nor made ahead for the next call)."""
+    outputs, launched = Outputs(), []
+    call = fast_sgemv_out(extension, outputs, launched)
+    z = device((3,), pointer=OUT_AT)
+    assert call(sgemv_device(alpha=0.25, beta=-2.0), None, {"z": z}) is z
+    again = device((3,), pointer=OUT_AT)  # another object on the same memory: the same signature
+    assert call(sgemv_device(alpha=3.0, beta=1.0), None, {"z": again}) is again
+    assert launched == [(0, struct.pack("@" + FORMAT, *VALUES[:3], OUT_AT, 0.25, -2.0, 5, 3)),
+                        (0, struct.pack("@" + FORMAT, *VALUES[:3], OUT_AT, 3.0, 1.0, 5, 3))]
+    assert outputs.made == []
+
+
+def test_an_output_no_out_array_holds_is_made_as_without(extension):
+    """Two outputs, the second given: the first is allocated (made ahead where asked), the
+    second is the out= array; results in the script's order."""
+    outputs, launched = Outputs(), []
+    kernel = native_kernel(1, 1, 32, "PPd", (0, OUT_AT, 0.0), (0, 2), (0, "alpha"), ("alpha", "beta"))
+    call = fast_sgemv_out(extension, outputs, launched, kernels=(kernel,), shapes=((3,), (5,)), results=(1, 0),
+                          given=(None, "w"), out={"w": device((5,), pointer=OUT_AT)}, spares=(True, True))
+    w = device((5,), pointer=OUT_AT)
+    first, second = call(sgemv_device(alpha=0.5), None, {"w": w})
+    low = POINTER + (1 << 20)
+    assert first is w and second == Out((3,), "float32", low)
+    assert launched == [(0, struct.pack("@PPd", low, OUT_AT, 0.5))]
+    assert [made.shape for made in outputs.made] == [(3,), (3,)]  # the result, and the next call's spare
+    assert call.held_spares() == 1
+
+
+@pytest.mark.parametrize("change", ["none", "empty", "pointer", "shape", "extra", "missing", "type", "not a dict"])
+def test_other_out_arrays_decline_before_anything_launches(extension, change):
+    outputs, launched = Outputs(), []
+    call = fast_sgemv_out(extension, outputs, launched)
+    out = {"z": device((3,), pointer=OUT_AT)}
+    if change == "none":
+        out = None
+    elif change == "empty":
+        out = {}
+    elif change == "pointer":
+        out = {"z": device((3,), pointer=OUT_AT + 256)}
+    elif change == "shape":
+        out = {"z": device((4,), pointer=OUT_AT)}
+    elif change == "extra":
+        out["w"] = device((3,), pointer=OUT_AT + 4096)
+    elif change == "missing":
+        out = {"w": out["z"]}
+    elif change == "type":
+        out = {"z": np.ones(3, np.float32)}
+    else:
+        out = list(out.items())
+    assert call(sgemv_device(), None, out) is None
+    assert launched == [] and outputs.made == []
+
+
+def test_a_call_made_without_out_arrays_declines_a_call_with_them(extension):
+    outputs, launched = Outputs(), []
+    call = fast_sgemv(extension, outputs, launched)
+    assert call(sgemv_device(), None, {"z": device((3,), pointer=OUT_AT)}) is None
+    assert launched == [] and outputs.made == []
+    assert call(sgemv_device(), None, {}) is not None and len(launched) == 1  # no out= array at all
+
+
+@pytest.mark.parametrize("given,shapes", [
+    (("z", "z"), ((3,), (3,))),  # a name twice
+    ((None,), ((3,),)),  # no name at all
+    (("z", None), ((3,),)),  # not one per output
+    ((3,), ((3,),)),  # not a name
+])
+def test_malformed_out_names_are_refused(extension, given, shapes):
+    key = signature(7, sgemv_device(), ARRAYS, SCALARS)
+    kinds = key[1::2]
+    out_key = signature(7, {"z": device((3,), pointer=OUT_AT)}, ("z",), frozenset())
+    with pytest.raises((ValueError, TypeError)):
+        extension.FastCall(
+            array_names=ARRAYS, array_types=tuple(kinds), signers=tuple(_signer(k) for k in kinds),
+            signatures=tuple(key[2::2]), scalar_names=("alpha", "beta"), scalar_value=scalar_value,
+            **make_fields(Outputs()), output_shapes=shapes, results=(0,), kernels=(), context=7,
+            hook=lambda *a: None, given=given, out_types=(out_key[1],), out_signers=(_signer(out_key[1]),),
+            out_signatures=(out_key[2],))
+
 class CupyLike:
     """The attributes CuPy's signature reads."""
 

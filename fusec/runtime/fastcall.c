@@ -5,7 +5,9 @@
  * scalars, how to allocate the outputs, and each kernel's parameters packed
  * once. Called with the keyword arguments of a program call, it checks that
  * they are the same arrays (the same signature, in the same CUDA context),
- * reads the scalars, allocates the outputs, writes the changing parameters
+ * and, for a call prepared with out= arrays, that its out= arrays are those
+ * (checked alike; their addresses are packed, and they are its results),
+ * reads the scalars, allocates the other outputs, writes the changing parameters
  * into a copy of each kernel's buffer and launches. A call keeps its values on
  * the stack: where it runs Python code (a signer, an allocator) another thread
  * may call the same FastCall meanwhile. It returns None, having launched
@@ -387,11 +389,18 @@ typedef struct {
     Change *change;
 } Kernel;
 
+/* Arrays a call passes by name, each checked against the signature it was prepared with. */
 typedef struct {
-    PyObject_HEAD
-    PyObject *array_names, *array_types, *signers, *signatures;  /* tuples, one item per array */
+    PyObject *names, *types, *signers, *signatures;  /* tuples, one item per array; names NULL: no set */
     PyObject *steady;   /* NULL, or a tuple per array: None, or per signature item True where it stays put */
     PyObject *seen;     /* NULL, or a list per array: None, or a weak reference to the last object checked whole */
+} ArraySet;
+
+typedef struct {
+    PyObject_HEAD
+    ArraySet in;        /* the inputs */
+    ArraySet out;       /* the out= arrays, where the call was prepared with them (names NULL: none) */
+    PyObject *given;    /* NULL, or a tuple per output: None, or the name of the out= array that holds it */
     PyObject *scalar_names, *scalar_value, *output_shapes, *results, *hook;
     double scalar_limit;  /* a float beyond it (or NaN, infinite) goes to scalar_value, which refuses it */
     PyObject *make, *make_kwnames, *pointer_steps;  /* allocating: make(shape, *args, **kwargs) */
@@ -417,13 +426,19 @@ static void fastcall_free_kernels(FastCall *self) {
     self->kernel = NULL;
 }
 
+static void clear_set(ArraySet *set) {
+    Py_CLEAR(set->names);
+    Py_CLEAR(set->types);
+    Py_CLEAR(set->signers);
+    Py_CLEAR(set->signatures);
+    Py_CLEAR(set->steady);
+    Py_CLEAR(set->seen);
+}
+
 static void fastcall_dealloc(FastCall *self) {
-    Py_XDECREF(self->array_names);
-    Py_XDECREF(self->array_types);
-    Py_XDECREF(self->signers);
-    Py_XDECREF(self->signatures);
-    Py_XDECREF(self->steady);
-    Py_XDECREF(self->seen);
+    clear_set(&self->in);
+    clear_set(&self->out);
+    Py_XDECREF(self->given);
     Py_XDECREF(self->scalar_names);
     Py_XDECREF(self->scalar_value);
     Py_XDECREF(self->make);
@@ -538,7 +553,8 @@ static int read_allocation(FastCall *self, PyObject *make, PyObject *args, PyObj
     return 0;
 }
 
-/* spares: True (every output made ahead), False, or a tuple of one truth value per output. */
+/* spares: True (every output made ahead), False, or a tuple of one truth value per output;
+ * never an output an out= array holds (read_given first). */
 static int read_spares(FastCall *self, PyObject *spares) {
     Py_ssize_t outputs = PyTuple_GET_SIZE(self->output_shapes), wanted = 0;
     if (PyTuple_Check(spares) && PyTuple_GET_SIZE(spares) != outputs) {
@@ -552,6 +568,7 @@ static int read_spares(FastCall *self, PyObject *spares) {
     for (Py_ssize_t o = 0; o < outputs; o++) {
         int ahead = PyTuple_Check(spares) ? PyObject_IsTrue(PyTuple_GET_ITEM(spares, o)) : all;
         if (ahead < 0) return -1;
+        if (self->given && PyTuple_GET_ITEM(self->given, o) != Py_None) ahead = 0;  /* an out= array holds it */
         self->ahead[o] = (char)ahead;
         wanted += ahead;
     }
@@ -584,14 +601,14 @@ static int read_sole(FastCall *self, PyObject *sole) {
 
 /* steady: None, or per array None or a tuple of one truth value per item of its
  * signature (read by steps): True where the item cannot change while the object lives. */
-static int read_steady(FastCall *self, PyObject *steady) {
+static int read_steady(ArraySet *set, PyObject *steady) {
     if (steady == Py_None) return 0;
-    Py_ssize_t arrays = PyTuple_GET_SIZE(self->array_names);
+    Py_ssize_t arrays = PyTuple_GET_SIZE(set->names);
     if (check_tuple(steady, "steady", arrays) < 0) return -1;
     PyObject *kept = PyTuple_New(arrays);
     if (!kept) return -1;
     for (Py_ssize_t a = 0; a < arrays; a++) {
-        PyObject *items = PyTuple_GET_ITEM(steady, a), *signer = PyTuple_GET_ITEM(self->signers, a), *flags;
+        PyObject *items = PyTuple_GET_ITEM(steady, a), *signer = PyTuple_GET_ITEM(set->signers, a), *flags;
         if (items == Py_None) {
             PyTuple_SET_ITEM(kept, a, Py_NewRef(Py_None));
             continue;
@@ -616,59 +633,25 @@ static int read_steady(FastCall *self, PyObject *steady) {
             PyTuple_SET_ITEM(flags, i, Py_NewRef(truth ? Py_True : Py_False));
         }
     }
-    self->steady = kept;
-    self->seen = PyList_New(arrays);
-    if (!self->seen) return -1;
-    for (Py_ssize_t a = 0; a < arrays; a++) PyList_SET_ITEM(self->seen, a, Py_NewRef(Py_None));
+    set->steady = kept;
+    set->seen = PyList_New(arrays);
+    if (!set->seen) return -1;
+    for (Py_ssize_t a = 0; a < arrays; a++) PyList_SET_ITEM(set->seen, a, Py_NewRef(Py_None));
     return 0;
 }
 
-static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
-    static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
-                               "scalar_value", "make", "make_args", "make_kwargs", "pointer",
-                               "output_shapes", "results", "kernels", "context", "spares", "hook", "sole",
-                               "steady", "stream", "scalar_limit", NULL};
-    PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
-    PyObject *make, *make_args, *make_kwargs, *pointer;
-    PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None, *sole = Py_None;
-    PyObject *steady = Py_None, *stream = Py_None;
-    double scalar_limit = DBL_MAX;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOOOOd", keywords, &array_names, &array_types,
-                                     &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
-                                     &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
-                                     &spares, &hook, &sole, &steady, &stream, &scalar_limit))
+/* A set of arrays: their names, types, signers and signatures (tuples of one item per array)
+ * and steady items (see read_steady). Each signer: a callable returning the signature, or a
+ * tuple of paths of steps, one per item of it. */
+static int read_set(ArraySet *set, const char *what, PyObject *names, PyObject *types, PyObject *signers,
+                    PyObject *signatures, PyObject *steady) {
+    if (check_tuple(names, what, -1) < 0) return -1;
+    Py_ssize_t arrays = PyTuple_GET_SIZE(names);
+    if (check_tuple(types, "array types", arrays) < 0 || check_tuple(signers, "signers", arrays) < 0
+        || check_tuple(signatures, "signatures", arrays) < 0)
         return -1;
-    if (self->array_names) {
-        PyErr_SetString(PyExc_TypeError, "a FastCall is initialised once");
-        return -1;
-    }
-    if (check_tuple(array_names, "array_names", -1) < 0) return -1;
-    Py_ssize_t arrays = PyTuple_GET_SIZE(array_names);
-    if (check_tuple(array_types, "array_types", arrays) < 0 || check_tuple(signers, "signers", arrays) < 0
-        || check_tuple(signatures, "signatures", arrays) < 0 || check_tuple(scalar_names, "scalar_names", -1) < 0
-        || check_tuple(output_shapes, "output_shapes", -1) < 0 || check_tuple(results, "results", -1) < 0)
-        return -1;
-    if (PyTuple_GET_SIZE(scalar_names) > MAX_VALUES || PyTuple_GET_SIZE(output_shapes) > MAX_VALUES) {
-        PyErr_Format(PyExc_ValueError, "at most %d scalars and %d outputs", MAX_VALUES, MAX_VALUES);
-        return -1;
-    }
-    if (PyTuple_GET_SIZE(results) == 0) {
-        PyErr_SetString(PyExc_ValueError, "a program returns at least one value");
-        return -1;
-    }
-    for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(results); r++) {
-        Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(results, r));
-        if (position < 0 || position >= PyTuple_GET_SIZE(output_shapes)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a result names no output");
-            return -1;
-        }
-    }
-    self->context = context == Py_None ? NULL : PyLong_AsVoidPtr(context);
-    self->stream = stream == Py_None ? NULL : PyLong_AsVoidPtr(stream);
-    if (PyErr_Occurred()) return -1;
-    /* each signer: a callable returning the signature, or a tuple of paths of steps, one per item of it */
-    self->signers = PyTuple_New(arrays);
-    if (!self->signers) return -1;
+    set->signers = PyTuple_New(arrays);
+    if (!set->signers) return -1;
     for (Py_ssize_t a = 0; a < arrays; a++) {
         PyObject *signer = PyTuple_GET_ITEM(signers, a), *read;
         if (PyTuple_Check(signer)) {
@@ -693,22 +676,117 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
             PyErr_SetString(PyExc_TypeError, "a signer is a callable or a tuple of paths");
             return -1;
         }
-        PyTuple_SET_ITEM(self->signers, a, read);
+        PyTuple_SET_ITEM(set->signers, a, read);
     }
+    set->names = Py_NewRef(names);
+    set->types = Py_NewRef(types);
+    set->signatures = Py_NewRef(signatures);
+    return read_steady(set, steady);
+}
+
+/* given: None, or per output None or the name of the out= array that holds it (each once);
+ * the out= arrays' set is then read from out_types, out_signers, out_signatures and out_steady,
+ * one item per name, in the order the names come. */
+static int read_given(FastCall *self, PyObject *given, PyObject *types, PyObject *signers, PyObject *signatures,
+                      PyObject *steady) {
+    if (given == Py_None) return 0;
+    Py_ssize_t outputs = PyTuple_GET_SIZE(self->output_shapes);
+    if (!PyTuple_Check(given) || PyTuple_GET_SIZE(given) != outputs) {
+        PyErr_SetString(PyExc_ValueError, "given: one name or None per output");
+        return -1;
+    }
+    PyObject *names = PyList_New(0);
+    if (!names) return -1;
+    for (Py_ssize_t o = 0; o < outputs; o++) {
+        PyObject *name = PyTuple_GET_ITEM(given, o);
+        if (name == Py_None) continue;
+        int again = PyUnicode_Check(name) ? PySequence_Contains(names, name) : -1;
+        if (again != 0 || PyList_Append(names, name) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "given: each out= name a str, once");
+            Py_DECREF(names);
+            return -1;
+        }
+    }
+    PyObject *ordered = PyList_AsTuple(names);
+    Py_DECREF(names);
+    if (!ordered) return -1;
+    if (!PyTuple_GET_SIZE(ordered)) {
+        Py_DECREF(ordered);
+        PyErr_SetString(PyExc_ValueError, "given: names no out= array");
+        return -1;
+    }
+    int status = read_set(&self->out, "given names", ordered, types, signers, signatures, steady);
+    Py_DECREF(ordered);
+    if (status < 0) {
+        clear_set(&self->out);
+        return -1;
+    }
+    self->given = Py_NewRef(given);
+    return 0;
+}
+
+static int fastcall_init(FastCall *self, PyObject *args, PyObject *kw) {
+    static char *keywords[] = {"array_names", "array_types", "signers", "signatures", "scalar_names",
+                               "scalar_value", "make", "make_args", "make_kwargs", "pointer",
+                               "output_shapes", "results", "kernels", "context", "spares", "hook", "sole",
+                               "steady", "stream", "scalar_limit", "given", "out_types", "out_signers",
+                               "out_signatures", "out_steady", NULL};
+    PyObject *array_names, *array_types, *signers, *signatures, *scalar_names, *scalar_value;
+    PyObject *make, *make_args, *make_kwargs, *pointer;
+    PyObject *output_shapes, *results, *kernels, *context, *spares = Py_False, *hook = Py_None, *sole = Py_None;
+    PyObject *steady = Py_None, *stream = Py_None;
+    PyObject *given = Py_None, *out_types = Py_None, *out_signers = Py_None, *out_signatures = Py_None;
+    PyObject *out_steady = Py_None;
+    double scalar_limit = DBL_MAX;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOO|OOOOOdOOOOO", keywords, &array_names, &array_types,
+                                     &signers, &signatures, &scalar_names, &scalar_value, &make, &make_args,
+                                     &make_kwargs, &pointer, &output_shapes, &results, &kernels, &context,
+                                     &spares, &hook, &sole, &steady, &stream, &scalar_limit, &given, &out_types,
+                                     &out_signers, &out_signatures, &out_steady))
+        return -1;
+    if (self->in.names) {
+        PyErr_SetString(PyExc_TypeError, "a FastCall is initialised once");
+        return -1;
+    }
+    if (check_tuple(scalar_names, "scalar_names", -1) < 0 || check_tuple(output_shapes, "output_shapes", -1) < 0
+        || check_tuple(results, "results", -1) < 0)
+        return -1;
+    if (PyTuple_GET_SIZE(scalar_names) > MAX_VALUES || PyTuple_GET_SIZE(output_shapes) > MAX_VALUES) {
+        PyErr_Format(PyExc_ValueError, "at most %d scalars and %d outputs", MAX_VALUES, MAX_VALUES);
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(results) == 0) {
+        PyErr_SetString(PyExc_ValueError, "a program returns at least one value");
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(results); r++) {
+        Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(results, r));
+        if (position < 0 || position >= PyTuple_GET_SIZE(output_shapes)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a result names no output");
+            return -1;
+        }
+    }
+    self->context = context == Py_None ? NULL : PyLong_AsVoidPtr(context);
+    self->stream = stream == Py_None ? NULL : PyLong_AsVoidPtr(stream);
+    if (PyErr_Occurred()) return -1;
 #define KEEP(field) Py_INCREF(field); self->field = field;
-    KEEP(array_names) KEEP(array_types) KEEP(signatures) KEEP(scalar_names) KEEP(scalar_value)
-    KEEP(output_shapes) KEEP(results) KEEP(hook)
+    KEEP(scalar_names) KEEP(scalar_value) KEEP(output_shapes) KEEP(results) KEEP(hook)
 #undef KEEP
     self->scalar_limit = scalar_limit;
-    if (read_steady(self, steady) < 0 || read_spares(self, spares) < 0 || read_sole(self, sole) < 0) return -1;
+    if (read_set(&self->in, "array_names", array_names, array_types, signers, signatures, steady) < 0) {
+        clear_set(&self->in);  /* initialised once: a FastCall whose set failed stays unusable */
+        return -1;
+    }
+    if (read_given(self, given, out_types, out_signers, out_signatures, out_steady) < 0) return -1;
+    if (read_spares(self, spares) < 0 || read_sole(self, sole) < 0) return -1;
     if (read_allocation(self, make, make_args, make_kwargs, pointer) < 0) return -1;
     if (hook == Py_None && open_driver() < 0) return -1;
     return read_kernels(self, kernels);
 }
 
-/* 1 where obj is the object array a last passed the whole check, still alive. */
-static int seen_before(FastCall *self, Py_ssize_t a, PyObject *obj) {
-    PyObject *ref = PyList_GET_ITEM(self->seen, a);
+/* 1 where obj is the object array a of the set last passed the whole check, still alive. */
+static int seen_before(ArraySet *set, Py_ssize_t a, PyObject *obj) {
+    PyObject *ref = PyList_GET_ITEM(set->seen, a);
     if (ref == Py_None) return 0;
 #if PY_VERSION_HEX >= 0x030D0000
     PyObject *target = NULL;
@@ -725,35 +803,30 @@ static int seen_before(FastCall *self, Py_ssize_t a, PyObject *obj) {
 
 /* Array a's check passed whole on obj: the next call passing obj reads only its changing items.
  * An object that takes no weak reference just stays unseen. */
-static void remember(FastCall *self, Py_ssize_t a, PyObject *obj) {
+static void remember(ArraySet *set, Py_ssize_t a, PyObject *obj) {
     PyObject *ref = PyWeakref_NewRef(obj, NULL);
     if (!ref) {
         PyErr_Clear();
         return;
     }
-    PyObject *held = PyList_GET_ITEM(self->seen, a);
-    PyList_SET_ITEM(self->seen, a, ref);
+    PyObject *held = PyList_GET_ITEM(set->seen, a);
+    PyList_SET_ITEM(set->seen, a, ref);
     Py_DECREF(held);
 }
 
-/* 1: the arguments are the prepared arrays and scalars; 0: they are not; -1: an error */
-static int same_arrays(FastCall *self, PyObject *arguments) {
-    Py_ssize_t arrays = PyTuple_GET_SIZE(self->array_names);
-    if (!PyDict_Check(arguments)
-        || PyDict_GET_SIZE(arguments) != arrays + PyTuple_GET_SIZE(self->scalar_names))
-        return 0;
-    if (self->hook == Py_None) {
-        CUcontext context = NULL;
-        if (cuCtxGetCurrent_(&context) != 0 || context != self->context) return 0;
-    }
-    for (Py_ssize_t a = 0; a < arrays; a++) {
-        PyObject *obj = PyDict_GetItemWithError(arguments, PyTuple_GET_ITEM(self->array_names, a));
+/* 1: the dict holds the set's arrays as prepared, and `others` more items; 0: it does not;
+ * -1: an error */
+static int same_set(ArraySet *set, PyObject *arrays, Py_ssize_t others) {
+    Py_ssize_t count = PyTuple_GET_SIZE(set->names);
+    if (!PyDict_Check(arrays) || PyDict_GET_SIZE(arrays) != count + others) return 0;
+    for (Py_ssize_t a = 0; a < count; a++) {
+        PyObject *obj = PyDict_GetItemWithError(arrays, PyTuple_GET_ITEM(set->names, a));
         if (!obj) return PyErr_Occurred() ? -1 : 0;
-        if ((PyObject *)Py_TYPE(obj) != PyTuple_GET_ITEM(self->array_types, a)) return 0;
-        PyObject *signer = PyTuple_GET_ITEM(self->signers, a), *expected = PyTuple_GET_ITEM(self->signatures, a);
+        if ((PyObject *)Py_TYPE(obj) != PyTuple_GET_ITEM(set->types, a)) return 0;
+        PyObject *signer = PyTuple_GET_ITEM(set->signers, a), *expected = PyTuple_GET_ITEM(set->signatures, a);
         if (PyTuple_Check(signer)) {  /* item by item, stopping at the first that differs */
-            PyObject *steady = self->steady ? PyTuple_GET_ITEM(self->steady, a) : Py_None;
-            int known = steady != Py_None && seen_before(self, a, obj);
+            PyObject *steady = set->steady ? PyTuple_GET_ITEM(set->steady, a) : Py_None;
+            int known = steady != Py_None && seen_before(set, a, obj);
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(signer); i++) {
                 if (known && PyTuple_GET_ITEM(steady, i) == Py_True) continue;
                 PyObject *value = walk(obj, PyTuple_GET_ITEM(signer, i));
@@ -762,7 +835,7 @@ static int same_arrays(FastCall *self, PyObject *arguments) {
                 Py_DECREF(value);
                 if (same != 1) return same;
             }
-            if (steady != Py_None && !known) remember(self, a, obj);
+            if (steady != Py_None && !known) remember(set, a, obj);
             continue;
         }
         PyObject *signature = PyObject_CallOneArg(signer, obj);
@@ -772,6 +845,19 @@ static int same_arrays(FastCall *self, PyObject *arguments) {
         if (same != 1) return same;
     }
     return 1;
+}
+
+/* 1: the arguments are the prepared arrays and scalars, and out the prepared out= arrays
+ * (None or empty where it was prepared without); 0: they are not; -1: an error */
+static int same_arrays(FastCall *self, PyObject *arguments, PyObject *out) {
+    if (self->hook == Py_None) {
+        CUcontext context = NULL;
+        if (cuCtxGetCurrent_(&context) != 0 || context != self->context) return 0;
+    }
+    int same = same_set(&self->in, arguments, PyTuple_GET_SIZE(self->scalar_names));
+    if (same != 1) return same;
+    if (self->out.names) return same_set(&self->out, out, 0);
+    return out == Py_None || (PyDict_Check(out) && PyDict_GET_SIZE(out) == 0);
 }
 
 /* 1: scalars read; 0: one is missing; -1: an error (scalar_value's ArgumentError) */
@@ -837,16 +923,28 @@ static void keep_last(FastCall *self, Py_ssize_t o, PyObject *made) {
     Py_DECREF(held);
 }
 
-/* The outputs as a new tuple, their addresses in outputs: the last results where the
- * caller let them go, else the spares where there are, new arrays otherwise. Py_None
- * (a new reference) when a new one is not 16-byte aligned; NULL on an error. Whatever is
- * taken is taken with no Python code run between (CuPy's attributes are C): no other
- * call can take it too. */
-static PyObject *allocate_outputs(FastCall *self, uintptr_t *outputs) {
+/* The outputs as a new tuple, their addresses in outputs: the out= arrays that hold them
+ * (their addresses packed already), else the last results where the caller let them go, else
+ * the spares where there are, new arrays otherwise. Py_None (a new reference) when a new one
+ * is not 16-byte aligned; NULL on an error. Whatever is taken is taken with no Python code run
+ * between (CuPy's attributes are C): no other call can take it too. */
+static PyObject *allocate_outputs(FastCall *self, uintptr_t *outputs, PyObject *out) {
     Py_ssize_t count = PyTuple_GET_SIZE(self->output_shapes);
     PyObject *arrays = PyTuple_New(count);
     if (!arrays) return NULL;
     for (Py_ssize_t o = 0; o < count; o++) {
+        PyObject *name = self->given ? PyTuple_GET_ITEM(self->given, o) : Py_None;
+        if (name != Py_None) {
+            PyObject *array = PyDict_GetItemWithError(out, name);  /* there: same_arrays checked it */
+            if (!array) {
+                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, name);
+                Py_DECREF(arrays);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(arrays, o, Py_NewRef(array));
+            outputs[o] = 0;
+            continue;
+        }
         PyObject *last = self->last ? PyList_GET_ITEM(self->last, o) : Py_None;
         if (last != Py_None && only_ours(self, PyTuple_GET_ITEM(last, 0))) {
             PyTuple_SET_ITEM(arrays, o, Py_NewRef(PyTuple_GET_ITEM(last, 0)));
@@ -983,12 +1081,12 @@ static int launch(FastCall *self, Py_ssize_t k, const double *scalars, const uin
 
 static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
     PyObject *arguments;
-    if (!self->array_names) {
+    if (!self->in.names) {
         PyErr_SetString(PyExc_TypeError, "FastCall was not initialised");
         return NULL;
     }
-    PyObject *stream = Py_None;
-    if (!PyArg_ParseTuple(args, "O|O", &arguments, &stream)) return NULL;
+    PyObject *stream = Py_None, *out = Py_None;
+    if (!PyArg_ParseTuple(args, "O|OO", &arguments, &stream, &out)) return NULL;
     if (stream != Py_None) {  /* another stream than the one it was prepared on: the Python path's */
         void *on = PyLong_AsVoidPtr(stream);
         if (PyErr_Occurred()) return NULL;
@@ -997,11 +1095,11 @@ static PyObject *fastcall_call(FastCall *self, PyObject *args, PyObject *kw) {
     /* this call's values, on the stack: another thread may call while this one waits for Python code */
     double scalars[MAX_VALUES];
     uintptr_t addresses[MAX_VALUES];
-    int ready = same_arrays(self, arguments);
+    int ready = same_arrays(self, arguments, out);
     if (ready == 1) ready = read_scalars(self, arguments, scalars);
     if (ready < 0) return NULL;
     if (ready == 0) Py_RETURN_NONE;
-    PyObject *outputs = allocate_outputs(self, addresses);
+    PyObject *outputs = allocate_outputs(self, addresses, out);
     if (!outputs || outputs == Py_None) return outputs;
     for (Py_ssize_t k = 0; k < self->kernels; k++) {
         if (launch(self, k, scalars, addresses) < 0) {

@@ -17,7 +17,9 @@ Where the C extension builds (:mod:`.native`), each prepared call also comes as
 a ``FastCall`` (``fastcall.c``) doing the same in C: :func:`native_call` spells
 the call out for it (signatures as paths of steps, the allocator as a
 constructor and its arguments, each kernel's packed parameters and changing
-fields by :func:`native_kernel`).
+fields by :func:`native_kernel`). A call with ``out=`` arrays comes so too, for
+those ``out=`` arrays on the inputs it was prepared on; on inputs elsewhere in
+memory it runs in Python (:attr:`PreparedCall.inputs`).
 """
 
 from __future__ import annotations
@@ -249,11 +251,15 @@ def native_kernel(function: int, grid: int, block: int, parameter_format: str, v
 
 
 def native_call(module, context: int, key: tuple, array_names: Sequence[str], kernels: Sequence[tuple],
-                prepared: "PreparedCall", output_bytes: Sequence[int], stream: int = 0):
+                prepared: "PreparedCall", output_bytes: Sequence[int], stream: int = 0, given: tuple | None = None):
     """``prepared`` as a C ``FastCall`` of the extension ``module``, for calls
-    whose signature is ``key`` (as :func:`signature` made it) in ``context``.
-    It makes the next call's outputs (those :func:`made_ahead` picks from each
-    output's bytes) once this call's kernels are launched (spares), so that a
+    whose signature is ``key`` (as :func:`signature` made it) in ``context``;
+    with ``given`` (the signature of its ``out=`` arrays, by sorted name), for
+    calls with those ``out=`` arrays and those inputs alone (their addresses
+    stay packed: calls on inputs elsewhere take the Python path,
+    :attr:`PreparedCall.inputs`). It makes the next call's outputs that no
+    ``out=`` array holds (those :func:`made_ahead` picks from each output's
+    bytes) once this call's kernels are launched (spares), so that a
     warm call's kernels wait for no allocation of theirs; where the allocator
     says who holds an array's memory (``sole``), it keeps those results and
     writes one again once the caller has let it go: the same address as the
@@ -261,17 +267,34 @@ def native_call(module, context: int, key: tuple, array_names: Sequence[str], ke
     still hold (at fp32 n = 4096, VADD's, WAXPBY's and AXPYDOT's results
     are 16 MB)."""
     kinds, allocate = key[1::2], prepared.allocate  # a cuda.Allocator, spelled out
-    python_signers = tuple(map(_signer, kinds))
-    signers = tuple(SIGNATURE_STEPS.get(signer, signer) for signer in python_signers)
-    steady = tuple(SIGNATURE_STEADY.get(signer) for signer in python_signers)
+    signers, steady = _native_signers(kinds)
+    spares = made_ahead(output_bytes)
+    out_fields = {}
+    if given is not None:
+        names = sorted(name for name in prepared.given if name is not None)  # as the key's (Program._key)
+        by_name = dict(zip(names, zip(given[1::2], given[2::2])))
+        ordered = [by_name[name] for name in prepared.given if name is not None]  # the order FastCall reads
+        out_kinds = tuple(kind for kind, _ in ordered)
+        out_signers, out_steady = _native_signers(out_kinds)
+        out_fields = dict(given=prepared.given, out_types=out_kinds, out_signers=out_signers,
+                          out_signatures=tuple(described for _, described in ordered),
+                          out_steady=out_steady if any(out_steady) else None)
+        spares = tuple(ahead and name is None for ahead, name in zip(spares, prepared.given))
     return module.FastCall(
         array_names=tuple(array_names), array_types=tuple(kinds), signers=signers,
         signatures=tuple(key[2::2]), scalar_names=prepared.scalar_names, scalar_value=prepared.scalar_value,
         scalar_limit=prepared.scalar_limit,
         make=allocate.make, make_args=tuple(allocate.args), make_kwargs=dict(allocate.kwargs) or None,
         pointer=tuple(allocate.pointer), output_shapes=prepared.output_shapes, results=prepared.results,
-        kernels=tuple(kernels), context=context, spares=made_ahead(output_bytes),
-        sole=tuple(allocate.sole) or None, steady=steady if any(steady) else None, stream=stream)
+        kernels=tuple(kernels), context=context, spares=spares,
+        sole=tuple(allocate.sole) or None, steady=steady if any(steady) else None, stream=stream, **out_fields)
+
+
+def _native_signers(kinds: Sequence[type]) -> tuple[tuple, tuple]:
+    """Each array kind's signer as the FastCall reads it (steps where there are) and its steady items."""
+    python_signers = tuple(map(_signer, kinds))
+    return (tuple(SIGNATURE_STEPS.get(signer, signer) for signer in python_signers),
+            tuple(SIGNATURE_STEADY.get(signer) for signer in python_signers))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,8 @@ values passed between kernels, staging for NumPy) are kept per size, so
 repeated calls allocate only their outputs; a repeated call on the same
 device arrays also skips the checks and argument building
 (:mod:`fusec.runtime.prepared`), in C where the extension builds
-(:mod:`fusec.runtime.native`): the prepared call used last is tried first.
+(:mod:`fusec.runtime.native`): the prepared calls used last, one with out=
+arrays and one without, are tried first.
 
 Kernels that run alone alternate the direction their blocks walk the grid from
 one launch to the next of their turn group (``Kernel.turns``, :func:`turn_groups`;
@@ -86,7 +87,7 @@ class CallCache(NamedTuple):
     """What a program keeps between calls (:meth:`Program.cache_info`)."""
 
     prepared: int  # prepared calls: signatures of device arrays whose checks and arguments are worked out
-    in_c: bool  # whether the prepared call used last runs in C (the extension's FastCall)
+    in_c: bool  # whether a prepared call runs in C (the extension's FastCall), with out= or without
     spares: int  # outputs made one call ahead by that call
     kept_results: int  # results of the last call it keeps, to write again once the caller lets them go
     sizes: int  # sets of sizes with fusec-owned device memory (workspaces, intermediates)
@@ -238,8 +239,9 @@ class Program:
         self._prepared: collections.OrderedDict = collections.OrderedDict()
         # calls with out= arrays by their key less the inputs' addresses (prepared.placed_elsewhere)
         self._placed: collections.OrderedDict = collections.OrderedDict()
-        self._hot = None  # the C FastCall of the prepared call used last: tried first
+        self._hot = None  # the C FastCall of the prepared call without out= used last: tried first
         self._hot_stream = None  # the current stream of its arrays' framework, asked on each call
+        self._hot_out = None  # (FastCall, current stream) of the prepared call with out= used last
         inputs = [dag.value(v) for v in dag.inputs]
         # a scalar read from device memory is an array to the call: its address is packed once
         self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR or v.on_device)
@@ -326,7 +328,8 @@ class Program:
         """What the program keeps between calls (prepared calls, results made ahead,
         device memory per set of sizes, plans for other sizes)."""
         hot = self._hot
-        return CallCache(len(self._prepared), hot is not None, hot.held_spares() if hot is not None else 0,
+        return CallCache(len(self._prepared), hot is not None or self._hot_out is not None,
+                         hot.held_spares() if hot is not None else 0,
                          hot.held_results() if hot is not None else 0, len(self._buffers), len(self._for_sizes))
 
     @property
@@ -396,6 +399,11 @@ class Program:
         outputs and every fusec buffer with NaN first, so an element no kernel
         writes shows up (tests use it)."""
         handle = None if stream is None else streams.given(stream)
+        if out is not None and self._hot_out is not None and not poison:  # the C extension's warm call
+            hot, current_stream = self._hot_out
+            results = hot(arrays, handle if handle is not None else current_stream(), out)
+            if results is not None:  # None when it declines
+                return results
         if self._prepared and not poison:
             results = self._run_prepared(arrays, handle, out)
             if results is not None:
@@ -456,6 +464,7 @@ class Program:
         try:
             key = self._key(context, arrays, out)
             prepared = self._prepared.get(key) if key is not None else None
+            made_here = prepared is not None  # on these very inputs, which its C call serves alone
             pointers = ()
             if key is not None and key[1] is not None:  # out= arrays: the inputs' addresses go in at each call
                 if prepared is None:  # one prepared for these shapes on other inputs' memory may serve
@@ -469,8 +478,8 @@ class Program:
                     pointers = input_pointers(key)
             if prepared is None or (handle if handle is not None else prepared.current_stream()) != prepared.stream:
                 return None  # prepared on another stream: the whole way prepares for this one
-            if prepared.native is not None:
-                self._make_hot(prepared.native, prepared.current_stream)
+            if prepared.native is not None and made_here:
+                self._make_hot(prepared.native, prepared.current_stream, given=prepared.inputs)
             return prepared(arrays, out, pointers)
         finally:
             if pushed:
@@ -568,10 +577,11 @@ class Program:
             launch = Launch(loaded.binding.launch, loaded.function(kernel), grid, kernel.block,
                             parameter_format, args, changing, shared, stream, loaded.dependent)
             prepared.append((launch, tuple(sources)))
-            if not given:  # calls with out= run in Python (below): no FastCall
-                natives.append(native_kernel(loaded.function(kernel), grid, kernel.block,
-                                             parameter_format, args, changing, sources, scalar_names, shared,
-                                             loaded.dependent))
+            # the C call serves these inputs alone: their addresses stay as packed
+            fixed = [(i, source) for i, source in zip(changing, sources) if not (type(source) is int and source < 0)]
+            natives.append(native_kernel(loaded.function(kernel), grid, kernel.block, parameter_format, args,
+                                         [i for i, _ in fixed], [source for _, source in fixed], scalar_names,
+                                         shared, loaded.dependent))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
         shapes = tuple(tuple(binding.sizes[d] for d in self.dag.value(v).dims) for v in outputs)
         call = PreparedCall(tuple(prepared), shapes, tuple(outputs.index(v) for v in self.dag.outputs),
@@ -581,24 +591,31 @@ class Program:
                             stream=stream, current_stream=streams.current_getter(binding.family, reference),
                             scalar_limit=scalar_limit(self.dtype), scalar_value=scalar_checker(self.dtype),
                             inputs=bool(given))
-        if given:  # calls with out= run in Python: they allocate nothing, and a captured graph replays them
-            return call
         output_bytes = tuple(self.value_nbytes(v, binding.sizes) for v in outputs)
         return dataclasses.replace(call, native=native_call(extension, key[0][0], key[0], self._array_names,
-                                                            natives, call, output_bytes, stream))
+                                                            natives, call, output_bytes, stream, key[1]))
 
-    def _make_hot(self, native_call, current_stream=None) -> None:
+    def _make_hot(self, native_call, current_stream=None, given: bool = False) -> None:
         """Try ``native_call`` first from now on (on the stream ``current_stream()``
-        says); the one tried before lets go of the outputs it made ahead (only the
-        hot call holds any)."""
+        says), for calls with out= arrays where ``given``, else for calls without;
+        the one tried before lets go of the outputs it made ahead (only the hot
+        calls hold any). None: neither is tried (both let go)."""
+        if given:
+            if self._hot_out is not None and self._hot_out[0] is not native_call:
+                self._hot_out[0].drop_spares()
+            self._hot_out = (native_call, current_stream)
+            return
         if self._hot is not None and self._hot is not native_call:
             self._hot.drop_spares()
         self._hot, self._hot_stream = native_call, current_stream
+        if native_call is None and self._hot_out is not None:
+            self._hot_out[0].drop_spares()
+            self._hot_out = None
 
     def _remember(self, key: tuple, prepared: PreparedCall) -> None:
         self._prepared[key] = prepared
         if prepared.native is not None:
-            self._make_hot(prepared.native, prepared.current_stream)
+            self._make_hot(prepared.native, prepared.current_stream, given=prepared.inputs)
         while len(self._prepared) > PREPARED_CALLS:
             self._prepared.popitem(last=False)
         if prepared.inputs:  # it serves the same shapes on other inputs' memory too

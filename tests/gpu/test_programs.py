@@ -292,6 +292,38 @@ def test_repeated_calls_take_the_prepared_path(script, dtype, kind, path, monkey
         prog.release()
 
 
+@pytest.mark.parametrize("kind", [k for k in _device_kinds() if k != "pycuda"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("script", script_names())
+def test_repeated_calls_with_out_arrays_run_in_c(script, dtype, kind, monkeypatch):
+    """A second call with the same inputs and out= arrays, new scalars, runs the C call
+    (neither binding nor the Python prepared call runs): the results are right and are the
+    out= arrays. (No PyCUDA context pushed: CuPy would load its fill kernels into it.)"""
+    prog = program(script, dtype)
+    prog.release()
+    sizes = size_cases(prog.dag, [1000])[-1]
+    rng = np.random.default_rng(_seed(script, kind, "out in C"))
+    inputs = oracle.random_inputs(prog.dag, sizes, dtype, rng)
+    names = [prog.dag.value(v).name for v in dict.fromkeys(prog.dag.outputs)]
+    device = {k: _to_device(kind, v) for k, v in inputs.items()}
+    out = {name: _to_device(kind, np.full(tuple(sizes[d] for d in prog.dag.value(v).dims), np.nan, dtype))
+           for name, v in zip(names, dict.fromkeys(prog.dag.outputs))}
+    _check(prog, inputs, prog(**device, out=out))  # the whole way, preparing the call
+    assert prog.cache_info().prepared == 1 and prog.cache_info().in_c
+    again = dict(inputs, **{k: v * -0.5 + 1.0 for k, v in inputs.items() if not isinstance(v, np.ndarray)})
+    for array in out.values():
+        array.fill_(np.nan) if kind == "torch" else array.fill(np.nan)
+    with monkeypatch.context() as patch:
+        patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
+        patch.setattr(prog, "_run_prepared", lambda *a: pytest.fail("the C call declined"))
+        arguments = {k: (device[k] if isinstance(v, np.ndarray) else v) for k, v in again.items()}
+        second = prog(**arguments, out=out)
+    seconds = second if isinstance(second, tuple) else (second,)
+    assert all(got is out[name] for got, name in zip(seconds, prog.outputs))
+    _check(prog, again, second)
+    prog.release()
+
+
 def test_a_cupy_result_let_go_is_written_again():
     """A warm call on CuPy arrays writes its last result again once the caller let
     it go (the same address), and never while the caller holds it or a view of it;

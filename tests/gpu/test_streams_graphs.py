@@ -91,8 +91,8 @@ def test_out_arrays_receive_the_results(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_out_arrays_on_a_stream_of_the_callers_take_the_prepared_call(dtype, monkeypatch):
     """A call on a stream that is not the framework's current one, with out= arrays for every
-    result, is prepared (it allocates nothing) and the next such call runs it, on that stream,
-    right; one that leaves a result to fusec goes the whole way every time."""
+    result, is prepared (it allocates nothing) and the next such call runs it in C, on that
+    stream, right; one that leaves a result to fusec goes the whole way every time."""
     cupy = pytest.importorskip("cupy")
     prog, inputs = _bicgk(dtype, m=1001, n=4097, seed=3)
     prog.release()
@@ -107,6 +107,7 @@ def test_out_arrays_on_a_stream_of_the_callers_take_the_prepared_call(dtype, mon
     cupy.cuda.get_current_stream().synchronize()  # the fills' stream: the call's does not wait for it
     with monkeypatch.context() as patch:
         patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
+        patch.setattr(prog, "_run_prepared", lambda *a: pytest.fail("the C call declined"))
         with cupy.cuda.Stream(non_blocking=True):  # another current stream: the call's own is given
             got = prog.run(device, out=out, stream=stream)
     stream.synchronize()
