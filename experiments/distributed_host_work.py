@@ -18,6 +18,8 @@ creation and the stage's prepared call; 99-128 µs after it (five runs), still a
 eight rank-runs later that day, 115-142 µs a call): the stage's prepared call 38-48 µs, NCCL's
 all-reduce 19-27, the collective's event and watch 11-20, the argument checks 11-13; the
 watchdog querying only the front of its queue changed nothing measurable (113-150 µs either way).
+With the stages' out= calls in the C extension (the same afternoon): the stage's call 6.9-9.3 µs,
+a call 60.0-70.4 µs, about the GPU's time.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ that handle alone, ``run`` with ``out=`` on another (non-blocking) stream; then 
 Answer (2026-11-30, one H200, n = 1024): a call with ``out=`` on a stream that is not the
 framework's current one took 121.6 µs to issue, every call, against 14-16 µs on the current
 stream: prepared calls were made only on the current stream, where they allocate results, and
-such a call allocates none. Prepared on any stream when ``out=`` holds every result: 14.9 µs
-(experiments/results/h200-out-call-host.md).
+such a call allocates none. Prepared on any stream when ``out=`` holds every result: 14.9 µs.
+With calls with ``out=`` in the C extension too: 7.1-8.5 µs, about a plain warm call (7.8 on that
+machine) (experiments/results/h200-out-call-host.md).
 """
 
 from __future__ import annotations
