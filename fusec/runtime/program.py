@@ -79,6 +79,9 @@ from .prepared import (
 )
 
 PREPARED_CALLS = 16  # signatures remembered per program
+# C calls with out= tried first, the last used first: two, for a loop passing two sets of
+# out= arrays in turn (a distributed program's stages, a solver's ping-pong states)
+HOT_OUT_CALLS = 2
 PLANS_FOR_SIZES = 8  # plans compiled for other sizes (its own cannot serve them, or one was tuned there)
 TUNED_ANSWERS = 64  # sizes whose tuning lookup a program remembers
 
@@ -241,7 +244,7 @@ class Program:
         self._placed: collections.OrderedDict = collections.OrderedDict()
         self._hot = None  # the C FastCall of the prepared call without out= used last: tried first
         self._hot_stream = None  # the current stream of its arrays' framework, asked on each call
-        self._hot_out = None  # (FastCall, current stream) of the prepared call with out= used last
+        self._hot_out: list = []  # (FastCall, current stream) of the prepared calls with out= used last
         inputs = [dag.value(v) for v in dag.inputs]
         # a scalar read from device memory is an array to the call: its address is packed once
         self._array_names = tuple(v.name for v in inputs if v.kind is not Kind.SCALAR or v.on_device)
@@ -328,7 +331,7 @@ class Program:
         """What the program keeps between calls (prepared calls, results made ahead,
         device memory per set of sizes, plans for other sizes)."""
         hot = self._hot
-        return CallCache(len(self._prepared), hot is not None or self._hot_out is not None,
+        return CallCache(len(self._prepared), hot is not None or bool(self._hot_out),
                          hot.held_spares() if hot is not None else 0,
                          hot.held_results() if hot is not None else 0, len(self._buffers), len(self._for_sizes))
 
@@ -399,11 +402,11 @@ class Program:
         outputs and every fusec buffer with NaN first, so an element no kernel
         writes shows up (tests use it)."""
         handle = None if stream is None else streams.given(stream)
-        if out is not None and self._hot_out is not None and not poison:  # the C extension's warm call
-            hot, current_stream = self._hot_out
-            results = hot(arrays, handle if handle is not None else current_stream(), out)
-            if results is not None:  # None when it declines
-                return results
+        if out is not None and not poison:  # the C extension's warm calls
+            for hot, current_stream in self._hot_out:
+                results = hot(arrays, handle if handle is not None else current_stream(), out)
+                if results is not None:  # None when it declines
+                    return results
         if self._prepared and not poison:
             results = self._run_prepared(arrays, handle, out)
             if results is not None:
@@ -597,20 +600,23 @@ class Program:
 
     def _make_hot(self, native_call, current_stream=None, given: bool = False) -> None:
         """Try ``native_call`` first from now on (on the stream ``current_stream()``
-        says), for calls with out= arrays where ``given``, else for calls without;
-        the one tried before lets go of the outputs it made ahead (only the hot
-        calls hold any). None: neither is tried (both let go)."""
+        says), for calls with out= arrays where ``given`` (among the last
+        HOT_OUT_CALLS of those), else for calls without; a call no longer tried
+        lets go of the outputs it made ahead (only the hot calls hold any). None:
+        none is tried (all let go)."""
         if given:
-            if self._hot_out is not None and self._hot_out[0] is not native_call:
-                self._hot_out[0].drop_spares()
-            self._hot_out = (native_call, current_stream)
+            kept = [(call, stream) for call, stream in self._hot_out if call is not native_call]
+            self._hot_out = [(native_call, current_stream)] + kept[:HOT_OUT_CALLS - 1]
+            for call, _ in kept[HOT_OUT_CALLS - 1:]:
+                call.drop_spares()
             return
         if self._hot is not None and self._hot is not native_call:
             self._hot.drop_spares()
         self._hot, self._hot_stream = native_call, current_stream
-        if native_call is None and self._hot_out is not None:
-            self._hot_out[0].drop_spares()
-            self._hot_out = None
+        if native_call is None:
+            for call, _ in self._hot_out:
+                call.drop_spares()
+            self._hot_out = []
 
     def _remember(self, key: tuple, prepared: PreparedCall) -> None:
         self._prepared[key] = prepared

@@ -123,6 +123,28 @@ def test_out_arrays_on_a_stream_of_the_callers_take_the_prepared_call(dtype, mon
     assert bound == [1, 1]
 
 
+def test_two_sets_of_out_arrays_in_turn_both_run_in_c(monkeypatch):
+    """A loop passing two sets of out= arrays in turn (a distributed program's stages, a
+    solver's ping-pong states) runs every call after the first two in C, each right."""
+    cupy = pytest.importorskip("cupy")
+    prog, inputs = _bicgk("float32", m=1001, n=4097, seed=4)
+    prog.release()
+    device = {k: cupy.asarray(v) for k, v in inputs.items()}
+    sets = [{"q": cupy.empty(1001, np.float32), "s": cupy.empty(4097, np.float32)} for _ in range(2)]
+    for out in sets:
+        prog(**device, out=out)  # the whole way, preparing each
+    with monkeypatch.context() as patch:
+        patch.setattr(prog, "bind", lambda arrays: pytest.fail("the prepared call bound its arguments"))
+        patch.setattr(prog, "_run_prepared", lambda *a: pytest.fail("the C calls declined"))
+        for _ in range(3):
+            for out in sets:
+                for array in out.values():
+                    array.fill(np.nan)
+                got = prog(**device, out=out)
+                assert got[0] is out["q"] and got[1] is out["s"]
+                _check(prog, inputs, got)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("script", script_names())
 def test_out_arrays_with_inputs_elsewhere_take_the_prepared_call(script, dtype, monkeypatch):
