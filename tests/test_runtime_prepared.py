@@ -503,3 +503,40 @@ def test_results_made_by_pycuda_are_made_in_a_context_pycuda_knows(monkeypatch):
     monkeypatch.setattr(cuda, "context", Recording)
     array, pointer = cuda.allocator("cuda", np.dtype(np.float32), None)((3, 5))
     assert pointer == 4096 and events == ["enter", ("empty", (3, 5), np.dtype(np.float32)), "exit"]
+
+
+class _Native:
+    """A FastCall stand-in that records when it lets go of what it made ahead."""
+
+    def __init__(self, name):
+        self.name, self.dropped = name, 0
+
+    def drop_spares(self):
+        self.dropped += 1
+
+    def held_spares(self):
+        return 0
+
+    def held_results(self):
+        return 0
+
+
+def test_the_last_two_calls_with_out_arrays_are_kept_hot_and_the_one_without_apart():
+    """Calls with out= keep the last two C calls tried (a loop may pass two sets in turn); a
+    third pushes the oldest out, which lets go of what it made ahead. The call without out= is
+    kept apart, and releasing the program forgets every one."""
+    from tests.helpers import program
+    prog = program("sgemv", "float32")
+    prog.release()
+    first, second, third, plain = (_Native(name) for name in ("first", "second", "third", "plain"))
+    for native in (first, second, first):  # the first used again: to the front, nothing dropped
+        prog._make_hot(native, lambda: 0, given=True)
+    assert [call.name for call, _ in prog._hot_out] == ["first", "second"] and second.dropped == 0
+    prog._make_hot(plain, lambda: 0)
+    prog._make_hot(third, lambda: 0, given=True)
+    assert [call.name for call, _ in prog._hot_out] == ["third", "first"]
+    assert (second.dropped, first.dropped, plain.dropped) == (1, 0, 0)
+    assert prog.cache_info().in_c
+    prog.release()
+    assert prog._hot_out == [] and prog.cache_info().in_c is False
+    assert (third.dropped, first.dropped, plain.dropped) == (1, 1, 1)
