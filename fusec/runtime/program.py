@@ -358,7 +358,7 @@ class Program:
         kept to be written again)
         and drop its loaded kernels; a later call allocates and loads again.
         Call it in the context the program ran in."""
-        self._make_hot(None)
+        self._forget_hot()
         self._prepared.clear()
         self._placed.clear()
         self._buffers.clear()
@@ -602,8 +602,7 @@ class Program:
         """Try ``native_call`` first from now on (on the stream ``current_stream()``
         says), for calls with out= arrays where ``given`` (among the last
         HOT_OUT_CALLS of those), else for calls without; a call no longer tried
-        lets go of the outputs it made ahead (only the hot calls hold any). None:
-        none is tried (all let go)."""
+        lets go of the outputs it made ahead (only the hot calls hold any)."""
         if given:
             kept = [(call, stream) for call, stream in self._hot_out if call is not native_call]
             self._hot_out = [(native_call, current_stream)] + kept[:HOT_OUT_CALLS - 1]
@@ -613,10 +612,13 @@ class Program:
         if self._hot is not None and self._hot is not native_call:
             self._hot.drop_spares()
         self._hot, self._hot_stream = native_call, current_stream
-        if native_call is None:
-            for call, _ in self._hot_out:
+
+    def _forget_hot(self) -> None:
+        """Try no C call first any more; each lets go of the outputs it made ahead."""
+        for call in [self._hot] + [call for call, _ in self._hot_out]:
+            if call is not None:
                 call.drop_spares()
-            self._hot_out = []
+        self._hot, self._hot_stream, self._hot_out = None, None, []
 
     def _remember(self, key: tuple, prepared: PreparedCall) -> None:
         self._prepared[key] = prepared
@@ -652,7 +654,7 @@ class Program:
             self._buffers[key] = _Buffers(self, sizes)
             while len(self._buffers) > 2:  # keep the memory of the last sizes only
                 _, evicted = self._buffers.popitem(last=False)
-                self._make_hot(None)
+                self._forget_hot()
                 for calls in (self._prepared, self._placed):
                     for call_key in [k for k, p in calls.items() if p.keep_alive[1] is evicted]:
                         del calls[call_key]
