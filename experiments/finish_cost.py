@@ -11,11 +11,23 @@ interleaved in one process (experiments.l2_policies.measure_variants):
 - fusec: as generated;
 - fence per warp: fusec's earlier order, every thread fencing before the
   barrier (a valid kernel: its results are compared);
+- 32 loads in flight: the last block's sums unrolled 32 deep instead of 8, so that a
+  thread summing up to 32 partials waits for one round trip to L2, not four (valid:
+  compared);
+- accumulated: the tile family's blocks add their partials with atomics into one
+  accumulator per output tile (kept zero between launches), and the last block to
+  arrive reads that one partial and zeroes it, instead of summing every block's:
+  a prototype of a cheaper, not bit-reproducible finish (its results are compared
+  with fusec's within a relative 1e-5 (fp32) or 1e-12 (fp64) on its second run,
+  the first having zeroed what it reads; programs without a tile kernel's
+  reduction have no such variant);
 - no fence: the ``__threadfence`` dropped, ticket and finish kept;
+- no sums: fence and tickets kept, the last block to arrive sums nothing: what
+  the tail's sums cost, apart from each block's wait for its tickets;
 - no finish: everything after the partials' stores dropped (fence, tickets,
   sums): what no protocol can beat, the bytes and the partials' stores staying.
 
-The last two are not valid kernels (without the fence the last block may sum
+The last three are not valid kernels (without the fence the last block may sum
 stale partials; without the finish the reductions' outputs are never written),
 so their results are not compared; they bound what a cheaper finish (flags
 carried with the partials, say) could win. Striped plans are left out: their
@@ -37,21 +49,64 @@ from pathlib import Path
 from experiments.l2_policies import measure_variants, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("fusec", "fence per warp", "no fence", "no finish")
+VARIANTS = ("fusec", "fence per warp", "32 loads in flight", "accumulated", "no fence", "no sums", "no finish")
 SEQUENCES = ("sgemv", "bicgk", "gesummv", "atax", "sgemvt", "gemver", "axpydot")
 CASES = (("float32", 4096), ("float32", 16384), ("float64", 8192))
 FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
-FENCE = re.compile(r"  BARRIER\(\);\n  if \((threadIdx\.x|tid) == 0\) __threadfence\(\);\n")
+# One fence by the thread that takes the tickets, after the block's barrier; where a kernel
+# may run as one block (the vector family) it sits in the branch for several blocks.
+FENCE = re.compile(r"^ *if \((threadIdx\.x|tid) == 0\) __threadfence\(\);\n", re.M)
+BARRIER = "  BARRIER();\n"  # the block's barrier right after the FINISH comment
+# The last block's sums (a call may run over two lines, ending in its lambda's `});`) and discard.
+SUMS = re.compile(r"^ *fusec_(sum_partials|discard)<[^;]*(;[^;\n]*\}\))?;.*\n", re.M)
+UNROLL = "#pragma unroll 8  //"  # fusec_sum_partials's loop over the partials
 END = "#undef ITERS"  # the first line after a kernel's (or a horizontal part's) closing brace
 
 
-def variant(source: str, name: str) -> str:
-    """The generated source, rewritten as the variant ``name``."""
+# The tile family's stores of a block's partials (fusec/data/blas/tile.cuh), their calls'
+# offsets of this block's slot, and each finish's sum over the blocks and its discard.
+PARTIAL_STORES = ("if (c.tx % LANES == 0 && row < c.rows) y[row] = s;", "if (col < c.cols) y[col] = s;")
+SLOT = re.compile(r"(_partial_store\(.*) \+ \(long long\)block_(row|col) \* TILE_(ROWS|COLS)(.*\n)")
+TILE_SUM = re.compile(r"(fusec_sum_partials<BLOCK>\(tile_partials[^,]*), grid_(?:cols|rows), (TILE_ROWS|TILE_COLS)"
+                      r"(, .*?\}\);\n *)fusec_discard<BLOCK>\(tile_partials, region, threadIdx\.x\);[^\n]*\n", re.S)
+
+
+def accumulated(source: str) -> str | None:
+    """The source with the tile family's partials added into one accumulator per output tile,
+    or None where it has no tile kernel's reduction to rewrite."""
+    if not SLOT.search(source):
+        return None
+    for store in PARTIAL_STORES:
+        assert store in source, "the tile family's partial stores changed: update experiments.finish_cost"
+        target = store.split(") ")[-1]  # y[row] = s;
+        index = target[2:target.index("]")]
+        source = source.replace(store, store.replace(target, f"atomicAdd(y + {index}, s);"))
+    source = SLOT.sub(r"\1\4", source)
+    source, sums = TILE_SUM.subn(
+        r"\1, 1, \2\3for (int i = threadIdx.x; i < \2; i += BLOCK) tile_partials[i] = real(0);  // kept zero\n", source)
+    assert sums == source.count("fusec_sum_partials<BLOCK>(tile_partials"), \
+        "the finish changed: update experiments.finish_cost"
+    return source
+
+
+def variant(source: str, name: str) -> str | None:
+    """The generated source, rewritten as the variant ``name`` (None: the program has none)."""
     assert source.count(FINISH) == len(FENCE.findall(source)), "support code changed: update experiments.finish_cost"
-    if name == "fence per warp":
-        return FENCE.sub("  __threadfence();\n  BARRIER();\n", source)
+    if name == "fence per warp":  # every thread fences before the block's barrier instead
+        for start in reversed([m.start() for m in re.finditer(re.escape(FINISH), source)]):
+            barrier = source.index(BARRIER, start)
+            source = source[:barrier] + "  __threadfence();\n" + source[barrier:]
+        return FENCE.sub("", source)
+    if name == "32 loads in flight":
+        assert UNROLL in source, "support code changed: update experiments.finish_cost"
+        return source.replace(UNROLL, "#pragma unroll 32  //")
+    if name == "accumulated":
+        return accumulated(source)
     if name == "no fence":
-        return FENCE.sub("  BARRIER();\n", source)
+        return FENCE.sub("", source)
+    if name == "no sums":
+        assert SUMS.search(source), "support code changed: update experiments.finish_cost"
+        return SUMS.sub("", source)
     if name == "no finish":
         pieces, position = [], 0
         while (start := source.find(FINISH, position)) >= 0:
@@ -73,6 +128,23 @@ def why_left_out(program) -> str | None:
     return None
 
 
+TOLERANCE = {"float32": 1e-5, "float64": 1e-12}  # relative to the largest magnitude of a result
+
+
+def second_run_error(reference, program, inputs) -> float:
+    """The largest difference between ``program``'s results on its second run (its first
+    zeroed the accumulators it reads) and ``reference``'s, relative to the largest magnitude."""
+    import cupy
+
+    from fusec.runtime import cuda
+    with cuda.context():
+        want = reference(**inputs)
+        program(**inputs)
+        got = program(**inputs)
+        want, got = (r if isinstance(r, tuple) else (r,) for r in (want, got))
+        return max(float(cupy.abs(a - b).max() / max(float(cupy.abs(a).max()), 1e-30)) for a, b in zip(want, got))
+
+
 def case(text: str) -> tuple[str, int]:
     match = re.fullmatch(r"(float32|float64):(\d+)", text)
     if not match:
@@ -89,6 +161,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="h100-finish-cost")
     args = parser.parse_args()
+    for name in ("rounds", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: 1 or more")
     import cupy
 
     import fusec
@@ -108,14 +183,20 @@ def main() -> None:
                 print(f"{dtype} {script:8s} {n}: left out ({plan}: {reason})")
                 continue
             inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            programs = {name: Program(dataclasses.replace(base.generated, source=variant(base.source, name)))
-                        for name in VARIANTS}
+            sources = {name: variant(base.source, name) for name in VARIANTS}
+            programs = {name: Program(dataclasses.replace(base.generated, source=source))
+                        for name, source in sources.items() if source is not None}
             row = {"sequence": script, "dtype": dtype, "size": n, "tuned": bool(base.tuned), "plan": plan,
-                   "changed": {name: programs[name].source != base.source for name in VARIANTS}}
+                   "changed": {name: programs[name].source != base.source for name in programs}}
+            if "accumulated" in programs:
+                row["accumulated error"] = second_run_error(programs["fusec"], programs["accumulated"], inputs)
+                if row["accumulated error"] > TOLERANCE[dtype]:
+                    raise SystemExit(f"{dtype} {script} {n}: the accumulated variant is wrong"
+                                     f" (relative error {row['accumulated error']:.1e})")
             row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat)
             print(f"{dtype} {script:8s} {n:9d} " + "  ".join(
                 f"{name}: {row['us'][name]:8.2f} us ({row['us'][name] / row['us']['fusec']:.3f}x)"
-                for name in VARIANTS), flush=True)
+                for name in programs), flush=True)
             rows.append(row)
             del inputs, programs
             cupy.get_default_memory_pool().free_all_blocks()
@@ -125,9 +206,11 @@ def main() -> None:
     write_table(args, rows, device, command, "What a reduction's finish across blocks costs",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's (below 1: the part taken out cost that much). 'fence per warp' (fusec's earlier"
-                " order) is checked bit for bit against fusec; 'no fence' and 'no finish' are not valid kernels:"
-                " their results are not compared (timing only). Plans: the tuned ones where the tuning cache had"
-                " them; striped plans left out.", VARIANTS, unchecked=VARIANTS[2:])
+                " order) and '32 loads in flight' are checked bit for bit against fusec; 'accumulated' adds in"
+                " another order, and is checked on its second run within a relative 1e-5 (fp32) or 1e-12 (fp64),"
+                " '–' where the plan has no tile kernel's reduction; 'no fence', 'no sums' and 'no finish' are"
+                " not valid kernels: their results are not compared (timing only). Plans: the tuned ones where"
+                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[3:])
 
 
 if __name__ == "__main__":
