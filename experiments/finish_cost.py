@@ -14,6 +14,11 @@ interleaved in one process (experiments.l2_policies.measure_variants):
 - 32 loads in flight: the last block's sums unrolled 32 deep instead of 8, so that a
   thread summing up to 32 partials waits for one round trip to L2, not four (valid:
   compared);
+- columns first: the tile family's grid walked down each column of tiles before the next
+  (block_row = item % grid_rows) instead of along each row: a column of tiles then
+  finishes its column sums while the grid still runs, where along the rows every column's
+  last block is in the grid's last row, and all their sums wait for the end; the row sums'
+  finishes (fewer partials each) move to the end instead (valid: compared);
 - accumulated: the tile family's blocks add their partials with atomics into one
   accumulator per output tile (kept zero between launches), and the last block to
   arrive reads that one partial and zeroes it, instead of summing every block's:
@@ -49,7 +54,8 @@ from pathlib import Path
 from experiments.l2_policies import measure_variants, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("fusec", "fence per warp", "32 loads in flight", "accumulated", "no fence", "no sums", "no finish")
+VARIANTS = ("fusec", "fence per warp", "32 loads in flight", "columns first", "accumulated",
+            "no fence", "no sums", "no finish")
 SEQUENCES = ("sgemv", "bicgk", "gesummv", "atax", "sgemvt", "gemver", "axpydot")
 CASES = (("float32", 4096), ("float32", 16384), ("float64", 8192))
 FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
@@ -69,6 +75,9 @@ PARTIAL_STORES = ("if (c.tx % LANES == 0 && row < c.rows) y[row] = s;", "if (col
 SLOT = re.compile(r"(_partial_store\(.*) \+ \(long long\)block_(row|col) \* TILE_(ROWS|COLS)(.*\n)")
 TILE_SUM = re.compile(r"(fusec_sum_partials<BLOCK>\(tile_partials[^,]*), grid_(?:cols|rows), (TILE_ROWS|TILE_COLS)"
                       r"(, .*?\}\);\n *)fusec_discard<BLOCK>\(tile_partials, region, threadIdx\.x\);[^\n]*\n", re.S)
+
+
+ROW_MAJOR = re.compile(r"const int block_row = (\S+) / grid_cols;\n( *)const int block_col = \1 % grid_cols;")
 
 
 def accumulated(source: str) -> str | None:
@@ -100,6 +109,10 @@ def variant(source: str, name: str) -> str | None:
     if name == "32 loads in flight":
         assert UNROLL in source, "support code changed: update experiments.finish_cost"
         return source.replace(UNROLL, "#pragma unroll 32  //")
+    if name == "columns first":
+        rewritten = ROW_MAJOR.sub(r"const int block_row = \1 % grid_rows;\n"
+                                  r"\2const int block_col = \1 / grid_rows;", source)
+        return rewritten if rewritten != source else None
     if name == "accumulated":
         return accumulated(source)
     if name == "no fence":
@@ -206,11 +219,12 @@ def main() -> None:
     write_table(args, rows, device, command, "What a reduction's finish across blocks costs",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's (below 1: the part taken out cost that much). 'fence per warp' (fusec's earlier"
-                " order) and '32 loads in flight' are checked bit for bit against fusec; 'accumulated' adds in"
-                " another order, and is checked on its second run within a relative 1e-5 (fp32) or 1e-12 (fp64),"
+                " order), '32 loads in flight' and 'columns first' are checked bit for bit against fusec;"
+                " 'accumulated' adds in another order, and is checked on its second run within a relative"
+                " 1e-5 (fp32) or 1e-12 (fp64),"
                 " '–' where the plan has no tile kernel's reduction; 'no fence', 'no sums' and 'no finish' are"
                 " not valid kernels: their results are not compared (timing only). Plans: the tuned ones where"
-                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[3:])
+                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[4:])
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ def test_every_variant_rewrites_what_it_names(script, sizes):
     assert finish_cost.FINISH in source
     for name in finish_cost.VARIANTS[1:]:
         rewritten = finish_cost.variant(source, name)
-        if name == "accumulated" and script == "axpydot":
-            assert rewritten is None  # a vector kernel: no tile partials to accumulate
+        if name in ("columns first", "accumulated") and script == "axpydot":
+            assert rewritten is None  # a vector kernel: no grid of tiles, no tile partials
             continue
         assert rewritten is not None and rewritten != source, name
     assert not finish_cost.FENCE.search(finish_cost.variant(source, "no fence"))
@@ -41,6 +41,12 @@ def test_every_variant_rewrites_what_it_names(script, sizes):
     assert not finish_cost.FENCE.search(per_warp) and "  __threadfence();\n  BARRIER();\n" in per_warp
     assert "fusec_sum_partials<BLOCK>(" not in finish_cost.variant(source, "no sums")
     assert "fusec_sum_partials<BLOCK>(" not in finish_cost.variant(source, "no finish")
+
+
+def test_columns_first_walks_down_each_column_of_tiles():
+    rewritten = finish_cost.variant(generated(*CASES[0]), "columns first")
+    assert "block_row = fusec_item % grid_rows;" in rewritten
+    assert "block_col = fusec_item / grid_rows;" in rewritten and "/ grid_cols;" not in rewritten
 
 
 def test_the_accumulated_variant_reads_one_partial_and_keeps_it_zero():
