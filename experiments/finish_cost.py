@@ -14,6 +14,10 @@ interleaved in one process (experiments.l2_policies.measure_variants):
 - 32 loads in flight: the last block's sums unrolled 32 deep instead of 8, so that a
   thread summing up to 32 partials waits for one round trip to L2, not four (valid:
   compared);
+- sums out of line: ``fusec_sum_partials`` a function of its own (``__noinline__``)
+  instead of inlined into the kernel, whose code it doubles (valid: compared);
+- no discard: the partials kept in L2 after their sums (no ``discard.global.L2``), to be
+  written back to DRAM (valid: compared);
 - columns first: the tile family's grid walked down each column of tiles before the next
   (block_row = item % grid_rows) instead of along each row: a column of tiles then
   finishes its column sums while the grid still runs, where along the rows every column's
@@ -54,8 +58,8 @@ from pathlib import Path
 from experiments.l2_policies import measure_variants, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("fusec", "fence per warp", "32 loads in flight", "columns first", "accumulated",
-            "no fence", "no sums", "no finish")
+VARIANTS = ("fusec", "fence per warp", "32 loads in flight", "sums out of line", "no discard", "columns first",
+            "accumulated", "no fence", "no sums", "no finish")
 SEQUENCES = ("sgemv", "bicgk", "gesummv", "atax", "sgemvt", "gemver", "axpydot")
 CASES = (("float32", 4096), ("float32", 16384), ("float64", 8192))
 FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
@@ -66,6 +70,8 @@ BARRIER = "  BARRIER();\n"  # the block's barrier right after the FINISH comment
 # The last block's sums (a call may run over two lines, ending in its lambda's `});`) and discard.
 SUMS = re.compile(r"^ *fusec_(sum_partials|discard)<[^;]*(;[^;\n]*\}\))?;.*\n", re.M)
 UNROLL = "#pragma unroll 8  //"  # fusec_sum_partials's loop over the partials
+INLINE_SUMS = "__device__ __forceinline__ void fusec_sum_partials("
+DISCARD = re.compile(r"^ *fusec_discard<.*\n", re.M)
 END = "#undef ITERS"  # the first line after a kernel's (or a horizontal part's) closing brace
 
 
@@ -109,6 +115,12 @@ def variant(source: str, name: str) -> str | None:
     if name == "32 loads in flight":
         assert UNROLL in source, "support code changed: update experiments.finish_cost"
         return source.replace(UNROLL, "#pragma unroll 32  //")
+    if name == "sums out of line":
+        assert source.count(INLINE_SUMS) == 1, "support code changed: update experiments.finish_cost"
+        return source.replace(INLINE_SUMS, "__device__ __noinline__ void fusec_sum_partials(")
+    if name == "no discard":
+        assert DISCARD.search(source), "support code changed: update experiments.finish_cost"
+        return DISCARD.sub("", source)
     if name == "columns first":
         rewritten = ROW_MAJOR.sub(r"const int block_row = \1 % grid_rows;\n"
                                   r"\2const int block_col = \1 / grid_rows;", source)
@@ -219,12 +231,13 @@ def main() -> None:
     write_table(args, rows, device, command, "What a reduction's finish across blocks costs",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's (below 1: the part taken out cost that much). 'fence per warp' (fusec's earlier"
-                " order), '32 loads in flight' and 'columns first' are checked bit for bit against fusec;"
+                " order), '32 loads in flight', 'sums out of line', 'no discard' and 'columns first' are checked bit"
+                " for bit against fusec;"
                 " 'accumulated' adds in another order, and is checked on its second run within a relative"
                 " 1e-5 (fp32) or 1e-12 (fp64),"
                 " '–' where the plan has no tile kernel's reduction; 'no fence', 'no sums' and 'no finish' are"
                 " not valid kernels: their results are not compared (timing only). Plans: the tuned ones where"
-                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[4:])
+                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[6:])
 
 
 if __name__ == "__main__":
