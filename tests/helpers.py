@@ -97,6 +97,41 @@ def compile_for_this_gpu(sources) -> None:
     nvcc.compile_many(list(dict.fromkeys(sources)), arch, lineinfo=os.environ.get("FUSEC_LINEINFO") == "1")
 
 
+def parts_apart(plan, fusion):
+    """The same kernels, each ``fusion`` kernel (a plan class of several parts: horizontal,
+    striped, held) replaced by its parts launched one after another."""
+    from fusec.ir.plan import ProgramPlan
+    kernels = []
+    for kernel in plan.kernels:
+        kernels += list(kernel.parts) if isinstance(kernel, fusion) else [kernel]
+    return ProgramPlan(tuple(kernels))
+
+
+def compiled_with_parts_apart(scripts, dtypes, dag_of, plans_of, fusion) -> dict:
+    """(script, dtype) -> [(Program, the same kernels apart)] for every plan of
+    ``plans_of(script, dtype)``, all compiled for the GPU present up front, in parallel."""
+    from fusec.emit.program import generate
+    from fusec.runtime.program import Program
+    out, sources = {}, []
+    for script in scripts:
+        dag = dag_of(script)
+        for dtype in dtypes:
+            pairs = [(Program(generate(dag, library(), plan, dtype)),
+                      Program(generate(dag, library(), parts_apart(plan, fusion), dtype)))
+                     for plan in plans_of(script, dtype)]
+            out[script, dtype] = pairs
+            sources += [p.source for pair in pairs for p in pair]
+    compile_for_this_gpu(sources)
+    return out
+
+
+def outputs_on_host(results, program) -> dict:
+    """A run's results by output name, as NumPy arrays."""
+    import numpy as np
+    results = results if isinstance(results, tuple) else (results,)
+    return {name: np.asarray(r) for name, r in zip(program.outputs, results)}
+
+
 def script_names() -> list[str]:
     return [p.stem for p in SCRIPTS]
 

@@ -40,7 +40,7 @@ from fusec.library.model import Geometry
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
 from fusec.space.striped import StripedFusion
-from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
+from tests.helpers import DTYPES, ROOT, compiled_with_parts_apart, library, outputs_on_host
 
 pytestmark = pytest.mark.gpu
 
@@ -86,32 +86,10 @@ def held_plans(script: str, dtype: str) -> list[ProgramPlan]:
     return plans[:2] + band_plans[:1] + after_plans[:1] if QUICK else plans + band_plans + after_plans
 
 
-def apart(plan: ProgramPlan) -> ProgramPlan:
-    kernels = []
-    for kernel in plan.kernels:
-        kernels += list(kernel.parts) if isinstance(kernel, HeldPlan) else [kernel]
-    return ProgramPlan(tuple(kernels))
-
-
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(Program, the same kernels apart)], compiled up front in parallel."""
-    out, sources = {}, []
-    for script in SCRIPTS:
-        for dtype in (("float32",) if QUICK else DTYPES):
-            dag = dag_of(script)
-            pairs = [(Program(generate(dag, library(), plan, dtype)),
-                      Program(generate(dag, library(), apart(plan), dtype)))
-                     for plan in held_plans(script, dtype)]
-            out[script, dtype] = pairs
-            sources += [p.source for pair in pairs for p in pair]
-    compile_for_this_gpu(sources)
-    return out
-
-
-def _host(results, program) -> dict[str, np.ndarray]:
-    results = results if isinstance(results, tuple) else (results,)
-    return {name: np.asarray(r) for name, r in zip(program.outputs, results)}
+    return compiled_with_parts_apart(SCRIPTS, ("float32",) if QUICK else DTYPES, dag_of, held_plans, HeldPlan)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -127,7 +105,7 @@ def test_every_held_plan(script, dtype, compiled):
         expected = oracle.expect(dag, library(), inputs)
         for prog, alone in pairs:
             label = f"{prog.generated.plan.summary(dag)} at {sizes}"
-            outputs = _host(prog.run(inputs, poison=True), prog)
+            outputs = outputs_on_host(prog.run(inputs, poison=True), prog)
             for check in oracle.check_outputs(dag, library(), inputs, outputs, dtype, expected=expected):
                 if not check.passed:
                     failures.append(f"{label}: {check.name} {check.reason}")
@@ -136,14 +114,14 @@ def test_every_held_plan(script, dtype, compiled):
                 # three launches in a row (accumulators cleared by the launch, or in halves
                 # that alternate between launches with finish_after)
                 for again in range(2):
-                    repeated = _host(prog.run(inputs, poison=True), prog)
+                    repeated = outputs_on_host(prog.run(inputs, poison=True), prog)
                     for check in oracle.check_outputs(dag, library(), inputs, repeated, dtype, expected=expected):
                         if not check.passed:
                             failures.append(f"{label}, run {again + 2}: {check.name} {check.reason}")
                 continue
-            apart_outputs = _host(alone.run(inputs, poison=True), alone)
+            apart_outputs = outputs_on_host(alone.run(inputs, poison=True), alone)
             for again in range(2):
-                repeated = _host(prog.run(inputs, poison=True), prog)
+                repeated = outputs_on_host(prog.run(inputs, poison=True), prog)
                 for name in outputs:
                     if not np.array_equal(outputs[name], repeated[name]):
                         failures.append(f"{label}: {name} differs on run {again + 2}")
@@ -168,5 +146,5 @@ def test_a_grid_that_cannot_be_resident_is_refused():
         prog.run(inputs)
     small = dict(m=512, n=512)  # the program still runs where it fits
     inputs = oracle.random_inputs(dag, small, "float32", np.random.default_rng(4))
-    outputs = _host(prog.run(inputs), prog)
+    outputs = outputs_on_host(prog.run(inputs), prog)
     assert all(c.passed for c in oracle.check_outputs(dag, library(), inputs, outputs, "float32"))

@@ -37,7 +37,7 @@ from fusec.ir.plan import HorizontalPlan, ProgramPlan
 from fusec.runtime.program import Program
 from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
-from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
+from tests.helpers import DTYPES, ROOT, compiled_with_parts_apart, library, outputs_on_host
 
 pytestmark = pytest.mark.gpu
 
@@ -90,33 +90,11 @@ def horizontal_combinations(script: str, dtype: str) -> list[ProgramPlan]:
     return out[:5] if QUICK else out
 
 
-def twin(plan: ProgramPlan) -> ProgramPlan:
-    """The same kernels, each horizontal fusion's parts launched one after another."""
-    kernels = []
-    for kernel in plan.kernels:
-        kernels += list(kernel.parts) if isinstance(kernel, HorizontalPlan) else [kernel]
-    return ProgramPlan(tuple(kernels))
-
-
 @pytest.fixture(scope="module")
 def compiled():
-    """(script, dtype) -> [(Program, its twin Program)], all compiled up front in parallel."""
-    out, sources = {}, []
-    for script in SCRIPTS:
-        for dtype in (("float32",) if QUICK else DTYPES):
-            dag = dag_of(script)
-            pairs = [(Program(generate(dag, library(), plan, dtype)),
-                      Program(generate(dag, library(), twin(plan), dtype)))
-                     for plan in horizontal_combinations(script, dtype)]
-            out[script, dtype] = pairs
-            sources += [p.source for pair in pairs for p in pair]
-    compile_for_this_gpu(sources)
-    return out
-
-
-def _host(results, program) -> dict[str, np.ndarray]:
-    results = results if isinstance(results, tuple) else (results,)
-    return {name: np.asarray(r) for name, r in zip(program.outputs, results)}
+    """(script, dtype) -> [(Program, the same kernels apart)], compiled up front in parallel."""
+    return compiled_with_parts_apart(SCRIPTS, ("float32",) if QUICK else DTYPES, dag_of, horizontal_combinations,
+                                     HorizontalPlan)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -137,12 +115,12 @@ def test_every_horizontal_combination(script, dtype, compiled):
                 if getattr(kernel, "parts", None):
                     grids = tuple(p.grid(sizes) for p in kernel.parts)
                     ways.setdefault(plan, set()).add((grids[0] > grids[1]) - (grids[0] < grids[1]))
-            outputs = _host(prog.run(inputs, poison=True), prog)
+            outputs = outputs_on_host(prog.run(inputs, poison=True), prog)
             for check in oracle.check_outputs(dag, library(), inputs, outputs, dtype, expected=expected):
                 if not check.passed:
                     failures.append(f"{label}: {check.name} {check.reason}")
-            alone = _host(sequential.run(inputs, poison=True), sequential)
-            again = _host(prog.run(inputs, poison=True), prog)
+            alone = outputs_on_host(sequential.run(inputs, poison=True), sequential)
+            again = outputs_on_host(prog.run(inputs, poison=True), prog)
             for name in outputs:
                 if not np.array_equal(outputs[name], alone[name]):
                     failures.append(f"{label}: {name} differs from the same kernels one after another")

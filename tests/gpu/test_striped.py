@@ -37,7 +37,7 @@ from fusec.ir.plan import ProgramPlan, StripedPlan
 from fusec.library.model import Geometry
 from fusec.runtime.program import Program
 from fusec.space.combinations import build_space
-from tests.helpers import DTYPES, ROOT, compile_for_this_gpu, library
+from tests.helpers import DTYPES, ROOT, compiled_with_parts_apart, library, outputs_on_host
 
 pytestmark = pytest.mark.gpu
 
@@ -75,33 +75,10 @@ def striped_plans(script: str, dtype: str) -> list[ProgramPlan]:
     return out[:3] if QUICK else out
 
 
-def apart(plan: ProgramPlan) -> ProgramPlan:
-    """The same kernels, each striped fusion's parts launched one after another."""
-    kernels = []
-    for kernel in plan.kernels:
-        kernels += list(kernel.parts) if isinstance(kernel, StripedPlan) else [kernel]
-    return ProgramPlan(tuple(kernels))
-
-
 @pytest.fixture(scope="module")
 def compiled():
     """(script, dtype) -> [(Program, the same kernels apart)], compiled up front in parallel."""
-    out, sources = {}, []
-    for script in SCRIPTS:
-        for dtype in (("float32",) if QUICK else DTYPES):
-            dag = dag_of(script)
-            pairs = [(Program(generate(dag, library(), plan, dtype)),
-                      Program(generate(dag, library(), apart(plan), dtype)))
-                     for plan in striped_plans(script, dtype)]
-            out[script, dtype] = pairs
-            sources += [p.source for pair in pairs for p in pair]
-    compile_for_this_gpu(sources)
-    return out
-
-
-def _host(results, program) -> dict[str, np.ndarray]:
-    results = results if isinstance(results, tuple) else (results,)
-    return {name: np.asarray(r) for name, r in zip(program.outputs, results)}
+    return compiled_with_parts_apart(SCRIPTS, ("float32",) if QUICK else DTYPES, dag_of, striped_plans, StripedPlan)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -119,13 +96,13 @@ def test_every_striped_plan(script, dtype, compiled):
             label = f"{prog.generated.plan.summary(dag)} at {sizes}"
             striped = next(k for k in prog.kernels if hasattr(k, "schedule_counters"))
             stripes.add(striped.stripes(sizes))
-            outputs = _host(prog.run(inputs, poison=True), prog)
+            outputs = outputs_on_host(prog.run(inputs, poison=True), prog)
             for check in oracle.check_outputs(dag, library(), inputs, outputs, dtype, expected=expected):
                 if not check.passed:
                     failures.append(f"{label}: {check.name} {check.reason}")
-            apart_outputs = _host(alone.run(inputs, poison=True), alone)
+            apart_outputs = outputs_on_host(alone.run(inputs, poison=True), alone)
             for again in range(2):
-                repeated = _host(prog.run(inputs, poison=True), prog)
+                repeated = outputs_on_host(prog.run(inputs, poison=True), prog)
                 for name in outputs:
                     if not np.array_equal(outputs[name], repeated[name]):
                         failures.append(f"{label}: {name} differs on run {again + 2}")
