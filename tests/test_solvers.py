@@ -934,3 +934,30 @@ def test_forgetting_the_kept_steppers_lets_go_of_their_own_matrices():
     assert kept.stepper.own_matrix is not None
     fusec.solvers.forget_kept_steppers()
     assert not any(k.stepper.program is program for k in api._KEPT._free.values())
+
+
+class _OnGpu:
+    """A stand-in for a CuPy array on GPU ``device`` (the checks look at its type's module,
+    shape, dtype and ``device.id``; none of its values is read before the device check)."""
+    __module__ = "cupy._core.core"
+
+    def __init__(self, shape, device: int):
+        import types
+        self.shape, self.dtype, self.device = shape, np.dtype("float32"), types.SimpleNamespace(id=device)
+
+
+class _ContiguousArrays:
+    @staticmethod
+    def contiguous(_):
+        return True
+
+
+@pytest.mark.parametrize("name", ["b", "x0"])
+def test_a_cupy_vector_on_another_gpu_than_A_is_refused_by_name(name):
+    A, on_0, on_1 = _OnGpu((4, 4), 0), _OnGpu((4,), 0), _OnGpu((4,), 1)
+    b, x0 = (on_1, None) if name == "b" else (on_0, on_1)
+    with pytest.raises(ArgumentError) as caught:
+        checks.arguments(_ContiguousArrays(), A, b, x0, 1e-5, 0.0, None, None)
+    assert caught.value.argument == name
+    assert str(caught.value) == f"argument '{name}': is on GPU 1, but A is on GPU 0: pass both on one GPU"
+    assert checks.arguments(_ContiguousArrays(), A, on_0, on_0, 1e-5, 0.0, None, None).n == 4

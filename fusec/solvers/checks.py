@@ -94,6 +94,8 @@ def arguments(arrays, A, b, x0, rtol, atol, maxiter, check_every) -> Problem:
             raise ArgumentError(name, f"has dtype {dtype_name(v)}, but A is {dtype}: pass {dtype}")
         if framework == "torch" and v.device != A.device:
             raise ArgumentError(name, f"is on {v.device}, but A is on {A.device}")
+        if framework == "cupy" and v.device.id != A.device.id:
+            raise ArgumentError(name, f"is on GPU {v.device.id}, but A is on GPU {A.device.id}: pass both on one GPU")
     rtol, atol = tolerance("rtol", rtol), tolerance("atol", atol)
     if rtol >= 1:
         raise ArgumentError("rtol", f"is {rtol!r}: it must be below 1 (||r|| <= rtol ||b|| holds for x = 0 at 1)")
