@@ -294,8 +294,8 @@ class TorchComm(Communicator):
 
 
 def _use_device(device: int) -> None:
-    """Make ``device`` this process's: CuPy's current device and the one whose
-    primary context fusec's runtime pushes ($FUSEC_DEVICE)."""
+    """Make ``device`` the one whose primary context fusec's runtime pushes ($FUSEC_DEVICE);
+    the callers that choose it make it CuPy's or PyTorch's current device too."""
     os.environ["FUSEC_DEVICE"] = str(device)
 
 
