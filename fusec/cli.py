@@ -458,7 +458,8 @@ def parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run", help="run on random inputs on the GPU, check and time",
-        description="Run SCRIPT on the GPU on random inputs (uniform in [-0.5, 0.5]), check every"
+        description="Run SCRIPT on the GPU on random inputs (arrays uniform in [-0.5, 0.5], scalars in"
+                    " [-1, 1]), check every"
                     " output against the float64 oracle with the BLAS test ratio, and time the"
                     " kernels with CUDA events: the GPU's time (a spinning kernel goes first, so"
                     " the host's launch overhead is not counted), and the time of a whole call"
@@ -548,7 +549,8 @@ def parser() -> argparse.ArgumentParser:
                          help="the library whose shipped plans to list (default: $FUSEC_LIBRARY, else the"
                               " bundled fusec/data/blas)")
     listing.add_argument("--gpu", metavar="NAME", default=None,
-                         help="only entries for GPUs whose folder starts with NAME, e.g. h100")
+                         help="only entries for GPUs whose folder starts with NAME, e.g. h100 (any case;"
+                              " 'NVIDIA H100 80GB HBM3' works too)")
     listing.add_argument("--prune", action="store_true",
                          help="delete the library's shipped files whose plans are built from library"
                               " pieces that have changed since (stale: never used again); files that"

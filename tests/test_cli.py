@@ -510,6 +510,15 @@ def test_tunings_names_the_file_of_an_entry_that_does_not_parse(capsys, tmp_path
     assert f"1 file(s) do not parse (listed with '?' above); fix or delete them:\n  {broken}\n" in out
 
 
+@pytest.mark.parametrize("named", ["h200", "H200", "NVIDIA H200"])
+def test_tunings_takes_a_gpu_name_as_every_other_gpu_flag_does(capsys, tmp_path, monkeypatch, named):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    code, out, err = run(capsys, "tunings", "--library", LIBRARY, "--gpu", named)
+    assert code == 0
+    rows = re.findall(r"^  (\S+) +\S+ +float(?:32|64) ", out, re.M)
+    assert rows and set(rows) == {"h200"}, out
+
+
 # -- empty paths ---------------------------------------------------------------------------
 
 

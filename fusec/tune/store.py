@@ -62,6 +62,7 @@ from ..ir.plan import ProgramPlan
 from ..library.digest import dag_files, file_digest
 from ..library.digest import digest as files_digest
 from ..library.pieces import Gone, changes, plan_pieces
+from ..target import slug as gpu_slug
 from ..version import __version__
 
 # of an entry file; another format is a miss. 1: keyed on the digest of the library files its
@@ -517,7 +518,7 @@ def filed(library, gpu: str | None = None) -> list[Filed]:
     found = []
     for root, shipped in ((cache_dir("tuning", create=False), False), (shipped_root(library), True)):
         where = "the library's tunings" if shipped else "the tuning cache"
-        for slug in _slugs(root, gpu or "", where):
+        for slug in _slugs(root, gpu_slug(gpu) if gpu else "", where):  # 'H100', 'NVIDIA H100 80GB HBM3' alike
             entries = (_filed(path, shipped, slug, library) for path in (root / slug).glob("*.json"))
             found.extend(sorted(entries, key=lambda e: (e.script, e.dtype, e.sizes, e.path.name)))
     return found
