@@ -1,16 +1,6 @@
-"""The ``fusec`` command line.
-
-    fusec compile SCRIPT [--library DIR] [--dtype float32|float64] [-o DIR] [--arch sm_90] [--gpu NAME] [--no-tuned]
-                  [--reproducible] [--device-scalar NAME]...
-    fusec space SCRIPT [--library DIR] [--size n=8192] [--top K | --all | --layouts L] [--gpu NAME]
-    fusec run SCRIPT [--library DIR] --size n=8192 [--dtype ...] [--repeat 20] [--reproducible]
-    fusec tune SCRIPT [--library DIR] --size n=8192 [--dtype ...] [--top 10] [--layouts 60] [--ship]
-    fusec tunings [--library DIR] [--gpu NAME] [--prune]
-    fusec perfdb build [--library DIR] [--dtype float32|float64|both] [--missing] [-o DIR]
-    fusec perfdb show [--gpu NAME] [--dir DIR] [--routine NAME]
-    fusec perfdb measure-plans SCRIPT... [--budget SECONDS] [--seed N] [--top K] [--layouts L] [-o FILE]
-    fusec perfdb fit [--gpu NAME] [--training FILE] [--ridge R] [--absolute] [--folds K] [--force] [-o FILE]
-"""
+"""The ``fusec`` command line: ``compile``, ``space``, ``run``, ``tune``, ``tunings`` and ``perfdb``
+(``build``, ``show``, ``measure-plans``, ``fit``), each a subparser below with its handler.
+Their options are listed once, by argparse: ``fusec COMMAND --help``, and docs/cli.md."""
 
 from __future__ import annotations
 
