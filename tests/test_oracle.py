@@ -643,3 +643,21 @@ def test_random_integer_inputs_give_exact_results():
     computed = A.T @ (A @ x)  # float32, but every partial sum is an exact integer
     [check] = oracle.check_outputs(ATAX, LIB, inputs, {"y": computed}, np.float32)
     assert check.passed and check.ratio == 0.0
+
+
+def test_a_reference_nests_as_deep_as_a_script_expression():
+    """200 levels, counted as a script's expression counts them (fusec.frontend.check): its
+    operands and arguments, not Python's operator and load-context nodes. alpha * (A @ x) is
+    three levels (*, @, A); each + before it, or each minus sign around it, one more."""
+    from fusec.frontend.check import MAX_EXPRESSION_DEPTH
+    from fusec.library.reference import MAX_DEPTH
+    assert MAX_DEPTH == MAX_EXPRESSION_DEPTH == 200
+    gemv = "alpha * (A @ x)"
+    for levels in (197, 198):  # 197 + 3 = 200 levels: as deep as may be; 201: one too many
+        chain, minus = " + ".join([gemv] + ["y"] * levels), "-" * levels + f"({gemv})"
+        for reference in (chain, minus):
+            if levels == 197:
+                check_reference(with_reference(reference))
+            else:
+                with pytest.raises(LibraryValidationError, match="nested too deep"):
+                    check_reference(with_reference(reference))

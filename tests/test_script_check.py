@@ -642,3 +642,15 @@ def test_a_long_script_checks():
     dag = compile_text(text)
     assert len(dag.expressions) == n - 1 and script.line(n + 2) == f"s{n - 1} = s{n - 2} * 2;"
     assert script.lines is script.lines  # split once, then kept
+
+
+def test_a_script_with_an_error_warns_of_nothing():
+    """Warnings come only from a script that compiles: one whose only fault is found after
+    the statements (no returned value depends on a call) has unused names, and says nothing
+    of them, just its error."""
+    text = "scalar a, b, c, d;\ninput a, c;\nb = a * 2;\nreturn b;\n"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        error = error_of(text, ScriptSemanticError)
+    assert error.coord == at(4, 1) and "no returned value depends on a call" in error.message
+    assert caught == []

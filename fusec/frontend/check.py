@@ -125,12 +125,12 @@ class _Checker:
         if self.returned is None:
             self.fail(ScriptSemanticError, "missing return statement at the end of the script",
                       self.script.end)
-        self.warn_unused()
         dag, dead = without_dead_calls(self.dag())
         if not dag.calls:  # scalars of inputs only: nothing for a GPU kernel to stream
             self.fail(ScriptSemanticError, "no returned value depends on a call of the library: a script"
                       " computes with calls (scalar expressions of inputs alone are the caller's to compute)",
                       self.returned.coord)
+        self.warn_unused()  # only once the script has no error: a failing script warns of nothing
         if dead:  # the lines whose result is never read were named above; these are all left out
             # (the calls a composite expands to are one statement, at the script's call)
             statements = list(dict.fromkeys(c.coord for c in dead))

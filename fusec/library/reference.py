@@ -312,12 +312,14 @@ def _checked(function: Function, shapes: bool = True) -> ast.expr:
 
 
 def _depth(tree: ast.AST) -> int:
-    """How deep the tree nests (without recursion: it may be as deep as the parser allows)."""
+    """How deep the expression nests, counted as a script's (its operands and arguments: not
+    Python's operator and load-context nodes); without recursion, as it may be as deep as the
+    parser allows."""
     deepest, stack = 0, [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr))
     return deepest
 
 
