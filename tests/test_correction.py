@@ -16,7 +16,7 @@ import pytest
 
 from fusec.cost import correction, fit, training
 from fusec.cost.features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, features
-from tests.helpers import library, script_dag
+from tests.helpers import ROOT, library, script_dag
 
 GPU = "h100-80gb-hbm3"  # the bundled performance database's
 SIZES = {"m": 3001, "n": 3001}
@@ -478,3 +478,35 @@ def test_mutated_training_files_are_read_or_refused_naming_the_file(tmp_path):
             fit.samples(data)  # what a fit reads of it works
             outcomes.add("read")
     assert outcomes == {"refused", "read"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["h100-80gb-hbm3", "h200"])
+def test_a_shipped_correction_is_what_its_shipped_training_file_fits(gpu, tmp_path, monkeypatch, capsys):
+    """`fusec perfdb fit --gpu GPU` on the bundled training file gives the bundled correction's
+    features and coefficients: the recipe in docs/tuning.md reproduces what ships."""
+    from fusec import data
+    from fusec.cli import main
+    monkeypatch.delenv("FUSEC_PERFDB", raising=False)
+    monkeypatch.delenv("FUSEC_TRAINING", raising=False)
+    monkeypatch.chdir(ROOT)  # points of older features are recomputed from ./scripts
+    out = tmp_path / "fitted.json"
+    assert main(["perfdb", "fit", "--gpu", gpu, "-o", str(out)]) == 0, capsys.readouterr().out
+    shipped = json.loads((data.ROOT / "perfdb" / "corrections" / f"{gpu}.json").read_text())
+    fitted = json.loads(out.read_text())
+    assert fitted["features"]["used"] == shipped["features"]["used"]
+    assert fitted["fitted"]["points"] == shipped["fitted"]["points"]
+
+    def numbers(tree, path=""):
+        if isinstance(tree, dict):
+            for key, value in tree.items():
+                yield from numbers(value, f"{path}/{key}")
+        elif isinstance(tree, list):
+            for i, value in enumerate(tree):
+                yield from numbers(value, f"{path}[{i}]")
+        elif isinstance(tree, (int, float)) and not isinstance(tree, bool):
+            yield path, float(tree)
+    want, got = dict(numbers(shipped["classes"])), dict(numbers(fitted["classes"]))
+    assert set(got) == set(want)
+    assert all(math.isclose(got[k], want[k], rel_tol=1e-9, abs_tol=1e-12) for k in want), \
+        max(want, key=lambda k: abs(got[k] - want[k]))
