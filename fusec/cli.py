@@ -505,7 +505,8 @@ def parser() -> argparse.ArgumentParser:
                            f" between shapes push a fast one far down the ranking (default: {LAYOUTS}; 0: none)")
     tune.add_argument("--quick", action="store_true",
                       help="measure about ten candidates in two rounds instead of the top K and L layouts:"
-                           " the first choice and the next 2 layouts, the best-predicted of each structure"
+                           " the first choice and the best of the 2 best layouts (its own and the next),"
+                           " the best-predicted of each structure"
                            " of kernel families (band, tile, horizontal, striped, held ...), the plan tuned"
                            " for the nearest size and another routine order of each fused plan; then further"
                            " layouts and routine orders of the winner's cover and families, and of those"
@@ -575,8 +576,8 @@ def parser() -> argparse.ArgumentParser:
                        help="folder to write into (default: $FUSEC_PERFDB, else the bundled fusec/data/perfdb)")
     build.add_argument("--missing", action="store_true",
                        help="time only the routine keys the GPU's database lacks (shapes added to the"
-                            " space since it was built) and keep its other timings; the library"
-                            " must be the one it timed")
+                            " space since it was built, routines whose code changed) and keep its other"
+                            " timings")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     build.set_defaults(handler=_perfdb_build)
     show = actions.add_parser(

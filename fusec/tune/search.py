@@ -212,8 +212,9 @@ def report(result: TuneResult) -> str:
         second = (f"; {result.ranked + 1}-{result.ranked + result.by_layout}: further layouts and routine orders of the"
                   " first round's winner's cover and kernel classes, and of those timed within"
                   f" {(quick_rounds.TIE - 1) * 100:.0f} % of it" if result.by_layout else "")
-        lines.append(f"(a quick tune: ranks 1-{result.ranked}: the first choice, the best of the next"
-                     f" {quick_rounds.FIRST} layouts, the best-predicted of each structure of kernel families"
+        lines.append(f"(a quick tune: ranks 1-{result.ranked}: the first choice, the best of the"
+                     f" {quick_rounds.FIRST} best-predicted layouts (its own and the next), the best-predicted of"
+                     f" each structure of kernel families"
                      f" near it, and the plans tuned for the nearest size, before or for a sibling GPU where there"
                      f" are, with another routine order of each that fuses calls{second})")
     elif result.by_layout:

@@ -9,7 +9,7 @@ all but the last; the build measures each key at several blocks per SM.
 
 Each key is probed by the single-call kernel of a library function that
 calls the routine, with every other routine left out
-(:func:`fusec.lower.kernel.probe_kernel`). Probes are grouped into modules
+(:func:`fusec.emit.kernel.probe_kernel`). Probes are grouped into modules
 so nvcc compiles them in parallel, a few dozen kernels each.
 """
 
