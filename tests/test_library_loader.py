@@ -552,6 +552,11 @@ REFERENCE_CASES = [
         "saxpy.cu", 9, "---", "nested too deep"),
     bad("reference-chain-too-long", ("saxpy.cu", "alpha * x + y\n", "alpha * x" + " + y" * 3000 + "\n"), V,
         "saxpy.cu", 9, "alpha", "nested too deep"),
+    # a script reads `t = abs(x);` as a scalar expression and `matrix(...)` as a declaration
+    bad("function-named-as-an-expression-function", ("saxpy.cu", SAXPY_SIG, SAXPY_SIG.replace("saxpy", "abs")), V,
+        "saxpy.cu", 2, "abs", "function 'abs': a function of scalar expressions, so no script could call it"),
+    bad("function-named-as-a-keyword", ("saxpy.cu", SAXPY_SIG, SAXPY_SIG.replace("saxpy", "matrix")), V,
+        "saxpy.cu", 2, "matrix", "function 'matrix': a word of the script language, so no script could call it"),
 ]
 
 # Composites (a part file c.fusec): numbers as the script's lexer reads them, and a bound on

@@ -15,15 +15,10 @@ import threading
 from ply import lex
 
 from ..errors import ScriptLexError, coord_at
+from ..ir import expr
 from .ast import source_line
 
-KEYWORDS = {
-    "matrix": "MATRIX",
-    "vector": "VECTOR",
-    "scalar": "SCALAR",
-    "input": "INPUT",
-    "return": "RETURN",
-}
+KEYWORDS = {word: word.upper() for word in expr.KEYWORDS}  # each its own token
 
 PUNCTUATION = {
     "SEMI": ";",

@@ -23,6 +23,7 @@ from typing import Callable
 from ..errors import Coord
 
 FUNCTIONS = ("sqrt", "abs")  # the functions of scalar expressions, one argument each
+KEYWORDS = ("matrix", "vector", "scalar", "input", "return")  # the script language's reserved words
 OPERATORS = ("+", "-", "*", "/")
 
 
