@@ -266,6 +266,8 @@ HEAD = "composite  f(A: matrix[m, n], x: vector[n]) -> y: vector[m]\nsquare     
      "composite 'sdot' has the name of a function"),
     ("composite  sqrt(x: vector[n]) -> r: scalar\ncall       r = sasum(x)\n", LibraryValidationError, 1,
      "a function of scalar expressions"),
+    ("composite  input(x: vector[n]) -> r: scalar\ncall       r = sasum(x)\n", LibraryValidationError, 1,
+     "'input' is a word of the script language: a composite cannot take it"),
     ("call       y = strmv(A, x)\n", LibraryFormatError, 1, "a 'call' line belongs to a composite"),
     (HEAD + "mapping    m1  registers  1\ncall       y = strmv(A, x)\n", LibraryFormatError, 4,
      "a 'call' line belongs to a composite"),

@@ -37,6 +37,9 @@ def check_composites(composites: Mapping[str, Composite], functions: Mapping[str
         if composite.name in expr.FUNCTIONS:
             _fail(f"{composite.name!r} is a function of scalar expressions: a composite cannot take its name",
                   composite.coord)
+        if composite.name in expr.KEYWORDS:
+            _fail(f"{composite.name!r} is a word of the script language: a composite cannot take it",
+                  composite.coord)
         _check_body(composite, functions, composites)
     _check_cycles(composites)
     for composite in composites.values():  # once no cycle can make these walks endless
