@@ -17,12 +17,13 @@ SHIPPED = data.PERFDB / "h200.json"
 
 
 def _without_digests(folder, name="h200.json", **files):
-    """The shipped H200 database as it was before routine digests, its recorded files
-    changed by ``files`` (name -> digest), into ``folder``."""
+    """The shipped H200 database as it was before routine digests, as if built from the
+    library's files as they are now (a comment edited since it was built changes a file's
+    digest), those named in ``files`` (name -> digest) changed, into ``folder``."""
     database = json.loads(SHIPPED.read_text())
     del database["library"]["routines"]
     database["library"]["hash"] = "0" * 16  # not the library's content hash: judged by its files
-    database["library"]["files"].update(files)
+    database["library"]["files"] = {**load_library(LIBRARY).files, **files}
     path = folder / name
     path.write_text(json.dumps(database, indent=1))
     return path
