@@ -553,7 +553,7 @@ def parser() -> argparse.ArgumentParser:
         description="The performance database (paper 4.2): every library routine timed on one GPU"
                     " model in a simulated fusion environment (block shape, serial iterations,"
                     " blocks per SM), which is what fusec predicts kernels from. One file per GPU,"
-                    " perfdb/<gpu>.json ($FUSEC_PERFDB names another folder). See"
+                    " fusec/data/perfdb/<gpu>.json ($FUSEC_PERFDB names another folder). See"
                     " docs/design/performance-database.md.")
     actions = perfdb.add_subparsers(dest="action", metavar="ACTION", required=True,
                                     help="build (time the routines on the GPU present), show (summarise a"
@@ -563,7 +563,7 @@ def parser() -> argparse.ArgumentParser:
         "build", help="time every routine of a library on the GPU present and write its database",
         description="Time every routine of the library (each implementation, block shape, serial"
                     " iterations and axis, section, 1 to 16 blocks per SM held by extra shared memory,"
-                    " float32 and float64) on the GPU present, and write perfdb/<gpu>.json atomically"
+                    " float32 and float64) on the GPU present, and write fusec/data/perfdb/<gpu>.json atomically"
                     " with the library's hash and the device, driver and nvcc versions. Replaces a"
                     " damaged or stale file; with one --dtype, keeps the other precision's timings of"
                     " a usable file. About a minute on an H100.")
