@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 
 import numpy as np
 import pytest
@@ -942,7 +943,6 @@ class _OnGpu:
     __module__ = "cupy._core.core"
 
     def __init__(self, shape, device: int):
-        import types
         self.shape, self.dtype, self.device = shape, np.dtype("float32"), types.SimpleNamespace(id=device)
 
 

@@ -24,6 +24,16 @@ from ..errors import Coord
 
 FUNCTIONS = ("sqrt", "abs")  # the functions of scalar expressions, one argument each
 KEYWORDS = ("matrix", "vector", "scalar", "input", "return")  # the script language's reserved words
+
+
+def reserved_as(name: str) -> str | None:
+    """What a script reads ``name`` as, where a library function or composite would take it
+    (no script could call it), or None: a name free for the library."""
+    if name in FUNCTIONS:
+        return "a function of scalar expressions"
+    if name in KEYWORDS:
+        return "a word of the script language"
+    return None
 OPERATORS = ("+", "-", "*", "/")
 
 

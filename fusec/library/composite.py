@@ -34,12 +34,9 @@ def check_composites(composites: Mapping[str, Composite], functions: Mapping[str
         clash = functions.get(composite.name)
         if clash is not None:
             _fail(f"composite {composite.name!r} has the name of a function (in {clash.file})", composite.coord)
-        if composite.name in expr.FUNCTIONS:
-            _fail(f"{composite.name!r} is a function of scalar expressions: a composite cannot take its name",
-                  composite.coord)
-        if composite.name in expr.KEYWORDS:
-            _fail(f"{composite.name!r} is a word of the script language: a composite cannot take it",
-                  composite.coord)
+        reserved = expr.reserved_as(composite.name)
+        if reserved is not None:
+            _fail(f"{composite.name!r} is {reserved}: a composite cannot take it", composite.coord)
         _check_body(composite, functions, composites)
     _check_cycles(composites)
     for composite in composites.values():  # once no cycle can make these walks endless

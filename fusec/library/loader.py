@@ -521,9 +521,9 @@ def _parse_function(file: str, text: str) -> tuple[Function, dict[str, Coord]] |
             raise LibraryValidationError(f"function metadata has no '{required}' line", anchor,
                                          text.split("\n")[anchor.line - 1])
     name, params, result = _parse_signature(fields["function"])
-    if name in expr.FUNCTIONS or name in expr.KEYWORDS:  # a script would read the call as something else
-        what = "a function of scalar expressions" if name in expr.FUNCTIONS else "a word of the script language"
-        raise fields["function"].error(f"function {name!r}: {what}, so no script could call it: name it otherwise",
+    reserved = expr.reserved_as(name)  # a script would read the call as something else
+    if reserved is not None:
+        raise fields["function"].error(f"function {name!r}: {reserved}, so no script could call it: name it otherwise",
                                        fields["function"].rest.index(name), LibraryValidationError)
     params = tuple(_with_element(p, elements) for p in params)
     result = _with_element(result, elements)
