@@ -11,9 +11,10 @@ interleaved in one process (experiments.l2_policies.measure_variants):
 - fusec: as generated;
 - fence per warp: fusec's earlier order, every thread fencing before the
   barrier (a valid kernel: its results are compared);
-- 32 loads in flight: the last block's sums unrolled 32 deep instead of 8, so that a
-  thread summing up to 32 partials waits for one round trip to L2, not four (valid:
-  compared);
+- 8 loads in flight, 32 loads in flight: the last block's sums with 8 or 32 partials a
+  thread in flight instead of 16 (``fusec_sum_partials``'s LOADS; until 2026-11-30 the
+  sums were a loop unrolled 8 deep, and unrolled 32 deep nvcc issued its loads one at a
+  time; valid: compared);
 - sums out of line: ``fusec_sum_partials`` a function of its own (``__noinline__``)
   instead of inlined into the kernel, whose code it doubles (valid: compared);
 - no discard: the partials kept in L2 after their sums (no ``discard.global.L2``), to be
@@ -33,10 +34,14 @@ interleaved in one process (experiments.l2_policies.measure_variants):
 - no fence: the ``__threadfence`` dropped, ticket and finish kept;
 - no sums: fence and tickets kept, the last block to arrive sums nothing: what
   the tail's sums cost, apart from each block's wait for its tickets;
+- sums never run: the sums' code kept, but every block skips it (a test of a kernel
+  parameter, ``backwards >= 0``, that the compiler cannot fold; the tile family's kernels
+  only): whether the sums cost by running, or by their code's presence in the kernel
+  (its registers, its schedule);
 - no finish: everything after the partials' stores dropped (fence, tickets,
   sums): what no protocol can beat, the bytes and the partials' stores staying.
 
-The last three are not valid kernels (without the fence the last block may sum
+The last four are not valid kernels (without the fence the last block may sum
 stale partials; without the finish the reductions' outputs are never written),
 so their results are not compared; they bound what a cheaper finish (flags
 carried with the partials, say) could win. Striped plans are left out: their
@@ -58,8 +63,8 @@ from pathlib import Path
 from experiments.l2_policies import measure_variants, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("fusec", "fence per warp", "32 loads in flight", "sums out of line", "no discard", "columns first",
-            "accumulated", "no fence", "no sums", "no finish")
+VARIANTS = ("fusec", "fence per warp", "8 loads in flight", "32 loads in flight", "sums out of line", "no discard",
+            "columns first", "accumulated", "no fence", "no sums", "sums never run", "no finish")
 SEQUENCES = ("sgemv", "bicgk", "gesummv", "atax", "sgemvt", "gemver", "axpydot")
 CASES = (("float32", 4096), ("float32", 16384), ("float64", 8192))
 FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
@@ -69,7 +74,8 @@ FENCE = re.compile(r"^ *if \((threadIdx\.x|tid) == 0\) __threadfence\(\);\n", re
 BARRIER = "  BARRIER();\n"  # the block's barrier right after the FINISH comment
 # The last block's sums (a call may run over two lines, ending in its lambda's `});`) and discard.
 SUMS = re.compile(r"^ *fusec_(sum_partials|discard)<[^;]*(;[^;\n]*\}\))?;.*\n", re.M)
-UNROLL = "#pragma unroll 8  //"  # fusec_sum_partials's loop over the partials
+SKIP = re.compile(r"^( *)if \(!fusec_last\[([^\]]*)\]\) continue;", re.M)  # a finish's test: did this block come last?
+LOADS = "template <int THREADS, int BAR = 0, int LOADS = 16, class Emit>"  # fusec_sum_partials's default
 INLINE_SUMS = "__device__ __forceinline__ void fusec_sum_partials("
 DISCARD = re.compile(r"^ *fusec_discard<.*\n", re.M)
 END = "#undef ITERS"  # the first line after a kernel's (or a horizontal part's) closing brace
@@ -112,9 +118,9 @@ def variant(source: str, name: str) -> str | None:
             barrier = source.index(BARRIER, start)
             source = source[:barrier] + "  __threadfence();\n" + source[barrier:]
         return FENCE.sub("", source)
-    if name == "32 loads in flight":
-        assert UNROLL in source, "support code changed: update experiments.finish_cost"
-        return source.replace(UNROLL, "#pragma unroll 32  //")
+    if name.endswith(" loads in flight"):
+        assert source.count(LOADS) == 1, "support code changed: update experiments.finish_cost"
+        return source.replace(LOADS, LOADS.replace("16", name.split()[0]))
     if name == "sums out of line":
         assert source.count(INLINE_SUMS) == 1, "support code changed: update experiments.finish_cost"
         return source.replace(INLINE_SUMS, "__device__ __noinline__ void fusec_sum_partials(")
@@ -132,6 +138,11 @@ def variant(source: str, name: str) -> str | None:
     if name == "no sums":
         assert SUMS.search(source), "support code changed: update experiments.finish_cost"
         return SUMS.sub("", source)
+    if name == "sums never run":  # a kernel parameter's test: ptxas folds any constant, even one from asm
+        if "const int backwards)" not in source:
+            return None
+        rewritten = SKIP.sub(r"\1if (!fusec_last[\2] || backwards >= 0) continue;", source)
+        return rewritten if rewritten != source else None
     if name == "no finish":
         pieces, position = [], 0
         while (start := source.find(FINISH, position)) >= 0:
@@ -231,13 +242,14 @@ def main() -> None:
     write_table(args, rows, device, command, "What a reduction's finish across blocks costs",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's (below 1: the part taken out cost that much). 'fence per warp' (fusec's earlier"
-                " order), '32 loads in flight', 'sums out of line', 'no discard' and 'columns first' are checked bit"
-                " for bit against fusec;"
+                " order), '8 loads in flight', '32 loads in flight', 'sums out of line', 'no discard' and"
+                " 'columns first' are checked bit for bit against fusec;"
                 " 'accumulated' adds in another order, and is checked on its second run within a relative"
                 " 1e-5 (fp32) or 1e-12 (fp64),"
-                " '–' where the plan has no tile kernel's reduction; 'no fence', 'no sums' and 'no finish' are"
-                " not valid kernels: their results are not compared (timing only). Plans: the tuned ones where"
-                " the tuning cache had them; striped plans left out.", VARIANTS, unchecked=VARIANTS[6:])
+                " '–' where the plan has no tile kernel's reduction; 'no fence', 'no sums', 'sums never run' and"
+                " 'no finish' are not valid kernels: their results are not compared (timing only). Plans: the"
+                " tuned ones where the tuning cache had them; striped plans left out.", VARIANTS,
+                unchecked=VARIANTS[7:])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""experiments.finish_cost rewrites generated CUDA by its text: each variant must find what it
-rewrites in today's generated code (or say the program has none), and the rewritten code must
-still compile. A change to the finish's emission that the study no longer matches fails here,
-on the CPU, instead of on the GPU machine."""
+"""experiments.finish_cost, cluster_finish and finish_tail rewrite generated CUDA by its text:
+each variant must find what it rewrites in today's generated code (or say the program has none),
+and the rewritten code must still compile. A change to the finish's emission that the studies no
+longer match fails here, on the CPU, instead of on the GPU machine."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_every_variant_rewrites_what_it_names(script, sizes):
     assert finish_cost.FINISH in source
     for name in finish_cost.VARIANTS[1:]:
         rewritten = finish_cost.variant(source, name)
-        if name in ("columns first", "accumulated") and script == "axpydot":
+        if name in ("columns first", "accumulated", "sums never run") and script == "axpydot":
             assert rewritten is None  # a vector kernel: no grid of tiles, no tile partials
             continue
         assert rewritten is not None and rewritten != source, name
@@ -41,6 +41,8 @@ def test_every_variant_rewrites_what_it_names(script, sizes):
     assert not finish_cost.FENCE.search(per_warp) and "  __threadfence();\n  BARRIER();\n" in per_warp
     assert "fusec_sum_partials<BLOCK>(" not in finish_cost.variant(source, "no sums")
     assert "fusec_sum_partials<BLOCK>(" not in finish_cost.variant(source, "no finish")
+    for loads in (8, 32):
+        assert f"int LOADS = {loads}, class Emit>" in finish_cost.variant(source, f"{loads} loads in flight")
 
 
 def test_columns_first_walks_down_each_column_of_tiles():
@@ -67,3 +69,47 @@ def test_every_variant_compiles(script, sizes):
         rewritten = finish_cost.variant(source, name)
         if rewritten is not None:
             nvcc.compile_cubin(rewritten, arch="sm_90", use_cache=False)
+
+
+def test_sums_never_run_keeps_their_code_behind_a_test_the_compiler_cannot_fold():
+    rewritten = finish_cost.variant(generated(*CASES[0]), "sums never run")
+    assert rewritten.count("|| backwards >= 0) continue;") == 2  # q's and s's finishes
+    assert rewritten.count("fusec_sum_partials<BLOCK>(tile_partials") == 2
+
+
+cluster_finish = pytest.importorskip("experiments.cluster_finish")
+finish_tail = pytest.importorskip("experiments.finish_tail")
+
+
+def test_clusters_add_the_column_sums_of_k_blocks_before_one_store():
+    source = generated(*CASES[0])  # 64 rows of 64 x 128 tiles, one a block
+    rewritten = cluster_finish.clustered(source, 4, 4096, {"k0_sgemv_sgemtv": 64})
+    assert "__launch_bounds__(BLOCK, 4) __cluster_dims__(4, 1, 1) k0_sgemv_sgemtv(" in rewritten
+    assert "const int block_row = fusec_item / 4 / grid_cols * 4 + fusec_cluster_rank;" in rewritten
+    assert "cols_partial_stash(r_v4_s, fusec_stash + " in rewritten and "cols_partial_store(" not in rewritten[
+        rewritten.index('extern "C"'):]
+    assert "(long long)(block_row / 4) * TILE_COLS" in rewritten  # one partial a cluster
+    assert "(fusec_cluster_rank == 0 && fusec_came_last(cnt_v4_s + first_v4_s, got[ITERS], grid_rows / 4))" in rewritten
+    assert "TILE_COLS, grid_rows / 4, TILE_COLS," in rewritten  # the last block sums a quarter as many
+    assert "fusec_came_last(cnt_v3_q + first_v3_q + it, got[it], grid_cols)" in rewritten  # rows unchanged
+    assert cluster_finish.clustered(source, 8, 4096 - 64 * 3) is None  # 61 rows of tiles: no clusters of 8
+    assert cluster_finish.clustered(generated("axpydot", {"n": 1 << 20}), 2, 1 << 20) is None
+
+
+def test_finish_tail_notes_three_times_a_block():
+    rewritten = finish_tail.instrumented(generated(*CASES[0]))
+    assert rewritten.startswith(finish_tail.TIMER)
+    assert rewritten.count("fusec_times[3 * blockIdx.x") == 3
+    assert rewritten.index("fusec_t0 = fusec_now()") < rewritten.index("fusec_times[3 * blockIdx.x + 1]") \
+        < rewritten.index(finish_cost.FINISH) < rewritten.index("fusec_times[3 * blockIdx.x + 2]")
+
+
+@pytest.mark.nvcc
+def test_the_cluster_and_tail_rewrites_compile():
+    source = generated(*CASES[0])
+    for k in cluster_finish.SIZES:
+        compiled = nvcc.compile_cubin(cluster_finish.clustered(source, k, 4096, {"k0_sgemv_sgemtv": 64}),
+                                      arch="sm_90", use_cache=False)
+        assert compiled.resources["k0_sgemv_sgemtv"].registers <= 64  # the generated kernel's 4 blocks an SM
+    for name in finish_tail.VARIANTS:
+        nvcc.compile_cubin(finish_tail.instrumented(finish_cost.variant(source, name)), arch="sm_90", use_cache=False)

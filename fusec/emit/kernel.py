@@ -393,8 +393,15 @@ def _finish_lines(tickets: _Tickets, dag: Dag, library: Library, threads: Thread
     value = dag.value(tickets.reduction.value)
     call = value.producer
     expr = finish_expression(dag, library, call)
-    # a part of a horizontal fusion syncs on its own barrier, and its threads only
-    partials = f"fusec_sum_partials<BLOCK, {threads.barrier}>" if threads.part else "fusec_sum_partials<BLOCK>"
+    # a part of a horizontal fusion syncs on its own barrier, and its threads only; a
+    # scalar's partials are split over every thread, a few each: 8 loads in flight, not a
+    # tile's 16 (support.cuh's default)
+    if tickets.reduction.axis is None:
+        partials = f"fusec_sum_partials<BLOCK, {threads.barrier}, 8>"
+    elif threads.part:
+        partials = f"fusec_sum_partials<BLOCK, {threads.barrier}>"
+    else:
+        partials = "fusec_sum_partials<BLOCK>"
     return call_text(dag, call), partials, f"[&](long long i, real acc) {{ g_{value.c_name}[i] = {expr}; }}"
 
 

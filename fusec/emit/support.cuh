@@ -171,7 +171,11 @@ __device__ __forceinline__ void fusec_discard(const real* region, long long real
 // outputs and the partials so a long list of partials does not serialize;
 // the second stage is a fixed tree, so the order of additions is fixed.
 // `scratch` holds THREADS reals of shared memory; BAR is the barrier of those threads.
-template <int THREADS, int BAR = 0, class Emit>
+// LOADS: the partials a thread has in flight, loaded into registers and then added in
+// order, so the sum is the same whatever LOADS is. A tile's last blocks sum in the
+// kernel's tail, where round trips to L2 are its time: 16 there; `#pragma unroll` deeper
+// than 8 made nvcc issue the loads one at a time (experiments/results/h200-finish-cost.md).
+template <int THREADS, int BAR = 0, int LOADS = 16, class Emit>
 __device__ __forceinline__ void fusec_sum_partials(const real* partials, int count, long long stride,
                                                    long long o0, int width, long long len,
                                                    real* scratch, int tid, Emit emit) {
@@ -183,8 +187,14 @@ __device__ __forceinline__ void fusec_sum_partials(const real* partials, int cou
     const long long out = o0 + base + o;
     real s = real(0);
     if (part < parts && out < len) {
-      #pragma unroll 8  // eight loads in flight: this runs in the kernel's tail
-      for (int p = part; p < count; p += parts) s += __ldcg(partials + p * stride + out);
+      for (int p = part; p < count; p += LOADS * parts) {
+        real v[LOADS];
+        #pragma unroll
+        for (int k = 0; k < LOADS; ++k)
+          v[k] = p + k * parts < count ? __ldcg(partials + (p + k * parts) * stride + out) : real(0);
+        #pragma unroll
+        for (int k = 0; k < LOADS; ++k) s += v[k];
+      }
     }
     scratch[tid] = s;
     fusec_barrier<BAR, THREADS>();
