@@ -40,6 +40,8 @@ pytest.importorskip("experiments.solver_fixed_cost", reason="experiments/ is bes
     ("finish_tail", ["--runs", "0"], "--runs 0: 1 or more"),
     ("finish_tail", ["--case", "float32"], "'float32': expected DTYPE:N"),
     ("cluster_finish", ["--rounds", "0"], "--rounds 0: 1 or more"),
+    ("spread_finish", ["--repeat", "0"], "--repeat 0: 1 or more"),
+    ("spread_finish", ["--case", "4096"], "'4096': expected DTYPE:N"),
     ("cluster_finish", ["--repeat", "-1"], "--repeat -1: 1 or more"),
     ("cluster_finish", ["--case", "float32:n"], "'float32:n': expected DTYPE:N"),
     ("band_double_buffer", ["--repeat", "0"], "--repeat 0: 1 or more"),

@@ -79,6 +79,7 @@ def test_sums_never_run_keeps_their_code_behind_a_test_the_compiler_cannot_fold(
 
 cluster_finish = pytest.importorskip("experiments.cluster_finish")
 finish_tail = pytest.importorskip("experiments.finish_tail")
+spread_finish = pytest.importorskip("experiments.spread_finish")
 
 
 def test_clusters_add_the_column_sums_of_k_blocks_before_one_store():
@@ -104,6 +105,17 @@ def test_finish_tail_notes_three_times_a_block():
         < rewritten.index(finish_cost.FINISH) < rewritten.index("fusec_times[3 * blockIdx.x + 2]")
 
 
+def test_the_column_sums_spread_over_the_last_blocks_leave_their_tickets():
+    source = generated(*CASES[0])
+    rewritten = spread_finish.spread(source, 64)
+    assert rewritten.startswith(spread_finish.DONE)
+    assert "atomicAdd(cnt_v4_s" not in rewritten and "fusec_came_last(cnt_v4_s" not in rewritten
+    assert "fusec_came_last(cnt_v3_q + first_v3_q + it, got[it], grid_cols)" in rewritten  # the rows' stay
+    assert "finishers = min(total, 64u)" in rewritten and "chunk += min((int)gridDim.x, 64)" in rewritten
+    assert rewritten.count("fusec_sum_partials<BLOCK>(") == 2 and "g_v4_s[i] = acc;" in rewritten
+    assert spread_finish.spread(generated("axpydot", {"n": 1 << 20}), 64) is None
+
+
 @pytest.mark.nvcc
 def test_the_cluster_and_tail_rewrites_compile():
     source = generated(*CASES[0])
@@ -113,3 +125,5 @@ def test_the_cluster_and_tail_rewrites_compile():
         assert compiled.resources["k0_sgemv_sgemtv"].registers <= 64  # the generated kernel's 4 blocks an SM
     for name in finish_tail.VARIANTS:
         nvcc.compile_cubin(finish_tail.instrumented(finish_cost.variant(source, name)), arch="sm_90", use_cache=False)
+    for finishers in spread_finish.FINISHERS:
+        nvcc.compile_cubin(spread_finish.spread(source, finishers), arch="sm_90", use_cache=False)

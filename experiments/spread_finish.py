@@ -1,0 +1,161 @@
+"""The tile family's column sums spread over the grid's last blocks instead of each column of
+tiles' last one (timing and results).
+
+experiments/finish_tail.py found the last blocks' sums a tail: the block that ends the grid came
+last for every column of tiles it covers and sums their partials alone (BiCGK fp32 n = 4096:
+3.9 µs after the last block's end of work, of 19.8). Here the column sums leave the tickets:
+every block counts itself in once its partials are fenced (one counter for the grid, a
+``__device__`` pair of the module, reset by the last finisher), the last F blocks to count in
+wait until every block has, then share every column of tiles' sums, each a chunk of a tile's
+columns narrow enough that a thread sums at most 16 partials. The waiting blocks are at most F
+of the grid's last ones, fewer than fit on the GPU at once, so every block they wait for runs.
+The row sums keep their tickets.
+
+Variants: fusec; spread over F = 32, 64 or 128 blocks (valid: results compared with fusec's
+within a relative 1e-5 (fp32) or 1e-12 (fp64): the chunks add in another order); 'no sums' of
+experiments.finish_cost (timing only). Plans: the tuned ones; programs without a tile kernel's
+column sums are left out.
+
+    python -m experiments.spread_finish [--case float32:4096 ...] [--rounds 5] [--repeat 20] [--out DIR] [--name NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+from experiments.cluster_finish import error
+from experiments.finish_cost import TOLERANCE, case
+from experiments.finish_cost import variant as finish_variant
+from experiments.l2_policies import measure_variants, write_table
+
+ROOT = Path(__file__).resolve().parent.parent
+FINISHERS = (32, 64, 128)
+VARIANTS = ("fusec", *(f"spread over {f}" for f in FINISHERS), "no sums")
+CASES = (("float32", 2048), ("float32", 4096), ("float32", 8192), ("float64", 4096), ("float64", 8192))
+# A tile kernel's column sums: their ticket, its answer, and the loop of the last block's sums.
+TICKET = re.compile(r"(got\[[^\]]+\]) = (?:[^;]*\? )?atomicAdd\((cnt_v\d+_\w+) \+ first_v\d+_\w+[^;]*;")
+LAST = re.compile(r"(fusec_last\[[^\]]+\]) = [^;]*fusec_came_last\((cnt_v\d+_\w+)[^;]*, grid_rows\);")
+COLUMN_SUMS = re.compile(
+    r"  for \(int tile = first_(v\d+_\w+); tile < end_\1; \+\+tile\) \{\n"
+    r"    if \(!fusec_last\[[^\]]+\]\) continue;[^\n]*\n"
+    r"    const long long region = fusec_region\(\(long long\)grid_rows \* TILE_COLS\);\n"
+    r"    real\* const tile_partials = ws_\1 \+ tile \* region;[^\n]*\n"
+    r"    fusec_sum_partials<BLOCK>\(tile_partials - \(long long\)tile \* TILE_COLS, grid_rows, TILE_COLS, "
+    r"\(long long\)tile \* TILE_COLS, TILE_COLS, cols, smem, threadIdx\.x,\n"
+    r"( *\[&\]\(long long i, real acc\) \{[^\n]*\}\);)\n"
+    r"    fusec_discard<[^\n]*\n"
+    r"  \}\n")
+DONE = "__device__ unsigned fusec_done[2];  // blocks counted in, finishers through; reset by the last finisher\n"
+
+SPREAD = """  // the last {f} blocks to count in sum every column of tiles, a chunk of columns each
+  __shared__ int fusec_finisher;
+  if (threadIdx.x == 0) {{
+    const unsigned total = gridDim.x, finishers = min(total, {f}u);
+    const unsigned d = atomicAdd(fusec_done, 1u);  // after the fence above
+    fusec_finisher = d >= total - finishers ? (int)(d - (total - finishers)) : -1;
+    if (fusec_finisher >= 0) {{
+      while (*(volatile unsigned*)fusec_done < total) __nanosleep(32);
+      __threadfence();
+      if (atomicAdd(fusec_done + 1, 1u) == finishers - 1) {{ fusec_done[0] = 0; fusec_done[1] = 0; }}
+    }}
+  }}
+  BARRIER();
+  if (fusec_finisher >= 0) {{
+    int width = TILE_COLS;  // a thread sums at most 16 partials (fusec_sum_partials's LOADS)
+    while (width > 1 && (long long)grid_rows * width > 16LL * BLOCK) width /= 2;
+    const int chunks = col_tiles * (TILE_COLS / width);
+    for (int chunk = fusec_finisher; chunk < chunks; chunk += min((int)gridDim.x, {f})) {{
+      const int tile = chunk / (TILE_COLS / width), first = chunk % (TILE_COLS / width) * width;
+      real* const tile_partials = ws_{value} + tile * fusec_region((long long)grid_rows * TILE_COLS);
+      fusec_sum_partials<BLOCK>(tile_partials - (long long)tile * TILE_COLS, grid_rows, TILE_COLS,
+                                (long long)tile * TILE_COLS + first, width, cols, smem, threadIdx.x,
+{emit}
+    }}
+  }}
+"""
+
+
+def spread(source: str, finishers: int) -> str | None:
+    """The generated source with its tile kernel's column sums spread over the grid's last
+    ``finishers`` blocks, or None where it has no such sums (or more than one kernel)."""
+    loops = COLUMN_SUMS.findall(source)
+    if len(loops) != 1 or source.count('extern "C" __global__') != 1:
+        return None
+    (value, emit), = loops
+    # the column sums' ticket goes: every block counts itself in once instead
+    source, tickets = TICKET.subn(lambda m: f"{m.group(1)} = 0u;" if m.group(2) == f"cnt_{value}" else m.group(0),
+                                  source)
+    source, lasts = LAST.subn(lambda m: f"{m.group(1)} = false;" if m.group(2) == f"cnt_{value}" else m.group(0),
+                              source)
+    assert f"atomicAdd(cnt_{value}" not in source and f"fusec_came_last(cnt_{value}" not in source, \
+        "the tile family's tickets changed: update experiments.spread_finish"
+    source = COLUMN_SUMS.sub(lambda m: SPREAD.format(f=finishers, value=value, emit=emit.replace("  ", "  ", 1)),
+                             source)
+    return DONE + source
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", type=case, action="append",
+                        help="DTYPE:N (repeatable; default fp32 2048, 4096 and 8192, fp64 4096 and 8192)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of every variant, in rotated order")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per variant and round")
+    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
+    parser.add_argument("--name", default="h200-spread-finish")
+    args = parser.parse_args()
+    for name in ("rounds", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: 1 or more")
+    import cupy
+
+    import fusec
+    from bench.fusion import device_inputs
+    from fusec.runtime.program import Program
+    rows = []
+    for dtype, side in args.case or CASES:
+        for script in ("bicgk", "sgemvt"):
+            path = ROOT / "scripts" / f"{script}.script"
+            sizes = {s: side for s in fusec.compile(path, dtype=dtype, tuned=False).dag.sizes}
+            base = fusec.compile(path, dtype=dtype, sizes=sizes)
+            plan = base.generated.plan.summary(base.dag)
+            sources = {"fusec": base.source} | {f"spread over {f}": spread(base.source, f) for f in FINISHERS}
+            if sources["spread over 32"] is None:
+                print(f"{dtype} {script:8s} {side}: left out ({plan}: no single tile kernel's column sums)")
+                continue
+            sources["no sums"] = finish_variant(base.source, "no sums")
+            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
+            programs = {name: Program(dataclasses.replace(base.generated, source=source))
+                        for name, source in sources.items()}
+            row = {"sequence": script, "dtype": dtype, "size": side, "tuned": bool(base.tuned), "plan": plan,
+                   "changed": {name: name != "fusec" for name in programs}, "errors": {}}
+            for name in programs:
+                if name.startswith("spread"):
+                    # twice: the second run finds the counters the first one reset
+                    error(programs["fusec"], programs[name], inputs)
+                    row["errors"][name] = error(programs["fusec"], programs[name], inputs)
+                    if row["errors"][name] > TOLERANCE[dtype]:
+                        raise SystemExit(f"{dtype} {script} {side}: {name} is wrong"
+                                         f" (relative error {row['errors'][name]:.1e})")
+            row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat)
+            print(f"{dtype} {script:8s} {side:6d} " + "  ".join(
+                f"{name}: {row['us'][name]:8.2f} us ({row['us'][name] / row['us']['fusec']:.3f}x)"
+                for name in programs), flush=True)
+            rows.append(row)
+            del inputs, programs
+            cupy.get_default_memory_pool().free_all_blocks()
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    command = (f"python -m experiments.spread_finish --rounds {args.rounds} --repeat {args.repeat}"
+               + "".join(f" --case {d}:{n}" for d, n in args.case or ()) + f" --name {args.name}")
+    write_table(args, rows, device, command, "Column sums spread over the grid's last blocks",
+                "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
+                " µs over fusec's. 'spread over F' adds in another order than fusec: its results are compared"
+                " within a relative 1e-5 (fp32) or 1e-12 (fp64) on its first and second runs (the json's"
+                " 'errors'), not bit for bit; 'no sums' is not a valid kernel (timing only). Plans: the tuned"
+                " ones where the tuning cache had them.", VARIANTS, unchecked=VARIANTS[1:])
+
+
+if __name__ == "__main__":
+    main()
