@@ -86,14 +86,11 @@ def spread(source: str, finishers: int) -> str | None:
         return None
     (value, emit), = loops
     # the column sums' ticket goes: every block counts itself in once instead
-    source, tickets = TICKET.subn(lambda m: f"{m.group(1)} = 0u;" if m.group(2) == f"cnt_{value}" else m.group(0),
-                                  source)
-    source, lasts = LAST.subn(lambda m: f"{m.group(1)} = false;" if m.group(2) == f"cnt_{value}" else m.group(0),
-                              source)
+    source = TICKET.sub(lambda m: f"{m.group(1)} = 0u;" if m.group(2) == f"cnt_{value}" else m.group(0), source)
+    source = LAST.sub(lambda m: f"{m.group(1)} = false;" if m.group(2) == f"cnt_{value}" else m.group(0), source)
     assert f"atomicAdd(cnt_{value}" not in source and f"fusec_came_last(cnt_{value}" not in source, \
         "the tile family's tickets changed: update experiments.spread_finish"
-    source = COLUMN_SUMS.sub(lambda m: SPREAD.format(f=finishers, value=value, emit=emit.replace("  ", "  ", 1)),
-                             source)
+    source = COLUMN_SUMS.sub(lambda m: SPREAD.format(f=finishers, value=value, emit=emit), source)
     return DONE + source
 
 
