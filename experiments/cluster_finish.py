@@ -28,16 +28,12 @@ Variants, on the tuned plan of each sequence with a tile kernel's column sums:
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import re
-from pathlib import Path
 
-from experiments.finish_cost import TOLERANCE, case
 from experiments.finish_cost import variant as finish_variant
-from experiments.l2_policies import measure_variants, write_table
+from experiments.l2_policies import write_table
+from experiments.source_runs import command, device_name, parse, time_variants
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZES = (2, 4, 8)
 VARIANTS = ("fusec", *(f"cluster {k}" for k in SIZES), "no sums", "no finish")
 SEQUENCES = ("bicgk", "sgemvt")
@@ -150,71 +146,20 @@ def clustered(source: str, k: int, rows: int, registers: dict[str, int] | None =
     return head + kernel + tail
 
 
-def error(reference, program, inputs) -> float:
-    """The largest difference between the two programs' results, relative to the largest magnitude."""
-    import cupy
-
-    from fusec.runtime import cuda
-    with cuda.context():
-        want, got = reference(**inputs), program(**inputs)
-        want, got = (r if isinstance(r, tuple) else (r,) for r in (want, got))
-        return max(float(cupy.abs(a - b).max() / max(float(cupy.abs(a).max()), 1e-30)) for a, b in zip(want, got))
+def sources(program, sizes) -> dict[str, str | None] | str:
+    """The program's variants, or why it is left out."""
+    from fusec.nvcc import compile_cubin
+    registers = {name: r.registers for name, r in compile_cubin(program.source).resources.items()}
+    variants = {f"cluster {k}": clustered(program.source, k, sizes.get("m", 0), registers) for k in SIZES}
+    if all(source is None for source in variants.values()):
+        return "no tile kernel's column sums to cluster"
+    return variants | {name: finish_variant(program.source, name) for name in ("no sums", "no finish")}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", type=case, action="append",
-                        help="DTYPE:N (repeatable; default fp32 and fp64 at 2048, 4096 and 8192)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of every variant, in rotated order")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs per variant and round")
-    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
-    parser.add_argument("--name", default="h200-cluster-finish")
-    args = parser.parse_args()
-    for name in ("rounds", "repeat"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} {getattr(args, name)}: 1 or more")
-    import cupy
-
-    import fusec
-    from bench.fusion import device_inputs
-    from fusec.nvcc import compile_cubin
-    from fusec.runtime.program import Program
-    rows = []
-    for dtype, side in args.case or CASES:
-        for script in SEQUENCES:
-            path = ROOT / "scripts" / f"{script}.script"
-            sizes = {s: side for s in fusec.compile(path, dtype=dtype, tuned=False).dag.sizes}
-            base = fusec.compile(path, dtype=dtype, sizes=sizes)
-            plan = base.generated.plan.summary(base.dag)
-            sources = {"fusec": base.source}
-            registers = {name: r.registers for name, r in compile_cubin(base.source).resources.items()}
-            sources |= {f"cluster {k}": clustered(base.source, k, sizes["m"], registers) for k in SIZES}
-            if all(sources[f"cluster {k}"] is None for k in SIZES):
-                print(f"{dtype} {script:8s} {side}: left out ({plan}: no tile kernel's column sums to cluster)")
-                continue
-            sources |= {name: finish_variant(base.source, name) for name in ("no sums", "no finish")}
-            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            programs = {name: Program(dataclasses.replace(base.generated, source=source))
-                        for name, source in sources.items() if source is not None}
-            row = {"sequence": script, "dtype": dtype, "size": side, "tuned": bool(base.tuned), "plan": plan,
-                   "changed": {name: programs[name].source != base.source for name in programs}, "errors": {}}
-            for k in SIZES:
-                if (name := f"cluster {k}") in programs:
-                    row["errors"][name] = error(programs["fusec"], programs[name], inputs)
-                    if row["errors"][name] > TOLERANCE[dtype]:
-                        raise SystemExit(f"{dtype} {script} {side}: {name} is wrong"
-                                         f" (relative error {row['errors'][name]:.1e})")
-            row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat)
-            print(f"{dtype} {script:8s} {side:6d} " + "  ".join(
-                f"{name}: {row['us'][name]:8.2f} us ({row['us'][name] / row['us']['fusec']:.3f}x)"
-                for name in programs), flush=True)
-            rows.append(row)
-            del inputs, programs
-            cupy.get_default_memory_pool().free_all_blocks()
-    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    command = (f"python -m experiments.cluster_finish --rounds {args.rounds} --repeat {args.repeat}"
-               + "".join(f" --case {d}:{n}" for d, n in args.case or ()) + f" --name {args.name}")
-    write_table(args, rows, device, command, "Column sums added by clusters of blocks",
+    args = parse(__doc__, "fp32 and fp64 at 2048, 4096 and 8192", "h200-cluster-finish")
+    rows = time_variants(args, CASES, SEQUENCES, sources, checked=lambda name: name.startswith("cluster"))
+    write_table(args, rows, device_name(), command("cluster_finish", args), "Column sums added by clusters of blocks",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's. 'cluster K' adds in another order than fusec: its results are compared within"
                 " a relative 1e-5 (fp32) or 1e-12 (fp64) (the json's 'errors'), not bit for bit; 'no sums' and"

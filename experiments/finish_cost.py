@@ -55,14 +55,11 @@ consumers wait on the finish.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import re
-from pathlib import Path
 
-from experiments.l2_policies import measure_variants, write_table
+from experiments.l2_policies import write_table
+from experiments.source_runs import command, device_name, parse, time_variants
 
-ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("fusec", "fence per warp", "8 loads in flight", "32 loads in flight", "sums out of line", "no discard",
             "columns first", "accumulated", "no fence", "no sums", "sums never run", "no finish")
 SEQUENCES = ("sgemv", "bicgk", "gesummv", "atax", "sgemvt", "gemver", "axpydot")
@@ -164,82 +161,19 @@ def why_left_out(program) -> str | None:
     return None
 
 
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12}  # relative to the largest magnitude of a result
-
-
-def second_run_error(reference, program, inputs) -> float:
-    """The largest difference between ``program``'s results on its second run (its first
-    zeroed the accumulators it reads) and ``reference``'s, relative to the largest magnitude."""
-    import cupy
-
-    from fusec.runtime import cuda
-    with cuda.context():
-        want = reference(**inputs)
-        program(**inputs)
-        got = program(**inputs)
-        want, got = (r if isinstance(r, tuple) else (r,) for r in (want, got))
-        return max(float(cupy.abs(a - b).max() / max(float(cupy.abs(a).max()), 1e-30)) for a, b in zip(want, got))
-
-
-def case(text: str) -> tuple[str, int]:
-    match = re.fullmatch(r"(float32|float64):(\d+)", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected DTYPE:N, e.g. float32:4096")
-    return match.group(1), int(match.group(2))
+def sources(program, sizes) -> dict[str, str | None] | str:
+    """The program's variants, or why it is left out."""
+    if reason := why_left_out(program):
+        return reason
+    return {name: variant(program.source, name) for name in VARIANTS[1:]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", type=case, action="append",
-                        help="DTYPE:N (repeatable; default float32:4096, float32:16384, float64:8192)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of every variant, in rotated order")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs per variant and round")
-    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
-    parser.add_argument("--name", default="h100-finish-cost")
-    args = parser.parse_args()
-    for name in ("rounds", "repeat"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} {getattr(args, name)}: 1 or more")
-    import cupy
-
-    import fusec
-    from bench.fusion import device_inputs
-    from fusec.runtime.program import Program
-    rows = []
-    for dtype, side in args.case or CASES:
-        for script in SEQUENCES:
-            path = ROOT / "scripts" / f"{script}.script"
-            probe = fusec.compile(path, dtype=dtype, tuned=False)
-            has_matrix = any(v.kind.value == "matrix" for v in probe.dag.values)
-            n = side if has_matrix else side * side // (4 if dtype == "float32" else 2)
-            sizes = {s: n for s in probe.dag.sizes}
-            base = fusec.compile(path, dtype=dtype, sizes=sizes)
-            plan = base.generated.plan.summary(base.dag)
-            if reason := why_left_out(base):
-                print(f"{dtype} {script:8s} {n}: left out ({plan}: {reason})")
-                continue
-            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            sources = {name: variant(base.source, name) for name in VARIANTS}
-            programs = {name: Program(dataclasses.replace(base.generated, source=source))
-                        for name, source in sources.items() if source is not None}
-            row = {"sequence": script, "dtype": dtype, "size": n, "tuned": bool(base.tuned), "plan": plan,
-                   "changed": {name: programs[name].source != base.source for name in programs}}
-            if "accumulated" in programs:
-                row["accumulated error"] = second_run_error(programs["fusec"], programs["accumulated"], inputs)
-                if row["accumulated error"] > TOLERANCE[dtype]:
-                    raise SystemExit(f"{dtype} {script} {n}: the accumulated variant is wrong"
-                                     f" (relative error {row['accumulated error']:.1e})")
-            row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat)
-            print(f"{dtype} {script:8s} {n:9d} " + "  ".join(
-                f"{name}: {row['us'][name]:8.2f} us ({row['us'][name] / row['us']['fusec']:.3f}x)"
-                for name in programs), flush=True)
-            rows.append(row)
-            del inputs, programs
-            cupy.get_default_memory_pool().free_all_blocks()
-    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    command = (f"python -m experiments.finish_cost --rounds {args.rounds} --repeat {args.repeat}"
-               + "".join(f" --case {d}:{n}" for d, n in args.case or ()) + f" --name {args.name}")
-    write_table(args, rows, device, command, "What a reduction's finish across blocks costs",
+    args = parse(__doc__, "float32:4096, float32:16384, float64:8192", "h100-finish-cost")
+    # the accumulated variant's first run zeroed what its second reads
+    rows = time_variants(args, CASES, SEQUENCES, sources, checked=lambda name: name == "accumulated", runs=2)
+    write_table(args, rows, device_name(), command("finish_cost", args),
+                "What a reduction's finish across blocks costs",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's (below 1: the part taken out cost that much). 'fence per warp' (fusec's earlier"
                 " order), '8 loads in flight', '32 loads in flight', 'sums out of line', 'no discard' and"

@@ -33,7 +33,8 @@ import json
 import statistics
 from pathlib import Path
 
-from experiments.finish_cost import case, variant
+from experiments.finish_cost import variant
+from experiments.source_runs import case
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("fusec", "no sums", "8 loads in flight", "32 loads in flight")

@@ -21,17 +21,12 @@ column sums are left out.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import re
-from pathlib import Path
 
-from experiments.cluster_finish import error
-from experiments.finish_cost import TOLERANCE, case
 from experiments.finish_cost import variant as finish_variant
-from experiments.l2_policies import measure_variants, write_table
+from experiments.l2_policies import write_table
+from experiments.source_runs import command, device_name, parse, time_variants
 
-ROOT = Path(__file__).resolve().parent.parent
 FINISHERS = (32, 64, 128)
 VARIANTS = ("fusec", *(f"spread over {f}" for f in FINISHERS), "no sums")
 CASES = (("float32", 2048), ("float32", 4096), ("float32", 8192), ("float64", 4096), ("float64", 8192))
@@ -94,64 +89,26 @@ def spread(source: str, finishers: int) -> str | None:
     return DONE + source
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", type=case, action="append",
-                        help="DTYPE:N (repeatable; default fp32 2048, 4096 and 8192, fp64 4096 and 8192)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of every variant, in rotated order")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs per variant and round")
-    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
-    parser.add_argument("--name", default="h200-spread-finish")
-    args = parser.parse_args()
-    for name in ("rounds", "repeat"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} {getattr(args, name)}: 1 or more")
-    import cupy
+def sources(program, sizes) -> dict[str, str | None] | str:
+    """The program's variants, or why it is left out."""
+    variants = {f"spread over {f}": spread(program.source, f) for f in FINISHERS}
+    if variants["spread over 32"] is None:
+        return "no single tile kernel's column sums"
+    return variants | {"no sums": finish_variant(program.source, "no sums")}
 
-    import fusec
-    from bench.fusion import device_inputs
-    from fusec.runtime.program import Program
-    rows = []
-    for dtype, side in args.case or CASES:
-        for script in ("bicgk", "sgemvt"):
-            path = ROOT / "scripts" / f"{script}.script"
-            sizes = {s: side for s in fusec.compile(path, dtype=dtype, tuned=False).dag.sizes}
-            base = fusec.compile(path, dtype=dtype, sizes=sizes)
-            plan = base.generated.plan.summary(base.dag)
-            sources = {"fusec": base.source} | {f"spread over {f}": spread(base.source, f) for f in FINISHERS}
-            if sources["spread over 32"] is None:
-                print(f"{dtype} {script:8s} {side}: left out ({plan}: no single tile kernel's column sums)")
-                continue
-            sources["no sums"] = finish_variant(base.source, "no sums")
-            inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            programs = {name: Program(dataclasses.replace(base.generated, source=source))
-                        for name, source in sources.items()}
-            row = {"sequence": script, "dtype": dtype, "size": side, "tuned": bool(base.tuned), "plan": plan,
-                   "changed": {name: name != "fusec" for name in programs}, "errors": {}}
-            for name in programs:
-                if name.startswith("spread"):
-                    # twice: the second run finds the counters the first one reset
-                    error(programs["fusec"], programs[name], inputs)
-                    row["errors"][name] = error(programs["fusec"], programs[name], inputs)
-                    if row["errors"][name] > TOLERANCE[dtype]:
-                        raise SystemExit(f"{dtype} {script} {side}: {name} is wrong"
-                                         f" (relative error {row['errors'][name]:.1e})")
-            row["us"], row["same"] = measure_variants(programs, inputs, args.rounds, args.repeat)
-            print(f"{dtype} {script:8s} {side:6d} " + "  ".join(
-                f"{name}: {row['us'][name]:8.2f} us ({row['us'][name] / row['us']['fusec']:.3f}x)"
-                for name in programs), flush=True)
-            rows.append(row)
-            del inputs, programs
-            cupy.get_default_memory_pool().free_all_blocks()
-    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    command = (f"python -m experiments.spread_finish --rounds {args.rounds} --repeat {args.repeat}"
-               + "".join(f" --case {d}:{n}" for d, n in args.case or ()) + f" --name {args.name}")
-    write_table(args, rows, device, command, "Column sums spread over the grid's last blocks",
+
+def main() -> None:
+    args = parse(__doc__, "fp32 2048, 4096 and 8192, fp64 4096 and 8192", "h200-spread-finish")
+    # compared on the second run, which finds the counters the first one reset
+    rows = time_variants(args, CASES, ("bicgk", "sgemvt"), sources, checked=lambda name: name.startswith("spread"),
+                         runs=2)
+    write_table(args, rows, device_name(), command("spread_finish", args),
+                "Column sums spread over the grid's last blocks",
                 "GPU time, median µs of every round's runs, all variants in one process; in brackets the variant's"
                 " µs over fusec's. 'spread over F' adds in another order than fusec: its results are compared"
-                " within a relative 1e-5 (fp32) or 1e-12 (fp64) on its first and second runs (the json's"
-                " 'errors'), not bit for bit; 'no sums' is not a valid kernel (timing only). Plans: the tuned"
-                " ones where the tuning cache had them.", VARIANTS, unchecked=VARIANTS[1:])
+                " within a relative 1e-5 (fp32) or 1e-12 (fp64) on its second run (the json's 'errors'), not bit"
+                " for bit; 'no sums' is not a valid kernel (timing only). Plans: the tuned ones where the tuning"
+                " cache had them.", VARIANTS, unchecked=VARIANTS[1:])
 
 
 if __name__ == "__main__":

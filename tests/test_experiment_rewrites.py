@@ -116,6 +116,22 @@ def test_the_column_sums_spread_over_the_last_blocks_leave_their_tickets():
     assert spread_finish.spread(generated("axpydot", {"n": 1 << 20}), 64) is None
 
 
+def program(script: str, sizes: dict):
+    return fusec_compile(SCRIPTS / f"{script}.script", dtype="float32", sizes=sizes, gpu="h200", reproducible=True)
+
+
+@pytest.mark.nvcc
+def test_each_study_names_its_variants_or_why_a_program_has_none():
+    bicgk, axpydot = program(*CASES[0]), program(*CASES[1])
+    assert set(finish_cost.sources(bicgk, CASES[0][1])) == set(finish_cost.VARIANTS[1:])
+    assert set(cluster_finish.sources(bicgk, CASES[0][1])) == set(cluster_finish.VARIANTS[1:])
+    assert set(spread_finish.sources(bicgk, CASES[0][1])) == set(spread_finish.VARIANTS[1:])
+    assert cluster_finish.sources(axpydot, CASES[1][1]) == "no tile kernel's column sums to cluster"
+    assert spread_finish.sources(axpydot, CASES[1][1]) == "no single tile kernel's column sums"
+    striped = fusec_compile(SCRIPTS / "sgemvt.script", dtype="float64", sizes={"m": 8192, "n": 8192}, gpu="h200")
+    assert finish_cost.sources(striped, {"m": 8192, "n": 8192}) == "striped: its consumers wait on the finish"
+
+
 @pytest.mark.nvcc
 def test_the_cluster_and_tail_rewrites_compile():
     source = generated(*CASES[0])
