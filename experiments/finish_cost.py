@@ -12,9 +12,9 @@ interleaved in one process (experiments.l2_policies.measure_variants):
 - fence per warp: fusec's earlier order, every thread fencing before the
   barrier (a valid kernel: its results are compared);
 - 8 loads in flight, 32 loads in flight: the last block's sums with 8 or 32 partials a
-  thread in flight instead of 16 (``fusec_sum_partials``'s LOADS; until 2026-11-30 the
-  sums were a loop unrolled 8 deep, and unrolled 32 deep nvcc issued its loads one at a
-  time; valid: compared);
+  thread in flight instead of 64 bytes' worth (``fusec_sum_partials``'s LOADS: 16 fp32, 8
+  fp64; until 2026-11-30 the sums were a loop unrolled 8 deep, and unrolled 32 deep nvcc
+  issued its loads one at a time; valid: compared);
 - sums out of line: ``fusec_sum_partials`` a function of its own (``__noinline__``)
   instead of inlined into the kernel, whose code it doubles (valid: compared);
 - no discard: the partials kept in L2 after their sums (no ``discard.global.L2``), to be
@@ -72,7 +72,7 @@ BARRIER = "  BARRIER();\n"  # the block's barrier right after the FINISH comment
 # The last block's sums (a call may run over two lines, ending in its lambda's `});`) and discard.
 SUMS = re.compile(r"^ *fusec_(sum_partials|discard)<[^;]*(;[^;\n]*\}\))?;.*\n", re.M)
 SKIP = re.compile(r"^( *)if \(!fusec_last\[([^\]]*)\]\) continue;", re.M)  # a finish's test: did this block come last?
-LOADS = "template <int THREADS, int BAR = 0, int LOADS = 16, class Emit>"  # fusec_sum_partials's default
+LOADS = "int LOADS = 64 / sizeof(real), class Emit>"  # fusec_sum_partials's default: 16 fp32, 8 fp64
 INLINE_SUMS = "__device__ __forceinline__ void fusec_sum_partials("
 DISCARD = re.compile(r"^ *fusec_discard<.*\n", re.M)
 END = "#undef ITERS"  # the first line after a kernel's (or a horizontal part's) closing brace
@@ -117,7 +117,7 @@ def variant(source: str, name: str) -> str | None:
         return FENCE.sub("", source)
     if name.endswith(" loads in flight"):
         assert source.count(LOADS) == 1, "support code changed: update experiments.finish_cost"
-        return source.replace(LOADS, LOADS.replace("16", name.split()[0]))
+        return source.replace(LOADS, LOADS.replace("64 / sizeof(real)", name.split()[0]))
     if name == "sums out of line":
         assert source.count(INLINE_SUMS) == 1, "support code changed: update experiments.finish_cost"
         return source.replace(INLINE_SUMS, "__device__ __noinline__ void fusec_sum_partials(")

@@ -7,7 +7,7 @@ last for every column of tiles it covers and sums their partials alone (BiCGK fp
 every block counts itself in once its partials are fenced (one counter for the grid, a
 ``__device__`` pair of the module, reset by the last finisher), the last F blocks to count in
 wait until every block has, then share every column of tiles' sums, each a chunk of a tile's
-columns narrow enough that a thread sums at most 16 partials. The waiting blocks are at most F
+columns narrow enough that a thread sums at most 16 partials (one round of fp32 loads). The waiting blocks are at most F
 of the grid's last ones, fewer than fit on the GPU at once, so every block they wait for runs.
 The row sums keep their tickets.
 
@@ -59,7 +59,7 @@ SPREAD = """  // the last {f} blocks to count in sum every column of tiles, a ch
   }}
   BARRIER();
   if (fusec_finisher >= 0) {{
-    int width = TILE_COLS;  // a thread sums at most 16 partials (fusec_sum_partials's LOADS)
+    int width = TILE_COLS;  // a thread sums at most 16 partials (fp32's LOADS)
     while (width > 1 && (long long)grid_rows * width > 16LL * BLOCK) width /= 2;
     const int chunks = col_tiles * (TILE_COLS / width);
     for (int chunk = fusec_finisher; chunk < chunks; chunk += min((int)gridDim.x, {f})) {{

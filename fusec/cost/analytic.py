@@ -94,7 +94,7 @@ class AnalyticPredictor:
             if reduction.axis is not None and reduction.axis != kernel.plan.serial:
                 tiles = kernel.macros()["ITERS"]
             # 8 partials a thread a round, as the sums loaded when the terms were fitted; they load
-            # 16 since, which shortened the tail to 0.64-0.88x (experiments/results/h200-finish-tail.md)
+            # 64 bytes (16 fp32) since, which shortened the tail to 0.64-0.88x (experiments/results/h200-finish-tail.md)
             rounds = math.ceil(arrivals * width / (kernel.plan.shape.block * 8))
             finish += tiles * (self.finish_tile + rounds * self.finish_round)
         return counters, finish

@@ -395,7 +395,7 @@ def _finish_lines(tickets: _Tickets, dag: Dag, library: Library, threads: Thread
     expr = finish_expression(dag, library, call)
     # a part of a horizontal fusion syncs on its own barrier, and its threads only; a
     # scalar's partials are split over every thread, a few each: 8 loads in flight, not a
-    # tile's 16 (support.cuh's default)
+    # tile's 64 bytes (support.cuh's default: 16 fp32)
     if tickets.reduction.axis is None:
         partials = f"fusec_sum_partials<BLOCK, {threads.barrier}, 8>"
     elif threads.part:

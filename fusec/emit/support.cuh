@@ -173,9 +173,10 @@ __device__ __forceinline__ void fusec_discard(const real* region, long long real
 // `scratch` holds THREADS reals of shared memory; BAR is the barrier of those threads.
 // LOADS: the partials a thread has in flight, loaded into registers and then added in
 // order, so the sum is the same whatever LOADS is. A tile's last blocks sum in the
-// kernel's tail, where round trips to L2 are its time: 16 there; `#pragma unroll` deeper
-// than 8 made nvcc issue the loads one at a time (experiments/results/h200-finish-cost.md).
-template <int THREADS, int BAR = 0, int LOADS = 16, class Emit>
+// kernel's tail, where round trips to L2 are its time: 64 bytes a thread there (16 fp32,
+// 8 fp64: more fp64 spilled in the triangle kernels); `#pragma unroll` deeper than 8 made
+// nvcc issue the loads one at a time (experiments/results/h200-finish-cost.md).
+template <int THREADS, int BAR = 0, int LOADS = 64 / sizeof(real), class Emit>
 __device__ __forceinline__ void fusec_sum_partials(const real* partials, int count, long long stride,
                                                    long long o0, int width, long long len,
                                                    real* scratch, int tid, Emit emit) {
