@@ -211,6 +211,32 @@ def test_every_plan_shipped_with_the_library_is_taken_at_its_sizes(path, script,
     assert program.generated.plan == ProgramPlan.from_json(json.dumps(entry["plan"]))
 
 
+@pytest.mark.nvcc
+def test_every_plan_shipped_with_the_library_compiles_without_spilling(monkeypatch, tmp_path):
+    """A shipped plan was tuned as its kernels compiled then: one that spills registers after a
+    change to the library's support code runs slower than it was timed (the sums of partials
+    loading 16 fp64 values a thread spilled so in a triangle kernel)."""
+    import json
+
+    import fusec
+    from fusec import nvcc
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSEC_SHIPPED_TUNINGS", "1")
+    monkeypatch.delenv("FUSEC_GPU", raising=False)
+    names, sources = [], []
+    for param in _shipped_entries():
+        path, script = param.values
+        key = json.loads(path.read_text())["key"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = fusec.compile(script, library(), key["dtype"], sizes=key["sizes"], gpu=key["gpu"])
+        names.append(param.id)
+        sources.append(program.source)
+    for name, compiled in zip(names, nvcc.compile_many(sources, "sm_90")):
+        spills = {kernel: r.spill_stores for kernel, r in compiled.resources.items() if r.spill_stores}
+        assert not spills, (name, spills)
+
+
 def test_a_tuned_pair_of_parts_the_predictor_no_longer_ranks_first_is_offered():
     """The search pairs each part's best-predicted option per block of threads only; a tuned
     plan pairing others (as ranked under the predictor of its tuning) is offered all the same,
