@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 
+from experiments.finish_cost import FINISH
 from experiments.finish_cost import variant as finish_variant
 from experiments.l2_policies import write_table
 from experiments.source_runs import command, device_name, parse, time_variants
@@ -47,7 +48,6 @@ TILE_START = ("  c.full = c.vec_ok && c.row0 + TILE_ROWS <= rows && c.col0 + TIL
 COLUMN_STORE = re.compile(r"cols_partial_store\((r_v\d+_\w+), (ws_v(\d+_\w+)) \+ \(long long\)\(c\.col0 / TILE_COLS\)"
                           r" \* fusec_region\(\(long long\)grid_rows \* TILE_COLS\) \+ \(long long\)block_row"
                           r" \* TILE_COLS - c\.col0, (smem \+ \d+), c\);")
-FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
 DEFINE = re.compile(r"^#define (ITERS|TILE_ROWS|BLOCK) (\d+)$", re.M)
 
 # cols_partial_store (tile.cuh) with the block's column sums kept in shared memory instead.

@@ -33,14 +33,13 @@ import json
 import statistics
 from pathlib import Path
 
-from experiments.finish_cost import variant
+from experiments.finish_cost import FINISH, variant
 from experiments.source_runs import case
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("fusec", "no sums", "8 loads in flight", "32 loads in flight")
 CASES = (("float32", 4096), ("float64", 4096), ("float64", 8192))
 MAX_BLOCKS = 1 << 16
-FINISH = "  // every partial of this block must be visible to the block that finishes it: the\n"
 START = "  fusec_follow_previous();\n"
 END = "}\n#undef ITERS"
 TIMER = f"""__device__ unsigned long long fusec_times[3 * {MAX_BLOCKS}];  // start, work done, end, a block
