@@ -34,7 +34,7 @@ import statistics
 from pathlib import Path
 
 from experiments.finish_cost import FINISH, variant
-from experiments.source_runs import case
+from experiments.source_runs import case, last_block
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("fusec", "no sums", "8 loads in flight", "32 loads in flight")
@@ -106,7 +106,7 @@ def main() -> None:
     for dtype, n in args.case or CASES:
         path = ROOT / "scripts" / "bicgk.script"
         sizes = {"m": n, "n": n}
-        base = fusec.compile(path, dtype=dtype, sizes=sizes)
+        base = last_block(fusec.compile(path, dtype=dtype, sizes=sizes))
         plan = base.generated.plan.summary(base.dag)
         inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
         row = {"dtype": dtype, "n": n, "plan": plan, "tuned": bool(base.tuned), "variants": {}}

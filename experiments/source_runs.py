@@ -47,6 +47,21 @@ def command(module: str, args: argparse.Namespace) -> str:
             + "".join(f" --case {d}:{n}" for d, n in args.case or ()) + f" --name {args.name}")
 
 
+def last_block(program, gpu: str | None = None):
+    """``program`` as fusec generates it for a GPU without dependent launches: each tile
+    kernel's sums made by the last block to arrive at a tile, in the grid's tail (on GPUs with
+    them fusec sums apart since 2026-11-30: experiments/second_kernel_finish.py). The finish
+    studies rewrite that finish. ``gpu``: the GPU the program was planned for (default: the
+    one present)."""
+    from fusec.emit.program import generate
+    from fusec.runtime.program import Program
+    from fusec.target import resolve
+    target = dataclasses.replace(resolve(gpu), compute_capability="8.0")  # the same GPU without them
+    generated = program.generated
+    return Program(generate(generated.dag, generated.library, generated.plan, generated.dtype, target),
+                   tuned=program.tuned)
+
+
 def error(reference, program, inputs, runs: int = 1) -> float:
     """The largest difference between ``reference``'s results and those of ``program``'s
     ``runs``-th run (an earlier one may set up state the later ones read), relative to the
@@ -62,17 +77,19 @@ def error(reference, program, inputs, runs: int = 1) -> float:
         return max(float(cupy.abs(a - b).max() / max(float(cupy.abs(a).max()), 1e-30)) for a, b in zip(want, got))
 
 
-Sources = Callable[[object, dict], "dict[str, str | None] | str"]
+# a variant: its source, a whole Program (kernels of its own), or None (the program has none)
+Sources = Callable[[object, dict], "dict[str, str | object | None] | str"]
 
 
 def time_variants(args: argparse.Namespace, cases, scripts, sources: Sources, checked: Callable[[str], bool],
-                  runs: int = 1) -> list[dict]:
+                  runs: int = 1, base_of: Callable = last_block) -> list[dict]:
     """Rows for experiments.l2_policies.write_table: for each case (``DTYPE:N``: N x N matrices,
     N*N/4 (fp32) or N*N/2 (fp64) elements for a script of vectors) and script, the program
     fusec compiles (its tuned plan where the cache has one), ``sources(program, sizes)``'s
-    variants of its source (a str instead: why the program is left out; None for a variant:
-    it has none), those ``checked`` names compared with fusec's results within TOLERANCE on
-    their ``runs``-th run (the json's 'errors'), and every variant timed."""
+    variants of its source or whole programs (a str instead: why the program is left out; None
+    for a variant: it has none) of ``base_of(program)`` (default: its tile kernels' sums by the
+    last block, :func:`last_block`), those ``checked`` names compared with that program's results
+    within TOLERANCE on their ``runs``-th run (the json's 'errors'), and every variant timed."""
     import cupy
 
     import fusec
@@ -86,14 +103,15 @@ def time_variants(args: argparse.Namespace, cases, scripts, sources: Sources, ch
             has_matrix = any(v.kind.value == "matrix" for v in probe.dag.values)
             n = side if has_matrix else side * side // (4 if dtype == "float32" else 2)
             sizes = {s: n for s in probe.dag.sizes}
-            base = fusec.compile(path, dtype=dtype, sizes=sizes)
+            base = base_of(fusec.compile(path, dtype=dtype, sizes=sizes))
             plan = base.generated.plan.summary(base.dag)
             variants = sources(base, sizes)
             if isinstance(variants, str):
                 print(f"{dtype} {script:8s} {n}: left out ({plan}: {variants})")
                 continue
             inputs = device_inputs(cupy, base.dag, sizes, dtype, seed=5)
-            programs = {name: Program(dataclasses.replace(base.generated, source=source))
+            programs = {name: source if isinstance(source, Program)
+                        else Program(dataclasses.replace(base.generated, source=source))
                         for name, source in {"fusec": base.source, **variants}.items() if source is not None}
             row = {"sequence": script, "dtype": dtype, "size": n, "tuned": bool(base.tuned), "plan": plan,
                    "changed": {name: programs[name].source != base.source for name in programs}, "errors": {}}

@@ -1,5 +1,6 @@
-"""experiments.finish_cost, cluster_finish and finish_tail rewrite generated CUDA by its text:
-each variant must find what it rewrites in today's generated code (or say the program has none),
+"""experiments.finish_cost, cluster_finish, finish_tail, spread_finish and second_kernel_finish
+rewrite generated CUDA by its text: each variant must find what it rewrites in today's generated
+code (or say the program has none),
 and the rewritten code must still compile. A change to the finish's emission that the studies no
 longer match fails here, on the CPU, instead of on the GPU machine."""
 
@@ -14,6 +15,7 @@ from fusec import nvcc
 
 finish_cost = pytest.importorskip("experiments.finish_cost",
                                   reason="experiments/ is beside the source, not in the wheel")
+last_block = pytest.importorskip("experiments.source_runs").last_block
 
 # A tile kernel with two reductions finished across blocks (reproducible: no band atomics),
 # and a vector kernel whose dot may run as one block.
@@ -22,8 +24,14 @@ CASES = (("bicgk", {"m": 4096, "n": 4096}), ("axpydot", {"n": 1 << 20}))
 
 
 def generated(script: str, sizes: dict) -> str:
-    return fusec_compile(SCRIPTS / f"{script}.script", dtype="float32", sizes=sizes, gpu="h200",
-                         reproducible=True).source
+    return program(script, sizes).source
+
+
+def program(script: str, sizes: dict):
+    """The studies' program: its tile kernels' sums by the last block (source_runs.last_block)."""
+    compiled = fusec_compile(SCRIPTS / f"{script}.script", dtype="float32", sizes=sizes, gpu="h200",
+                             reproducible=True)
+    return last_block(compiled, "h200")
 
 
 @pytest.mark.parametrize("script,sizes", CASES)
@@ -80,6 +88,7 @@ def test_sums_never_run_keeps_their_code_behind_a_test_the_compiler_cannot_fold(
 cluster_finish = pytest.importorskip("experiments.cluster_finish")
 finish_tail = pytest.importorskip("experiments.finish_tail")
 spread_finish = pytest.importorskip("experiments.spread_finish")
+second_kernel_finish = pytest.importorskip("experiments.second_kernel_finish")
 
 
 def test_clusters_add_the_column_sums_of_k_blocks_before_one_store():
@@ -116,10 +125,6 @@ def test_the_column_sums_spread_over_the_last_blocks_leave_their_tickets():
     assert spread_finish.spread(generated("axpydot", {"n": 1 << 20}), 64) is None
 
 
-def program(script: str, sizes: dict):
-    return fusec_compile(SCRIPTS / f"{script}.script", dtype="float32", sizes=sizes, gpu="h200", reproducible=True)
-
-
 @pytest.mark.nvcc
 def test_each_study_names_its_variants_or_why_a_program_has_none():
     bicgk, axpydot = program(*CASES[0]), program(*CASES[1])
@@ -143,3 +148,33 @@ def test_the_cluster_and_tail_rewrites_compile():
         nvcc.compile_cubin(finish_tail.instrumented(finish_cost.variant(source, name)), arch="sm_90", use_cache=False)
     for finishers in spread_finish.FINISHERS:
         nvcc.compile_cubin(spread_finish.spread(source, finishers), arch="sm_90", use_cache=False)
+
+
+def test_the_second_kernel_makes_the_last_blocks_sums_one_block_a_tile():
+    bicgk = program(*CASES[0])
+    rewritten, finishes = second_kernel_finish.split(bicgk.source, lines=False)
+    assert [(f.value, f.arrivals, f.width, f.length) for f in finishes["k0_sgemv_sgemtv"]] == [
+        ("v3_q", "grid_cols", "TILE_ROWS", "rows"), ("v4_s", "grid_rows", "TILE_COLS", "cols")]
+    first, second = rewritten.split('k0_sgemv_sgemtv_sums(')
+    kernels = rewritten[rewritten.index('extern "C"'):]
+    assert "atomicAdd(" not in kernels and "__threadfence()" not in kernels  # the launch boundary orders
+    assert "fusec_sum_partials<" not in first.split('k0_sgemv_sgemtv(')[1]
+    assert second.index("fusec_follow_previous();") < second.index("fusec_sum_partials<BLOCK>(")
+    assert second.count("fusec_sum_partials<BLOCK>(") == 2 and "g_v4_s[i] = acc;" in second
+    split = second_kernel_finish.two_kernels(bicgk, lines=False, dependent=True)
+    sums = split.kernels[1]
+    assert [k.name for k in split.kernels] == ["k0_sgemv_sgemtv", "k0_sgemv_sgemtv_sums"]
+    assert sums.index == 0 and "direction" not in {a.role for a in sums.args} and not sums.reductions
+    macros, sizes = bicgk.kernels[0].macros(), CASES[0][1]
+    assert sums.grid(sizes) == 4096 // macros["TILE_ROWS"] + 4096 // macros["TILE_COLS"]
+    lines = second_kernel_finish.two_kernels(bicgk, lines=True, dependent=False).kernels[1]
+    assert lines.grid(sizes) == 4096 // 32 * 2  # a block per 128-byte line of outputs, of each reduction
+    assert second_kernel_finish.sources(program(*CASES[1]), CASES[1][1]) == "no tile kernel's finish"
+
+
+@pytest.mark.nvcc
+def test_the_second_kernel_rewrites_compile():
+    source = program(*CASES[0]).source
+    for lines in (False, True):
+        compiled = nvcc.compile_cubin(second_kernel_finish.split(source, lines)[0], arch="sm_90", use_cache=False)
+        assert set(compiled.resources) == {"k0_sgemv_sgemtv", "k0_sgemv_sgemtv_sums"}
