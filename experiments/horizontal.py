@@ -62,8 +62,8 @@ class Timed:
 
     def launch(self, index: int, streams=None) -> None:
         launches, _ = self.sets[index % len(self.sets)]
-        for k, (kernel, grid, args) in enumerate(launches):
-            self.loaded.launch(kernel, grid, args, streams[k % len(streams)] if streams else None)
+        for k, (kernel, function, grid, args) in enumerate(launches):
+            self.loaded.launch(kernel, grid, args, streams[k % len(streams)] if streams else None, function)
 
 
 def time_us(clock, timed: Timed, repeat: int, streams=None, warmup: int = 3) -> float:

@@ -45,6 +45,12 @@ class GpuInfo:
     def slug(self) -> str:
         return slug(self.name)
 
+    @property
+    def dependent_launch(self) -> bool:
+        """Whether a kernel may be launched while the one before it runs (programmatic
+        dependent launches, compute capability 9.0 on)."""
+        return int(self.compute_capability.split(".")[0]) >= 9
+
 
 def device_index() -> int:
     """``$FUSEC_DEVICE``, the device fusec runs on where no context is current (default 0);
@@ -99,6 +105,12 @@ class GpuTarget:
     @property
     def slug(self) -> str:
         return slug(self.name)
+
+    @property
+    def dependent_launch(self) -> bool:
+        """Whether a kernel may be launched while the one before it runs (programmatic
+        dependent launches, compute capability 9.0 on)."""
+        return int(self.compute_capability.split(".")[0]) >= 9
 
     def with_sms(self, sms: int) -> "GpuTarget":
         """The same GPU with another SM count (a performance database's record, a MIG slice)."""

@@ -146,7 +146,7 @@ def test_generated_source(script, dtype, plan):
     for call in dag.calls:
         assert all(kernel_of[p] <= kernel_of[call.id] for p in dag.predecessors(call.id)), call
     assert [k.index for k in prog.kernels] == list(range(len(prog.kernels)))
-    assert len(re.findall(r"__global__", source)) == len(prog.kernels)
+    assert len(re.findall(r"__global__", source)) == sum(len(k.function_names) for k in prog.kernels)
     for kernel in prog.kernels:
         bounds = "__launch_bounds__(BLOCK)"
         if isinstance(kernel.plan, HorizontalPlan):  # no register bound, or HFuse's
@@ -155,8 +155,12 @@ def test_generated_source(script, dtype, plan):
             bounds = f"__launch_bounds__(BLOCK, {kernel.plan.per_sm})"
         assert f'extern "C" __global__ void {bounds} {kernel.name}(' in source
         assert source_of(kernel) in source
-        # first of all, it waits for the kernel before it (launched while that one runs: support.cuh)
-        assert re.search(rf"{kernel.name}\([^)]*\)\n\{{\n  fusec_follow_previous\(\);\n", source), kernel.name
+        # first of all, it waits for the kernel before it (launched while that one runs: support.cuh); one
+        # whose sums run apart lets them be launched at its end, not at once
+        first = "fusec_wait_previous" if kernel.function_names[1:] else "fusec_follow_previous"
+        assert re.search(rf"{kernel.name}\([^)]*\)\n\{{\n  {first}\(\);\n", source), kernel.name
+        for later in kernel.function_names[1:]:
+            assert re.search(rf"{later}\([^)]*\)\n\{{\n  fusec_follow_previous\(\);\n", source)
 
     # Comments name each call's script line and the routine behind every step.
     name = Path(dag.file).name
@@ -219,7 +223,7 @@ def test_nvcc_compiles_without_spills(cubins, plan, script, dtype):
     result = cubins[prog.source]
     assert not isinstance(result, Exception), str(result)
     assert result.cubin and not result.cached and result.arch == "sm_90"
-    assert set(result.resources) == {k.name for k in prog.kernels}, result.log
+    assert set(result.resources) == {f for k in prog.kernels for f in k.function_names}, result.log
     for name, r in result.resources.items():
         assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (name, r)
         assert 0 < r.registers <= 255
@@ -365,8 +369,12 @@ def test_row_loop_hoists_the_column_vector_and_stores_the_reduction_every_iterat
     assert "cols_load(g_v1_p, r_v1_p, c);" in head and "cols_load(" not in loop
     assert "r_v3_q[s] = real(0);" in loop and "r_v3_q[s] = real(0);" not in head
     assert "rows_partial_store(" in loop and "rows_partial_store(" not in tail
-    # The finish visits every output tile this block's row loop touched.
+    # The finish visits every output tile this block's row loop touched (by the last block to
+    # arrive, without dependent launches), or the sums apart every tile of the grid.
+    last_block = kernel_named(without_dependent_launches(prog), "sgemv")
+    _, _, tail = split_at_loop(last_block)
     assert "first_v3_q = block_row * ITERS, end_v3_q = min(first_v3_q + ITERS, row_tiles)" in tail
+    assert kernel.sums_apart and "if (block < row_tiles * " in source_of(kernel)
 
 
 def test_column_loop_hoists_the_row_vector():
@@ -439,19 +447,20 @@ def test_shared_elements_get_barriers_where_mappings_change(serial):
 
 @pytest.mark.nvcc
 def test_swapped_and_staged_plans_compile():
+    functions = {"k0_sgemv", "k0_sgemv_sums", "k1_sgemtv", "k1_sgemtv_sums"}  # each sums apart (sm_90)
     compiled = nvcc.compile_cubin(swapped("bicgk").source, arch="sm_90", use_cache=False)
-    assert set(compiled.resources) == {"k0_sgemv", "k1_sgemtv"}
+    assert set(compiled.resources) == functions
     for serial in (COLS, ROWS):
         compiled = nvcc.compile_cubin(staged_bicgk(serial).source, arch="sm_90", use_cache=False)
-        assert set(compiled.resources) == {"k0_sgemv", "k1_sgemtv"}
+        assert set(compiled.resources) == functions
         assert compiled.resources["k0_sgemv"].spill_stores == 0
 
 
 @pytest.mark.parametrize("script,function,var", [("bicgk", "sgemv", "v3_q"), ("bicgk", "sgemtv", "v4_s"),
                                                  ("atax", "sgemtv", "v3_y"), ("axpydot", "sdot", "v5_r")])
 def test_reductions_have_workspace_counters_and_a_finish(script, function, var):
-    prog = unfused(script, "float32")
-    kernel = kernel_named(prog, function)
+    # the last block's finish: a scalar's everywhere, a tile's without dependent launches
+    kernel = kernel_named(without_dependent_launches(unfused(script, "float32")), function)
     (reduction,) = kernel.reductions
     roles = {a.role: a for a in kernel.args if a.value == reduction.value}
     assert roles["out"].decl == f"real* __restrict__ g_{var}"
@@ -497,7 +506,7 @@ def test_a_block_takes_all_its_tickets_before_it_waits_for_any():
     assert fused.calls == (0, 1)
     fused = dataclasses.replace(fused, serial=ROWS, shape=dataclasses.replace(fused.shape, iters=2))
     prog = compile_program(path_of("bicgk"), library(), "float32", plan=ProgramPlan((fused,)))
-    (kernel,) = prog.kernels
+    (kernel,) = without_dependent_launches(prog).kernels  # the last block's finish
     assert kernel.plan.serial == ROWS and {r.axis for r in kernel.reductions} == {ROWS, COLS}
     text = body(source_of(kernel), kernel)
     assert "__shared__ bool fusec_last[1 + ITERS];" in text
@@ -514,6 +523,63 @@ def test_a_block_takes_all_its_tickets_before_it_waits_for_any():
     assert f"if (!fusec_last[{s_at + ' + ' if s_at else ''}tile - first_v4_s]) continue;" in text
     assert f"if (!fusec_last[{q_at + ' + ' if q_at else ''}tile - first_v3_q]) continue;" in text
     assert text.count("BARRIER();") == text[:text.index("__threadfence();")].count("BARRIER();") + 1
+
+
+def without_dependent_launches(prog):
+    """``prog`` generated for the reference GPU as if it had no dependent launches (an A100's
+    compute capability): its tile kernels' sums made by the last block to arrive."""
+    target = dataclasses.replace(fusec.target.reference(), compute_capability="8.0")
+    generated = generate(prog.dag, prog.generated.library, prog.generated.plan, prog.generated.dtype, target)
+    _SOURCES.update(zip(generated.kernels, generated.sources))
+    return generated
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_tile_kernel_alone_sums_its_tiles_apart_where_the_gpu_launches_dependents(dtype):
+    """BiCGK fused in one tile kernel (reference GPU: sm_90): its blocks store their partials
+    and end, no ticket, no fence; a second function, launched after it with its arguments,
+    sums each 128-byte line of every output tile over all the blocks' partials."""
+    prog = tile_program("bicgk", dtype)
+    (kernel,) = prog.kernels
+    assert kernel.plan.geometry is Geometry.TILE and kernel.sums_apart
+    assert kernel.function_names == (kernel.name, f"{kernel.name}_sums")
+    source = source_of(kernel)
+    text, sums = body(source, kernel), source[source.index(f"{kernel.name}_sums("):]
+    for absent in ("atomicAdd(", "__threadfence()", "fusec_sum_partials", "fusec_last", "fusec_follow_previous"):
+        assert absent not in text, absent
+    assert text.index("fusec_wait_previous();") < text.rindex("_partial_store(") < text.index("fusec_release_next();")
+    assert source.index(text) < source.index(sums) < source.index("#undef BLOCK")  # in the kernel's macros
+    assert sums.index("fusec_follow_previous();") < sums.index("fusec_sum_partials<BLOCK>(")
+    line = 128 // (4 if dtype == "float32" else 8)
+    macros, sizes = kernel.macros(), {"m": 1000, "n": 3000}
+    blocks = 0
+    for reduction in kernel.reductions:
+        var = prog.dag.value(reduction.value).c_name
+        width, chunk = kernel.sums_chunk(reduction)
+        assert width == macros["TILE_ROWS" if reduction.axis == COLS else "TILE_COLS"]
+        assert chunk == (line if width > line else width) and width % chunk == 0
+        tiles = "row_tiles" if reduction.axis == COLS else "col_tiles"
+        assert f"if (block < {tiles} * {width // chunk}) {{" in sums
+        assert f"(long long)tile * {'TILE_ROWS' if reduction.axis == COLS else 'TILE_COLS'} + first, {chunk}," in sums
+        assert f"g_{var}[i] = acc;" in sums
+        blocks += -(-sizes["m" if reduction.axis == COLS else "n"] // width) * (width // chunk)
+    assert kernel.launches(sizes) == ((kernel.name, kernel.grid(sizes)), (kernel.sums_name, blocks))
+    assert "fusec_discard_line_each<BLOCK>(tile_partials + first," in sums or "fusec_discard<BLOCK>(" in sums
+    # without dependent launches the last block to arrive at a tile sums it, as before
+    (last_block,) = without_dependent_launches(prog).kernels
+    assert not last_block.sums_apart and last_block.function_names == (last_block.name,)
+    assert "fusec_came_last(" in source_of(last_block) and "_sums(" not in source_of(last_block)
+
+
+def test_only_a_tile_kernel_alone_with_tiles_to_sum_sums_apart():
+    """A scalar's sum stays with the last block (which may be the grid's only one); so do the
+    finishes of a striped kernel's parts, whose consumers wait on them."""
+    assert not kernel_named(unfused("axpydot", "float32"), "sdot").sums_apart
+    striped = compile_program(path_of("sgemvt"), library(), "float64", sizes={"m": 8192, "n": 8192}, gpu="h200")
+    (kernel,) = striped.kernels
+    assert kernel.plan.family == "striped" and len(kernel.leaves()) == 2
+    assert not any(part.sums_apart for part in kernel.leaves()) and "_sums(" not in striped.source
+    assert kernel.function_names == (kernel.name,)
 
 
 def test_vector_reduction_finish_counts_every_block():
@@ -580,13 +646,13 @@ def test_kernels_alone_take_their_items_in_the_direction_the_launch_says():
             prog.turning = False
         for kernel in prog.kernels:
             assert kernel.turns and kernel.args[-1].role == "direction"
-            body = source_of(kernel).split("using namespace", 1)[1]
+            text = body(source_of(kernel), kernel).split("using namespace", 1)[1]  # its sums apart: not
             assert ("const int fusec_item = backwards ? (int)(gridDim.x - 1 - blockIdx.x)"
-                    " : (int)blockIdx.x;") in body
+                    " : (int)blockIdx.x;") in text
             # every use of the block's index goes through the item but the item's own line
-            assert body.count("blockIdx.x") == 2
-            assert ("const int block_row = fusec_item / grid_cols;" in body if kernel.dims[1:]
-                    else "long long base = (long long)fusec_item * ITERS * chunk;" in body)
+            assert text.count("blockIdx.x") == 2
+            assert ("const int block_row = fusec_item / grid_cols;" in text if kernel.dims[1:]
+                    else "long long base = (long long)fusec_item * ITERS * chunk;" in text)
 
 
 

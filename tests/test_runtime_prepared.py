@@ -277,7 +277,7 @@ def _kernel(name, **held):
     every kernel class has (:class:`fusec.ir.kernel.LaunchNeeds`); held kernels set
     ``dynamic_shared_bytes`` and ``all_resident``."""
     from types import SimpleNamespace
-    needs = {"dynamic_shared_bytes": 0, "all_resident": False, **held}
+    needs = {"dynamic_shared_bytes": 0, "all_resident": False, "function_names": (name,), **held}
     return SimpleNamespace(name=name, block=512, dtype="float32", args=(SimpleNamespace(role="out"),), **needs)
 
 
@@ -367,8 +367,8 @@ class _Residency:
         self.asked.append(kernel.name)
         return self.per_sm
 
-    def launch(self, kernel, grid, args, stream=None):
-        self.launched.append(kernel.name)
+    def launch(self, kernel, grid, args, stream=None, function=None):
+        self.launched.append(function or kernel.name)
 
 
 def _held_sgemv(monkeypatch, per_sm, sms=132):

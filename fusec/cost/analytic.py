@@ -82,7 +82,10 @@ class AnalyticPredictor:
         costs a fixed part (atomic, fence, barriers) and rounds of dependent
         partial loads; fitted on the H100 from per-kernel times (bench.prediction).
         A grid of one block summing whole vectors has no counter and no sum: its thread 0
-        reads its own partial back after the barrier (``fusec.emit.kernel``), one round."""
+        reads its own partial back after the barrier (``fusec.emit.kernel``), one round.
+        Where the sums run apart (Kernel.sums_apart) these terms still price the last block's
+        finish, which the committed training data measured (fusec/data/training): a kernel
+        with its sums apart runs faster than priced (docs/design/architecture.md)."""
         counters, finish = 0.0, 0.0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)

@@ -47,7 +47,7 @@ def emit_kernel(kernel: Kernel, dag: Dag, library: Library, probe: bool = False)
     w()
 
     params = ",\n    ".join(a.decl for a in kernel.args)
-    w.open_kernel("__launch_bounds__(BLOCK)", kernel.name, params)
+    w.open_kernel("__launch_bounds__(BLOCK)", kernel.name, params, release=not kernel.sums_apart)
     w(f"using namespace {namespace};")
     if kernel.turns:
         w("// the block's work item: launches alternate the direction (Kernel.turns), so each")
@@ -55,6 +55,8 @@ def emit_kernel(kernel: Kernel, dag: Dag, library: Library, probe: bool = False)
         w("const int fusec_item = backwards ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;")
     emit_body(w, kernel, dag, library, probe, TURNING if kernel.turns else ALONE)
     w.close()
+    if kernel.sums_apart:
+        _emit_sums_kernel(w, kernel, dag, library, params)
     for macro in macros:
         if macro != "VEC":
             w(f"#undef {macro}")
@@ -124,7 +126,7 @@ def emit_body(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, probe: 
     if kernel.shared_reals:
         w("// shared memory: one allocation; elements whose lifetimes do not overlap share words")
         w(f"__shared__ __align__(16) real smem[{kernel.shared_reals}];")
-    if kernel.reductions:
+    if kernel.reductions and not kernel.sums_apart:
         if threads.tickets_at_once:
             w(f"__shared__ bool fusec_last[{_ticket_count(kernel)}];  // whether this block came last, per ticket")
         else:
@@ -150,11 +152,7 @@ def emit_body(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, probe: 
         serial_rows = plan.serial == ROWS
         w("// indices: a 1D grid of tiles; each block walks ITERS tiles along the "
           + ("rows" if serial_rows else "columns"))
-        w("[[maybe_unused]] const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
-        w("[[maybe_unused]] const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
-        w("[[maybe_unused]] const int grid_rows = "
-          + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
-        w("const int grid_cols = " + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))
+        _emit_tile_grid(w, serial_rows)
         if threads.own_grid:
             w(f"[[maybe_unused]] const int {threads.grid} = grid_rows * grid_cols;  // this part's own grid")
         if threads.part:
@@ -223,8 +221,65 @@ def emit_body(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, probe: 
             emit_op(w, op, kernel, dag, library, by_value, probe=probe, threads=threads)
     if probe:
         _emit_probe_sink(w, kernel)
-    if kernel.reductions:
+    if kernel.sums_apart:
+        w()
+        w("// the partials are stored: the sums may be launched (they wait for this kernel's end)")
+        w("fusec_release_next();")
+    elif kernel.reductions:
         _emit_finishes(w, kernel, dag, library, threads)
+
+
+def _emit_tile_grid(w: CudaWriter, serial_rows: bool, grid_cols_used: bool = True) -> None:
+    """The tile geometry's counts of tiles and of blocks along each axis."""
+    w("[[maybe_unused]] const int row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;")
+    w("[[maybe_unused]] const int col_tiles = (cols + TILE_COLS - 1) / TILE_COLS;")
+    w("[[maybe_unused]] const int grid_rows = "
+      + ("(row_tiles + ITERS - 1) / ITERS;" if serial_rows else "row_tiles;"))
+    w(("" if grid_cols_used else "[[maybe_unused]] ") + "const int grid_cols = "
+      + ("col_tiles;" if serial_rows else "(col_tiles + ITERS - 1) / ITERS;"))
+
+
+def _emit_sums_kernel(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library, params: str) -> None:
+    """The second function of a kernel whose sums run apart (Kernel.sums_apart), launched after
+    it with its arguments: block b sums one L2 line of one output tile's values
+    (Kernel.sums_chunk) over every block's partials, in a fixed order, for each reduction in
+    turn; all at once, across the GPU, where the tile's last block to arrive summed the whole
+    tile in the grid's tail."""
+    w()
+    w(f"// ---- the sums of {kernel.name}'s reductions, launched after it")
+    w.open_kernel("__launch_bounds__(BLOCK)", kernel.sums_name, params)  # waits for the kernel's partials
+    w(f"using namespace {kernel.name}_routines;")
+    w("__shared__ real smem[BLOCK];  // fusec_sum_partials's scratch")
+    emit_scalars(w, kernel, dag)  # what the finishes' expressions read
+    _emit_tile_grid(w, kernel.plan.serial == ROWS, grid_cols_used=False)
+    w("int block = blockIdx.x;  // a line of one reduction's outputs, counted over the reductions in turn")
+    for number, reduction in enumerate(kernel.reductions, 1):
+        tickets = _tickets_of(reduction, kernel, dag, ALONE)
+        call, partials, emit = _finish_lines(tickets, dag, library, ALONE)
+        c = dag.value(reduction.value).c_name
+        width, chunk = kernel.sums_chunk(reduction)
+        tiles = "row_tiles" if tickets.width == "TILE_ROWS" else "col_tiles"
+        lines = width // chunk
+        w()
+        w(f"// finish {call}: every block's partials of the line, in a fixed order")
+        w.open(f"if (block < {tiles} * {lines})")
+        w(f"const int tile = block / {lines}, first = block % {lines} * {chunk};")
+        w(f"const long long region = fusec_region((long long){tickets.arrivals} * {tickets.width});")
+        w(f"real* const tile_partials = ws_{c} + tile * region;  // block p's at [p * {tickets.width}, (p + 1) *"
+          f" {tickets.width})")
+        w(f"{partials}(tile_partials - (long long)tile * {tickets.width}, {tickets.arrivals}, {tickets.width},"
+          f" (long long)tile * {tickets.width} + first, {chunk}, {tickets.length}, smem, threadIdx.x,")
+        w(f"                         {emit});")
+        if lines == 1:
+            w("fusec_discard<BLOCK>(tile_partials, region, threadIdx.x);  // summed: never written back")
+        else:
+            w(f"fusec_discard_line_each<BLOCK>(tile_partials + first, {tickets.arrivals}, {tickets.width},"
+              " threadIdx.x);  // summed: never written back")
+        w("return;")
+        w.close()
+        if number < len(kernel.reductions):
+            w(f"block -= {tiles} * {lines};")
+    w.close()
 
 
 def probe_kernel(kernel: Kernel, step: Step, name: str, dag: Dag) -> Kernel:
@@ -243,7 +298,7 @@ def probe_kernel(kernel: Kernel, step: Step, name: str, dag: Dag) -> Kernel:
     result = dag.call(step.call).result if step.kind is RoutineKind.COMPUTE else None
     ops = tuple(op for op in kernel.ops
                 if op.step == step or (op.step is None and result is not None and op.clear == result))
-    return dataclasses.replace(kernel, name=name, ops=ops, reductions=())
+    return dataclasses.replace(kernel, name=name, ops=ops, reductions=(), sums_apart=False)
 
 
 def _emit_probe_seed(w: CudaWriter, kernel: Kernel) -> None:

@@ -58,8 +58,14 @@ def kernel_lines(generated, kernel, sizes, resources, indent: str, turning: bool
             lines.append(f"reduce   {dag.value(reduction.value).label} sums over the rows; every block adds its"
                          " sums with atomics, the last block to arrive finishes them")
             continue
+        finisher = (f"summed after the kernel by {kernel.sums_name}, a block per line of outputs"
+                    if kernel.sums_apart else "finished by the last block to arrive")
         lines.append(f"reduce   {dag.value(reduction.value).label} sums over {how}; partials of every block,"
-                     " finished by the last block to arrive")
-    if resources and kernel.name in resources:
-        lines.append(nvcc_line(resources[kernel.name]))
+                     f" {finisher}")
+    if kernel.sums_apart:
+        lines.append(f"sums     {kernel.sums_name}: launched after the kernel, with its arguments"
+                     + (f"; {kernel.launches(dict(sizes))[1][1]} blocks" if sizes else ""))
+    for name in kernel.function_names:
+        if resources and name in resources:
+            lines.append(nvcc_line(resources[name]) + (f" ({name})" if kernel.sums_apart else ""))
     return [indent + line for line in lines]

@@ -6,12 +6,24 @@
 // while the one before it in the stream still runs, so that its launch overlaps that
 // one's end. Here it waits until the kernel before has ended and its writes are visible
 // (a no-op for a plain launch), and then lets the kernel after it be launched in turn:
-// one kernel ahead at most, so the blocks it keeps waiting take little room.
-__device__ __forceinline__ void fusec_follow_previous() {
+// one kernel ahead at most, so the blocks it keeps waiting take little room. A tile
+// kernel whose sums run apart waits at its start and lets its sums kernel be launched
+// at its end, once its partials are stored: the sums' blocks wait in no SM meanwhile.
+__device__ __forceinline__ void fusec_wait_previous() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void fusec_release_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+__device__ __forceinline__ void fusec_follow_previous() {
+  fusec_wait_previous();
+  fusec_release_next();
 }
 
 // VEC reals moved by one 16-byte access.
@@ -164,6 +176,19 @@ __device__ __forceinline__ void fusec_discard(const real* region, long long real
   const long long lines = reals * (long long)sizeof(real) / FUSEC_LINE;
   for (long long l = tid; l < lines; l += THREADS)
     asm volatile("discard.global.L2 [%0], 128;" :: "l"(base + l * FUSEC_LINE) : "memory");
+}
+
+// A tile kernel whose sums run apart (Kernel.sums_apart) stores its partials and ends; a
+// second kernel then sums every output tile at once, each block one 128-byte line of a
+// tile's outputs (or a whole tile narrower than a line), instead of the last block to
+// arrive at a tile summing it in the grid's tail (experiments/results/h200-second-kernel-finish.md).
+// The line of each block's partials that one such block summed, dropped from L2 as
+// fusec_discard drops a whole region: after fusec_sum_partials, whose last barrier
+// orders every read before it.
+template <int THREADS>
+__device__ __forceinline__ void fusec_discard_line_each(const real* first, int count, long long stride, int tid) {
+  for (int p = tid; p < count; p += THREADS)
+    asm volatile("discard.global.L2 [%0], 128;" :: "l"(first + (long long)p * stride) : "memory");
 }
 
 // Sums partials[p*stride + o] over p < count, for outputs o in [o0, o0 + width)

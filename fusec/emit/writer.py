@@ -29,15 +29,16 @@ class CudaWriter:
         self.close("} else {")
         self.depth += 1
 
-    def open_kernel(self, bounds: str, name: str, params: str) -> None:
+    def open_kernel(self, bounds: str, name: str, params: str, release: bool = True) -> None:
         """A generated kernel's signature and first statement. Every fusec kernel may be
         launched while the kernel before it in the stream still runs (a programmatic
         dependent launch: fusec/runtime/fastcall.c), so before anything else it waits for
-        that one to end (support.cuh)."""
+        that one to end (support.cuh). Without ``release`` it lets the next be launched
+        later itself (``fusec_release_next``), not at once."""
         self(f'extern "C" __global__ void {bounds} {name}(\n    {params})')
         self("{")
         self.depth += 1
-        self("fusec_follow_previous();")
+        self("fusec_follow_previous();" if release else "fusec_wait_previous();")
 
 
 def call_text(dag: Dag, call: int) -> str:

@@ -17,6 +17,7 @@ from .barriers import LOOP, Region
 from .plan import COLS, L2_EVICT_LOADS, L2_STREAM_STORES, ROWS, KernelPlan, Step
 
 MAX_STATIC_SHARED = 48 * 1024  # bytes of static shared memory a block may declare
+L2_LINE_BYTES = 128  # support.cuh's FUSEC_LINE
 CLEAR_MAPPING = "<clear>"  # the compiler's own clearing loop: thread t clears words t, t+BLOCK, ...
 
 
@@ -139,6 +140,16 @@ class LaunchNeeds:
         """32-bit words of zeroed schedule (tickets, stripes, arrivals) a launch needs."""
         return 0
 
+    @property
+    def function_names(self) -> tuple[str, ...]:
+        """The ``__global__`` functions a call of the kernel launches, in order."""
+        return (self.name,)
+
+    def launches(self, sizes: dict[str, int]) -> tuple[tuple[str, int], ...]:
+        """(function, grid) of each launch a call makes, in order; every launch takes the
+        kernel's arguments."""
+        return ((self.name, self.grid(sizes)),)
+
     def leaves(self) -> tuple["Kernel", ...]:
         """The analysed kernels it is made of: itself, or a fusion's parts."""
         return (self,)
@@ -181,6 +192,11 @@ class Kernel(LaunchNeeds):
     # those it reads, from its scalar and scalar_ptr arguments (fusec.ir.expr): their
     # values feed its calls' scalar parameters and finishes.
     expressions: tuple[int, ...] = ()
+    # A tile kernel alone whose reductions are all tiles' (none a whole vector's), on a GPU with
+    # dependent launches: its blocks store their partials and end, and a second function,
+    # ``NAME_sums``, launched after it, sums every output tile at once across the GPU, instead
+    # of each tile's last block to arrive in the grid's tail (docs/design/kernel-families.md).
+    sums_apart: bool = False
 
     @property
     def shape(self) -> geo.Shape:
@@ -250,6 +266,33 @@ class Kernel(LaunchNeeds):
     def grid(self, sizes: dict[str, int]) -> int:
         rows, cols = self.grid_extent(sizes)
         return rows * cols
+
+    @property
+    def sums_name(self) -> str:
+        """The function that sums the partials where the sums run apart (:attr:`sums_apart`)."""
+        return f"{self.name}_sums"
+
+    def sums_chunk(self, reduction: Reduction) -> tuple[int, int]:
+        """Of a reduction summed apart: (outputs of a tile, outputs one block of the sums
+        sums): an L2 line of them, or the whole tile where it is no wider or not whole lines."""
+        width = self._macros["TILE_ROWS" if reduction.axis == COLS else "TILE_COLS"]
+        line = L2_LINE_BYTES // geo.DTYPES[self.dtype].itemsize
+        return width, line if width > line and width % line == 0 else width
+
+    @property
+    def function_names(self) -> tuple[str, ...]:
+        return (self.name, self.sums_name) if self.sums_apart else (self.name,)
+
+    def launches(self, sizes: dict[str, int]) -> tuple[tuple[str, int], ...]:
+        own = ((self.name, self.grid(sizes)),)
+        if not self.sums_apart:
+            return own
+        blocks = 0
+        for reduction in self.reductions:
+            width, chunk = self.sums_chunk(reduction)
+            outputs = sizes[self.dims[0 if reduction.axis == COLS else 1]]
+            blocks += -(-outputs // width) * (width // chunk)
+        return own + ((self.sums_name, blocks),)
 
     def loaded_ahead(self) -> tuple[int, ...]:
         """The values a band kernel's loop loads into registers: with ``ahead``, each

@@ -121,7 +121,10 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
     """Analyse a tile, vector or band fusion implementation into a kernel. ``turns``: the kernel
     runs alone and takes the direction of its walk as a parameter (Kernel.turns;
     not for the parts of horizontal or striped fusions, whose blocks take their
-    items otherwise). Raises PlanError when
+    items otherwise). A tile kernel alone whose reductions are all tiles' sums them in a
+    second launch where ``target`` has dependent launches (Kernel.sums_apart: a whole
+    vector's sum stays with the last block, which may be the grid's only one; as plain
+    launches the second kernel measured slower on some plans). Raises PlanError when
     the plan cannot be built (e.g. routines disagree on where an element lives).
     Fusions of several kernel plans are built by their families (:mod:`fusec.families`). ``target``:
     the GPU it is for (default: the reference GPU, :func:`fusec.target.reference`)."""
@@ -236,8 +239,10 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
             sizes[f"v{value}"] = size
     regions, total = allocate(sizes, events, align=macros["VEC"])
     barriers = place_barriers(events, regions)
-    if reductions and plan.geometry is not Geometry.BAND:  # the finish needs BLOCK reals; a barrier
-        # precedes it, so it may reuse anything (a band kernel's finish needs none)
+    sums_apart = (turns and plan.geometry is Geometry.TILE and bool(reductions)
+                  and all(r.axis is not None for r in reductions) and target.dependent_launch)
+    if reductions and plan.geometry is not Geometry.BAND and not sums_apart:  # the finish needs BLOCK
+        # reals; a barrier precedes it, so it may reuse anything (a band kernel's finish needs none)
         total = max(total, macros["BLOCK"])
 
     elements = []
@@ -264,7 +269,7 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
                if p.kind is Kind.SCALAR and isinstance(a, int)]
     kernel = Kernel(index, name, plan, dtype, dims, tuple(elements), ops, args, tuple(reductions),
                     total, stream_matrices=stream, live_band_slots=_live_band_slots(dag, ops, elements),
-                    expressions=dag.needed_expressions(scalars))
+                    expressions=dag.needed_expressions(scalars), sums_apart=sums_apart)
     most = min(MAX_REGISTERS, target.registers_per_sm // plan.shape.block)
     if plan.geometry is Geometry.BAND and registers.estimate(kernel) > most:
         # a band keeps whole rows in registers: where they do not fit, they would spill

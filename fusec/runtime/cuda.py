@@ -260,12 +260,13 @@ class Loaded:
         self.shared: dict[str, int] = {}  # kernel name -> bytes of dynamic shared memory a launch passes
         self.formats: dict[str, str] = {}  # kernel name -> its parameters' struct format
         for kernel in kernels:
-            function = ext.get_function(self.module, kernel.name)
-            self.shared[kernel.name] = kernel.dynamic_shared_bytes
-            if self.shared[kernel.name]:  # past 48 KB a launch fails without the function's leave
-                ext.set_max_dynamic_shared(function, self.shared[kernel.name])
-            self.functions[kernel.name] = function
-            self.formats[kernel.name] = "@" + parameter_format(kernel)
+            for name in kernel.function_names:  # its own, and those launched after it with its arguments
+                function = ext.get_function(self.module, name)
+                self.shared[name] = kernel.dynamic_shared_bytes
+                if self.shared[name]:  # past 48 KB a launch fails without the function's leave
+                    ext.set_max_dynamic_shared(function, self.shared[name])
+                self.functions[name] = function
+                self.formats[name] = "@" + parameter_format(kernel)
 
     def function(self, kernel) -> int:
         return self.functions[kernel.name]
@@ -282,10 +283,12 @@ class Loaded:
             self.binding.unload_module(self.module)
         self.module, self.functions = 0, {}
 
-    def launch(self, kernel, grid: int, args: list, stream: int = 0) -> None:
-        """One launch of ``kernel`` on ``stream`` (a CUstream as an int; 0 the legacy default stream)."""
-        self.binding.launch(self.functions[kernel.name], grid, kernel.block, self.shared[kernel.name], stream,
-                            struct.pack(self.formats[kernel.name], *args), self.dependent)
+    def launch(self, kernel, grid: int, args: list, stream: int = 0, function: str | None = None) -> None:
+        """One launch of ``kernel`` (or of its later ``function``, Kernel.launches) on ``stream``
+        (a CUstream as an int; 0 the legacy default stream)."""
+        name = function or kernel.name
+        self.binding.launch(self.functions[name], grid, kernel.block, self.shared[name], stream,
+                            struct.pack(self.formats[name], *args), self.dependent)
 
 
 def parameter_format(kernel) -> str:

@@ -432,8 +432,8 @@ class Program:
                 spared = {o[0] for o in self._over_inputs(binding, outputs)}  # out= arrays holding inputs
                 self._poison(pointers, buffers, binding.sizes, spared)
             launches = self._launches(buffers, pointers, binding)
-            for kernel, grid, args in launches:
-                loaded.launch(kernel, grid, args, on)
+            for kernel, function, grid, args in launches:
+                loaded.launch(kernel, grid, args, on, function)
             # prepared calls on the framework's own current stream, where they allocate, or on
             # any stream where out= arrays hold every result and they allocate nothing
             allocates = len(outputs) < len(set(self.dag.outputs))
@@ -561,8 +561,9 @@ class Program:
         position = {value: self._array_names.index(array.name) for value, array in binding.arrays.items()
                     if array.where == DEVICE} if given else {}
         prepared, natives = [], []
-        for kernel, grid, args in launches:
+        for kernel, function_name, grid, args in launches:
             changing, sources = [], []
+            own = function_name == kernel.name  # a later function of the kernel reads no direction
             for index, arg in enumerate(kernel.args):
                 if arg.role in ("in", "out", "scalar_ptr") and arg.value in outputs and arg.value not in given:
                     changing.append(index)  # later kernels read outputs too (an out= array's stays put)
@@ -573,16 +574,17 @@ class Program:
                 elif arg.role == "scalar":
                     changing.append(index)
                     sources.append(scalar_name[arg.value])
-                elif arg.role == "direction" and self.turning:
+                elif arg.role == "direction" and self.turning and own:
                     changing.append(index)
                     sources.append(Turn(self.turn_groups[kernel.index]))
-            parameter_format, shared = cuda.parameter_format(kernel), loaded.shared[kernel.name]
-            launch = Launch(loaded.binding.launch, loaded.function(kernel), grid, kernel.block,
+            parameter_format, shared = cuda.parameter_format(kernel), loaded.shared[function_name]
+            function = loaded.functions[function_name]
+            launch = Launch(loaded.binding.launch, function, grid, kernel.block,
                             parameter_format, args, changing, shared, stream, loaded.dependent)
             prepared.append((launch, tuple(sources)))
             # the C call serves these inputs alone: their addresses stay as packed
             fixed = [(i, source) for i, source in zip(changing, sources) if not (type(source) is int and source < 0)]
-            natives.append(native_kernel(loaded.function(kernel), grid, kernel.block, parameter_format, args,
+            natives.append(native_kernel(function, grid, kernel.block, parameter_format, args,
                                          [i for i, _ in fixed], [source for _, source in fixed], scalar_names,
                                          shared, loaded.dependent))
         reference = next(a.obj for a in binding.arrays.values() if a.family == binding.family)
@@ -741,10 +743,14 @@ class Program:
                    if a.role in ("in", "out"))  # a scalar_ptr is read alone: its alignment does not matter
 
     def _launches(self, buffers: _Buffers, pointers, binding: Binding) -> list[tuple]:
-        """(kernel, grid, arguments) of every launch, in order: worked out once
-        when the same arrays run many times (timing)."""
-        return [(kernel, kernel.grid(binding.sizes), self._kernel_args(kernel, buffers, pointers, binding))
-                for kernel in self.kernels]
+        """(kernel, function, grid, arguments) of every launch, in order: worked out once
+        when the same arrays run many times (timing). A kernel's launches share one list
+        of its arguments."""
+        launches = []
+        for kernel in self.kernels:
+            args = self._kernel_args(kernel, buffers, pointers, binding)
+            launches += [(kernel, function, grid, args) for function, grid in kernel.launches(binding.sizes)]
+        return launches
 
     def _collect(self, results, pointers, binding: Binding, stream: int = 0):
         out, synchronized = [], False
@@ -799,14 +805,15 @@ class Program:
             # of a device framework is unmapped memory the kernels would write to
             pointers, outputs = self._place(binding, buffers)
             launches = self._launches(buffers, pointers, binding)
-            turning = [(args, i, self._turns[self.turn_groups[kernel.index]]) for kernel, _, args in launches
-                       if self.turning for i, arg in enumerate(kernel.args) if arg.role == "direction"]
+            turning = [(args, i, self._turns[self.turn_groups[kernel.index]])
+                       for kernel, function, _, args in launches if self.turning and function == kernel.name
+                       for i, arg in enumerate(kernel.args) if arg.role == "direction"]
 
             def launch():
-                for args, i, turns in turning:  # as calls alternate them
+                for args, i, turns in turning:  # as calls alternate them: once a kernel
                     args[i] = turns()
-                for kernel, grid, args in launches:
-                    loaded.launch(kernel, grid, args)
+                for kernel, function, grid, args in launches:
+                    loaded.launch(kernel, grid, args, 0, function)
 
             for _ in range(warmup):
                 launch()
