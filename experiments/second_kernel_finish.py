@@ -6,7 +6,9 @@ the tiles it covers and sums their partials alone, while the rest of the GPU idl
 n = 4096: 3.9 µs after the last block's end of work, of 19.8); without the finish, fence and
 tickets included, BiCGK took 0.75x the time (experiments/results/h200-finish-cost-loads.md).
 Here the tile kernel stores its partials and ends (no fence, no tickets: the launch boundary
-orders them), and a second kernel of the same parameters, launched after it, sums them:
+orders them), and a second kernel of the same parameters, launched after it, sums them. 'fusec'
+is the last block's finish (experiments.source_runs.last_block): the variant 'lines, released at
+the end' is what fusec generates since, on GPUs with dependent launches (Kernel.sums_apart).
 
 - second kernel: one block per output tile, each making the call the tile's last block made
   (``fusec_sum_partials``, same arguments): the same additions in the same order, so the
