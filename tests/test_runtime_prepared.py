@@ -540,3 +540,22 @@ def test_the_last_two_calls_with_out_arrays_are_kept_hot_and_the_one_without_apa
     prog.release()
     assert prog._hot_out == [] and prog.cache_info().in_c is False
     assert (third.dropped, first.dropped, plain.dropped) == (1, 1, 1)
+
+
+def test_a_kernel_whose_sums_run_apart_launches_twice_on_one_list_of_arguments(monkeypatch):
+    """BiCGK's tile kernel on the reference GPU (dependent launches): its own function, then its
+    sums, both on the same argument list, worked out once a call: the direction of its walk is
+    taken once (each take alternates it), and the sums read the kernel's workspaces."""
+    from types import SimpleNamespace
+
+    from tests.helpers import tile_program
+    prog = tile_program("bicgk", "float32")
+    (kernel,) = prog.kernels
+    assert kernel.sums_apart
+    worked_out = []
+    monkeypatch.setattr(prog, "_kernel_args", lambda k, buffers, pointers, binding: worked_out.append(k) or [0])
+    sizes = {"m": 1000, "n": 3000}
+    launches = prog._launches(None, None, SimpleNamespace(sizes=sizes))
+    assert [(function, grid) for _, function, grid, _ in launches] == list(kernel.launches(sizes))
+    assert [function for _, function, _, _ in launches] == [kernel.name, f"{kernel.name}_sums"]
+    assert worked_out == [kernel] and launches[0][3] is launches[1][3]
