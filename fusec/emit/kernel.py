@@ -264,12 +264,7 @@ def _emit_sums_kernel(w: CudaWriter, kernel: Kernel, dag: Dag, library: Library,
         w(f"// finish {call}: every block's partials of the line, in a fixed order")
         w.open(f"if (block < {tiles} * {lines})")
         w(f"const int tile = block / {lines}, first = block % {lines} * {chunk};")
-        w(f"const long long region = fusec_region((long long){tickets.arrivals} * {tickets.width});")
-        w(f"real* const tile_partials = ws_{c} + tile * region;  // block p's at [p * {tickets.width}, (p + 1) *"
-          f" {tickets.width})")
-        w(f"{partials}(tile_partials - (long long)tile * {tickets.width}, {tickets.arrivals}, {tickets.width},"
-          f" (long long)tile * {tickets.width} + first, {chunk}, {tickets.length}, smem, threadIdx.x,")
-        w(f"                         {emit});")
+        _emit_tile_sum(w, tickets, c, partials, emit, "threadIdx.x", " + first", chunk)
         if lines == 1:
             w("fusec_discard<BLOCK>(tile_partials, region, threadIdx.x);  // summed: never written back")
         else:
@@ -474,16 +469,23 @@ def _emit_finish(w: CudaWriter, tickets: _Tickets, slot: str, dag: Dag, library:
         w(f"fusec_discard<BLOCK>(ws_{c}, fusec_region({threads.grid}), {tid});  // summed: never written back")
         w.close()
         return
-    arrivals, width, length = tickets.arrivals, tickets.width, tickets.length
     w.open(f"for (int tile = first_{c}; tile < end_{c}; ++tile)")
     w(f"if (!fusec_last[{_at(slot, f'tile - first_{c}')}]) continue;  // the same for every thread of the block")
-    w(f"const long long region = fusec_region((long long){arrivals} * {width});")
-    w(f"real* const tile_partials = ws_{c} + tile * region;  // block p's at [p * {width}, (p + 1) * {width})")
-    w(f"{partials}(tile_partials - (long long)tile * {width}, {arrivals}, {width}, (long long)tile * {width},"
-      f" {width}, {length}, smem, {tid},")
-    w(f"                         {emit});")
+    _emit_tile_sum(w, tickets, c, partials, emit, tid)
     w(f"fusec_discard<BLOCK>(tile_partials, region, {tid});  // summed: never written back")
     w.close()
+
+
+def _emit_tile_sum(w: CudaWriter, tickets: _Tickets, c: str, partials: str, emit: str, tid: str,
+                   first: str = "", outputs: int | None = None) -> None:
+    """Tile ``tile``'s region of partials, and their sum over the blocks: of its outputs from
+    ``first`` past its start (a C term, " + first"), ``outputs`` of them (default its width)."""
+    arrivals, width = tickets.arrivals, tickets.width
+    w(f"const long long region = fusec_region((long long){arrivals} * {width});")
+    w(f"real* const tile_partials = ws_{c} + tile * region;  // block p's at [p * {width}, (p + 1) * {width})")
+    w(f"{partials}(tile_partials - (long long)tile * {width}, {arrivals}, {width}, (long long)tile * {width}{first},"
+      f" {outputs or width}, {tickets.length}, smem, {tid},")
+    w(f"                         {emit});")
 
 
 def _emit_finish_in_turn(w: CudaWriter, tickets: _Tickets, kernel: Kernel, dag: Dag, library: Library,

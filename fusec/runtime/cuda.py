@@ -268,8 +268,9 @@ class Loaded:
                 self.functions[name] = function
                 self.formats[name] = "@" + parameter_format(kernel)
 
-    def function(self, kernel) -> int:
-        return self.functions[kernel.name]
+    def function(self, kernel, name: str | None = None) -> int:
+        """The CUfunction of ``kernel``'s own function, or of its later ``name`` (Kernel.launches)."""
+        return self.functions[name or kernel.name]
 
     def resident_blocks(self, kernel) -> int:
         """Blocks of the kernel one SM holds at once, by the driver's occupancy

@@ -578,7 +578,7 @@ class Program:
                     changing.append(index)
                     sources.append(Turn(self.turn_groups[kernel.index]))
             parameter_format, shared = cuda.parameter_format(kernel), loaded.shared[function_name]
-            function = loaded.functions[function_name]
+            function = loaded.function(kernel, function_name)
             launch = Launch(loaded.binding.launch, function, grid, kernel.block,
                             parameter_format, args, changing, shared, stream, loaded.dependent)
             prepared.append((launch, tuple(sources)))
