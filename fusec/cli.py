@@ -607,7 +607,9 @@ def _perfdb_plans(actions) -> None:
                     " L best layouts and the best of every layout class (kernel family, threads per"
                     " block, serial axis) of the space, and append them, with each kernel's features and"
                     " database price, to the GPU's training file after each point. Points the file holds"
-                    " are skipped: run again with the same --seed to go on. Needs the GPU.")
+                    " are skipped: run again with the same --seed to go on. With --again, measure anew"
+                    " the plans of the points the file holds that the database no longer prices as"
+                    " recorded. Needs the GPU.")
     measure.add_argument("scripts", nargs="+", metavar="SCRIPT", type=_path,
                          help="scripts to measure (e.g. scripts/*.script)")
     measure.add_argument("--library", metavar="DIR", type=_path, default=None,
@@ -629,6 +631,12 @@ def _perfdb_plans(actions) -> None:
     measure.add_argument("--warmup", type=int, default=3, help="untimed runs first (default: 3)")
     measure.add_argument("-o", "--output", metavar="FILE", type=_path, default=None,
                          help="training file (default: <gpu>.json in $FUSEC_TRAINING, else in fusec/data/training)")
+    measure.add_argument("--again", action="store_true",
+                         help="draw nothing: at the points the training file holds of these SCRIPTs, priced by"
+                              " this database, measure again each plan the cost model now prices other than"
+                              " recorded (it or the code it prices changed since) and record its time, price and"
+                              " features anew, keeping the other plans (--seed, --draws, --top and --layouts do"
+                              " not apply; --budget, --repeat and --warmup do)")
     measure.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr")
     measure.set_defaults(handler=_perfdb_measure_plans)
     fit = actions.add_parser(

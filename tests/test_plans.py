@@ -5,6 +5,7 @@ commands check their arguments. ``bench.prediction --draw``'s scoring too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -186,6 +187,51 @@ def test_the_collection_writes_each_point_and_a_run_resumes_where_the_budget_sto
     assert collect(out, Clock(10.0), seed=5, draws=3).measured == ()  # nothing left to do
 
 
+def test_measuring_again_retimes_the_plans_priced_otherwise_and_keeps_the_rest(tmp_path):
+    """`measure-plans --again`: the plans the database no longer prices as recorded (a change
+    of the model or the code) are timed anew with their prices and features; the others,
+    the points' sizes and draws stay; a point of another database is not touched; the budget
+    leaves points for the next run."""
+    out = tmp_path / "training.json"
+    collect(out, Clock(1.0), seed=5, draws=2)
+    data = training.read(out)
+    first, second = data.points[0], data.points[1]
+    # the first point's first two plans recorded at other prices and times, as before a change
+    changed = tuple(dataclasses.replace(p, measured=1.0, kernels=tuple(dataclasses.replace(k, predicted=k.predicted * 2)
+                                                                      for k in p.kernels))
+                    if i < 2 else p for i, p in enumerate(first.plans))
+    other = dataclasses.replace(second, perfdb_built="2020-01-01T00:00:00+00:00",
+                                plans=tuple(dataclasses.replace(p, measured=1.0) for p in second.plans))
+    training.write(dataclasses.replace(data, points=(dataclasses.replace(first, plans=changed), other)
+                                       + data.points[2:]), out)
+    stale = plans.stale_plans(training.read(out).points[0], script_dag(first.script), library(), predictor())
+    assert sorted(stale) == [0, 1]
+
+    def again(clock, budget=None):
+        def measurer_for(dag, library, dtype, sizes):
+            clock.tick()
+            return FakeGpu(dag, library, dtype, sizes)
+        return plans.remeasure(SCRIPTS, library(), out=out, base=predictor(), measurer_for=measurer_for,
+                               clock=clock, budget=budget)
+
+    done = again(Clock(1.0))
+    assert len(done.measured) == 1 and "2 of" in done.measured[0] and not done.left
+    after = training.read(out)
+    assert [(p.summary, p.groups, p.verdict, [k.kind for k in p.kernels]) for p in after.points[0].plans] == [
+        (p.summary, p.groups, p.verdict, [k.kind for k in p.kernels]) for p in first.plans]
+    # timed and priced anew as the fake GPU and the database do: as when first recorded (the file's
+    # microseconds move the last bit of a time each time it is written)
+    assert [t for p in after.points[0].plans for t in (p.measured, p.predicted)] == pytest.approx(
+        [t for p in first.plans for t in (p.measured, p.predicted)], rel=1e-12)
+    assert "again" in after.points[0].when and after.points[0].sizes == first.sizes
+    def times(points):
+        return [p.measured for point in points for p in point.plans]
+    assert after.points[1].perfdb_built == other.perfdb_built  # another database's point: left
+    assert times(after.points[1:]) == pytest.approx(times((other,) + data.points[2:]), rel=1e-12)
+    assert [p.label for p in after.points] == [p.label for p in data.points]  # each where it stood
+    assert again(Clock(1.0)).measured == ()  # nothing priced otherwise any more
+
+
 def test_two_runs_writing_one_training_file_keep_each_others_points(tmp_path):
     """Another `perfdb measure-plans` run adds its points while this one measures: each
     point is added to the file as it is then, never to what this run read at its start."""
@@ -332,7 +378,7 @@ def test_the_plan_commands_explain_their_options(capsys):
     with pytest.raises(SystemExit):
         cli.main(["perfdb", "measure-plans", "--help"])
     out = capsys.readouterr().out
-    for option in ("--budget", "--seed", "--draws", "--top", "--layouts", "--repeat", "-o", "SCRIPT"):
+    for option in ("--budget", "--seed", "--draws", "--top", "--layouts", "--repeat", "-o", "SCRIPT", "--again"):
         assert option in out
     with pytest.raises(SystemExit):
         cli.main(["perfdb", "fit", "--help"])
@@ -367,6 +413,10 @@ def test_measure_plans_needs_scripts_that_exist_and_a_gpu(capsys, tmp_path):
         assert code == 1 and "times plans on the GPU: none found" in err
     with pytest.raises(SystemExit):  # no script at all: a usage error
         cli.main(["perfdb", "measure-plans"])
+    # nothing to measure again: named before the GPU is looked for
+    code, _, err = run(capsys, "perfdb", "measure-plans", ROOT / "scripts" / "bicgk.script", "--again",
+                       "-o", tmp_path / "none.json")
+    assert code == 1 and f"--again: no training file {tmp_path / 'none.json'} to measure again" in err
 
 
 @pytest.mark.parametrize("argv, message", [

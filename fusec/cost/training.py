@@ -42,7 +42,13 @@ class KernelRecord:
     values: tuple[float, ...]  # in the order of features.FEATURES
 
     def to_json(self) -> dict:
-        return {"class": self.kind, "predicted_us": self.predicted * 1e6, "features": list(stored(self.values))}
+        return {"class": self.kind, "predicted_us": microseconds(self.predicted), "features": list(stored(self.values))}
+
+
+def microseconds(seconds: float) -> float:
+    """Seconds as a training file keeps them: microseconds to 1e-9, so that a file read and
+    written again is the same text (seconds times 1e6 alone moved the last bit each time)."""
+    return round(seconds * 1e6, 9)
 
 
 def stored(values) -> tuple[float, ...]:
@@ -68,10 +74,10 @@ class PlanRecord:
 
     def to_json(self) -> dict:
         out = {"summary": self.summary, "groups": list(self.groups), "verdict": self.verdict,
-               "measured_us": None if self.measured is None else self.measured * 1e6,
+               "measured_us": None if self.measured is None else microseconds(self.measured),
                "kernels": [k.to_json() for k in self.kernels], "plan": json.loads(self.plan)}
         if self.measured is not None and self.fastest is not None:
-            out.update(fastest_us=self.fastest * 1e6, slowest_us=self.slowest * 1e6)
+            out.update(fastest_us=microseconds(self.fastest), slowest_us=microseconds(self.slowest))
         return out
 
 
@@ -112,9 +118,11 @@ class TrainingData:
     path: str = dataclasses.field(default="", compare=False)
 
     def with_point(self, point: PointRecord) -> "TrainingData":
-        """These points and ``point``, which replaces one of the same key."""
-        kept = tuple(p for p in self.points if p.key != point.key)
-        return dataclasses.replace(self, points=kept + (point,))
+        """These points and ``point``, which replaces one of the same key where it stands (else
+        comes last)."""
+        if any(p.key == point.key for p in self.points):
+            return dataclasses.replace(self, points=tuple(point if p.key == point.key else p for p in self.points))
+        return dataclasses.replace(self, points=self.points + (point,))
 
     def to_text(self) -> str:
         head = {"format": FORMAT, "kind": KIND, "gpu": dict(self.gpu), "features": list(FEATURES)}

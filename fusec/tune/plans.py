@@ -302,6 +302,98 @@ def measure_point(dag, library, dtype: str, sizes: Mapping[str, int], base, othe
         FEATURES_VERSION, seed, draw, now(), 0.0, all(m.verdict != NOT_MEASURED for m in measurements), plans)
 
 
+# ------------------------------------------------------------- measured again
+
+
+def stale_plans(point: training.PointRecord, dag, library, base) -> dict[int, tuple]:
+    """The plans of ``point`` that the database's predictor ``base`` no longer prices as
+    recorded (beyond PRICE_TOLERANCE): a change of the cost model or of the code generated
+    since they were measured. By index: (the program generated now, its kernels' records
+    now). A plan that no longer generates, or was not generated when measured, is left."""
+    sizes = dict(point.sizes)
+    out = {}
+    for index, record in enumerate(point.plans):
+        if not record.kernels:
+            continue
+        try:
+            plan = ProgramPlan.from_json(record.plan)
+        except UNREADABLE:
+            continue
+        program = generate_all(dag, library, point.dtype, [plan], base.target)[0]
+        if isinstance(program, str):
+            continue
+        kernels = kernel_records(base, dag, sizes, program)
+        price = math.fsum(k.predicted for k in kernels)
+        if len(kernels) != len(record.kernels) or abs(price - record.predicted) > PRICE_TOLERANCE * record.predicted:
+            out[index] = (program, kernels)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Remeasured:
+    data: training.TrainingData
+    path: Path
+    measured: tuple[str, ...]  # a line per point measured again: its label and how many plans
+    left: tuple[str, ...]  # labels of the points with stale plans the budget left for the next run
+
+
+def remeasure(scripts: Sequence[Path], library, *, out: Path, base, measurer_for: Callable,
+              budget: float | None = None, clock: Callable[[], float] = time.monotonic,
+              log: Callable[[str], None] = lambda text: None, progress: bool = False) -> Remeasured:
+    """Measure again, at every point of the training file ``out`` of the scripts ``scripts``
+    priced by ``base``'s database (its library hash and ``built`` stamp), the plans the
+    database no longer prices as recorded (:func:`stale_plans`), and record their times, prices
+    and features anew; a point's other plans, sizes and draw are kept. The file is written after
+    each point, so a run cut short by ``budget`` goes on where it stopped."""
+    from ..frontend import load_script
+    out = Path(out)
+    data = training.read(out)
+    database = base.database
+    dags = {}
+    for path in scripts:
+        dag = load_script(path, library)
+        dags[dag.name] = dag
+    plan = Budget(budget, clock)
+    measured, left = [], []
+    for point in data.points:
+        dag = dags.get(point.script)
+        if dag is None or (point.library, point.perfdb_built) != (str(database.library.get("hash")), database.built):
+            continue
+        if point.features_version != FEATURES_VERSION:  # its kept plans' features, as the new ones'
+            try:
+                point = refeatured(point, dag, library, base.target)
+            except FusecError as exc:
+                log(f"{point.label}: left as it is ({exc})")
+                continue
+        stale = stale_plans(point, dag, library, base)
+        if not stale:
+            continue
+        if left or not plan.allows((point.script, point.dtype)):
+            left.append(point.label)
+            continue
+        start = clock()
+        indices = sorted(stale)
+        with measurer_for(dag, library, point.dtype, dict(point.sizes)) as measurer:
+            found = measure(measurer, [stale[i][0] for i in indices], deadline=plan.deadline, clock=clock,
+                            progress=progress)
+        plans = list(point.plans)
+        for i, measurement in zip(indices, found):
+            if measurement.verdict == NOT_MEASURED:
+                continue
+            old = point.plans[i]
+            candidate = Candidate(ProgramPlan.from_json(old.plan), old.groups)
+            plans[i] = dataclasses.replace(plan_record(candidate, stale[i][1], measurement, dag),
+                                           summary=old.summary)
+        took = clock() - start
+        plan.record((point.script, point.dtype), took)
+        again = dataclasses.replace(point, when=f"{point.when}; again {now()}", plans=tuple(plans))
+        data = training.add_point(out, again, data.gpu)
+        done = sum(1 for m in found if m.verdict != NOT_MEASURED)
+        measured.append(f"{point.label}: {done} of {len(point.plans)} plans measured again ({took:.0f} s)")
+        log(measured[-1])
+    return Remeasured(data, out, tuple(measured), tuple(left))
+
+
 def point_line(point: training.PointRecord, database=None) -> str:
     """A line saying what a point measured: its plans, the fastest, where the database's
     first choice among them stood."""

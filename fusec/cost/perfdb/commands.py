@@ -89,6 +89,8 @@ def measure_plans_command(args) -> int:
     missing = [s for s in args.scripts if not Path(s).is_file()]
     if missing:
         raise FusecError(f"no script {missing[0]!r}")
+    if args.again and args.output and not Path(args.output).is_file():  # named before the GPU is looked for
+        raise FusecError(f"--again: no training file {args.output} to measure again")
     library = resolve_library(args.library)
     info = present()
     if info is None:
@@ -105,6 +107,18 @@ def measure_plans_command(args) -> int:
     def measurer_for(dag, library, dtype, sizes):
         return GpuMeasurer(dag, library, dtype, sizes, repeat=args.repeat, warmup=args.warmup, seed=args.seed)
 
+    if args.again:
+        if not out.is_file():
+            raise FusecError(f"--again: no training file {out} to measure again (-o names another)")
+        print(f"measuring again the plans {base.name} no longer prices as {out} records, of"
+              f" {', '.join(Path(s).stem for s in args.scripts)}, on {info.name}", flush=True)
+        again = plans.remeasure([Path(s) for s in args.scripts], library, out=out, base=base,
+                                measurer_for=measurer_for, budget=args.budget,
+                                log=lambda line: print(line, flush=True), progress=not args.quiet)
+        print(f"{len(again.measured)} point(s) measured again; {again.path} holds {len(again.data.points)} points")
+        if again.left:
+            print(f"the budget ran out: {len(again.left)} point(s) left for the next run: " + "; ".join(again.left))
+        return 0
     print(f"seed {args.seed}: measuring {', '.join(Path(s).stem for s in args.scripts)} ({', '.join(dtypes)}) on"
           f" {info.name}, predicted by {base.name}" + (f" and {corrected.name}" if corrected is not base else ""),
           flush=True)
