@@ -39,7 +39,7 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
     from fusec.space.combinations import build_space
     from fusec.space.fusions import Fusion
     from fusec.space.held import held_options
-    from fusec.space.implementations import implementations
+    from fusec.space.implementations import as_parts, implementations
     from fusec.space.striped import StripedFusion
     library = resolve_library(None)
     dag = load_script(ROOT / "scripts" / f"{script}.script", library)
@@ -51,7 +51,7 @@ def held_plans(script: str, dtype: str, n: int, shapes=None, geometry: str = "al
         for fusion in (Fusion(calls[:-1]), Fusion(calls[-1:])):
             timed = [(p, k, predictor.kernel_seconds(k, dag, sizes))
                      for p, k in implementations(dag, library, fusion, dtype, shapes)]
-            parts.append(sorted(timed, key=lambda o: (o[2], o[0])))
+            parts.append(as_parts(timed, predictor, dag, sizes))  # the kernels as a fusion's parts
         options = held_options(dag, library, StripedFusion(*(Fusion(p[0][0].calls) for p in parts)), parts,
                                predictor, sizes)
     else:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fusec.cost import correction, fit, training
-from fusec.cost.features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, features
+from fusec.cost.features import BASE, BLOCK_SIZE, CLASSES, FEATURES, FEATURES_VERSION, features, plan_class
 from tests.helpers import ROOT, library, script_dag
 
 GPU = "h100-80gb-hbm3"  # the bundled performance database's
@@ -168,11 +168,12 @@ def base_predictor():
     return predictor_for(library(), GPU, corrected=False)
 
 
-def a_correction(database, band_bias: float = math.log(10.0), low=None, high=None) -> correction.Correction:
-    """A correction that makes band kernels ``exp(band_bias)`` times slower, no other change."""
+def a_correction(database, band_bias: float = math.log(10.0), low=None, high=None,
+                 kind: str = "band") -> correction.Correction:
+    """A correction that makes kernels of class ``kind`` ``exp(band_bias)`` times slower, no other change."""
     coefficients = tuple(band_bias if f == "bias" else 0.0 for f in FEATURES)
     fitted = correction.ClassFit(coefficients, low or (-1e3,) * len(FEATURES), high or (1e3,) * len(FEATURES), 50)
-    return correction.Correction(database.slug, str(database.library["hash"]), database.built, (("band", fitted),))
+    return correction.Correction(database.slug, str(database.library["hash"]), database.built, ((kind, fitted),))
 
 
 def write(folder, text: str):
@@ -236,11 +237,13 @@ def test_the_corrected_ranking_follows_the_corrected_prices(perfdb):
     from fusec.space.combinations import build_space
     dag = script_dag("bicgk")
     base = base_predictor()
-    assert build_space(dag, library(), "float32", SIZES, base).best().plan.uses_band  # the database's first: a band
-    correction.save(a_correction(base.database), correction.path_for(GPU, perfdb))
+    first = build_space(dag, library(), "float32", SIZES, base).best().plan
+    kinds = {plan_class(k) for k in first.kernels}
+    assert len(kinds) == 1  # the database's first: kernels of one class, which the correction slows
+    correction.save(a_correction(base.database, kind=kinds.pop()), correction.path_for(GPU, perfdb))
     space = build_space(dag, library(), "float32", SIZES, predictor_for(library(), GPU))
     best = space.best()
-    assert not best.plan.uses_band
+    assert not {plan_class(k) for k in best.plan.kernels} & {plan_class(k) for k in first.kernels}
     ranked = [c.predicted for c in space.top(10)]
     assert ranked == sorted(ranked)
     # and each combination's price is its kernels' corrected prices summed

@@ -41,7 +41,7 @@ from fusec.space import unfused_plan
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion
 from fusec.space.horizontal import HorizontalFusion, best_per_block, independent
-from fusec.space.implementations import TILE_SHAPES, VECTOR_SHAPES
+from fusec.space.implementations import TILE_SHAPES, VECTOR_SHAPES, as_parts
 from tests.helpers import DTYPES, ROOT, library, script_names
 
 HORIZONTAL = ("two_gemv", "gemv_dot")
@@ -186,9 +186,10 @@ def test_splits_are_whole_warps_from_the_routines_shapes(script):
         assert isinstance(kernel, HorizontalKernel) and seconds > 0
         assert plan.block <= 1024 and all(p.shape.block % 128 == 0 for p in plan.parts)
         assert all(p.shape in shapes for p in plan.parts)
-        # each part at its best-predicted implementation for its block size
+        # each part at its best-predicted implementation for its block size, priced as a part
         for part, fusion in zip(plan.parts, slot.parts):
-            best = {p.shape.block: p for p, _, _ in best_per_block(not_band(space.options[fusion]))}
+            parts = as_parts(not_band(space.options[fusion]), space.predictor, space.dag, space.sizes)
+            best = {p.shape.block: p for p, _, _ in best_per_block(parts)}
             assert best[part.shape.block] == part
     splits = {tuple(p.shape.block for p in plan.parts) for plan, _, _ in options}
     blocks = [{p.shape.block for p, _, _ in not_band(space.options[f])} for f in slot.parts]

@@ -15,6 +15,7 @@ import pytest
 
 from fusec.cost.analytic import DEFAULT
 from fusec.families import build_kernel
+from fusec.ir.plan import COLS
 from fusec.library.model import Geometry
 from fusec.space.combinations import build_space
 from fusec.space.fusions import Fusion, fusions, why_not_fusible
@@ -137,6 +138,51 @@ def test_a_vector_kernel_of_one_block_is_priced_without_a_grids_finish():
     assert kernel.grid(sizes) == 2
     assert DEFAULT.reduction_seconds(kernel, sizes) == pytest.approx(
         (2 * DEFAULT.atomic, DEFAULT.finish_tile + DEFAULT.finish_round))
+
+
+def test_a_slot_is_priced_as_launched_alone_and_a_part_as_a_part():
+    """The space's options are kernels as a program launches them: a BiCGK tile kernel alone
+    on the reference GPU (dependent launches) sums its tiles apart, priced by sums_seconds (a
+    fixed part and its partials read back) with no counters. As a part of a fusion it is the
+    kernel built without turning (lower.part_of, the same value), its sums with its last
+    block, and priced so (space.implementations.as_parts)."""
+    from fusec.lower.kernel import part_of
+    from fusec.space.implementations import as_parts
+    dag = dag_of("bicgk")
+    sizes = {"m": 3000, "n": 5000}
+    space = build_space(dag, library(), "float32", sizes, DEFAULT)
+    options = [o for o in space.options[Fusion((0, 1))] if o[0].geometry is Geometry.TILE]
+    plan, kernel, seconds = options[0]
+    assert kernel.turns and kernel.sums_apart and seconds == DEFAULT.kernel_seconds(kernel, dag, sizes)
+    partials = sum(DEFAULT._arrivals(kernel, r, sizes)[0] * -(-sizes["m" if r.axis == COLS else "n"] // width) * width
+                   for r in kernel.reductions for width in [DEFAULT._arrivals(kernel, r, sizes)[1]])
+    assert DEFAULT.reduction_seconds(kernel, sizes) == pytest.approx(
+        (0.0, DEFAULT.sums_launch + partials * 4 / DEFAULT.sums_rate), rel=1e-12)
+    part = part_of(kernel)
+    assert part == build_kernel(dag, library(), plan, "float32", 0)  # what the fusion's family builds
+    assert not part.turns and not part.sums_apart and part.shared_reals >= plan.shape.block
+    counters, finish = DEFAULT.reduction_seconds(part, sizes)
+    assert counters > 0 and finish != DEFAULT.reduction_seconds(kernel, sizes)[1]
+    parts = as_parts(options, DEFAULT, dag, sizes)
+    assert {p for p, _, _ in parts} == {p for p, _, _ in options}
+    assert all(k == part_of(dict((o[0], o[1]) for o in options)[p]) and t == DEFAULT.kernel_seconds(k, dag, sizes)
+               for p, k, t in parts)
+    assert [t for _, _, t in parts] == sorted(t for _, _, t in parts)
+
+
+@pytest.mark.parametrize("script", ["gemver", "gesummv", "atax", "sgemvt"])
+def test_a_part_made_of_a_kernel_alone_is_the_part_built(script):
+    """lower.part_of undoes exactly what a kernel alone adds (the direction, the blocks kept in
+    L2, the sums apart and their shared memory) for every implementation the space offers."""
+    from fusec.lower.kernel import part_of
+    from fusec.space.implementations import implementations
+    from fusec.target import resolve
+    dag = dag_of(script)
+    target = resolve("h200")
+    for fusion in fusions(dag, library()):
+        for plan, kernel in implementations(dag, library(), fusion, "float64", None, {s: 3000 for s in dag.sizes},
+                                            target):
+            assert part_of(kernel) == build_kernel(dag, library(), plan, "float64", 0, target=target), plan
 
 
 def test_orders_dominated_in_on_chip_memory_are_pruned():

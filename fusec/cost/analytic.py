@@ -50,6 +50,10 @@ class AnalyticPredictor:
     atomic_line_add: float = 1.5e-9
     finish_tile: float = 1.5e-6  # seconds per output tile a block finishes: atomic, fence, barriers
     finish_round: float = 0.45e-6  # seconds per round of 8 dependent partial loads of the last block
+    # A kernel whose sums run apart (Kernel.sums_apart): its second function's time past the
+    # first's end, a fixed part and the partials read back from L2 (see sums_seconds)
+    sums_launch: float = 1.35e-6
+    sums_rate: float = 7.8e12  # bytes of partials per second
     name: str = "analytic"
 
     @property
@@ -83,9 +87,9 @@ class AnalyticPredictor:
         partial loads; fitted on the H100 from per-kernel times (bench.prediction).
         A grid of one block summing whole vectors has no counter and no sum: its thread 0
         reads its own partial back after the barrier (``fusec.emit.kernel``), one round.
-        Where the sums run apart (Kernel.sums_apart) these terms still price the last block's
-        finish, which the committed training data measured (fusec/data/training): a kernel
-        with its sums apart runs faster than priced (docs/design/architecture.md)."""
+        A kernel whose sums run apart has no counters either: :meth:`sums_seconds`."""
+        if kernel.sums_apart:
+            return 0.0, self.sums_seconds(kernel, sizes)
         counters, finish = 0.0, 0.0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)
@@ -101,6 +105,21 @@ class AnalyticPredictor:
             rounds = math.ceil(arrivals * width / (kernel.plan.shape.block * 8))
             finish += tiles * (self.finish_tile + rounds * self.finish_round)
         return counters, finish
+
+    def sums_seconds(self, kernel: Kernel, sizes: Mapping[str, int]) -> float:
+        """The time a kernel whose sums run apart (Kernel.sums_apart) takes past its own end:
+        its second function, launched ahead and waiting, sums every output line at once
+        across the GPU, so a fixed part (the dependent launch's gap, a round trip of loads)
+        and the partials read back from L2. Fitted on the H200 (2026-11-30) to 16 tile plans
+        of BiCGK, SGEMV, SGEMVT and GESUMMV at n = 2048-16384, fp32 and fp64, each timed
+        with its sums apart and with no finish at all: 1.35 us and 0.13 us a MB of partials
+        (0.1-10 MB), within 0.7 us but one plan at 1.4 (experiments/results/h200-sums-apart-price.md)."""
+        partials = 0
+        for reduction in kernel.reductions:
+            arrivals, width = self._arrivals(kernel, reduction, sizes)
+            outputs = sizes[kernel.dims[0 if reduction.axis == COLS else 1]]
+            partials += arrivals * -(-outputs // width) * width
+        return self.sums_launch + partials * geo.DTYPES[kernel.dtype].itemsize / self.sums_rate
 
     @staticmethod
     def _arrivals(kernel: Kernel, reduction, sizes) -> tuple[int, int]:

@@ -116,6 +116,28 @@ def _invariant(dag: Dag, library: Library, plan: KernelPlan, value: int) -> bool
     return True
 
 
+def sums_run_apart(plan: KernelPlan, reductions, target: GpuTarget) -> bool:
+    """Whether a kernel of ``plan`` with ``reductions``, launched alone, sums them in a second
+    function (Kernel.sums_apart): a tile kernel whose reductions are all tiles' sums, on a GPU
+    with dependent launches."""
+    return (plan.geometry is Geometry.TILE and bool(reductions)
+            and all(r.axis is not None for r in reductions) and target.dependent_launch)
+
+
+def part_of(kernel: Kernel) -> Kernel:
+    """The kernel :func:`build_kernel` makes of the same plan without ``turns``, from the one it
+    made with: a part of a horizontal, striped or held fusion, as the space assembles them from
+    the kernels it prices alone. It takes no direction and keeps no blocks' lines in L2, and a
+    tile kernel's sums stay with its last block, which needs BLOCK reals of shared memory."""
+    if not kernel.turns:
+        return kernel
+    shared = kernel.shared_reals
+    if kernel.reductions and kernel.plan.geometry is not Geometry.BAND:
+        shared = max(shared, kernel.plan.shape.macros(kernel.dtype)["BLOCK"])
+    return dataclasses.replace(kernel, args=tuple(a for a in kernel.args if a != TURN_ARG), shared_reals=shared,
+                               keep_blocks=0, sums_apart=False)
+
+
 def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index: int,
                  turns: bool = False, target: GpuTarget | None = None) -> Kernel:
     """Analyse a tile, vector or band fusion implementation into a kernel. ``turns``: the kernel
@@ -239,8 +261,7 @@ def build_kernel(dag: Dag, library: Library, plan: KernelPlan, dtype: str, index
             sizes[f"v{value}"] = size
     regions, total = allocate(sizes, events, align=macros["VEC"])
     barriers = place_barriers(events, regions)
-    sums_apart = (turns and plan.geometry is Geometry.TILE and bool(reductions)
-                  and all(r.axis is not None for r in reductions) and target.dependent_launch)
+    sums_apart = turns and sums_run_apart(plan, reductions, target)
     if reductions and plan.geometry is not Geometry.BAND and not sums_apart:  # the finish needs BLOCK
         # reals; a barrier precedes it, so it may reuse anything (a band kernel's finish needs none)
         total = max(total, macros["BLOCK"])

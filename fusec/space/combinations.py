@@ -38,7 +38,7 @@ from .covers import covers, kernel_order
 from .fusions import Fusion, fusions
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
 from .horizontal import HorizontalFusion, horizontal_covers, horizontal_options
-from .implementations import by_time, implementations
+from .implementations import as_parts, by_time, implementations
 from .search import bounded_cover, exhaustive_is_small, warn_cut
 from .striped import StripedFusion, striped_covers, striped_options
 
@@ -141,7 +141,8 @@ class Space:
                 plans.append(part)
                 found = next((t for p, _, t in options if p == part), None)
                 if found is None:  # a held part of a shape the space offers only to held fusions
-                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0, target=self.predictor.target)
+                    kernel = build_kernel(self.dag, self.library, part, self.dtype, 0, alone=True,
+                                          target=self.predictor.target)
                     found = self.predictor.kernel_seconds(kernel, self.dag, self.sizes)
                 times.append(found)
         return Combination(ProgramPlan(tuple(plans)), sum(times), tuple(times))
@@ -279,18 +280,22 @@ def build_space(dag: Dag, library: Library, dtype: str, sizes: Mapping[str, int]
     plain = covers(dag, found)
     sideways = horizontal_covers(dag, plain, kernel_order) if horizontal else []
     fused = sorted({slot for cover in sideways for slot in cover if isinstance(slot, HorizontalFusion)})
+    def parts_of(found) -> list:  # options (priced as launched alone) as a pair's parts
+        return as_parts(found, predictor, dag, sizes)
+
     for slot in fused:
-        options[slot] = horizontal_options(dag, library, slot, [_tiles(options[p]) for p in slot.parts],
+        options[slot] = horizontal_options(dag, library, slot, [parts_of(_tiles(options[p])) for p in slot.parts],
                                            predictor, sizes)
     stripes = striped_covers(dag, library, plain) if striped else []
     for slot in sorted({slot for cover in stripes for slot in cover if isinstance(slot, StripedFusion)}):
-        parts = [_tiles(options[p]) for p in slot.parts]
+        parts = [parts_of(_tiles(options[p])) for p in slot.parts]
         both = striped_options(dag, library, slot, parts, predictor, sizes)
         if held:  # the same pair as one launch of resident blocks, tiles or rows held on chip
-            wider = [sorted(found + [(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes)) for plan, kernel
-                                     in implementations(dag, library, part, dtype, HELD_SHAPES, None, predictor.target)
-                                     if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms]  # else never held
-                            + _bands(options[part]), key=by_time)
+            wider = [sorted(found + parts_of([(plan, kernel, predictor.kernel_seconds(kernel, dag, sizes))
+                                              for plan, kernel in implementations(dag, library, part, dtype,
+                                                                                  HELD_SHAPES, None, predictor.target)
+                                              if kernel.grid(sizes) <= MAX_PER_SM * predictor.sms])  # else never held
+                            + parts_of(_bands(options[part])), key=by_time)
                      for part, found in zip(slot.parts, parts)] if shapes is None else parts
             both += held_options(dag, library, slot, wider, predictor, sizes)
         options[slot] = sorted(both, key=lambda o: (*by_time(o)[:2], type(o[0]).__name__, o[0]))

@@ -25,6 +25,7 @@ from ..ir.kernel import Kernel
 from ..ir.plan import COLS, L2_NAMES, L2_PLAIN, ROWS, HeldPlan, KernelPlan, Step
 from ..ir.steps import array_args, call_dims, function_of, leaves_kernel
 from ..library.model import Geometry, Library, RoutineKind
+from ..lower.kernel import part_of
 from ..target import GpuTarget, reference
 from .fusions import Fusion, why_not_fusible
 
@@ -140,10 +141,24 @@ def _loads_at_once_fit(plan: HeldPlan, kernel) -> bool:
             and kernel.most_registers - kernel.estimated_registers > BAND_REGISTER_MARGIN)
 
 
+def as_parts(options, predictor, dag: Dag, sizes) -> list[tuple[KernelPlan, Kernel, float]]:
+    """A fusion's options (kernels built and priced as a program launches them alone) as the
+    parts of a horizontal, striped or held fusion, each priced as such a part, best first: a
+    part does not turn, and a tile kernel's sums stay with its last block (lower.part_of), so
+    a kernel whose sums run apart alone is priced again."""
+    out = []
+    for plan, kernel, seconds in options:
+        part = part_of(kernel)
+        out.append((plan, part, seconds if part.sums_apart == kernel.sums_apart
+                    else predictor.kernel_seconds(part, dag, sizes)))
+    return sorted(out, key=by_time)
+
+
 def implementations(dag: Dag, library: Library, fusion: Fusion, dtype: str,
                     shapes: tuple[Shape, ...] | None = None, sizes=None,
                     target: GpuTarget | None = None, most_orders: int | None = None) -> list[tuple[KernelPlan, Kernel]]:
-    """Every valid, undominated implementation of a fusion, with its analysed kernel.
+    """Every valid, undominated implementation of a fusion, with its analysed kernel as a
+    program launches it alone (:func:`as_parts`: as a fusion's part).
     ``shapes`` replaces the block shapes searched (those of the fusion's geometry are used).
     Given ``sizes``, a fusion of nested calls also gets band implementations
     (:func:`band_shapes`), and a fusion that only the band geometry allows gets only those.
@@ -203,7 +218,7 @@ def _built(dag: Dag, library: Library, fusion: Fusion, dtype: str, shape: Shape,
             for steps in orders:
                 plan = KernelPlan(fusion.calls, impls, steps, shape, serial, l2, ahead)
                 try:
-                    group.append((plan, build_kernel(dag, library, plan, dtype, 0, target=target)))
+                    group.append((plan, build_kernel(dag, library, plan, dtype, 0, alone=True, target=target)))
                 except PlanError:
                     continue
             if group:

@@ -42,7 +42,7 @@ from .fusions import Fusion, fusions, index_space, why_not_fusible
 from .held import HELD_SHAPES, MAX_PER_SM, held_options
 from .held import PER_PART as HELD_PER_PART
 from .horizontal import HorizontalFusion, best_per_block, horizontal_options, independent
-from .implementations import by_time, call_orders, implementations
+from .implementations import as_parts, by_time, call_orders, implementations
 from .striped import PER_PART, StripedFusion, crosses_reduction, striped_options
 
 LONGEST = 6  # calls of one run (one kernel, or two side by side or across a barrier)
@@ -184,11 +184,14 @@ class Search:
         return []
 
     def _part(self, fusion: Fusion, only: dict | None) -> list:
-        """A pair's part's options: the fusion's own (its first call order), or with ``only``
-        the one option of any of its orders that is ``only[fusion]``."""
+        """A pair's part's options, as parts (:func:`as_parts`): the fusion's own (its first call
+        order), or with ``only`` the one option of any of its orders that is ``only[fusion]``."""
         if not only:
-            return self.fusion(fusion)()
-        return [o for o in self.fusion(fusion, MOST_ORDERS)() if o[0] == only[fusion]]
+            return self._as_parts(self.fusion(fusion)())
+        return self._as_parts(o for o in self.fusion(fusion, MOST_ORDERS)() if o[0] == only[fusion])
+
+    def _as_parts(self, options) -> list:
+        return as_parts(options, self.predictor, self.dag, self.sizes)
 
     def _across(self, pair: StripedFusion, only: dict | None = None) -> list:
         parts = [_tiles(self._part(p, only)) for p in pair.parts]
@@ -197,10 +200,10 @@ class Search:
         if self.held:
             wider = []
             for part, found in zip(pair.parts, parts):
-                extra = self._timed((plan, kernel) for plan, kernel in implementations(
+                extra = self._as_parts(self._timed((plan, kernel) for plan, kernel in implementations(
                     self.dag, self.library, part, self.dtype, HELD_SHAPES, None, self.target, CUT_ORDERS)
-                    if kernel.grid(self.sizes) <= MAX_PER_SM * self.sms)
-                options = sorted(found + extra + _bands(self.fusion(part)()), key=by_time)
+                    if kernel.grid(self.sizes) <= MAX_PER_SM * self.sms))
+                options = sorted(found + extra + self._as_parts(_bands(self.fusion(part)())), key=by_time)
                 if only:
                     options = [o for o in options if o[0] == only[part]]
                 resident = [o for o in options if o[1].grid(self.sizes) <= MAX_PER_SM * self.sms]
