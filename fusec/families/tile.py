@@ -1,7 +1,9 @@
 """The tile/vector family (paper Algorithm 1): one kernel plan in the vector
 geometry (unnested functions, chunks of consecutive values) or the tile
 geometry (nested functions, tiles of the matrix), its serial loop along one
-axis, reductions finished across blocks by the last block to arrive."""
+axis, reductions finished across blocks by the last block to arrive, or, for a tile kernel
+alone on a GPU with dependent launches, by a second function (Kernel.sums_apart; priced by
+AnalyticPredictor.sums_seconds)."""
 
 from __future__ import annotations
 
