@@ -380,9 +380,9 @@ def remeasure(scripts: Sequence[Path], library, *, out: Path, base, measurer_for
         for i, measurement in zip(indices, found):
             if measurement.verdict == NOT_MEASURED:
                 continue
+            program, kernels = stale[i]
             old = point.plans[i]
-            candidate = Candidate(ProgramPlan.from_json(old.plan), old.groups)
-            plans[i] = dataclasses.replace(plan_record(candidate, stale[i][1], measurement, dag),
+            plans[i] = dataclasses.replace(plan_record(Candidate(program.plan, old.groups), kernels, measurement, dag),
                                            summary=old.summary)
         took = clock() - start
         plan.record((point.script, point.dtype), took)
