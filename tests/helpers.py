@@ -107,9 +107,21 @@ def parts_apart(plan, fusion):
     return ProgramPlan(tuple(kernels))
 
 
+def last_block_sums():
+    """The reference GPU, but without dependent launches: a tile kernel alone built for it
+    sums its tiles in its last blocks, as a part of a fusion does, not in a second launch
+    (Kernel.sums_apart, whose blocks split the partials otherwise and so round otherwise).
+    Only what is built changes: the code runs on the GPU present as it is."""
+    import dataclasses
+
+    from fusec.target import reference
+    return dataclasses.replace(reference(), compute_capability="8.0")
+
+
 def compiled_with_parts_apart(scripts, dtypes, dag_of, plans_of, fusion) -> dict:
     """(script, dtype) -> [(Program, the same kernels apart)] for every plan of
-    ``plans_of(script, dtype)``, all compiled for the GPU present up front, in parallel."""
+    ``plans_of(script, dtype)``, all compiled for the GPU present up front, in parallel.
+    The kernels apart sum their tiles as the parts do (:func:`last_block_sums`)."""
     from fusec.emit.program import generate
     from fusec.runtime.program import Program
     out, sources = {}, []
@@ -117,7 +129,7 @@ def compiled_with_parts_apart(scripts, dtypes, dag_of, plans_of, fusion) -> dict
         dag = dag_of(script)
         for dtype in dtypes:
             pairs = [(Program(generate(dag, library(), plan, dtype)),
-                      Program(generate(dag, library(), parts_apart(plan, fusion), dtype)))
+                      Program(generate(dag, library(), parts_apart(plan, fusion), dtype, target=last_block_sums())))
                      for plan in plans_of(script, dtype)]
             out[script, dtype] = pairs
             sources += [p.source for pair in pairs for p in pair]
