@@ -144,7 +144,7 @@ def replay(report: dict) -> list[dict]:
     for run in report["runs"]:
         if "quick" not in run:
             continue
-        ratios, picked, unmeasured, same = [], 0, 0, 0
+        ratios, picked, unmeasured, same, unscored = [], 0, 0, 0, 0
         for point in run["points"]:
             dag = load_script(ROOT / "scripts" / f"{point['script']}.script", library)
             with warnings.catch_warnings():
@@ -157,6 +157,9 @@ def replay(report: dict) -> list[dict]:
             timed += [(measured[c.plan.summary(dag)], c.plan) for c in second if c.plan.summary(dag) in measured]
             picked += len(first) + len(second)
             unmeasured += len(first) + len(second) - len(timed)
+            if not timed:  # priced otherwise since, the rule picks no plan the draw measured
+                unscored += 1
+                continue
             ratio = min(t for t, _ in timed) / point["best_us"]
             ratios.append(ratio)
             same += abs(ratio - point["choices"]["corrected + quick"]["ratio"]) < 1e-9
@@ -166,7 +169,7 @@ def replay(report: dict) -> list[dict]:
                     "draw_gmean": math.exp(sum(math.log(p["choices"]["corrected + quick"]["ratio"])
                                                for p in run["points"]) / len(run["points"])),
                     "draw_worst": max(p["choices"]["corrected + quick"]["ratio"] for p in run["points"]),
-                    "picked": picked, "unmeasured": unmeasured, "same_choice": same})
+                    "picked": picked, "unmeasured": unmeasured, "same_choice": same, "unscored": unscored})
     return out
 
 
@@ -177,7 +180,8 @@ def replay_markdown(rows: list[dict], draws: str) -> str:
              f"`python -m experiments.prediction_quick --replay` over `{Path(draws).name}` (CPU, see the"
              " module's docstring): each draw that scored a quick choice, with the rule it ran then, and"
              f" the rule as it is now ({now}) scored from that draw's measurements. A plan the rule picks"
-             " that the draw did not measure counts as not timed.", "",
+             " that the draw did not measure counts as not timed; a point where it picks none the draw"
+             " measured is left out (the model has priced the plans otherwise since that draw).", "",
              "| seed | rule then | draw: gmean | draw: worst | now: gmean | now: worst | now: within 1.05x"
              " | plans picked | not measured in the draw | points choosing as the draw |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -185,7 +189,8 @@ def replay_markdown(rows: list[dict], draws: str) -> str:
         rule = ", ".join(f"{k} {v}" for k, v in r["rule"].items()).replace("twins", "register-bound twins")
         lines.append(f"| {r['seed']} | {rule} | {r['draw_gmean']:.3f} | {r['draw_worst']:.3f} | {r['gmean']:.3f}"
                      f" | {r['worst']:.3f} | {r['within_1_05']:.0%} | {r['picked']} | {r['unmeasured']}"
-                     f" | {r['same_choice']}/{r['points']} |")
+                     f" | {r['same_choice']}/{r['points']}"
+                     + (f" ({r['unscored']} more unscored)" if r.get("unscored") else "") + " |")
     return "\n".join(lines) + "\n"
 
 
