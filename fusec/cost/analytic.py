@@ -110,10 +110,9 @@ class AnalyticPredictor:
         """The time a kernel whose sums run apart (Kernel.sums_apart) takes past its own end:
         its second function, launched ahead and waiting, sums every output line at once
         across the GPU, so a fixed part (the dependent launch's gap, a round trip of loads)
-        and the partials read back from L2. Fitted on the H200 (2026-11-30) to 16 tile plans
-        of BiCGK, SGEMV, SGEMVT and GESUMMV at n = 2048-16384, fp32 and fp64, each timed
-        with its sums apart and with no finish at all: 1.35 us and 0.13 us a MB of partials
-        (0.1-10 MB), within 0.7 us but one plan at 1.4 (experiments/results/h200-sums-apart-price.md)."""
+        and the partials read back from L2. Both fitted to tile plans timed with their sums
+        apart and with no finish at all (``python -m experiments.sums_apart_price``; its
+        figures in experiments/results/h200-sums-apart-price.md)."""
         partials = 0
         for reduction in kernel.reductions:
             arrivals, width = self._arrivals(kernel, reduction, sizes)
